@@ -1,0 +1,60 @@
+# iotrace: `make run` sets up this machine and runs the demo; `make test` sets up and runs the tests.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+ARCH := $(shell uname -m | sed -e 's/x86_64/x86/' -e 's/aarch64/arm64/')
+BPF_SRC := $(wildcard bpf/*.bpf.c)
+BPF_OBJ := $(patsubst bpf/%.bpf.c,tracer/bpf/%.bpf.o,$(BPF_SRC))
+WORKLOADS := tests/workloads/bin/iowork scripts/bin/pread_loop
+APT_PKGS := clang llvm libbpf-dev libbpf1 bpftool make gcc libc6-dev python3-venv
+NEED_CMDS := clang bpftool cc
+
+.PHONY: run test build deps venv clean lint
+
+run: build venv
+	$(VENV)/bin/iotrace demo
+
+test: build venv $(WORKLOADS)
+	$(PY) -m pytest -q -ra tests
+
+build: deps $(BPF_OBJ)
+
+# System packages, installed only when something is missing (Debian/Ubuntu, as root).
+deps:
+	@missing=""; for c in $(NEED_CMDS); do command -v $$c >/dev/null || missing=1; done; \
+	[ -e /usr/include/bpf/bpf_helpers.h ] || missing=1; \
+	if [ -n "$$missing" ]; then \
+		echo "installing system packages: $(APT_PKGS)"; \
+		apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $(APT_PKGS); \
+	fi
+
+build/vmlinux.h:
+	@mkdir -p build
+	@[ -r /sys/kernel/btf/vmlinux ] || { echo "error: /sys/kernel/btf/vmlinux is missing: this kernel has no BTF (CONFIG_DEBUG_INFO_BTF=y is needed)"; exit 1; }
+	bpftool btf dump file /sys/kernel/btf/vmlinux format c > $@.tmp && mv $@.tmp $@
+
+tracer/bpf/%.bpf.o: bpf/%.bpf.c bpf/*.h build/vmlinux.h
+	@mkdir -p tracer/bpf
+	clang -g -O2 -Wall -target bpf -D__TARGET_ARCH_$(ARCH) -Ibuild -Ibpf -c $< -o $@.tmp
+	bpftool gen object $@ $@.tmp && rm -f $@.tmp
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $@
+
+venv: $(VENV)/.installed
+
+tests/workloads/bin/iowork: tests/workloads/iowork.c
+	@mkdir -p $(dir $@)
+	cc -O2 -static -Wall -Wextra -o $@ $<
+
+scripts/bin/pread_loop: scripts/pread_loop.c
+	@mkdir -p $(dir $@)
+	cc -O2 -static -Wall -Wextra -o $@ $<
+
+lint: venv
+	$(VENV)/bin/ruff check tracer tests scripts
+
+clean:
+	rm -rf build tracer/bpf/*.bpf.o tests/workloads/bin scripts/bin

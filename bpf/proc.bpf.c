@@ -1,0 +1,104 @@
+// SPDX-License-Identifier: GPL-2.0 OR BSD-3-Clause
+/* Process life cycle: keeps `tracked` equal to the traced processes and their descendants. */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_core_read.h>
+#include <bpf/bpf_tracing.h>
+#include "maps.bpf.h"
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";
+
+static __always_inline void emit(__u32 kind, __u32 pid, __u32 ppid, __s32 exit_code,
+				 struct task_struct *task)
+{
+	struct iot_proc_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+
+	if (!e) {
+		count_lost_event();
+		return;
+	}
+	e->kind = kind;
+	e->pid = pid;
+	e->ppid = ppid;
+	e->exit_code = exit_code;
+	e->ts_ns = bpf_ktime_get_ns();
+	BPF_CORE_READ_STR_INTO(&e->comm, task, comm);
+	bpf_ringbuf_submit(e, 0);
+}
+
+static __always_inline int handle_fork(struct task_struct *parent, struct task_struct *child)
+{
+	__u32 ptgid = BPF_CORE_READ(parent, tgid);
+	__u32 ctgid = BPF_CORE_READ(child, tgid);
+	__u32 *root;
+
+	if (ctgid == ptgid) /* a new thread, not a new process */
+		return 0;
+	root = bpf_map_lookup_elem(&tracked, &ptgid);
+	if (!root)
+		return 0;
+	__u32 child_root = *root ? *root : ptgid;
+	bpf_map_update_elem(&tracked, &ctgid, &child_root, BPF_ANY);
+	emit(IOT_EVENT_FORK, ctgid, ptgid, 0, child);
+	return 0;
+}
+
+static __always_inline int handle_exec(struct task_struct *task)
+{
+	__u32 tgid = BPF_CORE_READ(task, tgid);
+
+	if (is_tracked(tgid))
+		emit(IOT_EVENT_EXEC, tgid, 0, 0, task);
+	return 0;
+}
+
+static __always_inline int handle_exit(struct task_struct *task)
+{
+	__u32 tgid = BPF_CORE_READ(task, tgid);
+
+	if (!is_tracked(tgid))
+		return 0;
+	/* Only when the whole thread group is gone: do_exit() decrements signal->live before
+	 * this tracepoint fires (6.16+ also passes it as `group_dead`, older kernels do not). */
+	if (BPF_CORE_READ(task, signal, live.counter) != 0)
+		return 0;
+	bpf_map_delete_elem(&tracked, &tgid);
+	emit(IOT_EVENT_EXIT, tgid, 0, BPF_CORE_READ(task, exit_code), task);
+	return 0;
+}
+
+SEC("tp_btf/sched_process_fork")
+int BPF_PROG(fork_btf, struct task_struct *parent, struct task_struct *child)
+{
+	return handle_fork(parent, child);
+}
+
+SEC("raw_tp/sched_process_fork")
+int BPF_PROG(fork_raw, struct task_struct *parent, struct task_struct *child)
+{
+	return handle_fork(parent, child);
+}
+
+SEC("tp_btf/sched_process_exec")
+int BPF_PROG(exec_btf, struct task_struct *task)
+{
+	return handle_exec(task);
+}
+
+SEC("raw_tp/sched_process_exec")
+int BPF_PROG(exec_raw, struct task_struct *task)
+{
+	return handle_exec(task);
+}
+
+SEC("tp_btf/sched_process_exit")
+int BPF_PROG(exit_btf, struct task_struct *task)
+{
+	return handle_exit(task);
+}
+
+SEC("raw_tp/sched_process_exit")
+int BPF_PROG(exit_raw, struct task_struct *task)
+{
+	return handle_exit(task);
+}

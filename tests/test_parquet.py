@@ -1,0 +1,625 @@
+"""The trace directory: schema, Parquet segment writer and `tracer.load` (no root needed)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import tracer
+from tracer.api import Trace, TraceError, load
+from tracer.schema import SCHEMA_VERSION, SCHEMA_VERSION_KEY, TABLES, table_from_rows
+from tracer.sinks import parquet as parquet_sink
+from tracer.sinks.parquet import TraceWriter
+
+REPO = Path(__file__).resolve().parent.parent
+T0 = 1_700_000_000_123_456_789  # a wall-clock time, ns since the epoch
+
+LATENCY_ROWS = [
+    {
+        "ts": T0,
+        "pid": 100,
+        "comm": "python",
+        "role": "main",
+        "layer": "syscall",
+        "op": "read",
+        "target": "file",
+        "bucket_lo_ns": 1024,
+        "bucket_hi_ns": 2048,
+        "count": 7,
+        "bytes": 28672,
+    },
+    {
+        "ts": T0,
+        "pid": 101,
+        "comm": "pt_data_worker",
+        "role": "dataloader_worker",
+        "layer": "block",
+        "op": "read",
+        "device": "nvme0n1",
+        "attribution": "readahead",
+        "bucket_lo_ns": 65536,
+        "bucket_hi_ns": 131072,
+        "count": 2,
+        "bytes": 262144,
+    },
+    {
+        "ts": T0 + 1_000_000_000,
+        "pid": 100,
+        "comm": "python",
+        "role": "main",
+        "layer": "syscall",
+        "op": "fsync",
+        "target": "file",
+        "bucket_lo_ns": 1 << 20,
+        "bucket_hi_ns": 1 << 21,
+        "count": 1,
+        "bytes": 0,
+    },
+]
+
+
+def _parts(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir())
+
+
+def _all_files(directory: Path) -> list[str]:
+    return sorted(str(p.relative_to(directory)) for p in directory.rglob("*") if p.is_file())
+
+
+# -- schema ------------------------------------------------------------------------------------
+
+
+def test_schema_follows_the_rules() -> None:
+    design_tables = {
+        "processes",
+        "latency",
+        "files",
+        "events",
+        "threads",
+        "devices",
+        "system",
+        "gpu",
+        "gpu_idle",
+        "findings",
+    }
+    assert design_tables <= set(TABLES)
+    for name, schema in TABLES.items():
+        assert schema.metadata[SCHEMA_VERSION_KEY] == str(SCHEMA_VERSION).encode(), name
+        for field in schema:
+            if field.name.endswith("_ns"):
+                assert field.type == pa.int64(), (name, field.name)
+            if pa.types.is_timestamp(field.type):
+                assert field.type == pa.timestamp("ns", tz="UTC"), (name, field.name)
+        for col in ("comm", "role", "path", "op", "device", "layer"):
+            if col in schema.names:
+                assert schema.field(col).type == pa.dictionary(pa.int32(), pa.string()), name
+
+
+def test_latency_and_processes_columns() -> None:
+    d = pa.dictionary(pa.int32(), pa.string())
+    ts = pa.timestamp("ns", tz="UTC")
+    assert [(f.name, f.type, f.nullable) for f in TABLES["processes"]] == [
+        ("pid", pa.int32(), False),
+        ("ppid", pa.int32(), False),
+        ("comm", d, False),
+        ("role", d, False),
+        ("cmdline", pa.string(), False),
+        ("first_seen", ts, False),
+        ("exit", ts, True),
+        ("exit_code", pa.int32(), True),
+    ]
+    assert [(f.name, f.type, f.nullable) for f in TABLES["latency"]] == [
+        ("ts", ts, False),
+        ("pid", pa.int32(), False),
+        ("comm", d, False),
+        ("role", d, False),
+        ("layer", d, False),
+        ("op", d, False),
+        ("target", d, True),
+        ("device", d, True),
+        ("attribution", d, True),
+        ("bucket_lo_ns", pa.int64(), False),
+        ("bucket_hi_ns", pa.int64(), False),
+        ("count", pa.int64(), False),
+        ("bytes", pa.int64(), False),
+    ]
+
+
+def test_table_from_rows_has_exactly_the_schema() -> None:
+    table = table_from_rows("latency", LATENCY_ROWS)
+    assert table.schema.equals(TABLES["latency"], check_metadata=True)
+    assert table.num_rows == 3
+    assert table.column("target").to_pylist() == ["file", None, "file"]
+    assert table.column("ts").cast(pa.int64()).to_pylist()[0] == T0
+    empty = table_from_rows("processes", [])
+    assert empty.num_rows == 0 and empty.schema.equals(TABLES["processes"])
+
+
+def test_strict_schema_rejects_unknown_column() -> None:
+    row = dict(LATENCY_ROWS[0], latncy_ns=5)
+    with pytest.raises(ValueError, match=r"unknown column\(s\) latncy_ns"):
+        table_from_rows("latency", [row])
+
+
+def test_strict_schema_rejects_bad_rows() -> None:
+    with pytest.raises(ValueError, match="unknown table 'latencies'"):
+        table_from_rows("latencies", [])
+    missing_pid = {k: v for k, v in LATENCY_ROWS[0].items() if k != "pid"}
+    with pytest.raises(ValueError, match="column 'pid' is required"):
+        table_from_rows("latency", [missing_pid])
+    with pytest.raises(ValueError, match="column 'count'"):
+        table_from_rows("latency", [dict(LATENCY_ROWS[0], count="seven")])
+    with pytest.raises(ValueError, match="column 'comm'"):
+        table_from_rows("latency", [dict(LATENCY_ROWS[0], comm=42)])
+
+
+# -- writer ------------------------------------------------------------------------------------
+
+
+def test_round_trip_exact_values_and_dtypes(tmp_path: Path) -> None:
+    with TraceWriter(tmp_path, {"host": "h"}) as w:
+        w.add("latency", LATENCY_ROWS)
+    df = pd.read_parquet(str(tmp_path) + "/latency")
+    assert len(df) == 3
+    assert str(df["ts"].dtype) == "datetime64[ns, UTC]"
+    assert df["ts"].iloc[0] == pd.Timestamp(T0, unit="ns", tz="UTC")
+    assert df["ts"].iloc[0].value == T0  # nanoseconds survive
+    for col in ("comm", "role", "layer", "op", "target", "device", "attribution"):
+        assert isinstance(df[col].dtype, pd.CategoricalDtype), col
+    for col in ("bucket_lo_ns", "bucket_hi_ns", "count", "bytes"):
+        assert df[col].dtype == "int64", col
+    assert df["pid"].dtype == "int32"
+    assert df["pid"].tolist() == [100, 101, 100]
+    assert df["comm"].tolist() == ["python", "pt_data_worker", "python"]
+    assert df["op"].tolist() == ["read", "read", "fsync"]
+    assert df["target"].isna().tolist() == [False, True, False]
+    assert df["device"].tolist()[1] == "nvme0n1" and df["device"].isna().tolist()[0]
+    assert df["attribution"].tolist()[1] == "readahead"
+    assert df["bucket_lo_ns"].tolist() == [1024, 65536, 1 << 20]
+    assert df["count"].sum() == 10
+    assert df["bytes"].tolist() == [28672, 262144, 0]
+
+
+def test_processes_round_trip_with_nulls(tmp_path: Path) -> None:
+    rows = [
+        {
+            "pid": 100,
+            "ppid": 1,
+            "comm": "python",
+            "role": "main",
+            "cmdline": "python train.py",
+            "first_seen": T0,
+        },
+        {
+            "pid": 101,
+            "ppid": 100,
+            "comm": "pt_data_worker",
+            "role": "dataloader_worker",
+            "cmdline": "python train.py",
+            "first_seen": T0 + 5,
+            "exit": T0 + 10,
+            "exit_code": 0,
+        },
+    ]
+    with TraceWriter(tmp_path, {}) as w:
+        w.add("processes", rows)
+    df = pd.read_parquet(tmp_path / "processes")
+    assert str(df["first_seen"].dtype) == "datetime64[ns, UTC]"
+    assert str(df["exit"].dtype) == "datetime64[ns, UTC]"
+    assert pd.isna(df["exit"].iloc[0]) and df["exit"].iloc[1].value == T0 + 10
+    assert math.isnan(df["exit_code"].iloc[0]) and df["exit_code"].iloc[1] == 0
+    assert df["cmdline"].tolist() == ["python train.py"] * 2
+    assert isinstance(df["role"].dtype, pd.CategoricalDtype)
+
+
+def test_segments_numbered_per_table_and_empty_tables_write_nothing(tmp_path: Path) -> None:
+    w = TraceWriter(tmp_path, {})
+    w.flush()  # nothing buffered: nothing written
+    assert _all_files(tmp_path) == ["meta.json"]
+    for i in range(3):
+        w.add("latency", [dict(LATENCY_ROWS[0], pid=i)])
+        if i == 1:
+            w.add(
+                "processes",
+                [
+                    {
+                        "pid": 1,
+                        "ppid": 0,
+                        "comm": "init",
+                        "role": "main",
+                        "cmdline": "",
+                        "first_seen": T0,
+                    }
+                ],
+            )
+        w.flush()
+    w.add("latency", [])  # no rows: no segment
+    w.close()
+    assert _parts(tmp_path / "latency") == [
+        "part-00000.parquet",
+        "part-00001.parquet",
+        "part-00002.parquet",
+    ]
+    assert _parts(tmp_path / "processes") == ["part-00000.parquet"]
+    assert not (tmp_path / "files").exists()  # no empty folders
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["latency", "meta.json", "processes"]
+    assert pd.read_parquet(tmp_path / "latency")["pid"].sort_values().tolist() == [0, 1, 2]
+    for part in (tmp_path / "latency").iterdir():
+        assert pq.ParquetFile(part).metadata.num_row_groups == 1
+        assert pq.ParquetFile(part).metadata.row_group(0).column(0).compression == "ZSTD"
+
+
+def test_one_segment_per_flush_holds_every_add(tmp_path: Path) -> None:
+    with TraceWriter(tmp_path, {}) as w:
+        w.add("latency", LATENCY_ROWS[:1])
+        w.add("latency", [dict(LATENCY_ROWS[1], comm="other")])
+        assert w.buffered_rows() == {"latency": 2}
+        w.flush()
+        assert w.buffered_rows() == {}
+    assert _parts(tmp_path / "latency") == ["part-00000.parquet"]
+    df = pd.read_parquet(tmp_path / "latency")
+    assert df["comm"].tolist() == ["python", "other"]
+
+
+def test_dictionaries_differ_between_segments(tmp_path: Path) -> None:
+    with TraceWriter(tmp_path, {}) as w:
+        w.add("latency", [dict(LATENCY_ROWS[0], comm="a")])
+        w.flush()
+        w.add("latency", [dict(LATENCY_ROWS[0], comm="b")])
+    df = pd.read_parquet(tmp_path / "latency")
+    assert isinstance(df["comm"].dtype, pd.CategoricalDtype)
+    assert sorted(df["comm"].tolist()) == ["a", "b"]
+
+
+def test_existing_segments_are_never_overwritten(tmp_path: Path) -> None:
+    with TraceWriter(tmp_path, {}) as w:
+        w.add("latency", LATENCY_ROWS[:1])
+    with TraceWriter(tmp_path, {}) as w:
+        w.add("latency", LATENCY_ROWS[1:2])
+    assert _parts(tmp_path / "latency") == ["part-00000.parquet", "part-00001.parquet"]
+    assert len(pd.read_parquet(tmp_path / "latency")) == 2
+
+
+def test_maybe_roll_flushes_every_roll_s(tmp_path: Path) -> None:
+    w = TraceWriter(tmp_path, {}, roll_s=5.0)
+    start = time.monotonic()
+    w.add("latency", LATENCY_ROWS[:1])
+    w.maybe_roll(start + 1.0)  # too early
+    assert not (tmp_path / "latency").exists()
+    w.maybe_roll(start + 5.5)
+    assert _parts(tmp_path / "latency") == ["part-00000.parquet"]
+    w.add("latency", LATENCY_ROWS[:1])
+    w.maybe_roll(start + 9.0)  # 3.5 s since the last roll
+    assert _parts(tmp_path / "latency") == ["part-00000.parquet"]
+    w.maybe_roll(start + 10.5)
+    assert _parts(tmp_path / "latency") == ["part-00000.parquet", "part-00001.parquet"]
+    w.maybe_roll(start + 20.0)  # nothing buffered: nothing written
+    assert len(_parts(tmp_path / "latency")) == 2
+    w.close()
+    with pytest.raises(ValueError, match="roll_s"):
+        TraceWriter(tmp_path, {}, roll_s=0)
+
+
+def test_no_temporary_files_left(tmp_path: Path) -> None:
+    with TraceWriter(tmp_path, {"a": 1}) as w:
+        for _ in range(3):
+            w.add("latency", LATENCY_ROWS)
+            w.flush()
+            w.update_meta(events_lost=0)
+    names = _all_files(tmp_path)
+    assert not [n for n in names if Path(n).name.startswith((".", "_"))]
+    assert not [n for n in names if n.endswith(".tmp")]
+
+
+def test_readers_ignore_temporary_files(tmp_path: Path) -> None:
+    with TraceWriter(tmp_path, {}) as w:
+        w.add("latency", LATENCY_ROWS)
+    # What a writer killed mid-segment or mid-meta leaves behind: garbage under a dot name.
+    (tmp_path / "latency" / ".part-00001.parquet.tmp").write_bytes(b"PAR1 half a segment")
+    (tmp_path / ".meta.json.tmp").write_text("{ half")
+    (tmp_path / "processes").mkdir()
+    (tmp_path / "processes" / ".part-00000.parquet.tmp").write_bytes(b"garbage")
+    assert len(pd.read_parquet(tmp_path / "latency")) == 3
+    trace = load(tmp_path)
+    assert trace.tables == ["latency"]
+    assert len(trace.latency) == 3
+    assert trace.processes.empty
+
+
+def test_failed_write_leaves_nothing_and_keeps_rows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    w = TraceWriter(tmp_path, {})
+    w.add("latency", LATENCY_ROWS)
+    real_write = parquet_sink.pq.write_table
+
+    def disk_full(table: pa.Table, where: object, **kwargs: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(parquet_sink.pq, "write_table", disk_full)
+    with pytest.raises(OSError, match="No space"):
+        w.flush()
+    assert _parts(tmp_path / "latency") == []  # neither a segment nor its temporary
+    assert w.buffered_rows() == {"latency": 3}
+    monkeypatch.setattr(parquet_sink.pq, "write_table", real_write)
+    w.close()
+    assert _parts(tmp_path / "latency") == ["part-00000.parquet"]
+    assert len(pd.read_parquet(tmp_path / "latency")) == 3
+
+
+def test_close_twice_and_use_after_close(tmp_path: Path) -> None:
+    w = TraceWriter(tmp_path, {})
+    w.add("latency", LATENCY_ROWS)
+    w.close(stop="2025-01-01T00:00:00Z")
+    w.close()
+    w.close(stop="ignored")  # a second close does nothing
+    assert w.closed
+    assert json.loads((tmp_path / "meta.json").read_text())["stop"] == "2025-01-01T00:00:00Z"
+    assert _parts(tmp_path / "latency") == ["part-00000.parquet"]
+    with pytest.raises(ValueError, match="closed"):
+        w.add("latency", LATENCY_ROWS)
+    with pytest.raises(ValueError, match="closed"):
+        w.flush()
+    with TraceWriter(tmp_path / "latency" / "..", {}) as w2:
+        w2.close()  # closed inside the block, then again by the with statement
+    assert w2.closed
+
+
+def test_context_manager_flushes_on_error(tmp_path: Path) -> None:
+    with pytest.raises(RuntimeError), TraceWriter(tmp_path, {}) as w:
+        w.add("latency", LATENCY_ROWS)
+        raise RuntimeError("job crashed")
+    assert w.closed
+    assert len(pd.read_parquet(tmp_path / "latency")) == 3
+
+
+def test_add_checks_rows_at_the_call_site(tmp_path: Path) -> None:
+    with TraceWriter(tmp_path, {}) as w:
+        with pytest.raises(ValueError, match="unknown table"):
+            w.add("latencies", LATENCY_ROWS)
+        with pytest.raises(ValueError, match="unknown column"):
+            w.add("latency", [dict(LATENCY_ROWS[0], colour="red")])
+        assert w.buffered_rows() == {}
+
+
+def test_directory_must_exist(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        TraceWriter(tmp_path / "nope", {})
+
+
+def test_meta_json(tmp_path: Path) -> None:
+    meta = {
+        "host": "gpu-node-1",
+        "kernel": "6.18.0",
+        "argv": ["iotrace", "--pid", "42"],
+        "start": "2025-01-01T12:00:00.000000001Z",
+    }
+    w = TraceWriter(tmp_path, meta)
+    on_disk = json.loads((tmp_path / "meta.json").read_text())
+    assert on_disk == {**meta, "schema_version": SCHEMA_VERSION, "tool_version": tracer.__version__}
+    assert on_disk["schema_version"] == 1 and tracer.__version__ == "0.1.0"
+    w.update_meta(events_lost=0, stop=None)
+    w.update_meta(events_lost=3)
+    assert json.loads((tmp_path / "meta.json").read_text())["events_lost"] == 3
+    with pytest.raises(ValueError, match="schema_version"):
+        w.update_meta(schema_version=99)
+    with pytest.raises(TypeError):
+        w.update_meta(bad=object())  # not JSON: meta.json keeps its last good content
+    w.close(stop="2025-01-01T12:01:00Z", events_lost=5)
+    final = json.loads((tmp_path / "meta.json").read_text())
+    assert final == {**on_disk, "events_lost": 5, "stop": "2025-01-01T12:01:00Z"}
+    assert w.meta == final
+    assert _all_files(tmp_path) == ["meta.json"]
+    with pytest.raises(ValueError, match="set by the writer"):
+        TraceWriter(tmp_path, {"schema_version": 0})
+
+
+_KILLED_WRITER = textwrap.dedent("""
+    import sys
+    from tracer.sinks.parquet import TraceWriter
+    rows = [dict(ts=1_700_000_000_000_000_000 + i, pid=i % 7, comm="python", role="main",
+                 layer="syscall", op="read", target="file", bucket_lo_ns=1024,
+                 bucket_hi_ns=2048, count=1, bytes=4096) for i in range(20_000)]
+    w = TraceWriter(sys.argv[1], {"host": "test"}, roll_s=0.001)
+    n = 0
+    while True:
+        w.add("latency", rows)
+        w.flush()
+        n += 1
+        print(n, flush=True)
+""")
+
+
+def test_sigkill_leaves_finished_segments_readable(tmp_path: Path) -> None:
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    child = subprocess.Popen(
+        [sys.executable, "-c", _KILLED_WRITER, str(tmp_path)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    assert child.stdout is not None
+    try:
+        finished = 0
+        while finished < 4:
+            line = child.stdout.readline()
+            assert line, f"writer exited early with status {child.wait()}"
+            finished = int(line)
+        # Kill it in the middle of a later segment, with no chance to clean up.
+        child.send_signal(signal.SIGKILL)
+    finally:
+        child.kill()
+        child.wait()
+        child.stdout.close()
+    assert child.returncode == -signal.SIGKILL
+    parts = sorted((tmp_path / "latency").glob("part-*.parquet"))
+    assert len(parts) >= finished
+    assert [p.name for p in parts] == [f"part-{i:05d}.parquet" for i in range(len(parts))]
+    for part in parts:  # each one complete
+        assert pq.read_table(part).num_rows == 20_000
+    df = pd.read_parquet(tmp_path / "latency")
+    assert len(df) == 20_000 * len(parts)
+    assert load(tmp_path).meta["host"] == "test"
+
+
+_KILLED_MID_SEGMENT = textwrap.dedent("""
+    import io, os, signal, sys
+    from tracer.sinks import parquet
+    real_write = parquet.pq.write_table
+    def write_half_then_die(table, where, **kwargs):
+        if table.column("pid")[0].as_py() < 3:
+            return real_write(table, where, **kwargs)
+        whole = io.BytesIO()
+        real_write(table, whole, **kwargs)
+        where.write(whole.getvalue()[: len(whole.getvalue()) // 2])
+        where.flush()
+        os.kill(os.getpid(), signal.SIGKILL)
+    parquet.pq.write_table = write_half_then_die
+    with parquet.TraceWriter(sys.argv[1], {}) as w:
+        for pid in range(5):
+            w.add("latency", [dict(ts=0, pid=pid, comm="c", role="main", layer="syscall",
+                                   op="read", bucket_lo_ns=0, bucket_hi_ns=1, count=1, bytes=1)])
+            w.flush()
+""")
+
+
+def test_sigkill_mid_segment_leaves_no_partial_segment(tmp_path: Path) -> None:
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    done = subprocess.run(
+        [sys.executable, "-c", _KILLED_MID_SEGMENT, str(tmp_path)], check=False, env=env
+    )
+    assert done.returncode == -signal.SIGKILL
+    # Segments 0-2 finished; segment 3 died half-written, under its temporary name only.
+    assert _parts(tmp_path / "latency") == [
+        ".part-00003.parquet.tmp",
+        "part-00000.parquet",
+        "part-00001.parquet",
+        "part-00002.parquet",
+    ]
+    assert pd.read_parquet(tmp_path / "latency")["pid"].tolist() == [0, 1, 2]
+    assert load(tmp_path).latency["pid"].tolist() == [0, 1, 2]
+
+
+# -- load --------------------------------------------------------------------------------------
+
+
+def _trace(tmp_path: Path) -> Path:
+    with TraceWriter(tmp_path, {"host": "h"}) as w:
+        w.add("latency", LATENCY_ROWS)
+        w.flush()
+        w.add("latency", LATENCY_ROWS[:1])
+    return tmp_path
+
+
+def test_load_reads_tables_lazily(tmp_path: Path) -> None:
+    trace = tracer.load(_trace(tmp_path))
+    assert isinstance(trace, Trace)
+    assert trace.meta["host"] == "h" and trace.meta["schema_version"] == SCHEMA_VERSION
+    assert trace.tables == ["latency"]
+    assert "latency" in repr(trace)
+    lat = trace.latency
+    assert lat is trace["latency"]  # cached
+    pd.testing.assert_frame_equal(lat, pd.read_parquet(tmp_path / "latency"))
+    assert len(lat) == 4
+    assert "processes" in dir(trace)
+
+
+def test_load_absent_table_is_empty_with_columns(tmp_path: Path) -> None:
+    trace = load(_trace(tmp_path))
+    procs = trace.processes
+    assert procs.empty
+    assert list(procs.columns) == TABLES["processes"].names
+    assert str(procs["first_seen"].dtype) == "datetime64[ns, UTC]"
+    assert isinstance(procs["comm"].dtype, pd.CategoricalDtype)
+    assert procs["pid"].dtype == "int32"
+    assert list(trace["findings"].columns) == TABLES["findings"].names
+
+
+def test_load_unknown_table(tmp_path: Path) -> None:
+    trace = load(_trace(tmp_path))
+    with pytest.raises(TraceError, match="no table 'latncy'.*latency"):
+        trace["latncy"]
+    with pytest.raises(AttributeError, match="latncy"):
+        trace.latncy  # noqa: B018
+    assert not hasattr(trace, "latncy")
+
+
+def _rewrite_meta(directory: Path, **fields: object) -> None:
+    path = directory / "meta.json"
+    meta = json.loads(path.read_text())
+    meta.update(fields)
+    path.write_text(json.dumps(meta))
+
+
+def test_load_newer_schema_version(tmp_path: Path) -> None:
+    _rewrite_meta(_trace(tmp_path), schema_version=SCHEMA_VERSION + 1, tool_version="9.0.0")
+    with pytest.raises(TraceError) as info:
+        load(tmp_path)
+    msg = str(info.value)
+    assert f"schema version {SCHEMA_VERSION + 1}" in msg
+    assert "iotrace 9.0.0" in msg
+    assert f"reads version {SCHEMA_VERSION}" in msg
+    assert "upgrade iotrace" in msg
+
+
+def test_load_older_schema_version(tmp_path: Path) -> None:
+    _rewrite_meta(_trace(tmp_path), schema_version=SCHEMA_VERSION - 1, tool_version="0.0.1")
+    with pytest.raises(TraceError, match=r"schema version 0.*older iotrace 0\.0\.1.*read it with"):
+        load(tmp_path)
+
+
+@pytest.mark.parametrize("version", [None, "1", 1.0, True])
+def test_load_invalid_schema_version(tmp_path: Path, version: object) -> None:
+    _rewrite_meta(_trace(tmp_path), schema_version=version)
+    with pytest.raises(TraceError, match="no valid schema_version"):
+        load(tmp_path)
+
+
+def test_load_missing_directory_or_meta(tmp_path: Path) -> None:
+    with pytest.raises(TraceError, match="does not exist; pass the folder given to 'iotrace -o'"):
+        load(tmp_path / "nope")
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(TraceError, match="is not a directory"):
+        load(tmp_path / "file")
+    with pytest.raises(TraceError, match="not an iotrace trace: it has no meta.json"):
+        load(tmp_path)
+
+
+@pytest.mark.parametrize("content", ["{ half", "", "[1, 2]"])
+def test_load_corrupt_meta(tmp_path: Path, content: str) -> None:
+    (tmp_path / "meta.json").write_text(content)
+    with pytest.raises(TraceError, match="meta.json' is damaged"):
+        load(tmp_path)
+
+
+def test_load_damaged_segment(tmp_path: Path) -> None:
+    _trace(tmp_path)
+    (tmp_path / "latency" / "part-00002.parquet").write_bytes(b"not parquet at all")
+    trace = load(tmp_path)
+    with pytest.raises(TraceError, match="cannot read table 'latency'"):
+        trace.latency  # noqa: B018
+
+
+def test_import_tracer_is_light() -> None:
+    code = (
+        "import sys, tracer\n"
+        "heavy = {'torch', 'pynvml', 'pandas', 'pyarrow'} & set(sys.modules)\n"
+        "assert not heavy, heavy\n"
+        "assert tracer.__version__ == '0.1.0'\n"
+        "assert tracer.load.__module__ == 'tracer.api'\n"
+        "assert 'torch' not in sys.modules and 'pynvml' not in sys.modules\n"
+    )
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    subprocess.run([sys.executable, "-c", code], check=True, env=env)

@@ -1,0 +1,307 @@
+"""The thin ctypes binding to libbpf.so.1: the only module of iotrace that uses ctypes.
+
+It exposes just the libbpf calls the loader needs, raising :class:`LibbpfError` (with the errno
+text) instead of returning NULL or a negative code. Everything else about BPF lives in loader.py.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import errno
+import os
+from collections.abc import Callable, Iterator
+
+LIBBPF_ENV = "IOTRACE_LIBBPF"  # overrides the library path (tests, unusual installs)
+DEFAULT_LIBBPF = "libbpf.so.1"
+
+# enum bpf_attach_type (include/uapi/linux/bpf.h)
+BPF_TRACE_RAW_TP = 23
+# enum bpf_map_type
+BPF_MAP_TYPE_RINGBUF = 27
+# enum bpf_prog_type
+BPF_PROG_TYPE_TRACEPOINT = 5
+# flags of bpf_map_update_elem
+BPF_ANY = 0
+# enum libbpf_print_level
+LIBBPF_WARN, LIBBPF_INFO, LIBBPF_DEBUG = 0, 1, 2
+
+
+class LibbpfError(OSError):
+    """A libbpf call failed; ``errno`` holds the reason."""
+
+
+class LibbpfMissing(RuntimeError):
+    """libbpf.so.1 could not be loaded."""
+
+
+_PRINT_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p)
+RING_SAMPLE_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t)
+
+_lib: ctypes.CDLL | None = None
+_libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+_log: list[str] = []  # libbpf's recent messages, for error reports
+
+
+def _sig(fn, restype, *argtypes):
+    fn.restype = restype
+    fn.argtypes = list(argtypes)
+
+
+def lib() -> ctypes.CDLL:
+    """Loads libbpf once; raises LibbpfMissing with the reason."""
+    global _lib
+    if _lib is not None:
+        return _lib
+    path = os.environ.get(LIBBPF_ENV, DEFAULT_LIBBPF)
+    try:
+        so = ctypes.CDLL(path, use_errno=True)
+    except OSError as e:
+        raise LibbpfMissing(f"cannot load {path}: {e}") from None
+    vp, cp, i, u32 = ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int, ctypes.c_uint32
+    _sig(so.libbpf_major_version, u32)
+    _sig(so.libbpf_minor_version, u32)
+    _sig(so.libbpf_set_print, vp, _PRINT_FN)
+    _sig(so.bpf_object__open_file, vp, cp, vp)
+    _sig(so.bpf_object__load, i, vp)
+    _sig(so.bpf_object__close, None, vp)
+    _sig(so.bpf_object__find_map_by_name, vp, vp, cp)
+    _sig(so.bpf_object__find_program_by_name, vp, vp, cp)
+    _sig(so.bpf_object__next_program, vp, vp, vp)
+    _sig(so.bpf_program__name, cp, vp)
+    _sig(so.bpf_program__section_name, cp, vp)
+    _sig(so.bpf_program__set_autoload, i, vp, ctypes.c_bool)
+    _sig(so.bpf_program__autoload, ctypes.c_bool, vp)
+    _sig(so.bpf_program__attach, vp, vp)
+    _sig(so.bpf_program__attach_tracepoint, vp, vp, cp, cp)
+    _sig(so.bpf_link__destroy, i, vp)
+    _sig(so.bpf_map__fd, i, vp)
+    _sig(so.bpf_map__reuse_fd, i, vp, i)
+    _sig(so.bpf_map__initial_value, vp, vp, ctypes.POINTER(ctypes.c_size_t))
+    _sig(so.bpf_object__find_map_by_name, vp, vp, cp)
+    _sig(so.bpf_map_update_elem, i, i, vp, vp, ctypes.c_uint64)
+    _sig(so.bpf_map_lookup_elem, i, i, vp, vp)
+    _sig(so.bpf_map_delete_elem, i, i, vp)
+    _sig(so.bpf_map_get_next_key, i, i, vp, vp)
+    _sig(so.ring_buffer__new, vp, i, RING_SAMPLE_FN, vp, vp)
+    _sig(so.ring_buffer__poll, i, vp, i)
+    _sig(so.ring_buffer__free, None, vp)
+    _sig(so.libbpf_find_vmlinux_btf_id, i, cp, i)
+    _sig(so.libbpf_probe_bpf_map_type, i, i, vp)
+    _sig(so.libbpf_num_possible_cpus, i)
+    _sig(so.libbpf_probe_bpf_prog_type, i, i, vp)
+    _libc.vsnprintf.restype = i
+    _libc.vsnprintf.argtypes = [cp, ctypes.c_size_t, cp, vp]
+    so.libbpf_set_print(_print_cb)
+    _lib = so
+    return so
+
+
+@_PRINT_FN
+def _print_cb(level: int, fmt: bytes, args: int) -> int:
+    buf = ctypes.create_string_buffer(1024)
+    _libc.vsnprintf(buf, len(buf), fmt, args)
+    msg = buf.value.decode(errors="replace").rstrip()
+    if level <= LIBBPF_INFO and msg:
+        _log.append(msg)
+        del _log[:-50]
+    if os.environ.get("IOTRACE_DEBUG"):
+        os.write(2, (msg + "\n").encode())
+    return 0
+
+
+def recent_log() -> list[str]:
+    """The last warnings libbpf printed (verifier errors, attach failures)."""
+    return list(_log)
+
+
+def version() -> tuple[int, int]:
+    so = lib()
+    return so.libbpf_major_version(), so.libbpf_minor_version()
+
+
+def _check_ptr(ptr: int | None, what: str) -> int:
+    if not ptr:
+        err = ctypes.get_errno() or errno.EINVAL
+        raise LibbpfError(err, f"{what}: {os.strerror(err)}")
+    return ptr
+
+
+def _check_rc(rc: int, what: str) -> int:
+    if rc < 0:
+        err = -rc if rc != -1 else (ctypes.get_errno() or errno.EINVAL)
+        raise LibbpfError(err, f"{what}: {os.strerror(err)}")
+    return rc
+
+
+class Program:
+    """A program of a BpfObject (owned by it)."""
+
+    def __init__(self, ptr: int):
+        self._ptr = ptr
+
+    @property
+    def name(self) -> str:
+        return lib().bpf_program__name(self._ptr).decode()
+
+    @property
+    def section(self) -> str:
+        return lib().bpf_program__section_name(self._ptr).decode()
+
+    @property
+    def autoload(self) -> bool:
+        return bool(lib().bpf_program__autoload(self._ptr))
+
+    @autoload.setter
+    def autoload(self, on: bool) -> None:
+        _check_rc(lib().bpf_program__set_autoload(self._ptr, on), f"set_autoload {self.name}")
+
+    def attach(self) -> Link:
+        return Link(_check_ptr(lib().bpf_program__attach(self._ptr), f"attach {self.name}"))
+
+    def attach_tracepoint(self, category: str, name: str) -> Link:
+        ptr = lib().bpf_program__attach_tracepoint(self._ptr, category.encode(), name.encode())
+        return Link(_check_ptr(ptr, f"attach {self.name} to {category}:{name}"))
+
+
+class Link:
+    """An attachment; destroying it detaches the program (fd-based, so process exit does too)."""
+
+    def __init__(self, ptr: int):
+        self._ptr: int | None = ptr
+
+    def destroy(self) -> None:
+        if self._ptr:
+            lib().bpf_link__destroy(self._ptr)
+            self._ptr = None
+
+
+class BpfObject:
+    """An opened (then loaded) BPF object file; closing it frees its programs and maps."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self._ptr: int | None = _check_ptr(
+            lib().bpf_object__open_file(path.encode(), None), f"open {path}"
+        )
+
+    def programs(self) -> Iterator[Program]:
+        prog = lib().bpf_object__next_program(self._ptr, None)
+        while prog:
+            yield Program(prog)
+            prog = lib().bpf_object__next_program(self._ptr, prog)
+
+    def program(self, name: str) -> Program:
+        return Program(
+            _check_ptr(lib().bpf_object__find_program_by_name(self._ptr, name.encode()), name)
+        )
+
+    def _map(self, name: str) -> int:
+        ptr = lib().bpf_object__find_map_by_name(self._ptr, name.encode())
+        return _check_ptr(ptr, f"map {name} in {self.path}")
+
+    def map_fd(self, name: str) -> int:
+        return _check_rc(lib().bpf_map__fd(self._map(name)), f"fd of map {name}")
+
+    def reuse_map(self, name: str, fd: int) -> None:
+        """Makes this object use an existing map (shared between objects) instead of its own."""
+        _check_rc(lib().bpf_map__reuse_fd(self._map(name), fd), f"reuse map {name}")
+
+    def set_config(self, config: bytes) -> None:
+        """Writes the object's `const volatile struct iot_config config` (section .rodata.config)
+        before load."""
+        sz = ctypes.c_size_t()
+        data = lib().bpf_map__initial_value(self._map(".rodata.config"), ctypes.byref(sz))
+        _check_ptr(data, f".rodata.config of {self.path}")
+        if sz.value != len(config):
+            raise LibbpfError(errno.EINVAL, f"config of {self.path} is {sz.value} bytes, not {len(config)}")
+        ctypes.memmove(data, config, len(config))
+
+    def load(self) -> None:
+        _check_rc(lib().bpf_object__load(self._ptr), f"load {os.path.basename(self.path)}")
+
+    def close(self) -> None:
+        if self._ptr:
+            lib().bpf_object__close(self._ptr)
+            self._ptr = None
+
+
+class Map:
+    """Typed access to a map by fd: keys and values are bytes of fixed sizes."""
+
+    def __init__(self, fd: int, key_size: int, value_size: int):
+        self.fd, self.key_size, self.value_size = fd, key_size, value_size
+
+    def update(self, key: bytes, value: bytes, flags: int = BPF_ANY) -> None:
+        _check_rc(lib().bpf_map_update_elem(self.fd, key, value, flags), "map update")
+
+    def lookup(self, key: bytes) -> bytes | None:
+        buf = ctypes.create_string_buffer(self.value_size)
+        if lib().bpf_map_lookup_elem(self.fd, key, buf) < 0:
+            return None
+        return buf.raw
+
+    def delete(self, key: bytes) -> bool:
+        return lib().bpf_map_delete_elem(self.fd, key) == 0
+
+    def all_keys(self) -> list[bytes]:
+        out: list[bytes] = []
+        cur = ctypes.create_string_buffer(self.key_size)
+        nxt = ctypes.create_string_buffer(self.key_size)
+        so = lib()
+        prev = None
+        while so.bpf_map_get_next_key(self.fd, prev, nxt) == 0:
+            out.append(nxt.raw)
+            ctypes.memmove(cur, nxt, self.key_size)
+            prev = cur
+        return out
+
+    def items(self) -> list[tuple[bytes, bytes]]:
+        out = []
+        for k in self.all_keys():
+            v = self.lookup(k)
+            if v is not None:
+                out.append((k, v))
+        return out
+
+
+class RingBuffer:
+    """Reads a BPF ring buffer; `on_sample(data: bytes)` runs for each record during poll()."""
+
+    def __init__(self, fd: int, on_sample: Callable[[bytes], None]):
+        def cb(_ctx, data, size):
+            on_sample(ctypes.string_at(data, size))
+            return 0
+
+        self._cb = RING_SAMPLE_FN(cb)  # keep a reference: libbpf calls it later
+        self._ptr: int | None = _check_ptr(
+            lib().ring_buffer__new(fd, self._cb, None, None), "ring_buffer__new"
+        )
+
+    def poll(self, timeout_ms: int) -> int:
+        n = lib().ring_buffer__poll(self._ptr, timeout_ms)
+        if n < 0 and n != -errno.EINTR:
+            _check_rc(n, "ring_buffer__poll")
+        return max(n, 0)
+
+    def close(self) -> None:
+        if self._ptr:
+            lib().ring_buffer__free(self._ptr)
+            self._ptr = None
+
+
+def has_btf_tracepoint(name: str) -> bool:
+    """True when the kernel's BTF knows tracepoint `name` (tp_btf programs can attach to it)."""
+    return lib().libbpf_find_vmlinux_btf_id(name.encode(), BPF_TRACE_RAW_TP) > 0
+
+
+def num_possible_cpus() -> int:
+    return _check_rc(lib().libbpf_num_possible_cpus(), "libbpf_num_possible_cpus")
+
+
+def probe_ringbuf() -> bool:
+    return lib().libbpf_probe_bpf_map_type(BPF_MAP_TYPE_RINGBUF, None) == 1
+
+
+def probe_tracepoint_programs() -> bool:
+    return lib().libbpf_probe_bpf_prog_type(BPF_PROG_TYPE_TRACEPOINT, None) == 1

@@ -1,0 +1,197 @@
+"""The `iotrace` command: parse, validate, delegate. One clear line and an exit code per bad input.
+
+Exit codes (DESIGN.md): 0 success, 2 bad usage or input, 3 the host cannot trace, 1 a bug.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+from tracer import __version__
+
+EXIT_OK, EXIT_BUG, EXIT_USAGE, EXIT_HOST = 0, 1, 2, 3
+SUBCOMMANDS = ("doctor", "demo", "report")
+
+USAGE = """\
+iotrace --pid PID [PID ...] [options]     attach to running processes and their descendants
+iotrace [options] -- CMD [ARG ...]         start CMD and trace it from its first instruction
+iotrace doctor | iotrace demo | iotrace report DIR"""
+
+
+class UsageError(Exception):
+    """Bad usage or input: one line for the user, exit 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, not argparse's usage dump
+        raise UsageError(f"{message} (see iotrace --help)")
+
+
+def _positive(name: str, allow_zero: bool = False):
+    def parse(text: str) -> float:
+        try:
+            v = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} must be a number of seconds, not {text!r}")
+        if v < 0 or (v == 0 and not allow_zero) or math.isnan(v):
+            raise argparse.ArgumentTypeError(f"{name} must be greater than 0, not {text}")
+        return v
+
+    return parse
+
+
+def _pid(text: str) -> int:
+    if not text.isdigit() or int(text) <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a PID (a positive integer)")
+    return int(text)
+
+
+def trace_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="iotrace", usage=USAGE, description=(
+        "Trace the I/O of a PyTorch job (or any process) in the kernel with eBPF: syscall and "
+        "block latency histograms per process, saved as Parquet."))
+    p.add_argument("--pid", nargs="+", type=_pid, default=[], metavar="PID",
+                   help="attach to these running processes and every process they fork")
+    p.add_argument("-d", "--duration", type=_positive("--duration"), metavar="S",
+                   help="stop after S seconds (default: when the targets exit, or Ctrl-C)")
+    p.add_argument("-i", "--interval", type=_positive("--interval"), default=1.0, metavar="S",
+                   help="seconds between snapshots of the in-kernel counters (default 1)")
+    p.add_argument("-o", "--output", metavar="DIR",
+                   help="trace directory (default ./iotrace-YYYYmmdd-HHMMSS); must be new or empty")
+    p.add_argument("--version", action="version", version=f"iotrace {__version__}")
+    return p
+
+
+def prepare_output(path: str | None) -> Path:
+    """Creates the trace directory; refuses a non-empty one or one that cannot be written."""
+    out = Path(path or time.strftime("iotrace-%Y%m%d-%H%M%S"))
+    if out.exists():
+        if not out.is_dir():
+            raise UsageError(f"output {out} exists and is not a directory: choose another -o DIR")
+        if any(out.iterdir()):
+            raise UsageError(f"output directory {out} is not empty: choose a new -o DIR or "
+                             "remove it")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / ".iotrace-write-test"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as e:
+        raise UsageError(f"cannot write the output directory {out}: {e.strerror}: choose "
+                         "another -o DIR") from None
+    return out
+
+
+def _check_pids(pids: list[int]) -> None:
+    for pid in pids:
+        if pid == os.getpid():
+            raise UsageError(f"PID {pid} is iotrace itself: give the PID of the job to trace")
+        if not os.path.exists(f"/proc/{pid}"):
+            raise UsageError(f"no process with PID {pid}: check it is running (pgrep -a python)")
+
+
+def _check_command(cmd: list[str]) -> None:
+    exe = cmd[0]
+    if "/" in exe:
+        ok = os.path.isfile(exe) and os.access(exe, os.X_OK)
+    else:
+        ok = shutil.which(exe) is not None
+    if not ok:
+        raise UsageError(f"cannot execute {exe!r}: no such executable file (check the command "
+                         "after --)")
+
+
+def _split_command(argv: list[str]) -> tuple[list[str], list[str]]:
+    if "--" in argv:
+        i = argv.index("--")
+        return argv[:i], argv[i + 1:]
+    return argv, []
+
+
+def cmd_trace(argv: list[str]) -> int:
+    from tracer.session import TraceOptions, run_trace
+
+    opts_argv, command = _split_command(argv)
+    if "--pid" in opts_argv:
+        i = opts_argv.index("--pid")
+        if i + 1 >= len(opts_argv) or opts_argv[i + 1].startswith("-"):
+            raise UsageError("--pid needs at least one PID (did $(pgrep ...) match nothing? "
+                             "check the job is running)")
+    args = trace_parser().parse_args(opts_argv)
+    if "--" in argv and not command:
+        raise UsageError("nothing after --: give the command to start, e.g. iotrace -- python "
+                         "train.py")
+    if args.pid and command:
+        raise UsageError("give either --pid PID or -- CMD, not both")
+    if not args.pid and not command:
+        raise UsageError("nothing to trace: give --pid PID or -- CMD (see iotrace --help)")
+    _check_pids(args.pid)
+    if command:
+        _check_command(command)
+    out = prepare_output(args.output)
+    opts = TraceOptions(output=out, pids=args.pid, command=command, duration_s=args.duration,
+                        interval_s=args.interval, argv=["iotrace", *argv])
+    return run_trace(opts)
+
+
+def cmd_doctor(argv: list[str]) -> int:
+    from tracer.doctor import doctor
+
+    _Parser(prog="iotrace doctor", description="Check what this host supports.").parse_args(argv)
+    return doctor(sys.stdout)
+
+
+def cmd_demo(argv: list[str]) -> int:
+    p = _Parser(prog="iotrace demo", description=(
+        "Trace a built-in workload that does real disk I/O (O_DIRECT reads, cold and warm "
+        "buffered reads, a forked child, a pipe) and show its histograms."))
+    p.add_argument("-o", "--output", metavar="DIR", help="trace directory")
+    args = p.parse_args(argv)
+    return cmd_trace((["-o", args.output] if args.output else [])
+                     + ["--", sys.executable, "-m", "tracer.demo"])
+
+
+def cmd_report(argv: list[str]) -> int:
+    from tracer.report import report
+
+    p = _Parser(prog="iotrace report", description="Summarise a trace directory.")
+    p.add_argument("directory", metavar="DIR")
+    args = p.parse_args(argv)
+    return report(args.directory, sys.stdout)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    from tracer.session import TraceFailure
+
+    try:
+        head = _split_command(argv)[0]
+        if head and head[0] in SUBCOMMANDS:
+            return {"doctor": cmd_doctor, "demo": cmd_demo, "report": cmd_report}[head[0]](
+                argv[1:])
+        return cmd_trace(argv)
+    except UsageError as e:
+        print(f"iotrace: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except TraceFailure as e:
+        print(f"iotrace: error: {e}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        print("iotrace: interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:  # a bug: say so in one line; the traceback only on request
+        if os.environ.get("IOTRACE_DEBUG"):
+            raise
+        print(f"iotrace: internal error: {type(e).__name__}: {e} (rerun with IOTRACE_DEBUG=1 "
+              "for the traceback, and please report it)", file=sys.stderr)
+        return EXIT_BUG
+
+
+if __name__ == "__main__":
+    sys.exit(main())

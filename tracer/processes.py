@@ -1,0 +1,102 @@
+"""The traced processes: who they are (comm, parent, command line, role) and when they lived.
+
+Fed by the kernel's life-cycle events (fork/exec/exit on the ring buffer) and, for processes that
+already existed at attach time, by one look at /proc through psutil.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import psutil
+
+from tracer import abi
+from tracer.clock import Clock
+from tracer.roles import role_of
+
+
+@dataclass
+class Process:
+    pid: int
+    ppid: int
+    comm: str
+    is_target: bool
+    cmdline: str
+    first_seen_ns: int  # UTC ns
+    exit_ns: int | None = None  # UTC ns
+    exit_code: int | None = None
+    written: bool = False  # its `processes` row is in the trace
+
+    @property
+    def role(self) -> str:
+        return role_of(self.is_target, self.comm)
+
+    @property
+    def alive(self) -> bool:
+        return self.exit_ns is None
+
+    def row(self) -> dict:
+        return {"pid": self.pid, "ppid": self.ppid, "comm": self.comm, "role": self.role,
+                "cmdline": self.cmdline, "first_seen": self.first_seen_ns,
+                "exit": self.exit_ns, "exit_code": self.exit_code}
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return " ".join(psutil.Process(pid).cmdline())
+    except (psutil.Error, OSError):
+        return ""
+
+
+class ProcessTable:
+    """Every process seen during the trace, by PID."""
+
+    def __init__(self, clock: Clock):
+        self.clock = clock
+        self.by_pid: dict[int, Process] = {}
+
+    def add_existing(self, pid: int, is_target: bool) -> Process:
+        """A process found in /proc (a target, or a descendant alive at attach time)."""
+        p = psutil.Process(pid)
+        with p.oneshot():
+            proc = Process(pid, p.ppid(), p.name(), is_target, _cmdline(pid), self.clock.now_ns())
+        self.by_pid[pid] = proc
+        return proc
+
+    def add_started(self, pid: int, ppid: int, argv: list[str]) -> Process:
+        """The command iotrace itself starts (before its exec)."""
+        proc = Process(pid, ppid, argv[0].rsplit("/", 1)[-1][:15], True, " ".join(argv),
+                       self.clock.now_ns())
+        self.by_pid[pid] = proc
+        return proc
+
+    def on_event(self, ev: abi.ProcEvent) -> None:
+        ts = self.clock.to_utc_ns(ev.ts_ns)
+        proc = self.by_pid.get(ev.pid)
+        if ev.kind == abi.EVENT_FORK:
+            self.by_pid[ev.pid] = Process(ev.pid, ev.ppid, ev.comm, False, "", ts)
+        elif proc is None:
+            return
+        elif ev.kind == abi.EVENT_EXEC:
+            proc.comm = ev.comm
+            proc.cmdline = _cmdline(ev.pid) or proc.cmdline
+        elif ev.kind == abi.EVENT_EXIT:
+            proc.exit_ns, proc.exit_code = ts, ev.exit_code
+            if not proc.cmdline:
+                proc.cmdline = proc.comm
+
+    def fill_cmdline(self, proc: Process) -> None:
+        if not proc.cmdline and proc.alive:
+            proc.cmdline = _cmdline(proc.pid)
+
+    def mark_gone(self, pid: int) -> None:
+        """A process that vanished without an exit event (it died before it was tracked)."""
+        proc = self.by_pid.get(pid)
+        if proc and proc.alive:
+            proc.exit_ns = self.clock.now_ns()
+
+    def alive(self) -> list[Process]:
+        return [p for p in self.by_pid.values() if p.alive]
+
+    def get(self, pid: int) -> Process | None:
+        return self.by_pid.get(pid)

@@ -1,0 +1,17 @@
+"""Roles of traced processes, from the names PyTorch gives them (DESIGN.md, Roles)."""
+
+from __future__ import annotations
+
+MAIN = "main"  # a process the user asked to trace
+DATALOADER_WORKER = "dataloader_worker"  # a descendant named pt_data_worker
+CHILD = "child"  # any other descendant
+
+WORKER_COMM = "pt_data_worker"
+
+
+def role_of(is_target: bool, comm: str) -> str:
+    if is_target:
+        return MAIN
+    if comm == WORKER_COMM:
+        return DATALOADER_WORKER
+    return CHILD

@@ -1,0 +1,199 @@
+"""The Parquet tables of a trace directory: the single source of truth for their columns.
+
+Every table that iotrace writes is declared here, once; the writer (`tracer.sinks.parquet`) and the
+reader (`tracer.api`) both take their schemas from `TABLES`. The rules (DESIGN.md, "The trace
+directory"):
+
+- timestamps are ``timestamp[ns, UTC]``; callers give them as int nanoseconds since the Unix epoch;
+- durations are int64 nanoseconds and their column names end in ``_ns``;
+- strings that repeat (comm, role, path, op, device, ...) are dictionary-encoded;
+- a column that may be null says so (``nullable=True``); every other column is required.
+
+Changing a column's name, type or meaning is a new `SCHEMA_VERSION`; readers refuse traces whose
+version they do not know.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import pyarrow as pa
+
+SCHEMA_VERSION = 1
+"""Version of the trace directory layout and of every table below."""
+
+SCHEMA_VERSION_KEY = b"iotrace.schema_version"
+"""Key of the schema version in each table schema's key-value metadata."""
+
+TIMESTAMP = pa.timestamp("ns", tz="UTC")
+"""Wall-clock time: nanoseconds since the Unix epoch, UTC."""
+
+DICT_STRING = pa.dictionary(pa.int32(), pa.string())
+"""A string that repeats (comm, role, path, op, device, ...): stored once per segment."""
+
+NS = pa.int64()
+"""A duration in nanoseconds (column name ends in ``_ns``)."""
+
+
+def _field(name: str, type_: pa.DataType, nullable: bool = False) -> pa.Field:
+    return pa.field(name, type_, nullable=nullable)
+
+
+def _schema(*fields: pa.Field) -> pa.Schema:
+    return pa.schema(fields, metadata={SCHEMA_VERSION_KEY: str(SCHEMA_VERSION).encode()})
+
+
+TABLES: dict[str, pa.Schema] = {
+    # One row per traced process, written when it is first seen and again when it exits (the last
+    # row for a pid wins).
+    "processes": _schema(
+        _field("pid", pa.int32()),
+        _field("ppid", pa.int32()),
+        _field("comm", DICT_STRING),
+        _field("role", DICT_STRING),  # main | dataloader_worker | child
+        _field("cmdline", pa.string()),
+        _field("first_seen", TIMESTAMP),
+        _field("exit", TIMESTAMP, nullable=True),  # null while the process runs
+        _field("exit_code", pa.int32(), nullable=True),
+    ),
+    # One row per non-empty latency histogram bucket per process per interval; the sum of `count`
+    # over an interval is exactly the number of operations completed in it.
+    "latency": _schema(
+        _field("ts", TIMESTAMP),  # end of the interval
+        _field("pid", pa.int32()),
+        _field("comm", DICT_STRING),
+        _field("role", DICT_STRING),
+        _field("layer", DICT_STRING),  # syscall | block | block_queue | pagecache
+        _field("op", DICT_STRING),  # read | write | fsync | flush | discard | other
+        _field("target", DICT_STRING, nullable=True),  # syscall rows: file | pipe | socket | other
+        _field("device", DICT_STRING, nullable=True),  # block rows: e.g. "nvme0n1"
+        # block rows: direct | writeback | readahead | unknown
+        _field("attribution", DICT_STRING, nullable=True),
+        _field("bucket_lo_ns", NS),  # bucket covers [bucket_lo_ns, bucket_hi_ns)
+        _field("bucket_hi_ns", NS),
+        _field("count", pa.int64()),  # operations (pagecache layer: pages)
+        _field("bytes", pa.int64()),
+    ),
+    # Per file per process per interval: what was read or written, and how slowly.
+    "files": _schema(
+        _field("ts", TIMESTAMP),  # end of the interval
+        _field("pid", pa.int32()),
+        _field("role", DICT_STRING),
+        _field("path", DICT_STRING),
+        _field("op", DICT_STRING),
+        _field("ops", pa.int64()),
+        _field("bytes", pa.int64()),
+        _field("latency_sum_ns", NS),
+        _field("latency_max_ns", NS),
+    ),
+    # Individual operations slower than --slow-ms.
+    "events": _schema(
+        _field("ts", TIMESTAMP),  # completion time
+        _field("pid", pa.int32()),
+        _field("tid", pa.int32()),
+        _field("comm", DICT_STRING),
+        _field("layer", DICT_STRING),
+        _field("op", DICT_STRING),
+        _field("path", DICT_STRING, nullable=True),  # unknown for block requests
+        _field("device", DICT_STRING, nullable=True),  # unknown for pipes and sockets
+        _field("offset", pa.int64(), nullable=True),  # bytes into the file or device
+        _field("bytes", pa.int64()),
+        _field("latency_ns", NS),
+    ),
+    # Per thread per interval: where its time went (the four add up to the interval).
+    "threads": _schema(
+        _field("ts", TIMESTAMP),  # end of the interval
+        _field("pid", pa.int32()),
+        _field("tid", pa.int32()),
+        _field("comm", DICT_STRING),
+        _field("oncpu_ns", NS),
+        _field("runnable_ns", NS),
+        _field("sleep_ns", NS),  # interruptible sleep (S)
+        _field("iowait_ns", NS),  # uninterruptible sleep (D)
+    ),
+    # Per block device per interval, the columns of `iostat -x`.
+    "devices": _schema(
+        _field("ts", TIMESTAMP),  # end of the interval
+        _field("device", DICT_STRING),
+        _field("r_s", pa.float64()),  # reads completed per second
+        _field("w_s", pa.float64()),  # writes completed per second
+        _field("rkb_s", pa.float64()),  # KiB read per second
+        _field("wkb_s", pa.float64()),  # KiB written per second
+        _field("await_ms", pa.float64()),  # mean request time (queue + service), milliseconds
+        _field("util_pct", pa.float64()),  # percent of the interval the device was busy
+        _field("aqu_sz", pa.float64()),  # mean number of requests in flight
+    ),
+    # Host-wide per interval, the columns of `dstat`; byte counts are for the interval.
+    "system": _schema(
+        _field("ts", TIMESTAMP),  # end of the interval
+        _field("cpu_user_pct", pa.float64()),
+        _field("cpu_sys_pct", pa.float64()),
+        _field("cpu_iowait_pct", pa.float64()),
+        _field("cpu_idle_pct", pa.float64()),
+        _field("mem_used_bytes", pa.int64()),  # at the end of the interval
+        _field("net_rx_bytes", pa.int64()),
+        _field("net_tx_bytes", pa.int64()),
+        _field("disk_read_bytes", pa.int64()),
+        _field("disk_write_bytes", pa.int64()),
+    ),
+    # NVML samples, one row per GPU per sample.
+    "gpu": _schema(
+        _field("ts", TIMESTAMP),
+        _field("gpu", pa.int32()),  # NVML device index
+        _field("util_pct", pa.float64()),  # percent of the sample period a kernel was running
+        _field("mem_util_pct", pa.float64()),  # percent of the period device memory was busy
+        _field("mem_used_bytes", pa.int64()),
+    ),
+    # Spans during which a GPU was idle, with the cause the diagnosis gave them.
+    "gpu_idle": _schema(
+        _field("start", TIMESTAMP),
+        _field("end", TIMESTAMP),
+        _field("duration_ns", NS),
+        _field("gpu", pa.int32()),
+        _field("cause", DICT_STRING),  # a verdict name, see `findings.verdict`
+    ),
+    # The verdicts of the diagnosis, each with its evidence and advice.
+    "findings": _schema(
+        _field("start", TIMESTAMP),  # the span the verdict covers
+        _field("end", TIMESTAMP),
+        _field("verdict", DICT_STRING),  # e.g. data_wait_io, checkpoint_stall
+        _field("share_pct", pa.float64()),  # percent of the training loop's time in the span
+        _field("summary", pa.string()),  # one sentence in plain words
+        _field("evidence", pa.string()),  # JSON object: the numbers behind the verdict
+        _field("advice", pa.string()),
+    ),
+}
+
+
+def table_from_rows(name: str, rows: list[Mapping[str, object]]) -> pa.Table:
+    """Build table `name` from `rows` with exactly its schema in `TABLES`.
+
+    Each row maps column names to Python values: timestamps as int nanoseconds since the Unix epoch,
+    durations as int nanoseconds, strings as `str`. A missing key, or None, is null; that is allowed
+    only in nullable columns.
+
+    Raises ValueError for an unknown table, an unknown column, a null in a required column, or a
+    value of the wrong type, naming the table and column.
+    """
+    schema = TABLES.get(name)
+    if schema is None:
+        raise ValueError(f"unknown table {name!r}; tables: {', '.join(sorted(TABLES))}")
+    known = set(schema.names)
+    for i, row in enumerate(rows):
+        unknown = row.keys() - known
+        if unknown:
+            raise ValueError(
+                f"table {name!r}, row {i}: unknown column(s) {', '.join(sorted(unknown))}; "
+                f"columns: {', '.join(schema.names)}"
+            )
+    arrays = []
+    for field in schema:
+        values = [row.get(field.name) for row in rows]
+        if not field.nullable and None in values:
+            i = values.index(None)
+            raise ValueError(f"table {name!r}, row {i}: column {field.name!r} is required")
+        try:
+            arrays.append(pa.array(values, type=field.type))
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError) as e:
+            raise ValueError(f"table {name!r}, column {field.name!r}: {e}") from e
+    return pa.Table.from_arrays(arrays, schema=schema)

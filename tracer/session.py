@@ -1,0 +1,274 @@
+"""One tracing run: load and attach, follow the targets, write one snapshot per interval, stop.
+
+The straight line: check host -> load -> track targets -> attach -> `Tracing` -> loop
+(poll events, every interval read the maps into a snapshot for the sinks) -> detach -> last
+snapshot -> close sinks -> summary. Everything opened is closed in `finally`, so an error or a
+signal keeps what was collected.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TextIO
+
+import psutil
+
+from tracer import abi
+from tracer.aggregate import Aggregator, Snapshot
+from tracer.clock import Clock
+from tracer.host import tracing_problem
+from tracer.loader import HostCannotTrace, Probes
+from tracer.processes import ProcessTable
+from tracer.sinks.parquet import TraceWriter
+from tracer.summary import render_summary
+
+EXIT_OK, EXIT_BUG, EXIT_USAGE, EXIT_HOST = 0, 1, 2, 3
+POLL_MS = 100  # ring-buffer wait; bounds how late a signal or an exit is noticed
+
+
+class TraceFailure(Exception):
+    """An expected failure with one line for the user and an exit code."""
+
+    def __init__(self, message: str, exit_code: int):
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+@dataclass
+class TraceOptions:
+    output: Path
+    pids: list[int] = field(default_factory=list)
+    command: list[str] = field(default_factory=list)
+    duration_s: float | None = None
+    interval_s: float = 1.0
+    roll_s: float = 5.0
+    argv: list[str] = field(default_factory=lambda: list(sys.argv))
+
+
+class HeldChild:
+    """A forked child that waits on a pipe until it is tracked, then execs the command."""
+
+    def __init__(self, argv: list[str]):
+        self.argv = argv
+        go_r, go_w = os.pipe()
+        err_r, err_w = os.pipe2(os.O_CLOEXEC)
+        pid = os.fork()
+        if pid == 0:  # the child: no Python-level cleanup may run here
+            try:
+                os.close(go_w)
+                os.close(err_r)
+                os.read(go_r, 1)
+                os.close(go_r)
+                signal.signal(signal.SIGINT, signal.SIG_DFL)
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                os.execvp(argv[0], argv)
+            except OSError as e:
+                os.write(err_w, f"{e.errno}:{e.strerror}".encode())
+            finally:
+                os._exit(127)
+        os.close(go_r)
+        os.close(err_w)
+        self.pid, self._go, self._err = pid, go_w, err_r
+        self.status: int | None = None
+        self.released = False
+
+    def release(self) -> None:
+        """Lets the child exec; raises TraceFailure if the exec failed."""
+        self.released = True
+        os.write(self._go, b"g")
+        os.close(self._go)
+        failure = os.read(self._err, 512).decode(errors="replace")
+        os.close(self._err)
+        if failure:
+            self.reap(block=True)
+            reason = failure.split(":", 1)[-1]
+            raise TraceFailure(f"cannot execute {self.argv[0]!r}: {reason}", EXIT_USAGE)
+
+    def abandon(self) -> None:
+        """The trace could not start: the child must not run the command untraced."""
+        os.kill(self.pid, signal.SIGKILL)
+        self.reap(block=True)
+
+    def reap(self, block: bool = False) -> bool:
+        """True once the child has exited (and is reaped)."""
+        if self.status is None:
+            pid, status = os.waitpid(self.pid, 0 if block else os.WNOHANG)
+            if pid:
+                self.status = os.waitstatus_to_exitcode(status)
+        return self.status is not None
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+class Session:
+    def __init__(self, opts: TraceOptions, out: TextIO, err: TextIO):
+        self.opts, self.out, self.err = opts, out, err
+        self.clock = Clock()
+        self.processes = ProcessTable(self.clock)
+        self.aggregator = Aggregator(self.processes)
+        self.probes = Probes()
+        self.writer: TraceWriter | None = None
+        self.child: HeldChild | None = None
+        self.stop_reason: str | None = None
+        self._forget_next: set[int] = set()
+
+    # -- start ------------------------------------------------------------------------------------
+    def start(self) -> None:
+        problem = tracing_problem()
+        if problem:
+            raise TraceFailure(problem, EXIT_HOST)
+        start_ns = self.clock.now_ns()
+        try:
+            self.probes.load()
+        except HostCannotTrace as e:
+            raise TraceFailure(str(e), EXIT_HOST) from None
+        self.probes.open_events(self.processes.on_event)
+        if self.opts.command:
+            self.child = HeldChild(self.opts.command)
+            self.processes.add_started(self.child.pid, os.getpid(), self.opts.command)
+            self.probes.track(self.child.pid)
+        for pid in self.opts.pids:
+            self.probes.track(pid)  # first: its forks from now on are followed in the kernel
+        for pid in self.opts.pids:
+            try:
+                self.processes.add_existing(pid, is_target=True)
+                for kid in psutil.Process(pid).children(recursive=True):
+                    self.probes.track(kid.pid, pid)
+                    self.processes.add_existing(kid.pid, is_target=False)
+            except psutil.NoSuchProcess:
+                self.processes.mark_gone(pid)
+        try:
+            self.probes.attach()
+        except HostCannotTrace as e:
+            raise TraceFailure(str(e), EXIT_HOST) from None
+        self.writer = TraceWriter(self.opts.output, self._meta(start_ns), roll_s=self.opts.roll_s)
+        targets = self.opts.pids or [self.child.pid if self.child else 0]
+        what = " ".join(self.opts.command) if self.opts.command else "PID " + " ".join(
+            map(str, targets))
+        print(f"Tracing I/O of {what} and its descendants... Hit Ctrl-C to end.",
+              file=self.err, flush=True)
+        if self.child:
+            self.child.release()
+
+    def _meta(self, start_ns: int) -> dict:
+        try:
+            boot_id = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        except OSError:
+            boot_id = None
+        return {
+            "host": socket.gethostname(), "kernel": os.uname().release, "boot_id": boot_id,
+            "command_line": self.opts.argv,
+            "targets": {"pids": self.opts.pids, "command": self.opts.command},
+            "clocks": self.clock.meta(), "start_ns": start_ns, "stop_ns": None,
+            "interval_s": self.opts.interval_s, "hooks": self.probes.features,
+            "unavailable": [k for k, v in self.probes.features.items() if v == "no"],
+            "events_lost": 0,
+        }
+
+    # -- run ----------------------------------------------------------------------------------------
+    def request_stop(self, reason: str) -> None:
+        if not self.stop_reason:
+            self.stop_reason = reason
+
+    def loop(self) -> None:
+        started = time.monotonic()
+        next_tick = started + self.opts.interval_s
+        while not self.stop_reason:
+            now = time.monotonic()
+            wait_ms = int(max(0.0, min(next_tick - now, POLL_MS / 1000)) * 1000)
+            self.probes.poll_events(wait_ms)
+            now = time.monotonic()
+            if self.opts.duration_s is not None and now - started >= self.opts.duration_s:
+                self.request_stop("duration")
+            if now >= next_tick:
+                self.tick()
+                next_tick = max(next_tick + self.opts.interval_s, now)
+            if self.child and self.child.reap():
+                self.processes.mark_gone(self.child.pid)
+            if not self.processes.alive():
+                self.request_stop("targets exited")
+
+    def tick(self) -> Snapshot:
+        """One interval: map deltas -> snapshot -> sinks; forget processes gone a while."""
+        for proc in self.processes.alive():
+            if _gone(proc.pid):  # died before it was tracked, or its exit event was lost
+                self.processes.mark_gone(proc.pid)
+        raw = self.probes.read_hists()
+        snap = self.aggregator.interval(raw, self.clock.now_ns())
+        assert self.writer is not None
+        self.writer.add("latency", snap.latency)
+        if self._forget_next:
+            stale = [k for k in raw if abi.HIST_KEY.unpack(k)[0] in self._forget_next]
+            self.probes.delete_hists(stale)
+            self.aggregator.forget(stale)
+            self._write_processes(self._forget_next)
+        self._forget_next = {p.pid for p in self.processes.by_pid.values()
+                             if not p.alive and not p.written}
+        self.writer.maybe_roll()
+        return snap
+
+    def _write_processes(self, pids) -> None:
+        assert self.writer is not None
+        rows = []
+        for pid in pids:
+            proc = self.processes.get(pid)
+            if proc and not proc.written:
+                self.processes.fill_cmdline(proc)
+                rows.append(proc.row())
+                proc.written = True
+        self.writer.add("processes", rows)
+
+    # -- stop -----------------------------------------------------------------------------------------
+    def finish(self) -> str:
+        """Detaches, takes the last snapshot, closes the trace; returns the summary text."""
+        self.probes.detach()
+        self.probes.poll_events(0)
+        if self.writer:
+            self.tick()
+            self._write_processes(list(self.processes.by_pid))
+            self.writer.close(stop_ns=self.clock.now_ns(), stop_reason=self.stop_reason,
+                              events_lost=self.probes.events_lost())
+        lost = self.probes.events_lost()
+        n = len(self.processes.by_pid)
+        header = (f"Traced {n} process{'es' if n != 1 else ''} ({self.stop_reason or 'stopped'}); "
+                  f"{lost} events lost.")
+        return render_summary(self.aggregator.totals, self.processes, header)
+
+    def close(self) -> None:
+        if self.writer and not self.writer.closed:
+            self.writer.close(stop_ns=self.clock.now_ns(), stop_reason=self.stop_reason)
+        self.probes.close()
+        if self.child and not self.child.released:
+            self.child.abandon()
+
+
+def run_trace(opts: TraceOptions, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
+    """Runs a whole trace; returns the exit code. Expected failures raise TraceFailure."""
+    session = Session(opts, out, err)
+
+    def on_signal(signum, _frame):
+        session.request_stop(signal.Signals(signum).name)
+
+    old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        session.start()
+        session.loop()
+        summary = session.finish()
+        print(summary, file=out)
+        print(f"\nTrace written to {opts.output}", file=out, flush=True)
+        return EXIT_OK
+    finally:
+        session.close()
+        for s, h in old.items():
+            signal.signal(s, h)

@@ -1,0 +1,1 @@
+"""Sinks: where each interval's snapshot is written (Parquet segments, ...)."""

@@ -1,0 +1,236 @@
+"""Parquet sink: writes a trace directory that survives the tracer being killed.
+
+Layout (DESIGN.md, "The trace directory")::
+
+    DIR/meta.json                     schema version, tool version, host, command line, start/stop
+    DIR/<table>/part-NNNNN.parquet    one folder per table, one file per rolled segment
+
+Every file appears under its final name only once it is complete: it is written under a name
+starting with a dot (which pandas and pyarrow skip when reading a folder), fsync'd, renamed with
+`os.replace`, and the folder is fsync'd. A tracer killed with SIGKILL therefore leaves every finished
+segment readable and never a partial ``part-*.parquet``; at worst a ``.part-*.tmp`` that readers
+ignore.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import threading
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING, BinaryIO
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from tracer import __version__
+from tracer.schema import SCHEMA_VERSION, TABLES, table_from_rows
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
+
+META_FILE = "meta.json"
+"""Name of the trace's metadata file, directly in the trace directory."""
+
+_PART_RE = re.compile(r"part-(\d+)\.parquet")
+_RESERVED_META = ("schema_version", "tool_version")
+
+
+def segment_name(number: int) -> str:
+    """File name of segment `number` (counted from 0 per table): ``part-00042.parquet``."""
+    return f"part-{number:05d}.parquet"
+
+
+def _fsync_dir(path: Path) -> None:
+    """Make the entries of folder `path` (new or renamed files) durable."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_atomic(path: Path, write: Callable[[BinaryIO], object]) -> None:
+    """Create or replace `path` with what `write` writes into the open file it is given.
+
+    Readers see the old file or the complete new one, never a part: the data goes to
+    ``.<name>.tmp`` in the same folder (a name pandas and pyarrow skip), is fsync'd, renamed over
+    `path`, and the folder is fsync'd. If anything fails the temporary file is removed.
+    """
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        with open(tmp, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    _fsync_dir(path.parent)
+
+
+class TraceWriter:
+    """Writes the tables of one trace as rolled Parquet segments, plus ``meta.json``.
+
+    Rows are buffered per table with `add` and written by `flush`, one new segment per table
+    that has rows; `maybe_roll` flushes when `roll_s` seconds have passed since the last roll.
+    Use it as a context manager, or call `close`; closing twice is safe. Methods may be called from
+    several threads.
+    """
+
+    def __init__(
+        self, directory: str | os.PathLike[str], meta: Mapping[str, object], roll_s: float = 5.0
+    ) -> None:
+        """Open the trace in `directory`, which must exist, and write its ``meta.json``.
+
+        `meta` is any JSON-serialisable mapping (host, kernel, command line, clocks, start time, ...);
+        the writer adds ``schema_version`` and ``tool_version`` and owns those two keys.
+        `roll_s` is the segment roll period in seconds (monotonic clock).
+        """
+        self.directory = Path(directory)
+        if not self.directory.is_dir():
+            raise FileNotFoundError(f"trace directory {str(self.directory)!r} does not exist")
+        if roll_s <= 0:
+            raise ValueError(f"roll_s must be positive seconds, got {roll_s!r}")
+        self.roll_s = roll_s
+        self._lock = threading.RLock()
+        self._buffers: dict[str, list[pa.Table]] = {}
+        self._next_segment: dict[str, int] = {}
+        self._last_roll = time.monotonic()
+        self._closed = False
+        self._meta: dict[str, object] = {}
+        self._set_meta(dict(meta))
+
+    # -- meta.json ---------------------------------------------------------------------------
+
+    @property
+    def meta(self) -> dict[str, object]:
+        """A copy of what ``meta.json`` holds now."""
+        with self._lock:
+            return dict(self._meta)
+
+    def update_meta(self, **fields: object) -> None:
+        """Merge `fields` into ``meta.json`` and rewrite it atomically (e.g. stop time at exit)."""
+        with self._lock:
+            self._set_meta({**self._meta, **fields}, fields)
+
+    def _set_meta(self, meta: dict[str, object], given: Mapping[str, object] | None = None) -> None:
+        reserved = [k for k in _RESERVED_META if k in (meta if given is None else given)]
+        if reserved:
+            raise ValueError(f"meta keys {', '.join(reserved)} are set by the writer")
+        meta.update(schema_version=SCHEMA_VERSION, tool_version=__version__)
+        # Serialise before touching anything: a value JSON cannot hold leaves the old meta intact.
+        data = (json.dumps(meta, indent=2, allow_nan=False) + "\n").encode()
+        _write_atomic(self.directory / META_FILE, lambda f: f.write(data))
+        self._meta = meta
+
+    # -- tables ------------------------------------------------------------------------------
+
+    def add(self, table: str, rows: list[Mapping[str, object]]) -> None:
+        """Buffer `rows` for `table` until the next flush.
+
+        Rows are checked against the table's schema now (see `tracer.schema.table_from_rows`), so
+        a bad row raises ValueError here, at the caller, and never at flush time.
+        """
+        self._check_open()
+        if table not in TABLES:
+            raise ValueError(f"unknown table {table!r}; tables: {', '.join(sorted(TABLES))}")
+        if not rows:
+            return
+        batch = table_from_rows(table, rows)
+        with self._lock:
+            self._buffers.setdefault(table, []).append(batch)
+
+    def buffered_rows(self) -> dict[str, int]:
+        """Rows waiting for the next flush, per table (tables with none are left out)."""
+        with self._lock:
+            return {t: sum(b.num_rows for b in bs) for t, bs in self._buffers.items() if bs}
+
+    def maybe_roll(self, now: float | None = None) -> None:
+        """Flush if `roll_s` seconds have passed since the last roll.
+
+        `now` is a `time.monotonic()` reading in seconds; it defaults to the current one.
+        """
+        self._check_open()
+        now = time.monotonic() if now is None else now
+        with self._lock:
+            if now - self._last_roll >= self.roll_s:
+                self.flush()
+                self._last_roll = now
+
+    def flush(self) -> None:
+        """Write one new segment for each table with buffered rows; write nothing for the others."""
+        self._check_open()
+        self._flush()
+
+    def _flush(self) -> None:
+        with self._lock:
+            for table in sorted(self._buffers):
+                batches = self._buffers[table]
+                if not batches:
+                    continue
+                data = pa.concat_tables(batches).combine_chunks()
+                self._write_segment(table, data)
+                # Only once the segment is safely on disk: a failed write keeps the rows.
+                del self._buffers[table]
+
+    def _write_segment(self, table: str, data: pa.Table) -> None:
+        folder = self.directory / table
+        if not folder.is_dir():
+            folder.mkdir()
+            _fsync_dir(self.directory)
+        number = self._next_segment.get(table)
+        if number is None:
+            # Never overwrite: continue after any segment already in the folder.
+            found = [int(m[1]) for p in folder.iterdir() if (m := _PART_RE.fullmatch(p.name))]
+            number = max(found, default=-1) + 1
+        _write_atomic(
+            folder / segment_name(number),
+            lambda f: pq.write_table(
+                data, f, compression="zstd", row_group_size=max(1, data.num_rows)
+            ),
+        )
+        self._next_segment[table] = number + 1
+
+    # -- life cycle --------------------------------------------------------------------------
+
+    @property
+    def closed(self) -> bool:
+        """True once `close` has run."""
+        return self._closed
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ValueError(f"trace writer for {str(self.directory)!r} is closed")
+
+    def close(self, **final_meta: object) -> None:
+        """Flush every buffered row and merge `final_meta` into ``meta.json``.
+
+        A second call does nothing (its `final_meta` is ignored).
+        """
+        with self._lock:
+            if self._closed:
+                return
+            try:
+                self._flush()
+            finally:
+                # Even if the last flush failed, record how the trace ended.
+                self._closed = True
+                if final_meta:
+                    self._set_meta({**self._meta, **final_meta}, final_meta)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
