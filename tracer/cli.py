@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from tracer import __version__
+from tracer.host import tracing_problem
 
 EXIT_OK, EXIT_BUG, EXIT_USAGE, EXIT_HOST = 0, 1, 2, 3
 SUBCOMMANDS = ("doctor", "demo", "report")
@@ -38,7 +39,8 @@ def _positive(name: str, allow_zero: bool = False):
         try:
             v = float(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{name} must be a number of seconds, not {text!r}")
+            raise argparse.ArgumentTypeError(
+                f"{name} must be a number of seconds, not {text!r}") from None
         if v < 0 or (v == 0 and not allow_zero) or math.isnan(v):
             raise argparse.ArgumentTypeError(f"{name} must be greater than 0, not {text}")
         return v
@@ -71,13 +73,12 @@ def trace_parser() -> argparse.ArgumentParser:
 def prepare_output(path: str | None) -> Path:
     """Creates the trace directory; refuses a non-empty one or one that cannot be written."""
     out = Path(path or time.strftime("iotrace-%Y%m%d-%H%M%S"))
-    if out.exists():
-        if not out.is_dir():
+    try:
+        if out.exists() and not out.is_dir():
             raise UsageError(f"output {out} exists and is not a directory: choose another -o DIR")
-        if any(out.iterdir()):
+        if out.exists() and any(out.iterdir()):
             raise UsageError(f"output directory {out} is not empty: choose a new -o DIR or "
                              "remove it")
-    try:
         out.mkdir(parents=True, exist_ok=True)
         probe = out / ".iotrace-write-test"
         probe.write_bytes(b"")
@@ -115,7 +116,7 @@ def _split_command(argv: list[str]) -> tuple[list[str], list[str]]:
 
 
 def cmd_trace(argv: list[str]) -> int:
-    from tracer.session import TraceOptions, run_trace
+    from tracer.session import TraceFailure, TraceOptions, run_trace
 
     opts_argv, command = _split_command(argv)
     if "--pid" in opts_argv:
@@ -134,6 +135,9 @@ def cmd_trace(argv: list[str]) -> int:
     _check_pids(args.pid)
     if command:
         _check_command(command)
+    problem = tracing_problem()
+    if problem:
+        raise TraceFailure(problem, EXIT_HOST)
     out = prepare_output(args.output)
     opts = TraceOptions(output=out, pids=args.pid, command=command, duration_s=args.duration,
                         interval_s=args.interval, argv=["iotrace", *argv])

@@ -31,7 +31,7 @@ from tracer import __version__
 from tracer.schema import SCHEMA_VERSION, TABLES, table_from_rows
 
 if TYPE_CHECKING:
-    from typing_extensions import Self
+    from typing import Self
 
 META_FILE = "meta.json"
 """Name of the trace's metadata file, directly in the trace directory."""

@@ -1,0 +1,51 @@
+"""Shared fixtures: the iotrace command, the static C workload, a data file on a real disk."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+IOTRACE = [sys.executable, "-m", "tracer.cli"]
+IOWORK_SRC = ROOT / "tests/workloads/iowork.c"
+IOWORK = ROOT / "tests/workloads/bin/iowork"
+DATA_MIB = 64
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="loads BPF programs: needs root")
+
+
+@pytest.fixture(scope="session")
+def iowork() -> Path:
+    """The static workload binary (built here when `make test` has not built it)."""
+    if not IOWORK.exists() or IOWORK.stat().st_mtime < IOWORK_SRC.stat().st_mtime:
+        IOWORK.parent.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["cc", "-O2", "-static", "-o", str(IOWORK), str(IOWORK_SRC)], check=True)
+    return IOWORK
+
+
+@pytest.fixture(scope="session")
+def data_file(tmp_path_factory) -> Path:
+    """A 64 MiB file on a block device (tmp_path is on the root disk here, not tmpfs)."""
+    path = tmp_path_factory.mktemp("data") / "data.bin"
+    with open(path, "wb") as f:
+        for _ in range(DATA_MIB):
+            f.write(os.urandom(1 << 20))
+        f.flush()
+        os.fsync(f.fileno())
+    return path
+
+
+def warm(path: Path, nbytes: int = 1 << 20) -> None:
+    """Reads the first `nbytes` so that cached preads hit the page cache (reclaim here evicts
+    pages idle for ~6 s, so call it right before the measured run)."""
+    with open(path, "rb", buffering=0) as f:
+        f.read(nbytes)
+
+
+def run_iotrace(*args: str, timeout: float = 60, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([*IOTRACE, *args], capture_output=True, text=True, timeout=timeout,
+                          cwd=ROOT, **kw)

@@ -1,0 +1,115 @@
+"""Every bad input: one clear line on stderr, a distinct exit code, no traceback."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+
+import pytest
+
+from conftest import IOTRACE, ROOT, needs_root, run_iotrace
+
+USAGE, HOST = 2, 3
+
+
+def one_line_error(r: subprocess.CompletedProcess, code: int, *words: str) -> None:
+    assert r.returncode == code, (r.returncode, r.stdout, r.stderr)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1, r.stderr
+    assert lines[0].startswith("iotrace: error: ")
+    assert "Traceback" not in r.stderr + r.stdout
+    for w in words:
+        assert w in lines[0], lines[0]
+
+
+def free_pid() -> int:
+    pid = 4_000_000
+    while os.path.exists(f"/proc/{pid}"):
+        pid -= 1
+    return pid
+
+
+@pytest.mark.parametrize("args, code, words", [
+    (["--pid"], USAGE, ["--pid needs at least one PID"]),
+    (["--pid", "-d", "1"], USAGE, ["--pid needs at least one PID"]),
+    (["--pid", "abc"], USAGE, ["'abc' is not a PID"]),
+    ([], USAGE, ["nothing to trace"]),
+    (["--"], USAGE, ["nothing after --"]),
+    (["--pid", "1", "--", "true"], USAGE, ["not both"]),
+    (["-i", "0", "--", "true"], USAGE, ["--interval must be greater than 0"]),
+    (["-i", "-1", "--", "true"], USAGE, ["--interval"]),
+    (["-d", "-5", "--", "true"], USAGE, ["--duration must be greater than 0"]),
+    (["--bogus", "--", "true"], USAGE, ["unrecognized arguments: --bogus"]),
+    (["--", "/nonexistent/cmd"], USAGE, ["cannot execute '/nonexistent/cmd'"]),
+    (["--", "no-such-command-xyz"], USAGE, ["cannot execute 'no-such-command-xyz'"]),
+    (["-o", "/proc/iotrace-out", "--", "true"], USAGE, ["cannot write the output directory"]),
+])
+def test_bad_usage(args, code, words):
+    one_line_error(run_iotrace(*args), code, *words)
+
+
+def test_no_such_pid():
+    pid = free_pid()
+    one_line_error(run_iotrace("--pid", str(pid)), USAGE, f"no process with PID {pid}")
+
+
+def test_output_not_empty(tmp_path):
+    (tmp_path / "old.txt").write_text("x")
+    one_line_error(run_iotrace("-o", str(tmp_path), "--", "true"), USAGE, "is not empty")
+    assert os.listdir(tmp_path) == ["old.txt"]  # nothing touched
+
+
+def test_output_is_a_file(tmp_path):
+    f = tmp_path / "f"
+    f.write_text("x")
+    one_line_error(run_iotrace("-o", str(f), "--", "true"), USAGE, "not a directory")
+
+
+def test_report_of_missing_trace(tmp_path):
+    one_line_error(run_iotrace("report", str(tmp_path / "none")), USAGE)
+
+
+@needs_root
+def test_no_btf(tmp_path):
+    r = run_iotrace("-o", str(tmp_path / "t"), "--", "true",
+                    env={**os.environ, "IOTRACE_BTF": "/nonexistent/vmlinux"})
+    one_line_error(r, HOST, "/nonexistent/vmlinux is missing", "BTF")
+
+
+@needs_root
+def test_no_libbpf(tmp_path):
+    r = run_iotrace("-o", str(tmp_path / "t"), "--", "true",
+                    env={**os.environ, "IOTRACE_LIBBPF": "/nonexistent/libbpf.so.1"})
+    one_line_error(r, HOST, "cannot load /nonexistent/libbpf.so.1", "libbpf")
+
+
+@needs_root
+@pytest.mark.skipif(shutil.which("setpriv") is None, reason="needs setpriv (util-linux)")
+def test_not_root():
+    scratch = tempfile.mkdtemp(prefix="iotrace-nonroot-", dir="/tmp")
+    os.chmod(scratch, 0o777)
+    out = os.path.join(scratch, "t")
+    r = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                        "--inh-caps=-all", *IOTRACE, "-o", str(out), "--", "true"],
+                       capture_output=True, text=True, timeout=60, cwd=ROOT)
+    one_line_error(r, HOST, "without CAP_BPF and CAP_PERFMON", "root")
+    assert not os.path.exists(out)  # nothing created when the host cannot trace
+    shutil.rmtree(scratch)
+
+
+@needs_root
+def test_doctor_says_host_can_trace():
+    r = run_iotrace("doctor")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "This host can trace" in r.stdout
+    for name in ("privileges", "BTF", "tracefs", "libbpf", "ring buffer", "load+attach", "NVML"):
+        assert name in r.stdout
+
+
+@needs_root
+def test_doctor_without_btf_fails_clearly():
+    r = run_iotrace("doctor", env={**os.environ, "IOTRACE_BTF": "/nonexistent/vmlinux"})
+    assert r.returncode == HOST
+    assert "FAIL  BTF" in r.stdout and "Traceback" not in r.stdout + r.stderr

@@ -1,0 +1,152 @@
+"""Exactness of the kernel side: real BPF programs tracing a workload with known I/O counts.
+
+iowork (a static C program, so no dynamic loader reads anything) does N O_DIRECT 4 KiB reads
+at distinct non-adjacent offsets, M page-cache preads, P pipe and S socket round trips, and
+forks a child that does K O_DIRECT reads. The trace must show exactly those numbers.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+
+import pandas as pd
+import pytest
+
+from conftest import IOTRACE, ROOT, needs_root, run_iotrace, warm
+
+pytestmark = [needs_root, pytest.mark.kernel]
+
+N, M, K, P, S = 300, 120, 70, 5, 3
+PAGE = 4096
+
+
+def workload_args(data_file) -> list[str]:
+    return [str(data_file), "--direct", str(N), "--cached", str(M), "--child-direct", str(K),
+            "--write-pipe", str(P), "--socket", str(S)]
+
+
+def prime(iowork, data_file) -> None:
+    """One untraced run: the binary, the file's extent metadata and its first MiB get cached,
+    so the traced run does exactly the block reads it asks for."""
+    subprocess.run([str(iowork), *workload_args(data_file)], check=True)
+    warm(data_file)
+
+
+def sums(lat: pd.DataFrame, pid: int, **where) -> tuple[int, int]:
+    sel = lat[lat.pid == pid]
+    for col, val in where.items():
+        sel = sel[sel[col] == val]
+    return int(sel["count"].sum()), int(sel["bytes"].sum())
+
+
+def check_trace(out, parent_pid: int | None = None) -> None:
+    lat = pd.read_parquet(out / "latency")
+    procs = pd.read_parquet(out / "processes")
+    main = procs[procs.role == "main"]
+    assert len(main) == 1
+    parent = int(main.pid.iloc[0])
+    if parent_pid is not None:
+        assert parent == parent_pid
+    kids = procs[procs.ppid == parent]
+    assert len(kids) == 1 and kids.role.iloc[0] == "child"
+    child = int(kids.pid.iloc[0])
+    assert procs.exit.notna().all()
+
+    assert sums(lat, parent, layer="syscall", op="read", target="file") == (N + M, PAGE * (N + M))
+    assert sums(lat, parent, layer="block", op="read") == (N, PAGE * N)
+    assert sums(lat, parent, layer="block", op="read", attribution="direct") == (N, PAGE * N)
+    assert sums(lat, parent, layer="syscall", op="read", target="pipe") == (P, 100 * P)
+    assert sums(lat, parent, layer="syscall", op="write", target="pipe") == (P, 100 * P)
+    assert sums(lat, parent, layer="syscall", op="read", target="socket") == (S, 100 * S)
+    assert sums(lat, parent, layer="syscall", op="write", target="socket") == (S, 100 * S)
+    assert sums(lat, child, layer="syscall", op="read", target="file") == (K, PAGE * K)
+    assert sums(lat, child, layer="block", op="read") == (K, PAGE * K)
+    # Histogram rows are well formed: buckets are log2 ranges of ns.
+    assert (lat.bucket_hi_ns > lat.bucket_lo_ns).all() and (lat["count"] > 0).all()
+    assert str(lat.ts.dtype) == "datetime64[ns, UTC]"
+
+
+def test_command_mode_exact_counts(iowork, data_file, tmp_path):
+    prime(iowork, data_file)
+    out = tmp_path / "trace"
+    r = run_iotrace("-o", str(out), "--", str(iowork), *workload_args(data_file))
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.startswith("Tracing")
+    assert f"Trace written to {out}" in r.stdout
+    check_trace(out)
+
+
+def test_attach_mode_exact_counts(iowork, data_file, tmp_path):
+    prime(iowork, data_file)
+    ready_r, ready_w = os.pipe()
+    work = subprocess.Popen([str(iowork), *workload_args(data_file), "--wait-signal",
+                             "--ready-fd", str(ready_w)], pass_fds=(ready_w,))
+    os.close(ready_w)
+    assert os.read(ready_r, 1) == b"r"
+    out = tmp_path / "trace"
+    tracer = subprocess.Popen([*IOTRACE, "--pid", str(work.pid), "-o", str(out)], cwd=ROOT,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    line = tracer.stderr.readline()
+    assert line.startswith("Tracing"), line + tracer.stderr.read()
+    warm(data_file)
+    work.send_signal(signal.SIGUSR1)
+    assert work.wait(timeout=30) == 0
+    _, stderr = tracer.communicate(timeout=30)  # ends by itself: its target exited
+    assert tracer.returncode == 0, stderr
+    check_trace(out, parent_pid=work.pid)
+
+
+def test_several_pids_all_traced(tmp_path):
+    """$(pgrep ...) expanding to several PIDs: every one is a target and a `main`."""
+    sleepers = [subprocess.Popen(["sleep", "30"]) for _ in range(2)]
+    try:
+        out = tmp_path / "trace"
+        r = run_iotrace("--pid", *(str(p.pid) for p in sleepers), "-o", str(out), "-d", "0.5")
+        assert r.returncode == 0, r.stderr
+        procs = pd.read_parquet(out / "processes")
+        assert sorted(procs[procs.role == "main"].pid) == sorted(p.pid for p in sleepers)
+    finally:
+        for p in sleepers:
+            p.kill()
+            p.wait()
+
+
+def _prog_ids() -> set[int]:
+    import json
+
+    out = subprocess.run(["bpftool", "prog", "show", "-j"], capture_output=True, text=True,
+                         check=True).stdout
+    return {p["id"] for p in json.loads(out or "[]")}
+
+
+@pytest.mark.parametrize("how", ["SIGINT", "SIGTERM", "SIGKILL"])
+def test_stop_by_signal_leaves_nothing_attached(tmp_path, how):
+    before = _prog_ids()
+    sleeper = subprocess.Popen(["sleep", "60"])
+    out = tmp_path / "trace"
+    tracer = subprocess.Popen([*IOTRACE, "--pid", str(sleeper.pid), "-o", str(out), "-i", "0.2"],
+                              cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert tracer.stderr.readline().startswith("Tracing")
+        assert len(_prog_ids() - before) >= 10  # really attached
+        time.sleep(0.5)
+        tracer.send_signal(getattr(signal, how))
+        tracer.communicate(timeout=20)
+        if how == "SIGKILL":
+            assert tracer.returncode == -signal.SIGKILL
+        else:
+            assert tracer.returncode == 0
+            assert pd.read_parquet(out / "processes").pid.tolist() == [sleeper.pid]
+        deadline = time.monotonic() + 5
+        while _prog_ids() - before and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not (_prog_ids() - before)
+        assert (out / "meta.json").exists()
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+        if tracer.poll() is None:
+            tracer.kill()
