@@ -14,8 +14,10 @@ NEED_CMDS := clang bpftool cc
 run: build venv
 	$(VENV)/bin/iotrace demo
 
+# pytest exits 5 when it collected no test: that is a failure of the suite here, said clearly.
 test: build venv $(WORKLOADS)
-	$(PY) -m pytest -q -ra tests
+	@rc=0; $(PY) -m pytest -q -ra tests || rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "error: pytest collected no tests"; fi; exit $$rc
 
 build: deps $(BPF_OBJ)
 

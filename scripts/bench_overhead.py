@@ -1,0 +1,502 @@
+#!/usr/bin/env python3
+"""Measure what iotrace costs a traced process, next to bpftrace doing a smaller job.
+
+    .venv/bin/python scripts/bench_overhead.py [--seconds 3] [--rounds 3]
+
+Run as root from anywhere (paths are relative to the repository). For each workload of
+scripts/bin/pread_loop (4 KiB page-cache preads over the first 1 MiB of a file; O_DIRECT
+4 KiB random reads over the whole file) it runs ROUNDS rounds; each round runs the loop
+once per mode, the order rotating from round to round:
+
+  untraced  scripts/bin/pread_loop FILE SECONDS [--direct]
+  iotrace   iotrace -o TMPDIR -- scripts/bin/pread_loop FILE SECONDS [--direct]
+  bpftrace  bpftrace -c 'scripts/bin/pread_loop FILE SECONDS [--direct]' scripts/bench_overhead.bt
+            (only when bpftrace is on PATH; a per-PID pread64 latency histogram)
+
+Every figure comes from the loop's own `ns_per_op`, so tracer start-up and shutdown are not
+in it. A traced run is paired with the untraced run of its round: the slowdown is the
+median of the per-round ratios traced/untraced, the overhead the median of the per-round
+differences traced - untraced (ns per pread64, as the loop does one syscall per op).
+Before each run the first 1 MiB of the file is read once, so that the page-cache loop
+starts on a warm cache (reclaim on small VMs evicts pages idle for a few seconds).
+
+It also reports, for the tracers: peak RSS (ru_maxrss from wait4 on the tracer process,
+which covers its shutdown too) and, for iotrace, the attach time: from starting
+`iotrace --pid` on a `sleep` to the `Tracing` line on its stderr, the median of a few
+repetitions. "Coverage" is how many pread64 calls the tracer counted over how many the
+loop made: 100 % says the tracer saw the whole run, so it paid for every call timed.
+
+Other tracers tax the untraced runs as well (a BPF program on a syscall tracepoint runs for
+every process), so before each run the script waits (--quiet-wait) until `bpftool prog show`
+lists no tracing programs, and flags the rounds where some were still loaded.
+
+Timings are reported, never asserted: the exit status is 0 unless something could not run.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import shlex
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+LOOP = REPO / "scripts" / "bin" / "pread_loop"
+BT_SCRIPT = REPO / "scripts" / "bench_overhead.bt"
+FILE_SIZE = 256 << 20
+WARM_BYTES = 1 << 20
+LOOP_LINE = re.compile(r"ops=(\d+) seconds=([0-9.]+) ns_per_op=([0-9.]+)")
+# iotrace's summary: "syscall read (file): 643072 ops, ..." (pread64 is counted as a read).
+IOTRACE_READS = re.compile(r"syscall read \(file\): (\d+) ops")
+# bpftrace's histogram rows: "[512, 1K)   549363 |@@@@...|"
+BT_ROW = re.compile(r"^\[[^\]\)\n]*[\])][ \t]+(\d+)[ \t]+\|", re.M)
+
+WORKLOADS = [("page-cache pread", []), ("O_DIRECT pread", ["--direct"])]
+
+
+class BenchError(Exception):
+    pass
+
+
+@dataclass
+class Run:
+    ns_per_op: float
+    ops: int
+    seen: int | None = None  # pread64 calls the tracer counted
+    maxrss_kib: int | None = None  # tracer's peak RSS
+    hwm_kib: int | None = None  # tracer's VmHWM, last sample before it stopped
+    attach_s: float | None = None  # start of the tracer -> its `Tracing` line
+    wall_s: float | None = None  # the whole tracer invocation
+    others: int = 0  # tracing BPF programs loaded by someone else around this run
+
+
+@dataclass
+class Cell:
+    runs: dict[int, Run] = field(default_factory=dict)  # round -> run
+
+
+# -- helpers --------------------------------------------------------------------------------------
+def fs_type(path: Path) -> str:
+    """Filesystem type of the mount holding path (longest mount-point prefix)."""
+    best, kind = "", "?"
+    real = str(path.resolve())
+    with open("/proc/self/mounts") as f:
+        for line in f:
+            parts = line.split()
+            mnt = parts[1].replace("\\040", " ")
+            if (real == mnt or real.startswith(mnt.rstrip("/") + "/")) and len(mnt) >= len(best):
+                best, kind = mnt, parts[2]
+    return kind
+
+
+def ensure_loop() -> None:
+    if os.access(LOOP, os.X_OK):
+        return
+    print(f"building {LOOP.relative_to(REPO)} ...", file=sys.stderr)
+    subprocess.run(["make", "scripts/bin/pread_loop"], cwd=REPO, check=True)
+    if not os.access(LOOP, os.X_OK):
+        raise BenchError(f"make did not produce {LOOP}")
+
+
+def ensure_data_file(path: Path) -> None:
+    kind = fs_type(path.parent)
+    if kind in ("tmpfs", "ramfs"):
+        raise BenchError(f"{path.parent} is on {kind}: O_DIRECT needs a disk; pass --file")
+    if path.exists() and path.stat().st_size == FILE_SIZE:
+        return
+    print(f"writing {FILE_SIZE >> 20} MiB to {path} ({kind}) ...", file=sys.stderr)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        for _ in range(FILE_SIZE // (1 << 20)):
+            f.write(os.urandom(1 << 20))  # real blocks: no holes, nothing compressible
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def warm(path: Path) -> None:
+    with open(path, "rb", buffering=0) as f:
+        left = WARM_BYTES
+        while left > 0:
+            got = f.read(min(left, 1 << 16))
+            if not got:
+                break
+            left -= len(got)
+
+
+TRACING_TYPES = {"tracepoint", "raw_tracepoint", "raw_tracepoint_writable", "tracing",
+                 "kprobe", "perf_event"}
+
+
+def tracing_programs() -> int | None:
+    """How many tracing BPF programs are loaded now (None: cannot tell). Called when this
+    script has no tracer running, so any are someone else's and tax every syscall."""
+    if not shutil.which("bpftool"):
+        return None
+    try:
+        p = subprocess.run(["bpftool", "-j", "prog", "show"], capture_output=True, text=True,
+                           timeout=10)
+        return sum(1 for prog in json.loads(p.stdout or "[]")
+                   if prog.get("type") in TRACING_TYPES)
+    except (OSError, ValueError, subprocess.TimeoutExpired):
+        return None
+
+
+def wait_quiet(limit_s: float) -> int:
+    """Wait up to limit_s for no foreign tracing programs; return how many are left."""
+    deadline = time.monotonic() + limit_s
+    while True:
+        n = tracing_programs()
+        if not n or time.monotonic() >= deadline:
+            return n or 0
+        time.sleep(0.5)
+
+
+def find_iotrace() -> str:
+    for cand in (Path(sys.prefix) / "bin" / "iotrace", REPO / ".venv" / "bin" / "iotrace"):
+        if os.access(cand, os.X_OK):
+            return str(cand)
+    found = shutil.which("iotrace")
+    if not found:
+        raise BenchError("iotrace not found: run `make venv` (or use .venv/bin/python)")
+    return found
+
+
+def vm_hwm_kib(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
+class Tracer:
+    """A tracer process: stdout and stderr drained by threads, stderr lines time-stamped,
+    VmHWM sampled, reaped with wait4 for its peak RSS."""
+
+    def __init__(self, argv: list[str], ready_prefix: str | None):
+        self.t0 = time.monotonic()
+        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     stdin=subprocess.DEVNULL, text=True)
+        self.ready_prefix = ready_prefix
+        self.ready = threading.Event()
+        self.ready_at: float | None = None
+        self.out: list[str] = []
+        self.err: list[str] = []
+        self.hwm: int | None = None
+        self.maxrss: int | None = None
+        self.status: int | None = None
+        self._done = threading.Event()
+        self._threads = [threading.Thread(target=self._drain_out, daemon=True),
+                         threading.Thread(target=self._drain_err, daemon=True),
+                         threading.Thread(target=self._sample, daemon=True)]
+        for t in self._threads:
+            t.start()
+
+    def _drain_out(self) -> None:
+        for line in self.proc.stdout:
+            self.out.append(line)
+
+    def _drain_err(self) -> None:
+        for line in self.proc.stderr:
+            if (self.ready_prefix and not self.ready.is_set()
+                    and line.startswith(self.ready_prefix)):
+                self.ready_at = time.monotonic()
+                self.ready.set()
+            self.err.append(line)
+        self.ready.set()  # EOF: stop anyone waiting
+
+    def _sample(self) -> None:
+        while not self._done.wait(0.1):
+            hwm = vm_hwm_kib(self.proc.pid)
+            if hwm is not None:
+                self.hwm = hwm
+
+    def wait(self, timeout: float) -> int:
+        deadline = time.monotonic() + timeout
+        while True:
+            pid, status, ru = os.wait4(self.proc.pid, os.WNOHANG)
+            if pid:
+                break
+            if time.monotonic() > deadline:
+                self.proc.kill()
+                pid, status, ru = os.wait4(self.proc.pid, 0)
+                self._finish(status, ru)
+                raise BenchError(f"{self.proc.args[0]} ran past {timeout:.0f} s; killed")
+            time.sleep(0.02)
+        self._finish(status, ru)
+        return self.status
+
+    def _finish(self, status: int, ru) -> None:
+        self._done.set()
+        self.proc.returncode = self.status = os.waitstatus_to_exitcode(status)
+        self.maxrss = ru.ru_maxrss  # KiB on Linux; max of the process and its reaped children
+        for t in self._threads:
+            t.join(5)
+
+    @property
+    def stdout(self) -> str:
+        return "".join(self.out)
+
+    @property
+    def stderr(self) -> str:
+        return "".join(self.err)
+
+
+def parse_loop(text: str, what: str, stderr: str = "") -> tuple[int, float]:
+    m = LOOP_LINE.search(text)
+    if not m:
+        raise BenchError(f"{what}: no `ops=... ns_per_op=...` line in its output\n"
+                         f"stdout: {text[-800:]}\nstderr: {stderr[-800:]}")
+    return int(m.group(1)), float(m.group(3))
+
+
+# -- one run per mode -----------------------------------------------------------------------------
+def run_untraced(loop_argv: list[str], timeout: float) -> Run:
+    p = subprocess.run(loop_argv, capture_output=True, text=True, timeout=timeout)
+    if p.returncode != 0:
+        raise BenchError(f"untraced loop exited {p.returncode}: {p.stderr.strip()}")
+    ops, ns = parse_loop(p.stdout, "untraced loop", p.stderr)
+    return Run(ns_per_op=ns, ops=ops)
+
+
+def run_iotrace(iotrace: str, loop_argv: list[str], timeout: float, keep: bool) -> Run:
+    outdir = tempfile.mkdtemp(prefix="iotrace-bench-", dir="/var/tmp")
+    try:
+        tr = Tracer([iotrace, "-o", outdir, "--", *loop_argv], ready_prefix="Tracing")
+        rc = tr.wait(timeout)
+        wall = time.monotonic() - tr.t0
+        if rc != 0:
+            raise BenchError(f"iotrace exited {rc}: {tr.stderr.strip()[-800:]}")
+        ops, ns = parse_loop(tr.stdout, "iotrace run", tr.stderr)
+        m = IOTRACE_READS.search(tr.stdout)
+        return Run(ns_per_op=ns, ops=ops, seen=int(m.group(1)) if m else None,
+                   maxrss_kib=tr.maxrss, hwm_kib=tr.hwm,
+                   attach_s=(tr.ready_at - tr.t0) if tr.ready_at else None, wall_s=wall)
+    finally:
+        if keep:
+            print(f"kept {outdir}", file=sys.stderr)
+        else:
+            shutil.rmtree(outdir, ignore_errors=True)
+
+
+def run_bpftrace(bpftrace: str, loop_argv: list[str], timeout: float) -> Run:
+    tr = Tracer([bpftrace, "-c", shlex.join(loop_argv), str(BT_SCRIPT)], ready_prefix=None)
+    rc = tr.wait(timeout)
+    wall = time.monotonic() - tr.t0
+    if rc != 0:
+        raise BenchError(f"bpftrace exited {rc}: {tr.stderr.strip()[-800:]}")
+    ops, ns = parse_loop(tr.stdout, "bpftrace run", tr.stderr)
+    rows = BT_ROW.findall(tr.stdout)
+    return Run(ns_per_op=ns, ops=ops, seen=sum(map(int, rows)) if rows else None,
+               maxrss_kib=tr.maxrss, hwm_kib=tr.hwm, wall_s=wall)
+
+
+# -- attach time ----------------------------------------------------------------------------------
+def measure_attach(iotrace: str, reps: int) -> list[Run]:
+    runs = []
+    for _ in range(reps):
+        target = subprocess.Popen(["sleep", "30"])
+        outdir = tempfile.mkdtemp(prefix="iotrace-bench-", dir="/var/tmp")
+        try:
+            tr = Tracer([iotrace, "-o", outdir, "--pid", str(target.pid)],
+                        ready_prefix="Tracing")
+            tr.ready.wait(30)
+            hwm = vm_hwm_kib(tr.proc.pid)
+            if tr.ready_at is None:
+                tr.proc.kill()
+                tr.wait(10)
+                raise BenchError(f"iotrace --pid never printed `Tracing`: {tr.stderr[-800:]}")
+            attach = tr.ready_at - tr.t0
+            time.sleep(1.0)  # one snapshot interval while attached
+            tr.proc.send_signal(signal.SIGINT)
+            rc = tr.wait(30)
+            if rc != 0:
+                raise BenchError(f"iotrace --pid exited {rc}: {tr.stderr.strip()[-800:]}")
+            runs.append(Run(ns_per_op=0.0, ops=0, attach_s=attach, maxrss_kib=tr.maxrss,
+                            hwm_kib=tr.hwm or hwm))
+        finally:
+            target.kill()
+            target.wait()
+            shutil.rmtree(outdir, ignore_errors=True)
+    return runs
+
+
+# -- report ---------------------------------------------------------------------------------------
+def peak_kib(run: Run) -> int | None:
+    """The larger of ru_maxrss (at exit) and the last VmHWM sample (they differ by rounding)."""
+    xs = [x for x in (run.maxrss_kib, run.hwm_kib) if x is not None]
+    return max(xs) if xs else None
+
+
+def med(xs):
+    xs = [x for x in xs if x is not None]
+    return statistics.median(xs) if xs else None
+
+
+def fmt(x, spec: str, none: str = "-") -> str:
+    return none if x is None else format(x, spec)
+
+
+def machine() -> dict:
+    model = "?"
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return {"nproc": os.cpu_count(), "cpu": model, "kernel": platform.release(),
+            "loadavg": os.getloadavg()}
+
+
+def report(results: dict, modes: list[str], attach: list[Run], info: dict) -> None:
+    print()
+    print(f"machine: {info['nproc']} CPUs, {info['cpu']}, kernel {info['kernel']}; "
+          f"data file {info['file']} on {info['fs']}")
+    print(f"loop: {info['seconds']} s per run, {info['rounds']} rounds per workload; "
+          f"load average before {info['load_before'][0]:.2f}, after {info['load_after'][0]:.2f}")
+    print()
+    head = (f"{'workload':<18} {'mode':<9} {'median ns/op':>12} {'slowdown':>9} "
+            f"{'overhead ns/call':>16} {'coverage':>9} {'peak RSS MiB':>12} "
+            f"{'wall s':>7}  per-round ns/op")
+    print(head)
+    print("-" * len(head))
+    for wl, _ in WORKLOADS:
+        base = results[wl]["untraced"].runs
+        for mode in modes:
+            runs = results[wl][mode].runs
+            ratios = [runs[r].ns_per_op / base[r].ns_per_op for r in runs if r in base]
+            diffs = [runs[r].ns_per_op - base[r].ns_per_op for r in runs if r in base]
+            cov = [runs[r].seen / runs[r].ops for r in runs if runs[r].seen is not None]
+            rss = med([peak_kib(runs[r]) for r in runs])
+            traced = mode != "untraced"
+            print(f"{wl:<18} {mode:<9} {fmt(med([x.ns_per_op for x in runs.values()]), '12.1f')} "
+                  f"{fmt(med(ratios) if traced else None, '8.2f') + ('x' if traced else ' '):>9} "
+                  f"{fmt(med(diffs) if traced else None, '+16.1f'):>16} "
+                  f"{fmt(min(cov) * 100 if cov else None, '8.1f') + ('%' if cov else ' '):>9} "
+                  f"{fmt(rss / 1024 if rss else None, '12.1f'):>12} "
+                  f"{fmt(med([x.wall_s for x in runs.values()]), '7.2f'):>7}  "
+                  + " ".join(f"{runs[r].ns_per_op:.0f}" for r in sorted(runs)))
+    flagged = sorted({(wl, r) for wl, _ in WORKLOADS for m in modes
+                      for r, run in results[wl][m].runs.items() if run.others})
+    if flagged:
+        print()
+        print("warning: other tracers' BPF programs were loaded during "
+              + ", ".join(f"{wl} round {r + 1}" for wl, r in flagged)
+              + " (they tax the untraced runs too; rerun on a quiet machine)")
+    print()
+    print("slowdown = median over rounds of traced/untraced ns/op of the same round; "
+          "overhead = median of traced - untraced (ns per pread64); coverage = lowest "
+          "tracer-counted/loop-counted preads; wall = whole tracer invocation.")
+    cmd_attach = [r.attach_s for wl, _ in WORKLOADS for r in results[wl]["iotrace"].runs.values()]
+    print()
+    if attach:
+        a = [r.attach_s for r in attach]
+        rss = [peak_kib(r) for r in attach]
+        print(f"iotrace --pid attach (start -> `Tracing` on stderr), {len(a)} reps: "
+              f"median {med(a):.3f} s (min {min(a):.3f}, max {max(a):.3f}); "
+              f"peak RSS median {med(rss) / 1024:.1f} MiB")
+    if any(x is not None for x in cmd_attach):
+        print(f"iotrace -- CMD start -> `Tracing` (from the runs above): "
+              f"median {med(cmd_attach):.3f} s")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seconds", type=float, default=3.0, help="loop length per run (default 3)")
+    ap.add_argument("--rounds", type=int, default=3, help="paired rounds per workload (default 3)")
+    ap.add_argument("--attach-reps", type=int, default=5,
+                    help="repetitions of the iotrace --pid attach measurement (default 5)")
+    ap.add_argument("--file", type=Path, default=Path("/var/tmp/iotrace-bench.dat"),
+                    help="256 MiB data file on a disk (created if missing; default %(default)s)")
+    ap.add_argument("--no-bpftrace", action="store_true", help="skip bpftrace even if installed")
+    ap.add_argument("--workload", choices=["cached", "direct", "both"], default="both")
+    ap.add_argument("--quiet-wait", type=float, default=30.0, metavar="S",
+                    help="before each run, wait up to S s for other tracers' BPF programs to "
+                         "go (default 30); runs with them loaded are flagged")
+    ap.add_argument("--json", type=Path, help="also write every measurement here")
+    ap.add_argument("--keep", action="store_true", help="keep iotrace's trace directories")
+    args = ap.parse_args(argv)
+    if args.seconds <= 0 or args.rounds < 1 or args.attach_reps < 0:
+        ap.error("--seconds must be > 0, --rounds >= 1, --attach-reps >= 0")
+    if os.geteuid() != 0:
+        print("bench_overhead: run as root (iotrace and bpftrace load BPF programs)",
+              file=sys.stderr)
+        return 2
+
+    global WORKLOADS
+    if args.workload != "both":
+        WORKLOADS = [w for w in WORKLOADS if ("--direct" in w[1]) == (args.workload == "direct")]
+
+    try:
+        ensure_loop()
+        ensure_data_file(args.file)
+        iotrace = find_iotrace()
+        bpftrace = None if args.no_bpftrace else shutil.which("bpftrace")
+        if not args.no_bpftrace and not bpftrace:
+            print("bpftrace not on PATH: comparing untraced and iotrace only", file=sys.stderr)
+        modes = ["untraced", "iotrace"] + (["bpftrace"] if bpftrace else [])
+        info = {**machine(), "file": str(args.file), "fs": fs_type(args.file),
+                "seconds": args.seconds, "rounds": args.rounds, "modes": modes,
+                "iotrace": iotrace, "bpftrace": bpftrace}
+        info["load_before"] = info.pop("loadavg")
+        timeout = args.seconds + 120
+
+        results = {wl: {m: Cell() for m in modes} for wl, _ in WORKLOADS}
+        for wl, extra in WORKLOADS:
+            loop_argv = [str(LOOP), str(args.file), f"{args.seconds:g}", *extra]
+            for r in range(args.rounds):
+                order = modes[r % len(modes):] + modes[:r % len(modes)]
+                for mode in order:
+                    others = wait_quiet(args.quiet_wait)
+                    warm(args.file)
+                    if mode == "untraced":
+                        run = run_untraced(loop_argv, timeout)
+                        others = max(others, tracing_programs() or 0)
+                    elif mode == "iotrace":
+                        run = run_iotrace(iotrace, loop_argv, timeout, args.keep)
+                    else:
+                        run = run_bpftrace(bpftrace, loop_argv, timeout)
+                    run.others = others
+                    results[wl][mode].runs[r] = run
+                    print(f"{wl:<18} round {r + 1}/{args.rounds} {mode:<9} "
+                          f"{run.ns_per_op:9.1f} ns/op  ({run.ops} ops)"
+                          + (f"  [{others} foreign BPF tracing programs loaded]" if others
+                             else ""), file=sys.stderr)
+
+        attach = measure_attach(iotrace, args.attach_reps) if args.attach_reps else []
+        info["load_after"] = os.getloadavg()
+    except (BenchError, subprocess.CalledProcessError, subprocess.TimeoutExpired) as e:
+        print(f"bench_overhead: {e}", file=sys.stderr)
+        return 1
+
+    report(results, modes, attach, info)
+    if args.json:
+        dump = {"machine": info,
+                "results": {wl: {m: {r: vars(run) for r, run in cell.runs.items()}
+                                 for m, cell in per.items()} for wl, per in results.items()},
+                "attach": [vars(r) for r in attach]}
+        args.json.write_text(json.dumps(dump, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

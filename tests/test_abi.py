@@ -1,0 +1,91 @@
+"""tracer/abi.py mirrors bpf/iotrace.h: compile the header and compare every size and offset."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import pytest
+
+from conftest import ROOT
+from tracer import abi
+
+PROBE = r"""
+#include <stdio.h>
+#include <stddef.h>
+#include <linux/types.h>
+#include "iotrace.h"
+#define S(t) printf(#t " %zu\n", sizeof(struct t))
+#define O(t, f) printf(#t "." #f " %zu\n", offsetof(struct t, f))
+int main(void) {
+    S(hist_key); O(hist_key, tgid); O(hist_key, dev); O(hist_key, layer); O(hist_key, op);
+    O(hist_key, target); O(hist_key, attribution);
+    S(hist); O(hist, count); O(hist, bytes);
+    S(iot_proc_event); O(iot_proc_event, kind); O(iot_proc_event, pid); O(iot_proc_event, ppid);
+    O(iot_proc_event, exit_code); O(iot_proc_event, ts_ns); O(iot_proc_event, comm);
+    S(iot_config);
+    printf("IOT_MAX_SLOTS %d\nIOT_COMM_LEN %d\n", IOT_MAX_SLOTS, IOT_COMM_LEN);
+    printf("IOT_LAYER_SYSCALL %d\nIOT_LAYER_BLOCK %d\nIOT_LAYER_BLOCK_QUEUE %d\n",
+           IOT_LAYER_SYSCALL, IOT_LAYER_BLOCK, IOT_LAYER_BLOCK_QUEUE);
+    printf("IOT_OP_READ %d\nIOT_OP_FSYNC %d\nIOT_OP_OTHER %d\n", IOT_OP_READ, IOT_OP_FSYNC,
+           IOT_OP_OTHER);
+    printf("IOT_TARGET_PIPE %d\nIOT_ATTR_READAHEAD %d\nIOT_EVENT_EXIT %d\n", IOT_TARGET_PIPE,
+           IOT_ATTR_READAHEAD, IOT_EVENT_EXIT);
+    return 0;
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def c_layout(tmp_path_factory) -> dict[str, int]:
+    if not shutil.which("cc"):
+        pytest.skip("needs a C compiler")
+    d = tmp_path_factory.mktemp("abi")
+    (d / "probe.c").write_text(PROBE)
+    subprocess.run(["cc", "-I", str(ROOT / "bpf"), "-o", str(d / "probe"), str(d / "probe.c")],
+                   check=True)
+    out = subprocess.run([str(d / "probe")], capture_output=True, text=True, check=True).stdout
+    return {k: int(v) for k, v in (line.split() for line in out.splitlines())}
+
+
+def test_hist_key_layout(c_layout):
+    assert c_layout["hist_key"] == abi.HIST_KEY.size
+    # "<IIBBBB": tgid 0, dev 4, layer 8, op 9, target 10, attribution 11
+    assert [c_layout[f"hist_key.{f}"] for f in ("tgid", "dev", "layer", "op", "target",
+                                                 "attribution")] == [0, 4, 8, 9, 10, 11]
+
+
+def test_hist_layout(c_layout):
+    assert c_layout["hist"] == abi.HIST_SIZE
+    assert c_layout["hist.bytes"] == 8 * abi.MAX_SLOTS
+
+
+def test_proc_event_layout(c_layout):
+    assert c_layout["iot_proc_event"] == abi.PROC_EVENT.size
+    assert [c_layout[f"iot_proc_event.{f}"] for f in ("kind", "pid", "ppid", "exit_code",
+                                                       "ts_ns", "comm")] == [0, 4, 8, 12, 16, 24]
+
+
+def test_constants(c_layout):
+    assert c_layout["iot_config"] == abi.CONFIG.size
+    assert c_layout["IOT_MAX_SLOTS"] == abi.MAX_SLOTS
+    assert c_layout["IOT_COMM_LEN"] == abi.COMM_LEN
+    assert abi.LAYERS[c_layout["IOT_LAYER_SYSCALL"]] == "syscall"
+    assert abi.LAYERS[c_layout["IOT_LAYER_BLOCK"]] == "block"
+    assert abi.LAYERS[c_layout["IOT_LAYER_BLOCK_QUEUE"]] == "block_queue"
+    assert abi.OPS[c_layout["IOT_OP_READ"]] == "read"
+    assert abi.OPS[c_layout["IOT_OP_FSYNC"]] == "fsync"
+    assert abi.OPS[c_layout["IOT_OP_OTHER"]] == "other"
+    assert abi.TARGETS[c_layout["IOT_TARGET_PIPE"]] == "pipe"
+    assert abi.ATTRIBUTIONS[c_layout["IOT_ATTR_READAHEAD"]] == "readahead"
+    assert c_layout["IOT_EVENT_EXIT"] == abi.EVENT_EXIT
+
+
+def test_decode_round_trip():
+    raw = abi.HIST_KEY.pack(1234, (254 << 20) | 16, 2, 0, 0, 3)
+    key = abi.decode_hist_key(raw)
+    assert key == abi.HistKey(1234, (254 << 20) | 16, "block", "read", None, "readahead")
+    assert abi.dev_major_minor(key.dev) == (254, 16)
+    ev = abi.decode_proc_event(abi.PROC_EVENT.pack(3, 10, 0, 7, 99, b"python3\0garbage!"))
+    assert (ev.kind, ev.pid, ev.exit_code, ev.ts_ns, ev.comm) == (abi.EVENT_EXIT, 10, 7, 99,
+                                                                   "python3")

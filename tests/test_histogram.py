@@ -1,0 +1,101 @@
+"""Log2 histograms, deltas between intervals, and the summary text: pure logic, no kernel."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from tracer import abi
+from tracer.aggregate import Aggregator, Series
+from tracer.clock import Clock
+from tracer.histogram import percentile_ns, render
+from tracer.processes import Process, ProcessTable
+from tracer.report import totals_from_latency
+from tracer.summary import render_summary
+
+
+def hist_bytes(counts: dict[int, int], nbytes: dict[int, int] | None = None) -> bytes:
+    h = np.zeros((2, abi.MAX_SLOTS), dtype="<u8")
+    for slot, n in counts.items():
+        h[0, slot] = n
+    for slot, n in (nbytes or {}).items():
+        h[1, slot] = n
+    return h.tobytes()
+
+
+def test_slot_bounds():
+    assert abi.slot_bounds_ns(0) == (0, 2)
+    assert abi.slot_bounds_ns(10) == (1024, 2048)
+    assert abi.slot_bounds_ns(abi.MAX_SLOTS - 1)[1] == 2**63 - 1
+
+
+def test_percentiles_interpolate_within_the_slot():
+    counts = [0] * abi.MAX_SLOTS
+    counts[10] = 100  # all in [1024, 2048)
+    assert percentile_ns(counts, 50) == 1024 + 1024 * 0.5
+    assert percentile_ns(counts, 100) == 2048
+    counts[20] = 100  # half in [1 Mi, 2 Mi)
+    assert percentile_ns(counts, 50) == 2048
+    assert percentile_ns(counts, 75) == (1 << 20) + (1 << 20) * 0.5
+    assert percentile_ns([0] * abi.MAX_SLOTS, 50) is None
+
+
+def test_render_spans_first_to_last_non_empty_slot():
+    counts = [0] * abi.MAX_SLOTS
+    counts[12], counts[14] = 4, 8
+    lines = render(counts)
+    assert len(lines) == 1 + 3
+    assert lines[1].split(":")[1].split()[0] == "4"
+    assert lines[2].split(":")[1].split()[0] == "0"
+    assert "|" + "*" * 40 + "|" in lines[3]
+
+
+def test_aggregator_writes_exact_deltas():
+    procs = ProcessTable(Clock())
+    procs.by_pid[7] = Process(7, 1, "train", True, "python train.py", 0)
+    agg = Aggregator(procs)
+    key = abi.HIST_KEY.pack(7, 0, 1, 0, 1, 0)  # syscall read file
+    s1 = agg.interval({key: hist_bytes({12: 5}, {12: 5 * 4096})}, ts_ns=1_000)
+    assert [(r["count"], r["bytes"], r["bucket_lo_ns"], r["role"]) for r in s1.latency] == [
+        (5, 20480, 4096, "main")]
+    s2 = agg.interval({key: hist_bytes({12: 5, 13: 2}, {12: 5 * 4096, 13: 2 * 4096})},
+                      ts_ns=2_000)
+    assert [(r["count"], r["bucket_lo_ns"]) for r in s2.latency] == [(2, 8192)]
+    assert s2.interval_ns == 1_000
+    s3 = agg.interval({key: hist_bytes({12: 5, 13: 2}, {12: 5 * 4096, 13: 2 * 4096})},
+                      ts_ns=3_000)
+    assert s3.latency == []  # nothing new: no rows
+    series = Series(7, "syscall", "read", "file", None, None)
+    assert agg.totals[series][0].sum() == 7
+
+
+def test_aggregator_key_recreated_counts_from_zero():
+    agg = Aggregator(ProcessTable(Clock()))
+    key = abi.HIST_KEY.pack(9, 0, 1, 1, 2, 0)
+    agg.interval({key: hist_bytes({3: 10})}, ts_ns=1)
+    snap = agg.interval({key: hist_bytes({3: 4})}, ts_ns=2)  # deleted and recreated in between
+    assert [r["count"] for r in snap.latency] == [4]
+
+
+def test_report_rebuilds_the_same_totals_from_rows():
+    agg = Aggregator(ProcessTable(Clock()))
+    k1 = abi.HIST_KEY.pack(5, 0, 1, 0, 1, 0)
+    s1 = agg.interval({k1: hist_bytes({0: 1, 12: 3, 39: 2}, {12: 100})}, ts_ns=10)
+    s2 = agg.interval({k1: hist_bytes({0: 1, 12: 4, 39: 2}, {12: 150})}, ts_ns=20)
+    rebuilt = totals_from_latency(pd.DataFrame(s1.latency + s2.latency))
+    series = Series(5, "syscall", "read", "file", None, None)
+    assert list(rebuilt) == [series]
+    assert (rebuilt[series] == agg.totals[series]).all()
+    assert rebuilt[series][0, 12] == 4 and rebuilt[series][1, 12] == 150
+
+
+def test_summary_names_process_layer_and_percentiles():
+    procs = ProcessTable(Clock())
+    procs.by_pid[5] = Process(5, 1, "train", True, "python train.py", 0)
+    series = Series(5, "block", "read", None, "vda", "direct")
+    h = np.zeros((2, abi.MAX_SLOTS), dtype=np.uint64)
+    h[0, 16] = 20
+    h[1, 16] = 20 * 4096
+    text = render_summary({series: h}, procs, "header")
+    assert "pid 5 train (main)" in text
+    assert "block read on vda (direct): 20 ops, 80.0 KiB, p50 98.3 us, p99 130 us" in text
