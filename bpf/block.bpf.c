@@ -85,6 +85,12 @@ static __always_inline int handle_issue(struct request *rq)
 	struct rq_start *s = bpf_map_lookup_elem(&rq_starts, &key);
 	__u32 flags;
 
+	if (!s && !iot_config.have_io_start) {
+		/* Without block_io_start, a request issued directly (no scheduler, so no insert)
+		 * is first seen here, still in the submitter's context. */
+		start_request(rq);
+		s = bpf_map_lookup_elem(&rq_starts, &key);
+	}
 	if (!s)
 		return 0;
 	s->issue_ns = bpf_ktime_get_ns();

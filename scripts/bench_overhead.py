@@ -12,6 +12,9 @@ once per mode, the order rotating from round to round:
   iotrace   iotrace -o TMPDIR -- scripts/bin/pread_loop FILE SECONDS [--direct]
   bpftrace  bpftrace -c 'scripts/bin/pread_loop FILE SECONDS [--direct]' scripts/bench_overhead.bt
             (only when bpftrace is on PATH; a per-PID pread64 latency histogram)
+  floor     bpftrace -c '...' -e 'tracepoint:syscalls:sys_enter_pread64 {} ...sys_exit_pread64 {}'
+            (empty programs on the same two tracepoints: what the kernel's tracepoint and
+            BPF dispatch cost before a tracer does any work; also only with bpftrace)
 
 Every figure comes from the loop's own `ns_per_op`, so tracer start-up and shutdown are not
 in it. A traced run is paired with the untraced run of its round: the slowdown is the
@@ -294,8 +297,12 @@ def run_iotrace(iotrace: str, loop_argv: list[str], timeout: float, keep: bool) 
             shutil.rmtree(outdir, ignore_errors=True)
 
 
-def run_bpftrace(bpftrace: str, loop_argv: list[str], timeout: float) -> Run:
-    tr = Tracer([bpftrace, "-c", shlex.join(loop_argv), str(BT_SCRIPT)], ready_prefix=None)
+FLOOR_PROGRAM = "tracepoint:syscalls:sys_enter_pread64 {} tracepoint:syscalls:sys_exit_pread64 {}"
+
+
+def run_bpftrace(bpftrace: str, loop_argv: list[str], timeout: float, floor: bool = False) -> Run:
+    prog = ["-e", FLOOR_PROGRAM] if floor else [str(BT_SCRIPT)]
+    tr = Tracer([bpftrace, "-c", shlex.join(loop_argv), *prog], ready_prefix=None)
     rc = tr.wait(timeout)
     wall = time.monotonic() - tr.t0
     if rc != 0:
@@ -428,6 +435,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--file", type=Path, default=Path("/var/tmp/iotrace-bench.dat"),
                     help="256 MiB data file on a disk (created if missing; default %(default)s)")
     ap.add_argument("--no-bpftrace", action="store_true", help="skip bpftrace even if installed")
+    ap.add_argument("--no-floor", action="store_true",
+                    help="skip the floor mode (bpftrace with empty programs)")
     ap.add_argument("--workload", choices=["cached", "direct", "both"], default="both")
     ap.add_argument("--quiet-wait", type=float, default=30.0, metavar="S",
                     help="before each run, wait up to S s for other tracers' BPF programs to "
@@ -453,7 +462,8 @@ def main(argv: list[str] | None = None) -> int:
         bpftrace = None if args.no_bpftrace else shutil.which("bpftrace")
         if not args.no_bpftrace and not bpftrace:
             print("bpftrace not on PATH: comparing untraced and iotrace only", file=sys.stderr)
-        modes = ["untraced", "iotrace"] + (["bpftrace"] if bpftrace else [])
+        modes = ["untraced", "iotrace"] + (["bpftrace"] if bpftrace else []) + (
+            ["floor"] if bpftrace and not args.no_floor else [])
         info = {**machine(), "file": str(args.file), "fs": fs_type(args.file),
                 "seconds": args.seconds, "rounds": args.rounds, "modes": modes,
                 "iotrace": iotrace, "bpftrace": bpftrace}
@@ -474,7 +484,7 @@ def main(argv: list[str] | None = None) -> int:
                     elif mode == "iotrace":
                         run = run_iotrace(iotrace, loop_argv, timeout, args.keep)
                     else:
-                        run = run_bpftrace(bpftrace, loop_argv, timeout)
+                        run = run_bpftrace(bpftrace, loop_argv, timeout, floor=mode == "floor")
                     run.others = others
                     results[wl][mode].runs[r] = run
                     print(f"{wl:<18} round {r + 1}/{args.rounds} {mode:<9} "

@@ -113,3 +113,13 @@ def test_doctor_without_btf_fails_clearly():
     r = run_iotrace("doctor", env={**os.environ, "IOTRACE_BTF": "/nonexistent/vmlinux"})
     assert r.returncode == HOST
     assert "FAIL  BTF" in r.stdout and "Traceback" not in r.stdout + r.stderr
+
+
+@needs_root
+def test_command_that_fails_to_exec(tmp_path):
+    """Found and executable, but the kernel refuses it: reported after the exec attempt."""
+    bogus = tmp_path / "not-a-program"
+    bogus.write_bytes(b"\x00\x01garbage")
+    bogus.chmod(0o755)
+    one_line_error(run_iotrace("-o", str(tmp_path / "t"), "--", str(bogus)), USAGE,
+                   f"cannot execute '{bogus}'", "Exec format error")

@@ -7,6 +7,7 @@ forks a child that does K O_DIRECT reads. The trace must show exactly those numb
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -69,13 +70,21 @@ def check_trace(out, parent_pid: int | None = None) -> None:
     assert str(lat.ts.dtype) == "datetime64[ns, UTC]"
 
 
-def test_command_mode_exact_counts(iowork, data_file, tmp_path):
+@pytest.mark.parametrize("force", ["", "raw_tp", "no_block_io_start", "raw_tp,no_block_io_start"])
+def test_command_mode_exact_counts(iowork, data_file, tmp_path, force):
+    """Also with the fallbacks older kernels take: raw_tp instead of tp_btf, and block requests
+    first seen at insert/issue where block_io_start (6.5+) is missing."""
     prime(iowork, data_file)
     out = tmp_path / "trace"
-    r = run_iotrace("-o", str(out), "--", str(iowork), *workload_args(data_file))
+    r = run_iotrace("-o", str(out), "--", str(iowork), *workload_args(data_file),
+                    env={**os.environ, "IOTRACE_FORCE": force})
     assert r.returncode == 0, r.stderr
     assert r.stderr.startswith("Tracing")
     assert f"Trace written to {out}" in r.stdout
+    hooks = json.loads((out / "meta.json").read_text())["hooks"]
+    kind = "raw_tp" if "raw_tp" in force else "tp_btf"
+    assert hooks["block_rq_issue"] == hooks["sched_process_fork"] == kind
+    assert hooks["block_io_start"] == ("missing" if "no_block_io_start" in force else kind)
     check_trace(out)
 
 

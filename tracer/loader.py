@@ -27,6 +27,9 @@ SYSCALLS = {
 SYSCALL_EXIT = "sys_exit_io"
 OBJECTS = ("proc", "syscall", "block")  # proc first: it creates the shared maps
 SHARED_MAPS = ("tracked", "hists", "events", "events_lost")
+# Test and debugging knob: comma-separated fallbacks to force on a kernel that has the better
+# path, so the fallbacks are exercised too: "raw_tp" (no tp_btf), "no_block_io_start".
+FORCE_ENV = "IOTRACE_FORCE"
 
 
 class HostCannotTrace(RuntimeError):
@@ -82,7 +85,7 @@ class Probes:
                 self.objects[name] = obj
                 self._choose_programs(obj)
                 if name == "block":
-                    obj.set_config(abi.CONFIG.pack(int(self.features["block_io_start"] == "yes")))
+                    obj.set_config(abi.CONFIG.pack(int(self.features["block_io_start"] != "missing")))
                 for m, fd in shared.items():
                     obj.reuse_map(m, fd)
                 obj.load()
@@ -103,18 +106,19 @@ class Probes:
     def _choose_programs(self, obj: BpfObject) -> None:
         """Keeps the tp_btf twin of each program where the kernel's BTF has the tracepoint,
         the raw_tp twin elsewhere; drops both when the tracepoint does not exist at all."""
+        force = set(os.environ.get(FORCE_ENV, "").split(","))
         for prog in obj.programs():
             sec = prog.section
             if not sec.startswith(("tp_btf/", "raw_tp/")):
                 continue
             tp = _tracepoint_of(sec)
-            btf = _libbpf.has_btf_tracepoint(tp)
-            exists = btf or os.path.exists(f"{TRACEFS}/events/block/{tp}") or not tp.startswith(
-                "block_io_"
-            )
-            if tp == "block_io_start":
-                self.features["block_io_start"] = "yes" if exists else "no"
+            btf = _libbpf.has_btf_tracepoint(tp) and "raw_tp" not in force
+            exists = _libbpf.has_btf_tracepoint(tp) or os.path.exists(
+                f"{TRACEFS}/events/block/{tp}") or not tp.startswith("block_io_")
+            if tp == "block_io_start" and "no_block_io_start" in force:
+                exists = False
             if not exists:
+                self.features[tp] = "missing"
                 prog.autoload = False
             elif sec.startswith("tp_btf/"):
                 prog.autoload = btf

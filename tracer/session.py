@@ -52,37 +52,39 @@ class TraceOptions:
 
 
 class HeldChild:
-    """A forked child that waits on a pipe until it is tracked, then execs the command."""
+    """A forked child that stops itself (SIGSTOP) until it is tracked, then execs the command.
+
+    Stopping does no syscall the tracer counts (a pipe handshake would show up as a pipe read
+    of the traced command). A failed exec is reported back through a close-on-exec pipe.
+    """
 
     def __init__(self, argv: list[str]):
         self.argv = argv
-        go_r, go_w = os.pipe()
         err_r, err_w = os.pipe2(os.O_CLOEXEC)
         pid = os.fork()
         if pid == 0:  # the child: no Python-level cleanup may run here
             try:
-                os.close(go_w)
                 os.close(err_r)
-                os.read(go_r, 1)
-                os.close(go_r)
                 signal.signal(signal.SIGINT, signal.SIG_DFL)
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                os.kill(os.getpid(), signal.SIGSTOP)
                 os.execvp(argv[0], argv)
             except OSError as e:
                 os.write(err_w, f"{e.errno}:{e.strerror}".encode())
             finally:
                 os._exit(127)
-        os.close(go_r)
         os.close(err_w)
-        self.pid, self._go, self._err = pid, go_w, err_r
+        _, status = os.waitpid(pid, os.WUNTRACED)
+        self.pid, self._err = pid, err_r
         self.status: int | None = None
+        if not os.WIFSTOPPED(status):
+            self.status = os.waitstatus_to_exitcode(status)
         self.released = False
 
     def release(self) -> None:
         """Lets the child exec; raises TraceFailure if the exec failed."""
         self.released = True
-        os.write(self._go, b"g")
-        os.close(self._go)
+        os.kill(self.pid, signal.SIGCONT)
         failure = os.read(self._err, 512).decode(errors="replace")
         os.close(self._err)
         if failure:
@@ -156,10 +158,10 @@ class Session:
         targets = self.opts.pids or [self.child.pid if self.child else 0]
         what = " ".join(self.opts.command) if self.opts.command else "PID " + " ".join(
             map(str, targets))
+        if self.child:
+            self.child.release()  # programs are attached: the command is traced from its exec
         print(f"Tracing I/O of {what} and its descendants... Hit Ctrl-C to end.",
               file=self.err, flush=True)
-        if self.child:
-            self.child.release()
 
     def _meta(self, start_ns: int) -> dict:
         try:
@@ -172,7 +174,7 @@ class Session:
             "targets": {"pids": self.opts.pids, "command": self.opts.command},
             "clocks": self.clock.meta(), "start_ns": start_ns, "stop_ns": None,
             "interval_s": self.opts.interval_s, "hooks": self.probes.features,
-            "unavailable": [k for k, v in self.probes.features.items() if v == "no"],
+            "unavailable": [k for k, v in self.probes.features.items() if v == "missing"],
             "events_lost": 0,
         }
 
