@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: GPL-2.0 OR BSD-3-Clause
 /*
  * Block layer: per (process, disk, op) histograms of queue time (insert -> issue) and service
- * time (issue -> complete). The submitting process is taken where the request is created
- * (block_io_start, in the submitter's context; block_rq_insert on kernels without it).
+ * time (issue -> complete), and slow requests as events. A request is charged where it is
+ * created (block_io_start, in the submitter's context; block_rq_insert or block_rq_issue on
+ * kernels without it): to the submitter when it is traced (`direct`, or `readahead`), else, for
+ * writes by flusher threads, to the traced process that dirtied the file (`writeback`).
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -10,14 +12,14 @@
 #include <bpf/bpf_tracing.h>
 #include "maps.bpf.h"
 #include "core_fixes.bpf.h"
+#include "files.bpf.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
-
-const volatile struct iot_config iot_config SEC(".rodata.config") = {};
 
 struct rq_start {
 	__u64 insert_ns;
 	__u64 issue_ns;
+	struct file_id file; /* dev 0: unknown */
 	__u32 tgid;
 	__u32 data_len;
 	__u8 attribution;
@@ -50,18 +52,53 @@ static __always_inline __u32 rq_dev(struct request *rq)
 	return ((__u32)BPF_CORE_READ(disk, major) << 20) | (__u32)BPF_CORE_READ(disk, first_minor);
 }
 
-/* A tracked process created the request: remember who, to charge it at completion. */
+/* The file that the request's first page caches; false for anonymous pages (O_DIRECT buffers)
+ * and requests without data. */
+static __always_inline bool rq_page_file(struct request *rq, struct file_id *id)
+{
+	struct page *page = BPF_CORE_READ(rq, bio, bi_io_vec, bv_page);
+	struct address_space *mapping;
+	struct inode *host;
+
+	if (!page)
+		return false;
+	mapping = BPF_CORE_READ(page, mapping);
+	if (!mapping || ((unsigned long)mapping & 3)) /* PAGE_MAPPING_ANON / _MOVABLE flag bits */
+		return false;
+	host = BPF_CORE_READ(mapping, host);
+	if (!host)
+		return false;
+	inode_id(host, id);
+	return true;
+}
+
 static __always_inline int start_request(struct request *rq)
 {
-	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 tgid = id >> 32, tid = (__u32)id;
+	__u32 flags = BPF_CORE_READ(rq, cmd_flags);
 	__u64 key = (__u64)rq;
 	struct rq_start s = {};
+	struct sys_start *sys;
+	__u32 *owner;
 
-	if (!is_tracked(tgid))
+	if (is_tracked(tgid)) {
+		s.tgid = tgid;
+		s.attribution = rq_is_readahead(flags) ? IOT_ATTR_READAHEAD : IOT_ATTR_DIRECT;
+		sys = bpf_map_lookup_elem(&sys_starts, &tid);
+		if (sys && sys->file.dev)
+			s.file = sys->file; /* submitted from inside a read/write/fsync of this file */
+		else
+			rq_page_file(rq, &s.file); /* page faults, readahead without a syscall */
+	} else if (rq_op(flags) == IOT_OP_WRITE && rq_page_file(rq, &s.file)) {
+		owner = bpf_map_lookup_elem(&dirtier, &s.file);
+		if (!owner || !is_tracked(*owner))
+			return 0;
+		s.tgid = *owner;
+		s.attribution = IOT_ATTR_WRITEBACK;
+	} else {
 		return 0;
-	s.tgid = tgid;
-	s.attribution = rq_is_readahead(BPF_CORE_READ(rq, cmd_flags)) ? IOT_ATTR_READAHEAD
-								       : IOT_ATTR_DIRECT;
+	}
 	bpf_map_update_elem(&rq_starts, &key, &s, BPF_ANY);
 	return 0;
 }
@@ -83,7 +120,6 @@ static __always_inline int handle_issue(struct request *rq)
 {
 	__u64 key = (__u64)rq;
 	struct rq_start *s = bpf_map_lookup_elem(&rq_starts, &key);
-	__u32 flags;
 
 	if (!s && !iot_config.have_io_start) {
 		/* Without block_io_start, a request issued directly (no scheduler, so no insert)
@@ -96,21 +132,46 @@ static __always_inline int handle_issue(struct request *rq)
 	s->issue_ns = bpf_ktime_get_ns();
 	s->data_len = BPF_CORE_READ(rq, __data_len);
 	if (s->insert_ns) {
-		flags = BPF_CORE_READ(rq, cmd_flags);
 		struct hist_key k = {
 			.tgid = s->tgid, .dev = rq_dev(rq), .layer = IOT_LAYER_BLOCK_QUEUE,
-			.op = rq_op(flags), .attribution = s->attribution,
+			.op = rq_op(BPF_CORE_READ(rq, cmd_flags)), .attribution = s->attribution,
 		};
-		hist_add(&k, s->issue_ns - s->insert_ns, s->data_len);
+		hist_add(&k, s->issue_ns - s->insert_ns, s->data_len, 1);
 		s->insert_ns = 0; /* a requeued request is counted once in the queue */
 	}
 	return 0;
+}
+
+static __always_inline void emit_slow(struct request *rq, const struct rq_start *s,
+				      const struct hist_key *k, __u64 latency_ns)
+{
+	struct iot_slow_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+
+	if (!e) {
+		count_lost_event();
+		return;
+	}
+	e->kind = IOT_EVENT_SLOW;
+	e->pid = s->tgid;
+	e->tid = 0;
+	e->dev = k->dev;
+	e->ino = s->file.ino;
+	e->file_dev = s->file.dev;
+	e->layer = IOT_LAYER_BLOCK;
+	e->op = k->op;
+	e->ts_ns = s->issue_ns;
+	e->offset = BPF_CORE_READ(rq, __sector) << 9;
+	e->bytes = s->data_len;
+	e->latency_ns = latency_ns;
+	__builtin_memset(e->comm, 0, sizeof(e->comm));
+	bpf_ringbuf_submit(e, 0);
 }
 
 static __always_inline int handle_complete(struct request *rq)
 {
 	__u64 key = (__u64)rq;
 	struct rq_start *s = bpf_map_lookup_elem(&rq_starts, &key);
+	__u64 latency_ns;
 
 	if (!s)
 		return 0;
@@ -119,7 +180,10 @@ static __always_inline int handle_complete(struct request *rq)
 			.tgid = s->tgid, .dev = rq_dev(rq), .layer = IOT_LAYER_BLOCK,
 			.op = rq_op(BPF_CORE_READ(rq, cmd_flags)), .attribution = s->attribution,
 		};
-		hist_add(&k, bpf_ktime_get_ns() - s->issue_ns, s->data_len);
+		latency_ns = bpf_ktime_get_ns() - s->issue_ns;
+		hist_add(&k, latency_ns, s->data_len, 1);
+		if (iot_config.slow_ns && latency_ns >= iot_config.slow_ns)
+			emit_slow(rq, s, &k, latency_ns);
 	}
 	bpf_map_delete_elem(&rq_starts, &key);
 	return 0;

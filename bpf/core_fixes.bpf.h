@@ -28,4 +28,21 @@ static __always_inline bool rq_is_readahead(__u32 cmd_flags)
 	return cmd_flags & (1U << bpf_core_enum_value(enum req_flag_bits, __REQ_RAHEAD));
 }
 
+/* Pages in a folio (folio_nr_pages). Linux 6.18 wrapped folio->flags in memdesc_flags_t, same
+ * size and place, so it is read as raw bytes; the order of a large folio sits in the low byte
+ * of _flags_1 (folio_large_order), large meaning PG_head is set. Before folios grew large for
+ * page cache files every folio here was one page. */
+static __always_inline __u64 folio_pages(struct folio *folio)
+{
+	unsigned long flags = 0, flags_1 = 0;
+
+	if (!bpf_core_field_exists(folio->_flags_1))
+		return 1;
+	bpf_core_read(&flags, sizeof(flags), &folio->flags);
+	if (!(flags & (1UL << bpf_core_enum_value(enum pageflags, PG_head))))
+		return 1;
+	bpf_core_read(&flags_1, sizeof(flags_1), &folio->_flags_1);
+	return 1ULL << (flags_1 & 0xff);
+}
+
 #endif /* CORE_FIXES_BPF_H */

@@ -9,11 +9,15 @@
 
 #define IOT_MAX_SLOTS 40 /* log2 ns slots: slot i holds [2^i, 2^(i+1)) ns, the last one everything above */
 #define IOT_COMM_LEN 16
+#define IOT_PATH_DEPTH 32 /* path components sent per file; deeper paths are marked truncated */
+#define IOT_NAME_LEN 64   /* bytes per component, NUL included */
+#define IOT_FSTYPE_LEN 16
 
 enum iot_layer {
 	IOT_LAYER_SYSCALL = 1,     /* sys_enter -> sys_exit of read/write/fsync syscalls */
 	IOT_LAYER_BLOCK = 2,       /* block_rq_issue -> block_rq_complete (device service time) */
 	IOT_LAYER_BLOCK_QUEUE = 3, /* block_rq_insert -> block_rq_issue (time in the I/O scheduler) */
+	IOT_LAYER_PAGECACHE = 4,   /* pages added to the page cache (misses); no latency: slot 0 */
 };
 
 enum iot_op {
@@ -23,6 +27,7 @@ enum iot_op {
 	IOT_OP_FLUSH = 3,
 	IOT_OP_DISCARD = 4,
 	IOT_OP_OTHER = 5,
+	IOT_OP_OPEN = 6, /* files map only: openat */
 };
 
 enum iot_target { /* kind of file descriptor, syscall layer only */
@@ -45,7 +50,9 @@ enum iot_attribution { /* who a block request is charged to, block layers only *
  * by the loader before load, so the verifier prunes what is switched off. */
 struct iot_config {
 	__u8 have_io_start; /* the kernel has the block_io_start tracepoint (6.5+) */
-	__u8 pad[7];
+	__u8 page_shift;    /* log2 of the page size */
+	__u8 pad[6];
+	__u64 slow_ns; /* operations at least this slow are sent as events (0: none) */
 };
 
 /* Key of the `hists` map: one histogram per (process, layer, op, target/device). */
@@ -64,10 +71,73 @@ struct hist {
 	__u64 bytes[IOT_MAX_SLOTS];
 };
 
+/* A file, as the kernel keys it: the file system's device and the inode number. */
+struct file_id {
+	__u32 dev; /* kernel dev_t of the superblock (inode->i_sb->s_dev) */
+	__u32 pad;
+	__u64 ino;
+};
+
+/* Key of the `file_stats` and `file_max` maps. */
+struct file_key {
+	__u32 tgid;
+	__u32 dev;
+	__u64 ino;
+	__u8 op; /* enum iot_op: read, write, fsync, open */
+	__u8 pad[7];
+};
+
+/* Value of `file_stats`: cumulative since load (pages under op read/write respectively). */
+struct file_stat {
+	__u64 ops;
+	__u64 bytes;
+	__u64 latency_sum_ns;
+	__u64 pages_missed;  /* pages this process brought into the page cache (reads, mmap faults) */
+	__u64 pages_dirtied; /* pages this process dirtied (buffered writes, shared mmap) */
+};
+
 enum iot_event_kind {
 	IOT_EVENT_FORK = 1, /* a tracked process forked a new process */
 	IOT_EVENT_EXEC = 2, /* a tracked process called execve */
 	IOT_EVENT_EXIT = 3, /* the last thread of a tracked process exited */
+	IOT_EVENT_FILE = 4, /* first sight of a file: its path (struct iot_file_event) */
+	IOT_EVENT_SLOW = 5, /* one operation slower than slow_ns (struct iot_slow_event) */
+};
+
+enum iot_file_flags {
+	IOT_FILE_TRUNCATED = 1, /* the walk stopped early (too deep, or a name filled its slot) */
+	IOT_FILE_DELETED = 2,   /* the inode has no links left */
+};
+
+/* First sight of a file. Path components from the file up: names[0] is the base name. */
+struct iot_file_event {
+	__u32 kind;
+	__u32 pid;
+	__u32 dev;
+	__s32 fd; /* the fd it was seen through (for a /proc/PID/fd fallback), -1 if none */
+	__u64 ino;
+	__u32 depth; /* components filled */
+	__u32 flags; /* enum iot_file_flags */
+	char fstype[IOT_FSTYPE_LEN];
+	char names[IOT_PATH_DEPTH][IOT_NAME_LEN];
+};
+
+/* One slow operation (like fsslower / biosnoop). */
+struct iot_slow_event {
+	__u32 kind;
+	__u32 pid;
+	__u32 tid; /* 0 for block requests (completed in interrupt context) */
+	__u32 dev; /* syscall: the file's s_dev; block: the disk */
+	__u64 ino; /* 0 when unknown */
+	__u32 file_dev; /* block: s_dev of the file the first page belongs to, 0 when unknown */
+	__u8 layer;
+	__u8 op;
+	__u8 pad[2];
+	__u64 ts_ns;
+	__u64 offset; /* bytes: file offset (syscall) or disk offset (block) */
+	__u64 bytes;
+	__u64 latency_ns;
+	char comm[IOT_COMM_LEN];
 };
 
 /* Record of the `events` ring buffer for process life cycle. */

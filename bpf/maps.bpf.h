@@ -12,6 +12,10 @@
 
 #define MAX_TRACKED 16384
 #define MAX_HISTS 16384
+#define MAX_FILES 65536
+
+/* Load-time configuration, written by the loader (tracer/loader.py) before load. */
+const volatile struct iot_config iot_config SEC(".rodata.config") = {};
 
 /* TGIDs being traced. Value: tgid of the traced ancestor it descends from (0 for a target). */
 struct {
@@ -30,8 +34,39 @@ struct {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 256 * 1024);
+	__uint(max_entries, 1024 * 1024);
 } events SEC(".maps");
+
+/* Files whose path was sent (or is being sent) to user space. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, MAX_FILES);
+	__type(key, struct file_id);
+	__type(value, __u8);
+} files_seen SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MAX_FILES);
+	__type(key, struct file_key);
+	__type(value, struct file_stat);
+} file_stats SEC(".maps");
+
+/* Slowest operation per file key since user space last read (and deleted) it. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MAX_FILES);
+	__type(key, struct file_key);
+	__type(value, __u64);
+} file_max SEC(".maps");
+
+/* Who last dirtied pages of a file: writeback by flusher threads is charged to it. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, MAX_FILES);
+	__type(key, struct file_id);
+	__type(value, __u32);
+} dirtier SEC(".maps");
 
 /* Ring-buffer reservations that failed, per CPU. Never silent: user space reports the sum. */
 struct {
@@ -41,15 +76,35 @@ struct {
 	__type(value, __u64);
 } events_lost SEC(".maps");
 
+/* A syscall in flight (syscall.bpf.c); the block layer reads it to learn which file a request
+ * submitted from inside that syscall belongs to. */
+struct sys_start {
+	__u64 ts_ns;
+	__u64 offset;
+	struct file_id file; /* regular files only */
+	__u8 op;
+	__u8 target;
+};
+
+/* In-flight syscalls by thread id. LRU: a thread that dies inside a syscall cannot leak a slot. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __u32);
+	__type(value, struct sys_start);
+} sys_starts SEC(".maps");
+
 static const struct hist zero_hist;
+static const struct file_stat zero_file_stat;
 
 static __always_inline bool is_tracked(__u32 tgid)
 {
 	return bpf_map_lookup_elem(&tracked, &tgid) != NULL;
 }
 
-/* Adds one operation of `latency_ns` that moved `bytes` to the histogram of `key`. */
-static __always_inline void hist_add(const struct hist_key *key, __u64 latency_ns, __u64 bytes)
+/* Adds `n` operations of `latency_ns` that moved `bytes` to the histogram of `key`. */
+static __always_inline void hist_add(const struct hist_key *key, __u64 latency_ns, __u64 bytes,
+				     __u64 n)
 {
 	struct hist *h = bpf_map_lookup_elem(&hists, key);
 	__u32 slot;
@@ -63,9 +118,37 @@ static __always_inline void hist_add(const struct hist_key *key, __u64 latency_n
 	slot = log2_u64(latency_ns);
 	if (slot >= IOT_MAX_SLOTS)
 		slot = IOT_MAX_SLOTS - 1;
-	__sync_fetch_and_add(&h->count[slot], 1);
+	__sync_fetch_and_add(&h->count[slot], n);
 	if (bytes)
 		__sync_fetch_and_add(&h->bytes[slot], bytes);
+}
+
+static __always_inline struct file_stat *file_stat_of(const struct file_key *key)
+{
+	struct file_stat *st = bpf_map_lookup_elem(&file_stats, key);
+
+	if (st)
+		return st;
+	bpf_map_update_elem(&file_stats, key, &zero_file_stat, BPF_NOEXIST);
+	return bpf_map_lookup_elem(&file_stats, key);
+}
+
+/* Per-file accounting of one completed operation. */
+static __always_inline void file_op_add(const struct file_key *key, __u64 latency_ns, __u64 bytes)
+{
+	struct file_stat *st = file_stat_of(key);
+	__u64 *max;
+
+	if (!st)
+		return;
+	__sync_fetch_and_add(&st->ops, 1);
+	__sync_fetch_and_add(&st->bytes, bytes);
+	__sync_fetch_and_add(&st->latency_sum_ns, latency_ns);
+	max = bpf_map_lookup_elem(&file_max, key);
+	if (!max)
+		bpf_map_update_elem(&file_max, key, &latency_ns, BPF_NOEXIST);
+	else if (latency_ns > *max)
+		*max = latency_ns; /* racy by design: a max, not a count */
 }
 
 static __always_inline void count_lost_event(void)

@@ -99,7 +99,7 @@ def lib() -> ctypes.CDLL:
 
 @_PRINT_FN
 def _print_cb(level: int, fmt: bytes, args: int) -> int:
-    buf = ctypes.create_string_buffer(1024)
+    buf = ctypes.create_string_buffer(1 << 16)
     _libc.vsnprintf(buf, len(buf), fmt, args)
     msg = buf.value.decode(errors="replace").rstrip()
     if level <= LIBBPF_INFO and msg:

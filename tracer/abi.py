@@ -13,20 +13,25 @@ import numpy as np
 
 MAX_SLOTS = 40  # IOT_MAX_SLOTS
 COMM_LEN = 16  # IOT_COMM_LEN
+PATH_DEPTH = 32  # IOT_PATH_DEPTH
+NAME_LEN = 64  # IOT_NAME_LEN
+FSTYPE_LEN = 16  # IOT_FSTYPE_LEN
 
 # enum iot_layer
-LAYERS = {1: "syscall", 2: "block", 3: "block_queue"}
+LAYERS = {1: "syscall", 2: "block", 3: "block_queue", 4: "pagecache"}
 # enum iot_op
-OPS = {0: "read", 1: "write", 2: "fsync", 3: "flush", 4: "discard", 5: "other"}
+OPS = {0: "read", 1: "write", 2: "fsync", 3: "flush", 4: "discard", 5: "other", 6: "open"}
 # enum iot_target (0: IOT_TARGET_NONE, not a syscall row)
 TARGETS = {0: None, 1: "file", 2: "pipe", 3: "socket", 4: "other"}
 # enum iot_attribution (0: IOT_ATTR_NONE, not a block row)
 ATTRIBUTIONS = {0: None, 1: "direct", 2: "writeback", 3: "readahead", 4: "unknown"}
 # enum iot_event_kind
-EVENT_FORK, EVENT_EXEC, EVENT_EXIT = 1, 2, 3
+EVENT_FORK, EVENT_EXEC, EVENT_EXIT, EVENT_FILE, EVENT_SLOW = 1, 2, 3, 4, 5
+# enum iot_file_flags
+FILE_TRUNCATED, FILE_DELETED = 1, 2
 
-# struct iot_config
-CONFIG = struct.Struct("<B7x")
+# struct iot_config: have_io_start, page_shift, slow_ns
+CONFIG = struct.Struct("<BB6xQ")
 # struct hist_key: tgid, dev, layer, op, target, attribution
 HIST_KEY = struct.Struct("<IIBBBB")
 # struct hist: u64 count[MAX_SLOTS]; u64 bytes[MAX_SLOTS]
@@ -35,6 +40,16 @@ HIST_SIZE = 2 * 8 * MAX_SLOTS
 PROC_EVENT = struct.Struct(f"<IIIiQ{COMM_LEN}s")
 # tracked map: u32 tgid -> u32 root tgid
 TGID = struct.Struct("<I")
+# struct file_key: tgid, dev, ino, op
+FILE_KEY = struct.Struct("<IIQB7x")
+# struct file_stat: ops, bytes, latency_sum_ns, pages_missed, pages_dirtied
+FILE_STAT = struct.Struct("<5Q")
+# struct iot_file_event: kind, pid, dev, fd, ino, depth, flags, fstype (names follow)
+FILE_EVENT_HEAD = struct.Struct(f"<IIIiQII{FSTYPE_LEN}s")
+FILE_EVENT_SIZE = FILE_EVENT_HEAD.size + PATH_DEPTH * NAME_LEN
+# struct iot_slow_event: kind, pid, tid, dev, ino, file_dev, layer, op, ts_ns, offset, bytes,
+# latency_ns, comm
+SLOW_EVENT = struct.Struct(f"<IIIIQIBB2xQQQQ{COMM_LEN}s")
 
 
 @dataclass(frozen=True)
@@ -59,6 +74,78 @@ class ProcEvent:
     comm: str
 
 
+@dataclass(frozen=True)
+class FileEvent:
+    """First sight of a file: its path components, base name first."""
+
+    pid: int
+    dev: int  # kernel dev_t of the file system
+    ino: int
+    fd: int
+    fs_type: str
+    names: tuple[str, ...]
+    truncated: bool
+    deleted: bool
+
+    @property
+    def path(self) -> str:
+        return "/" + "/".join(reversed(self.names))
+
+
+@dataclass(frozen=True)
+class SlowEvent:
+    pid: int
+    tid: int
+    dev: int  # syscall: the file system's dev_t; block: the disk's
+    ino: int
+    file_dev: int  # dev_t of the file system the file is on, 0 when unknown
+    layer: str
+    op: str
+    ts_ns: int  # CLOCK_MONOTONIC, when the operation started
+    offset: int
+    bytes: int
+    latency_ns: int
+    comm: str
+
+
+@dataclass(frozen=True)
+class FileKey:
+    pid: int
+    dev: int
+    ino: int
+    op: str
+
+
+def _cstr(raw: bytes) -> str:
+    return raw.split(b"\0", 1)[0].decode(errors="replace")
+
+
+def event_kind(raw: bytes) -> int:
+    """The kind of a ring-buffer record (the first u32 of every record)."""
+    return int.from_bytes(raw[:4], "little")
+
+
+def decode_file_event(raw: bytes) -> FileEvent:
+    _, pid, dev, fd, ino, depth, flags, fstype = FILE_EVENT_HEAD.unpack_from(raw)
+    base = FILE_EVENT_HEAD.size
+    depth = min(depth, PATH_DEPTH)
+    names = tuple(_cstr(raw[base + i * NAME_LEN: base + (i + 1) * NAME_LEN]) for i in range(depth))
+    return FileEvent(pid, dev, ino, fd, _cstr(fstype), names, bool(flags & FILE_TRUNCATED),
+                     bool(flags & FILE_DELETED))
+
+
+def decode_slow_event(raw: bytes) -> SlowEvent:
+    (_, pid, tid, dev, ino, file_dev, layer, op, ts, offset, nbytes, latency,
+     comm) = SLOW_EVENT.unpack_from(raw)
+    return SlowEvent(pid, tid, dev, ino, file_dev, LAYERS.get(layer, "other"), OPS.get(op, "other"),
+                     ts, offset, nbytes, latency, _cstr(comm))
+
+
+def decode_file_key(raw: bytes) -> FileKey:
+    tgid, dev, ino, op = FILE_KEY.unpack(raw)
+    return FileKey(tgid, dev, ino, OPS.get(op, "other"))
+
+
 def decode_hist_key(raw: bytes) -> HistKey:
     tgid, dev, layer, op, target, attr = HIST_KEY.unpack(raw)
     return HistKey(tgid, dev, LAYERS.get(layer, "other"), OPS.get(op, "other"),
@@ -72,7 +159,7 @@ def decode_hist(raw: bytes) -> np.ndarray:
 
 def decode_proc_event(raw: bytes) -> ProcEvent:
     kind, pid, ppid, code, ts, comm = PROC_EVENT.unpack_from(raw)
-    return ProcEvent(kind, pid, ppid, code, ts, comm.split(b"\0", 1)[0].decode(errors="replace"))
+    return ProcEvent(kind, pid, ppid, code, ts, _cstr(comm))
 
 
 def slot_bounds_ns(slot: int) -> tuple[int, int]:

@@ -6,6 +6,7 @@ the sum of `count` over a trace's rows is exactly the number of operations compl
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -13,7 +14,10 @@ import numpy as np
 
 from tracer import abi
 from tracer.devices import device_name
+from tracer.files import FileTable
 from tracer.processes import ProcessTable
+
+PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 
 
 class Series(NamedTuple):
@@ -39,17 +43,35 @@ class Snapshot:
     ts_ns: int  # end of the interval, UTC ns
     interval_ns: int
     latency: list[dict] = field(default_factory=list)  # rows of the `latency` table
+    files: list[dict] = field(default_factory=list)  # rows of the `files` table
+    events: list[dict] = field(default_factory=list)  # rows of the `events` table (slow ops)
+
+
+@dataclass
+class FileTotals:
+    """Whole-trace sums for one (process, file), for the summary's top files."""
+
+    ops: dict[str, int] = field(default_factory=dict)  # by op
+    bytes: dict[str, int] = field(default_factory=dict)  # by op
+    latency_sum_ns: int = 0
+    pages_missed: int = 0
+    pages_dirtied: int = 0
 
 
 class Aggregator:
-    def __init__(self, processes: ProcessTable):
+    def __init__(self, processes: ProcessTable, files: FileTable | None = None):
         self.processes = processes
+        self.files = files or FileTable()
         self.prev: dict[bytes, np.ndarray] = {}
+        self.prev_files: dict[bytes, tuple[int, ...]] = {}
         self.totals: dict[Series, np.ndarray] = {}  # whole-trace sums, for the summary
+        self.file_totals: dict[tuple[int, int, int], FileTotals] = {}  # (pid, dev, ino)
         self.last_ts_ns: int | None = None
+        self.pending_events: list[dict] = []
 
-    def interval(self, raw: dict[bytes, bytes], ts_ns: int) -> Snapshot:
-        """Deltas since the previous call, as latency rows stamped `ts_ns`."""
+    def interval(self, raw: dict[bytes, bytes], ts_ns: int, file_stats: dict[bytes, bytes] | None = None,
+                 file_max: dict[bytes, int] | None = None) -> Snapshot:
+        """Deltas since the previous call, as rows stamped `ts_ns`; slow events since then."""
         rows: list[dict] = []
         for rkey, rval in raw.items():
             cur = abi.decode_hist(rval)
@@ -64,14 +86,63 @@ class Aggregator:
             total = self.totals.get(series)
             self.totals[series] = delta.copy() if total is None else total + delta
             rows.extend(self._rows(series, delta, ts_ns))
+        file_rows = self._file_rows(file_stats or {}, file_max or {}, ts_ns)
         interval_ns = ts_ns - self.last_ts_ns if self.last_ts_ns else 0
         self.last_ts_ns = ts_ns
-        return Snapshot(ts_ns, interval_ns, rows)
+        events, self.pending_events = self.pending_events, []
+        return Snapshot(ts_ns, interval_ns, rows, file_rows, events)
 
     def forget(self, raw_keys: list[bytes]) -> None:
-        """Drops keys deleted from the kernel map (processes gone)."""
+        """Drops keys deleted from the kernel maps (processes gone)."""
         for k in raw_keys:
             self.prev.pop(k, None)
+            self.prev_files.pop(k, None)
+
+    def _file_rows(self, stats: dict[bytes, bytes], maxes: dict[bytes, int], ts_ns: int) -> list[dict]:
+        rows = []
+        for rkey, rval in stats.items():
+            cur = abi.FILE_STAT.unpack(rval)
+            prev = self.prev_files.get(rkey)
+            delta = cur if prev is None else tuple(c - p for c, p in zip(cur, prev, strict=True))
+            if min(delta) < 0:  # recreated since
+                delta = cur
+            self.prev_files[rkey] = cur
+            ops, nbytes, lat_sum, missed, dirtied = delta
+            if not (ops or missed or dirtied):
+                continue
+            key = abi.decode_file_key(rkey)
+            info = self.files.get(key.dev, key.ino)
+            proc = self.processes.get(key.pid)
+            hit = None
+            if key.op == "read" and nbytes:
+                hit = max(0.0, 1.0 - missed * PAGE_SIZE / nbytes) * 100.0
+            rows.append({
+                "ts": ts_ns, "pid": key.pid, "comm": proc.comm if proc else "",
+                "role": proc.role if proc else None, "path": info.path,
+                "path_source": info.path_source, "fs_type": info.fs_type, "device": info.device,
+                "inode": key.ino, "op": key.op, "ops": ops, "bytes": nbytes,
+                "latency_sum_ns": lat_sum, "latency_max_ns": maxes.get(rkey, 0),
+                "pages_missed": missed, "pages_dirtied": dirtied, "cache_hit_pct": hit,
+            })
+            t = self.file_totals.setdefault((key.pid, key.dev, key.ino), FileTotals())
+            t.ops[key.op] = t.ops.get(key.op, 0) + ops
+            t.bytes[key.op] = t.bytes.get(key.op, 0) + nbytes
+            t.latency_sum_ns += lat_sum
+            t.pages_missed += missed
+            t.pages_dirtied += dirtied
+        return rows
+
+    def on_slow(self, ev: abi.SlowEvent, ts_ns: int) -> None:
+        """A slow operation from the ring buffer (`ts_ns`: its start, UTC)."""
+        proc = self.processes.get(ev.pid)
+        path = self.files.get(ev.file_dev, ev.ino).path if ev.ino else None
+        device = device_name(ev.dev)  # syscall: the file system's device; block: the disk
+        self.pending_events.append({
+            "ts": ts_ns, "pid": ev.pid, "tid": ev.tid,
+            "comm": ev.comm or (proc.comm if proc else ""), "role": proc.role if proc else None,
+            "layer": ev.layer, "op": ev.op, "path": path, "device": device, "offset": ev.offset,
+            "bytes": ev.bytes, "latency_ns": ev.latency_ns,
+        })
 
     def _rows(self, key: Series, delta: np.ndarray, ts_ns: int) -> list[dict]:
         proc = self.processes.get(key.pid)
@@ -79,7 +150,8 @@ class Aggregator:
         role = proc.role if proc else None
         out = []
         for slot in np.flatnonzero(delta[0]):
-            lo, hi = abi.slot_bounds_ns(int(slot))
+            # Page-cache misses have no latency: their one slot is reported as [0, 0].
+            lo, hi = (0, 0) if key.layer == "pagecache" else abi.slot_bounds_ns(int(slot))
             out.append({
                 "ts": ts_ns, "pid": key.pid, "comm": comm, "role": role, "layer": key.layer,
                 "op": key.op, "target": key.target, "device": key.device,

@@ -40,7 +40,7 @@ def _positive(name: str, allow_zero: bool = False):
             v = float(text)
         except ValueError:
             raise argparse.ArgumentTypeError(
-                f"{name} must be a number of seconds, not {text!r}") from None
+                f"{name} must be a number, not {text!r}") from None
         if v < 0 or (v == 0 and not allow_zero) or math.isnan(v):
             raise argparse.ArgumentTypeError(f"{name} must be greater than 0, not {text}")
         return v
@@ -66,6 +66,8 @@ def trace_parser() -> argparse.ArgumentParser:
                    help="seconds between snapshots of the in-kernel counters (default 1)")
     p.add_argument("-o", "--output", metavar="DIR",
                    help="trace directory (default ./iotrace-YYYYmmdd-HHMMSS); must be new or empty")
+    p.add_argument("--slow-ms", type=_positive("--slow-ms"), default=10.0, metavar="MS",
+                   help="record each operation slower than MS milliseconds as an event (default 10)")
     p.add_argument("--version", action="version", version=f"iotrace {__version__}")
     return p
 
@@ -140,7 +142,7 @@ def cmd_trace(argv: list[str]) -> int:
         raise TraceFailure(problem, EXIT_HOST)
     out = prepare_output(args.output)
     opts = TraceOptions(output=out, pids=args.pid, command=command, duration_s=args.duration,
-                        interval_s=args.interval, argv=["iotrace", *argv])
+                        interval_s=args.interval, slow_ms=args.slow_ms, argv=["iotrace", *argv])
     return run_trace(opts)
 
 

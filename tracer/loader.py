@@ -16,17 +16,26 @@ from tracer import _libbpf, abi
 from tracer._libbpf import BpfObject, LibbpfError, LibbpfMissing, Link, Map, RingBuffer
 
 BPF_DIR = Path(__file__).parent / "bpf"
+PAGE_SHIFT = (os.sysconf("SC_PAGE_SIZE") - 1).bit_length()
 TRACEFS = "/sys/kernel/tracing"
 
 # Syscall tracepoints of each enter program of syscall.bpf.c; one exit program takes them all.
+# Syscall tracepoints of each enter program of syscall.bpf.c, and of the two exit programs.
 SYSCALLS = {
-    "sys_enter_read": ("read", "pread64", "readv", "preadv", "preadv2"),
-    "sys_enter_write": ("write", "pwrite64", "writev", "pwritev", "pwritev2"),
+    "sys_enter_read": ("read", "readv"),
+    "sys_enter_pread": ("pread64", "preadv", "preadv2"),
+    "sys_enter_write": ("write", "writev"),
+    "sys_enter_pwrite": ("pwrite64", "pwritev", "pwritev2"),
     "sys_enter_fsync": ("fsync", "fdatasync"),
+    "sys_enter_open": ("openat",),
 }
-SYSCALL_EXIT = "sys_exit_io"
-OBJECTS = ("proc", "syscall", "block")  # proc first: it creates the shared maps
-SHARED_MAPS = ("tracked", "hists", "events", "events_lost")
+SYSCALL_EXITS = {
+    "sys_exit_io": tuple(n for k, names in SYSCALLS.items() if k != "sys_enter_open" for n in names),
+    "sys_exit_open": SYSCALLS["sys_enter_open"],
+}
+OBJECTS = ("proc", "syscall", "pagecache", "block")  # proc first: it creates the shared maps
+SHARED_MAPS = ("tracked", "hists", "events", "events_lost", "files_seen", "file_stats", "file_max",
+               "dirtier", "sys_starts")
 # Test and debugging knob: comma-separated fallbacks to force on a kernel that has the better
 # path, so the fallbacks are exercised too: "raw_tp" (no tp_btf), "no_block_io_start".
 FORCE_ENV = "IOTRACE_FORCE"
@@ -48,6 +57,17 @@ def ensure_tracefs() -> None:
         )
 
 
+def _load_failure_reason(log: list[str]) -> str:
+    """The verifier's one-line reason from libbpf's messages (the line before 'processed N insns'),
+    else libbpf's last message; IOTRACE_DEBUG=1 shows everything."""
+    for msg in reversed(log):
+        lines = msg.splitlines()
+        for i, line in enumerate(lines):
+            if line.startswith("processed ") and i > 0:
+                return f"verifier: {lines[i - 1].strip()}"
+    return log[-1].splitlines()[-1] if log else ""
+
+
 def _tracepoint_of(section: str) -> str:
     return section.split("/", 1)[1]
 
@@ -55,14 +75,17 @@ def _tracepoint_of(section: str) -> str:
 class Probes:
     """iotrace's BPF programs and maps, loaded into the kernel."""
 
-    def __init__(self, bpf_dir: Path = BPF_DIR):
+    def __init__(self, bpf_dir: Path = BPF_DIR, slow_ns: int = 0):
         self.bpf_dir = bpf_dir
+        self.slow_ns = slow_ns
         self.objects: dict[str, BpfObject] = {}
         self.links: list[Link] = []
         self.features: dict[str, str] = {}
         self._ring: RingBuffer | None = None
         self.tracked: Map | None = None
         self.hists: Map | None = None
+        self.file_stats: Map | None = None
+        self.file_max: Map | None = None
         self._lost: Map | None = None
 
     # -- load ---------------------------------------------------------------------------------
@@ -84,8 +107,8 @@ class Probes:
                 obj = BpfObject(str(path))
                 self.objects[name] = obj
                 self._choose_programs(obj)
-                if name == "block":
-                    obj.set_config(abi.CONFIG.pack(int(self.features["block_io_start"] != "missing")))
+                have_io_start = self.features.get("block_io_start", "missing") != "missing"
+                obj.set_config(abi.CONFIG.pack(int(have_io_start), PAGE_SHIFT, self.slow_ns))
                 for m, fd in shared.items():
                     obj.reuse_map(m, fd)
                 obj.load()
@@ -93,13 +116,15 @@ class Probes:
                     shared = {m: obj.map_fd(m) for m in SHARED_MAPS}
         except LibbpfError as e:
             self.close()
-            detail = "; ".join(_libbpf.recent_log()[-3:])
+            detail = _load_failure_reason(_libbpf.recent_log())
             hint = ""
             if e.errno in (errno.EPERM, errno.EACCES):
                 hint = " (needs root, or CAP_BPF and CAP_PERFMON)"
             raise HostCannotTrace(f"cannot load BPF programs: {e}{hint}. {detail}".strip()) from None
         self.tracked = Map(shared["tracked"], abi.TGID.size, abi.TGID.size)
         self.hists = Map(shared["hists"], abi.HIST_KEY.size, abi.HIST_SIZE)
+        self.file_stats = Map(shared["file_stats"], abi.FILE_KEY.size, abi.FILE_STAT.size)
+        self.file_max = Map(shared["file_max"], abi.FILE_KEY.size, 8)
         ncpu = _libbpf.num_possible_cpus()
         self._lost = Map(shared["events_lost"], 4, 8 * ncpu)
 
@@ -153,9 +178,8 @@ class Probes:
             raise HostCannotTrace(f"cannot attach: {e}") from None
 
     def _attach_syscall(self, prog) -> None:
-        if prog.name == SYSCALL_EXIT:
-            names = [n for group in SYSCALLS.values() for n in group]
-            points = [f"sys_exit_{n}" for n in names]
+        if prog.name in SYSCALL_EXITS:
+            points = [f"sys_exit_{n}" for n in SYSCALL_EXITS[prog.name]]
         else:
             points = [f"sys_enter_{n}" for n in SYSCALLS[prog.name]]
         for tp in points:
@@ -178,15 +202,35 @@ class Probes:
         for k in keys:
             self.hists.delete(k)
 
+    def read_file_stats(self) -> dict[bytes, bytes]:
+        """Cumulative per-file counters by raw key (abi.decode_file_key / abi.FILE_STAT)."""
+        assert self.file_stats is not None
+        return dict(self.file_stats.items())
+
+    def take_file_max(self) -> dict[bytes, int]:
+        """Slowest operation per file key since the last call (read, then deleted)."""
+        assert self.file_max is not None
+        out = {}
+        for k, v in self.file_max.items():
+            out[k] = int.from_bytes(v, "little")
+            self.file_max.delete(k)
+        return out
+
+    def delete_file_stats(self, keys: list[bytes]) -> None:
+        assert self.file_stats is not None
+        for k in keys:
+            self.file_stats.delete(k)
+
     def events_lost(self) -> int:
         """Ring-buffer records dropped because it was full (summed over CPUs)."""
         assert self._lost is not None
         raw = self._lost.lookup(b"\0\0\0\0")
         return sum(int.from_bytes(raw[i:i + 8], "little") for i in range(0, len(raw), 8)) if raw else 0
 
-    def open_events(self, on_event: Callable[[abi.ProcEvent], None]) -> None:
+    def open_events(self, on_event: Callable[[bytes], None]) -> None:
+        """`on_event(raw)` runs for every ring-buffer record during poll_events()."""
         fd = self.objects["proc"].map_fd("events")
-        self._ring = RingBuffer(fd, lambda raw: on_event(abi.decode_proc_event(raw)))
+        self._ring = RingBuffer(fd, on_event)
 
     def poll_events(self, timeout_ms: int) -> int:
         return self._ring.poll(timeout_ms) if self._ring else 0

@@ -78,23 +78,32 @@ TABLES: dict[str, pa.Schema] = {
     "files": _schema(
         _field("ts", TIMESTAMP),  # end of the interval
         _field("pid", pa.int32()),
+        _field("comm", DICT_STRING),
         _field("role", DICT_STRING),
-        _field("path", DICT_STRING),
-        _field("op", DICT_STRING),
+        _field("path", DICT_STRING),  # absolute, as the process sees it; "(deleted)" appended
+        _field("path_source", DICT_STRING),  # kernel (dentry walk), proc_fd (fallback), unknown
+        _field("fs_type", DICT_STRING),  # ext4, xfs, overlay, nfs, fuse, tmpfs, ...
+        _field("device", DICT_STRING),  # the file system's device, MAJ:MIN or disk name
+        _field("inode", pa.int64()),
+        _field("op", DICT_STRING),  # read, write, fsync, open
         _field("ops", pa.int64()),
         _field("bytes", pa.int64()),
         _field("latency_sum_ns", NS),
         _field("latency_max_ns", NS),
+        _field("pages_missed", pa.int64()),  # op read: pages brought into the page cache
+        _field("pages_dirtied", pa.int64()),  # op write: pages dirtied
+        _field("cache_hit_pct", pa.float64(), nullable=True),  # op read: 1 - missed/read bytes
     ),
     # Individual operations slower than --slow-ms.
     "events": _schema(
-        _field("ts", TIMESTAMP),  # completion time
+        _field("ts", TIMESTAMP),  # when the operation started
         _field("pid", pa.int32()),
-        _field("tid", pa.int32()),
+        _field("tid", pa.int32()),  # 0 for block requests (completed in interrupt context)
         _field("comm", DICT_STRING),
+        _field("role", DICT_STRING, nullable=True),
         _field("layer", DICT_STRING),
         _field("op", DICT_STRING),
-        _field("path", DICT_STRING, nullable=True),  # unknown for block requests
+        _field("path", DICT_STRING, nullable=True),  # unknown for some block requests
         _field("device", DICT_STRING, nullable=True),  # unknown for pipes and sockets
         _field("offset", pa.int64(), nullable=True),  # bytes into the file or device
         _field("bytes", pa.int64()),
@@ -111,30 +120,33 @@ TABLES: dict[str, pa.Schema] = {
         _field("sleep_ns", NS),  # interruptible sleep (S)
         _field("iowait_ns", NS),  # uninterruptible sleep (D)
     ),
-    # Per block device per interval, the columns of `iostat -x`.
+    # Per whole disk per interval, the columns of `iostat -x` (tracer.procfs has the formulas).
     "devices": _schema(
         _field("ts", TIMESTAMP),  # end of the interval
-        _field("device", DICT_STRING),
+        _field("device", DICT_STRING),  # kernel name, e.g. "nvme0n1" (node_exporter's `device`)
         _field("r_s", pa.float64()),  # reads completed per second
         _field("w_s", pa.float64()),  # writes completed per second
         _field("rkb_s", pa.float64()),  # KiB read per second
         _field("wkb_s", pa.float64()),  # KiB written per second
-        _field("await_ms", pa.float64()),  # mean request time (queue + service), milliseconds
-        _field("util_pct", pa.float64()),  # percent of the interval the device was busy
+        _field("r_await_ms", pa.float64()),  # mean time of a read (queue + service), ms
+        _field("w_await_ms", pa.float64()),  # mean time of a write, ms
+        _field("await_ms", pa.float64()),  # mean time of a read, write or discard, ms
         _field("aqu_sz", pa.float64()),  # mean number of requests in flight
+        _field("util_pct", pa.float64()),  # percent of the interval with a request in flight
     ),
-    # Host-wide per interval, the columns of `dstat`; byte counts are for the interval.
+    # Host-wide per interval, the columns of `dstat -cdnm` (tracer.procfs has the definitions).
     "system": _schema(
         _field("ts", TIMESTAMP),  # end of the interval
-        _field("cpu_user_pct", pa.float64()),
+        _field("cpu_user_pct", pa.float64()),  # user + nice + irq + softirq, as dstat's usr
         _field("cpu_sys_pct", pa.float64()),
         _field("cpu_iowait_pct", pa.float64()),
         _field("cpu_idle_pct", pa.float64()),
-        _field("mem_used_bytes", pa.int64()),  # at the end of the interval
-        _field("net_rx_bytes", pa.int64()),
-        _field("net_tx_bytes", pa.int64()),
-        _field("disk_read_bytes", pa.int64()),
-        _field("disk_write_bytes", pa.int64()),
+        _field("mem_used_bytes", pa.float64()),  # at the end of the interval
+        _field("mem_cached_bytes", pa.float64()),  # page cache (meminfo Cached), at the end
+        _field("net_rx_bytes_s", pa.float64()),  # all interfaces but lo, bonds and VLANs
+        _field("net_tx_bytes_s", pa.float64()),
+        _field("disk_read_bytes_s", pa.float64()),  # whole disks, stacked ones (dm, md) left out
+        _field("disk_write_bytes_s", pa.float64()),
     ),
     # NVML samples, one row per GPU per sample.
     "gpu": _schema(

@@ -22,6 +22,7 @@ import psutil
 from tracer import abi
 from tracer.aggregate import Aggregator, Snapshot
 from tracer.clock import Clock
+from tracer.files import FileTable
 from tracer.host import tracing_problem
 from tracer.loader import HostCannotTrace, Probes
 from tracer.processes import ProcessTable
@@ -47,6 +48,7 @@ class TraceOptions:
     command: list[str] = field(default_factory=list)
     duration_s: float | None = None
     interval_s: float = 1.0
+    slow_ms: float = 10.0
     roll_s: float = 5.0
     argv: list[str] = field(default_factory=lambda: list(sys.argv))
 
@@ -118,8 +120,9 @@ class Session:
         self.opts, self.out, self.err = opts, out, err
         self.clock = Clock()
         self.processes = ProcessTable(self.clock)
-        self.aggregator = Aggregator(self.processes)
-        self.probes = Probes()
+        self.files = FileTable()
+        self.aggregator = Aggregator(self.processes, self.files)
+        self.probes = Probes(slow_ns=int(opts.slow_ms * 1e6))
         self.writer: TraceWriter | None = None
         self.child: HeldChild | None = None
         self.stop_reason: str | None = None
@@ -135,7 +138,7 @@ class Session:
             self.probes.load()
         except HostCannotTrace as e:
             raise TraceFailure(str(e), EXIT_HOST) from None
-        self.probes.open_events(self.processes.on_event)
+        self.probes.open_events(self.on_event)
         if self.opts.command:
             self.child = HeldChild(self.opts.command)
             self.processes.add_started(self.child.pid, os.getpid(), self.opts.command)
@@ -178,6 +181,17 @@ class Session:
             "events_lost": 0,
         }
 
+    def on_event(self, raw: bytes) -> None:
+        """One ring-buffer record: process life cycle, a file's path, or a slow operation."""
+        kind = abi.event_kind(raw)
+        if kind == abi.EVENT_FILE:
+            self.files.on_event(abi.decode_file_event(raw))
+        elif kind == abi.EVENT_SLOW:
+            ev = abi.decode_slow_event(raw)
+            self.aggregator.on_slow(ev, self.clock.to_utc_ns(ev.ts_ns))
+        else:
+            self.processes.on_event(abi.decode_proc_event(raw))
+
     # -- run ----------------------------------------------------------------------------------------
     def request_stop(self, reason: str) -> None:
         if not self.stop_reason:
@@ -207,14 +221,20 @@ class Session:
             if _gone(proc.pid):  # died before it was tracked, or its exit event was lost
                 self.processes.mark_gone(proc.pid)
         raw = self.probes.read_hists()
-        snap = self.aggregator.interval(raw, self.clock.now_ns())
+        stats = self.probes.read_file_stats()
+        snap = self.aggregator.interval(raw, self.clock.now_ns(), stats, self.probes.take_file_max())
         assert self.writer is not None
         self.writer.add("latency", snap.latency)
+        self.writer.add("files", snap.files)
+        self.writer.add("events", snap.events)
         if self._forget_next:
-            stale = [k for k in raw if abi.HIST_KEY.unpack(k)[0] in self._forget_next]
+            gone = self._forget_next
+            stale = [k for k in raw if abi.HIST_KEY.unpack_from(k)[0] in gone]
+            stale_files = [k for k in stats if abi.FILE_KEY.unpack_from(k)[0] in gone]
             self.probes.delete_hists(stale)
-            self.aggregator.forget(stale)
-            self._write_processes(self._forget_next)
+            self.probes.delete_file_stats(stale_files)
+            self.aggregator.forget(stale + stale_files)
+            self._write_processes(gone)
         self._forget_next = {p.pid for p in self.processes.by_pid.values()
                              if not p.alive and not p.written}
         self.writer.maybe_roll()

@@ -1,0 +1,134 @@
+/* SPDX-License-Identifier: GPL-2.0 OR BSD-3-Clause */
+/* Files: identity (s_dev, inode), and the full path sent once, on first sight. */
+#ifndef FILES_BPF_H
+#define FILES_BPF_H
+
+#include "maps.bpf.h"
+
+/* The struct file behind fd `fd` of the current task, NULL if none. */
+static __always_inline struct file *fd_file(int fd)
+{
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+	struct fdtable *fdt = BPF_CORE_READ(task, files, fdt);
+	struct file **fds;
+	struct file *file = NULL;
+
+	if (!fdt || fd < 0 || (unsigned int)fd >= BPF_CORE_READ(fdt, max_fds))
+		return NULL;
+	fds = BPF_CORE_READ(fdt, fd);
+	bpf_probe_read_kernel(&file, sizeof(file), &fds[fd]);
+	return file;
+}
+
+static __always_inline void inode_id(struct inode *inode, struct file_id *id)
+{
+	id->dev = BPF_CORE_READ(inode, i_sb, s_dev);
+	id->pad = 0;
+	id->ino = BPF_CORE_READ(inode, i_ino);
+}
+
+/* First-sight events are built here (2 KiB, too big for the stack), then copied out. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct iot_file_event);
+} file_scratch SEC(".maps");
+
+/* State of the dentry walk, one bpf_loop() step per dentry or mount crossing. Kernel pointers
+ * are plain numbers here: they are only ever passed to CO-RE reads. */
+struct path_walk {
+	struct dentry *dentry;
+	struct vfsmount *vfsmnt;
+	struct mount *mnt;
+	struct dentry *root_dentry;
+	struct vfsmount *root_mnt;
+	__u32 depth;
+	__u32 done;
+};
+
+static long path_walk_step(__u32 i, void *ctx)
+{
+	struct path_walk *w = ctx;
+	/* locals: CO-RE reads must start from kernel types, not from fields of struct path_walk */
+	struct dentry *dentry = w->dentry, *parent, *mnt_root;
+	struct vfsmount *vfsmnt = w->vfsmnt;
+	struct mount *mnt = w->mnt, *up;
+	struct iot_file_event *e;
+	__u32 zero = 0;
+	long n;
+
+	if (dentry == w->root_dentry && vfsmnt == w->root_mnt) {
+		w->done = 1;
+		return 1;
+	}
+	mnt_root = BPF_CORE_READ(vfsmnt, mnt_root);
+	parent = BPF_CORE_READ(dentry, d_parent);
+	if (dentry == mnt_root || dentry == parent) {
+		up = BPF_CORE_READ(mnt, mnt_parent);
+		if (up == mnt || !up) { /* the root mount of this namespace */
+			w->done = 1;
+			return 1;
+		}
+		w->dentry = BPF_CORE_READ(mnt, mnt_mountpoint);
+		w->mnt = up;
+		w->vfsmnt = (void *)up + bpf_core_field_offset(struct mount, mnt);
+		return 0;
+	}
+	e = bpf_map_lookup_elem(&file_scratch, &zero);
+	if (!e || w->depth >= IOT_PATH_DEPTH)
+		return 1;
+	n = bpf_probe_read_kernel_str(e->names[w->depth & (IOT_PATH_DEPTH - 1)], IOT_NAME_LEN,
+				      BPF_CORE_READ(dentry, d_name.name));
+	if (n >= IOT_NAME_LEN)
+		e->flags |= IOT_FILE_TRUNCATED; /* maybe cut: user space checks /proc/PID/fd */
+	w->depth++;
+	w->dentry = parent;
+	return 0;
+}
+
+/* Sends the path of `file` to user space the first time this (s_dev, inode) is seen: the names
+ * from the file up to the task's root (so paths are as seen inside a container's mount
+ * namespace or chroot), crossing mount points. */
+static __always_inline void file_first_sight(struct file *file, const struct file_id *id, int fd,
+					     __u32 tgid)
+{
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+	struct iot_file_event *e;
+	struct path_walk w = {};
+	struct inode *inode;
+	__u32 zero = 0;
+	__u8 one = 1;
+
+	if (bpf_map_lookup_elem(&files_seen, id))
+		return;
+	if (bpf_map_update_elem(&files_seen, id, &one, BPF_NOEXIST))
+		return; /* another CPU is sending it */
+	e = bpf_map_lookup_elem(&file_scratch, &zero);
+	if (!e)
+		return;
+	inode = BPF_CORE_READ(file, f_inode);
+	e->kind = IOT_EVENT_FILE;
+	e->pid = tgid;
+	e->dev = id->dev;
+	e->fd = fd;
+	e->ino = id->ino;
+	e->flags = BPF_CORE_READ(inode, i_nlink) == 0 ? IOT_FILE_DELETED : 0;
+	bpf_probe_read_kernel_str(e->fstype, sizeof(e->fstype),
+				  BPF_CORE_READ(inode, i_sb, s_type, name));
+	w.dentry = BPF_CORE_READ(file, f_path.dentry);
+	w.vfsmnt = BPF_CORE_READ(file, f_path.mnt);
+	w.mnt = (void *)w.vfsmnt - bpf_core_field_offset(struct mount, mnt);
+	w.root_dentry = BPF_CORE_READ(task, fs, root.dentry);
+	w.root_mnt = BPF_CORE_READ(task, fs, root.mnt);
+	bpf_loop(IOT_PATH_DEPTH + 16, path_walk_step, &w, 0);
+	e->depth = w.depth;
+	if (!w.done)
+		e->flags |= IOT_FILE_TRUNCATED;
+	if (bpf_ringbuf_output(&events, e, sizeof(*e), 0)) {
+		count_lost_event();
+		bpf_map_delete_elem(&files_seen, id); /* try again next time */
+	}
+}
+
+#endif /* FILES_BPF_H */

@@ -1,0 +1,97 @@
+// SPDX-License-Identifier: GPL-2.0 OR BSD-3-Clause
+/*
+ * Page cache: pages a process brings into the cache (misses: read(), mmap faults, readahead in
+ * its context) and pages it dirties (so later writeback by flusher threads can be charged to it).
+ */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_core_read.h>
+#include <bpf/bpf_tracing.h>
+#include "maps.bpf.h"
+#include "core_fixes.bpf.h"
+#include "files.bpf.h"
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";
+
+static __always_inline int handle_add(struct folio *folio)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	__u32 tgid = pid_tgid >> 32, tid = (__u32)pid_tgid;
+	struct hist_key hk = {};
+	struct file_key fk = {};
+	struct file_stat *st;
+	struct sys_start *sys;
+	struct file_id id;
+	__u64 pages;
+
+	if (!is_tracked(tgid))
+		return 0;
+	sys = bpf_map_lookup_elem(&sys_starts, &tid);
+	if (sys && sys->op == IOT_OP_WRITE)
+		return 0; /* a buffered write allocating pages to fill: not a read miss */
+	inode_id(BPF_CORE_READ(folio, mapping, host), &id);
+	pages = folio_pages(folio);
+	fk.tgid = tgid;
+	fk.dev = id.dev;
+	fk.ino = id.ino;
+	fk.op = IOT_OP_READ;
+	st = file_stat_of(&fk);
+	if (st)
+		__sync_fetch_and_add(&st->pages_missed, pages);
+	hk.tgid = tgid;
+	hk.layer = IOT_LAYER_PAGECACHE;
+	hk.op = IOT_OP_READ;
+	hist_add(&hk, 0, pages << iot_config.page_shift, pages);
+	return 0;
+}
+
+static __always_inline int handle_dirty(struct folio *folio, struct address_space *mapping)
+{
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	struct file_key fk = {};
+	struct file_stat *st;
+	struct file_id id;
+
+	if (!mapping)
+		return 0;
+	inode_id(BPF_CORE_READ(mapping, host), &id);
+	if (!is_tracked(tgid)) {
+		/* someone else dirties it now: later writeback is no longer ours alone */
+		if (bpf_map_lookup_elem(&dirtier, &id))
+			bpf_map_delete_elem(&dirtier, &id);
+		return 0;
+	}
+	bpf_map_update_elem(&dirtier, &id, &tgid, BPF_ANY);
+	fk.tgid = tgid;
+	fk.dev = id.dev;
+	fk.ino = id.ino;
+	fk.op = IOT_OP_WRITE;
+	st = file_stat_of(&fk);
+	if (st)
+		__sync_fetch_and_add(&st->pages_dirtied, folio_pages(folio));
+	return 0;
+}
+
+SEC("tp_btf/mm_filemap_add_to_page_cache")
+int BPF_PROG(add_page_btf, struct folio *folio)
+{
+	return handle_add(folio);
+}
+
+SEC("raw_tp/mm_filemap_add_to_page_cache")
+int BPF_PROG(add_page_raw, struct folio *folio)
+{
+	return handle_add(folio);
+}
+
+SEC("tp_btf/writeback_dirty_folio")
+int BPF_PROG(dirty_folio_btf, struct folio *folio, struct address_space *mapping)
+{
+	return handle_dirty(folio, mapping);
+}
+
+SEC("raw_tp/writeback_dirty_folio")
+int BPF_PROG(dirty_folio_raw, struct folio *folio, struct address_space *mapping)
+{
+	return handle_dirty(folio, mapping);
+}
