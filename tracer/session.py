@@ -265,7 +265,8 @@ class Session:
         n = len(self.processes.by_pid)
         header = (f"Traced {n} process{'es' if n != 1 else ''} ({self.stop_reason or 'stopped'}); "
                   f"{lost} events lost.")
-        return render_summary(self.aggregator.totals, self.processes, header)
+        return render_summary(self.aggregator.totals, self.processes, header,
+                              self.aggregator.file_totals, self.files)
 
     def close(self) -> None:
         if self.writer and not self.writer.closed:

@@ -6,11 +6,13 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from tracer.aggregate import Series
+from tracer.aggregate import PAGE_SIZE, FileTotals, Series
+from tracer.files import FileTable
 from tracer.histogram import format_bytes, format_ns, percentile_ns, render
 from tracer.processes import ProcessTable
 
 HISTOGRAM_MIN_OPS = 10  # fewer operations get their one summary line only
+TOP_FILES = 10
 LAYER_ORDER = {"syscall": 0, "block_queue": 1, "block": 2}
 
 
@@ -22,8 +24,32 @@ def _what(key: Series) -> str:
     return f"{label} {key.op} on {where} ({key.attribution})"
 
 
+def render_top_files(file_totals: Mapping[tuple[int, int, int], FileTotals], files: FileTable,
+                     n: int = TOP_FILES) -> list[str]:
+    """Like filetop, with full paths: the files the traced processes spent most time on."""
+    if not file_totals:
+        return []
+    ranked = sorted(file_totals.items(), key=lambda kv: (-kv[1].latency_sum_ns,
+                                                         -sum(kv[1].bytes.values())))[:n]
+    lines = ["", f"Top files by time spent in syscalls (of {len(file_totals)}):",
+             f"  {'time':>9} {'reads':>7} {'read':>10} {'writes':>7} {'written':>10} "
+             f"{'missed':>10} {'hit':>5} {'pid':>7}  path"]
+    for (pid, dev, ino), t in ranked:
+        info = files.get(dev, ino)
+        nread = t.bytes.get("read", 0)
+        hit = (f"{max(0.0, 1 - t.pages_missed * PAGE_SIZE / nread) * 100:.0f}%"
+               if nread else "-")
+        lines.append(
+            f"  {format_ns(t.latency_sum_ns):>9} {t.ops.get('read', 0):>7} "
+            f"{format_bytes(nread):>10} {t.ops.get('write', 0):>7} "
+            f"{format_bytes(t.bytes.get('write', 0)):>10} "
+            f"{format_bytes(t.pages_missed * PAGE_SIZE):>10} {hit:>5} {pid:>7}  {info.path}")
+    return lines
+
+
 def render_summary(totals: Mapping[Series, np.ndarray], processes: ProcessTable,
-                   header: str) -> str:
+                   header: str, file_totals: Mapping[tuple[int, int, int], FileTotals] | None = None,
+                   files: FileTable | None = None) -> str:
     """Text for the terminal (and `iotrace report`): one block per process, one histogram per
     layer/op/target, most operations first within a process."""
     lines = [header]
@@ -51,4 +77,6 @@ def render_summary(totals: Mapping[Series, np.ndarray], processes: ProcessTable,
             )
             if n >= HISTOGRAM_MIN_OPS:
                 lines.extend("    " + row for row in render(counts))
+    if file_totals:
+        lines.extend(render_top_files(file_totals, files or FileTable()))
     return "\n".join(lines)
