@@ -86,6 +86,9 @@ def test_command_mode_exact_counts(iowork, data_file, tmp_path, force):
     assert hooks["block_rq_issue"] == hooks["sched_process_fork"] == kind
     assert hooks["block_io_start"] == ("missing" if "no_block_io_start" in force else kind)
     check_trace(out)
+    # The /proc source rides on the same intervals: iostat and dstat columns.
+    devices = pd.read_parquet(out / "devices")
+    assert (devices.r_s >= 0).all() and not pd.read_parquet(out / "system").empty
 
 
 def test_attach_mode_exact_counts(iowork, data_file, tmp_path):

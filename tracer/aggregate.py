@@ -45,6 +45,8 @@ class Snapshot:
     latency: list[dict] = field(default_factory=list)  # rows of the `latency` table
     files: list[dict] = field(default_factory=list)  # rows of the `files` table
     events: list[dict] = field(default_factory=list)  # rows of the `events` table (slow ops)
+    devices: list[dict] = field(default_factory=list)  # rows of `devices` (iostat -x)
+    system: dict | None = None  # the row of `system` (dstat)
 
 
 @dataclass

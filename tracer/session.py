@@ -8,6 +8,7 @@ signal keeps what was collected.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import socket
@@ -26,6 +27,7 @@ from tracer.files import FileTable
 from tracer.host import tracing_problem
 from tracer.loader import HostCannotTrace, Probes
 from tracer.processes import ProcessTable
+from tracer.procfs import ProcSampler
 from tracer.sinks.parquet import TraceWriter
 from tracer.summary import render_summary
 
@@ -123,6 +125,7 @@ class Session:
         self.files = FileTable()
         self.aggregator = Aggregator(self.processes, self.files)
         self.probes = Probes(slow_ns=int(opts.slow_ms * 1e6))
+        self.proc = ProcSampler()
         self.writer: TraceWriter | None = None
         self.child: HeldChild | None = None
         self.stop_reason: str | None = None
@@ -158,6 +161,7 @@ class Session:
         except HostCannotTrace as e:
             raise TraceFailure(str(e), EXIT_HOST) from None
         self.writer = TraceWriter(self.opts.output, self._meta(start_ns), roll_s=self.opts.roll_s)
+        self.proc.sample(self.clock.now_ns())  # primes the /proc counters
         targets = self.opts.pids or [self.child.pid if self.child else 0]
         what = " ".join(self.opts.command) if self.opts.command else "PID " + " ".join(
             map(str, targets))
@@ -222,11 +226,16 @@ class Session:
                 self.processes.mark_gone(proc.pid)
         raw = self.probes.read_hists()
         stats = self.probes.read_file_stats()
-        snap = self.aggregator.interval(raw, self.clock.now_ns(), stats, self.probes.take_file_max())
+        now_ns = self.clock.now_ns()
+        snap = self.aggregator.interval(raw, now_ns, stats, self.probes.take_file_max())
+        devices, system = self.proc.sample(now_ns)
+        snap = dataclasses.replace(snap, devices=devices, system=system)
         assert self.writer is not None
         self.writer.add("latency", snap.latency)
         self.writer.add("files", snap.files)
         self.writer.add("events", snap.events)
+        self.writer.add("devices", snap.devices)
+        self.writer.add("system", [snap.system] if snap.system else [])
         if self._forget_next:
             gone = self._forget_next
             stale = [k for k in raw if abi.HIST_KEY.unpack_from(k)[0] in gone]
