@@ -80,6 +80,20 @@ class Run:
     maxrss_kib: int | None = None  # tracer's peak RSS
     hwm_kib: int | None = None  # tracer's VmHWM, last sample before it stopped
     attach_s: float | None = None  # start of the tracer -> its `Tracing` line
+    wait_ns: int | None = None  # the loop's time runnable but not running (schedstat)
+
+    @property
+    def rq_wait(self) -> float | None:
+        """Share of the loop's run it spent waiting for a CPU."""
+        if self.wait_ns is None or not self.ops:
+            return None
+        return self.wait_ns / (self.ns_per_op * self.ops)
+
+    @property
+    def on_cpu(self) -> float | None:
+        """ns/op with the loop's waits for a CPU taken out (its sleeps on I/O stay in)."""
+        return None if self.wait_ns is None or not self.ops else (
+            self.ns_per_op - self.wait_ns / self.ops)
     wall_s: float | None = None  # the whole tracer invocation
     others: int = 0  # tracing BPF programs loaded by someone else around this run
 
@@ -166,14 +180,22 @@ def wait_quiet(limit_s: float) -> int:
         time.sleep(0.5)
 
 
-def find_iotrace() -> str:
+def find_iotrace(src: Path | None) -> list[str]:
+    """The iotrace command: from a source tree (its tracer/ package, BPF objects built with
+    `make build`), else the one installed next to this Python, in .venv, or on PATH."""
+    if src:
+        if not (src / "tracer" / "cli.py").is_file() or not list((src / "tracer" / "bpf").glob("*.o")):
+            raise BenchError(f"{src} has no tracer/cli.py or no built tracer/bpf/*.bpf.o "
+                             f"(run `make -C {src} build`)")
+        # env execs Python in place, so the PID (for VmHWM and wait4) is iotrace's own.
+        return ["env", f"PYTHONPATH={src.resolve()}", sys.executable, "-m", "tracer.cli"]
     for cand in (Path(sys.prefix) / "bin" / "iotrace", REPO / ".venv" / "bin" / "iotrace"):
         if os.access(cand, os.X_OK):
-            return str(cand)
+            return [str(cand)]
     found = shutil.which("iotrace")
     if not found:
         raise BenchError("iotrace not found: run `make venv` (or use .venv/bin/python)")
-    return found
+    return [found]
 
 
 def vm_hwm_kib(pid: int) -> int | None:
@@ -187,11 +209,38 @@ def vm_hwm_kib(pid: int) -> int | None:
     return None
 
 
-class Tracer:
-    """A tracer process: stdout and stderr drained by threads, stderr lines time-stamped,
-    VmHWM sampled, reaped with wait4 for its peak RSS."""
+def loop_schedstat(pid: int) -> tuple[int, int] | None:
+    """(ns on CPU, ns runnable but waiting for a CPU) of pid, if it is pread_loop by now."""
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            if f.read().strip() != LOOP.name:
+                return None
+        with open(f"/proc/{pid}/schedstat") as f:
+            run_ns, wait_ns = f.read().split()[:2]
+        return int(run_ns), int(wait_ns)
+    except (OSError, ValueError):
+        return None
 
-    def __init__(self, argv: list[str], ready_prefix: str | None):
+
+def children(pid: int) -> list[int]:
+    kids = []
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/children") as f:
+                kids += [int(x) for x in f.read().split()]
+    except OSError:
+        pass
+    return kids
+
+
+class Tracer:
+    """A process (a tracer, or the bare loop): stdout and stderr drained by threads, stderr
+    lines time-stamped, VmHWM sampled, reaped with wait4 for its peak RSS. The loop (the
+    process itself, or a child running pread_loop) has its schedstat sampled, for the share
+    of its life it spent waiting for a CPU: the noise other load adds to its wall-clock
+    ns/op."""
+
+    def __init__(self, argv: list[str], ready_prefix: str | None, is_loop: bool = False):
         self.t0 = time.monotonic()
         self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                      stdin=subprocess.DEVNULL, text=True)
@@ -203,6 +252,9 @@ class Tracer:
         self.hwm: int | None = None
         self.maxrss: int | None = None
         self.status: int | None = None
+        self.is_loop = is_loop
+        self.sched: tuple[int, int] | None = None  # last (run ns, wait ns) of the loop
+        self._loop_pid: int | None = None
         self._done = threading.Event()
         self._threads = [threading.Thread(target=self._drain_out, daemon=True),
                          threading.Thread(target=self._drain_err, daemon=True),
@@ -224,10 +276,20 @@ class Tracer:
         self.ready.set()  # EOF: stop anyone waiting
 
     def _sample(self) -> None:
-        while not self._done.wait(0.1):
+        while not self._done.wait(0.05):
             hwm = vm_hwm_kib(self.proc.pid)
             if hwm is not None:
                 self.hwm = hwm
+            if self._loop_pid is None:
+                for pid in [self.proc.pid] if self.is_loop else children(self.proc.pid):
+                    if loop_schedstat(pid):
+                        self._loop_pid = pid
+            if self._loop_pid is not None:
+                self.sched = loop_schedstat(self._loop_pid) or self.sched
+
+    @property
+    def wait_ns(self) -> int | None:
+        return self.sched[1] if self.sched else None
 
     def wait(self, timeout: float) -> int:
         deadline = time.monotonic() + timeout
@@ -270,17 +332,18 @@ def parse_loop(text: str, what: str, stderr: str = "") -> tuple[int, float]:
 
 # -- one run per mode -----------------------------------------------------------------------------
 def run_untraced(loop_argv: list[str], timeout: float) -> Run:
-    p = subprocess.run(loop_argv, capture_output=True, text=True, timeout=timeout)
-    if p.returncode != 0:
-        raise BenchError(f"untraced loop exited {p.returncode}: {p.stderr.strip()}")
+    p = Tracer(loop_argv, ready_prefix=None, is_loop=True)
+    rc = p.wait(timeout)
+    if rc != 0:
+        raise BenchError(f"untraced loop exited {rc}: {p.stderr.strip()}")
     ops, ns = parse_loop(p.stdout, "untraced loop", p.stderr)
-    return Run(ns_per_op=ns, ops=ops)
+    return Run(ns_per_op=ns, ops=ops, wait_ns=p.wait_ns)
 
 
-def run_iotrace(iotrace: str, loop_argv: list[str], timeout: float, keep: bool) -> Run:
+def run_iotrace(iotrace: list[str], loop_argv: list[str], timeout: float, keep: bool) -> Run:
     outdir = tempfile.mkdtemp(prefix="iotrace-bench-", dir="/var/tmp")
     try:
-        tr = Tracer([iotrace, "-o", outdir, "--", *loop_argv], ready_prefix="Tracing")
+        tr = Tracer([*iotrace, "-o", outdir, "--", *loop_argv], ready_prefix="Tracing")
         rc = tr.wait(timeout)
         wall = time.monotonic() - tr.t0
         if rc != 0:
@@ -289,7 +352,8 @@ def run_iotrace(iotrace: str, loop_argv: list[str], timeout: float, keep: bool) 
         m = IOTRACE_READS.search(tr.stdout)
         return Run(ns_per_op=ns, ops=ops, seen=int(m.group(1)) if m else None,
                    maxrss_kib=tr.maxrss, hwm_kib=tr.hwm,
-                   attach_s=(tr.ready_at - tr.t0) if tr.ready_at else None, wall_s=wall)
+                   attach_s=(tr.ready_at - tr.t0) if tr.ready_at else None, wall_s=wall,
+                   wait_ns=tr.wait_ns)
     finally:
         if keep:
             print(f"kept {outdir}", file=sys.stderr)
@@ -310,17 +374,17 @@ def run_bpftrace(bpftrace: str, loop_argv: list[str], timeout: float, floor: boo
     ops, ns = parse_loop(tr.stdout, "bpftrace run", tr.stderr)
     rows = BT_ROW.findall(tr.stdout)
     return Run(ns_per_op=ns, ops=ops, seen=sum(map(int, rows)) if rows else None,
-               maxrss_kib=tr.maxrss, hwm_kib=tr.hwm, wall_s=wall)
+               maxrss_kib=tr.maxrss, hwm_kib=tr.hwm, wall_s=wall, wait_ns=tr.wait_ns)
 
 
 # -- attach time ----------------------------------------------------------------------------------
-def measure_attach(iotrace: str, reps: int) -> list[Run]:
+def measure_attach(iotrace: list[str], reps: int) -> list[Run]:
     runs = []
     for _ in range(reps):
         target = subprocess.Popen(["sleep", "30"])
         outdir = tempfile.mkdtemp(prefix="iotrace-bench-", dir="/var/tmp")
         try:
-            tr = Tracer([iotrace, "-o", outdir, "--pid", str(target.pid)],
+            tr = Tracer([*iotrace, "-o", outdir, "--pid", str(target.pid)],
                         ready_prefix="Tracing")
             tr.ready.wait(30)
             hwm = vm_hwm_kib(tr.proc.pid)
@@ -344,6 +408,10 @@ def measure_attach(iotrace: str, reps: int) -> list[Run]:
 
 
 # -- report ---------------------------------------------------------------------------------------
+def as_dict(run: Run) -> dict:
+    return {**vars(run), "rq_wait": run.rq_wait, "on_cpu_ns_per_op": run.on_cpu}
+
+
 def peak_kib(run: Run) -> int | None:
     """The larger of ru_maxrss (at exit) and the last VmHWM sample (they differ by rounding)."""
     xs = [x for x in (run.maxrss_kib, run.hwm_kib) if x is not None]
@@ -359,6 +427,22 @@ def fmt(x, spec: str, none: str = "-") -> str:
     return none if x is None else format(x, spec)
 
 
+def pct(x: float | None, spec: str) -> str:
+    return "-" if x is None else format(x * 100, spec) + "%"
+
+
+def source_revision(src: Path) -> str:
+    """git describe of src, or the commit a `git archive` snapshot recorded in its name."""
+    try:
+        p = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=src,
+                           capture_output=True, text=True, timeout=10)
+        if p.returncode == 0 and p.stdout.strip():
+            return p.stdout.strip()
+    except OSError:
+        pass
+    return f"the tree in {src}"
+
+
 def machine() -> dict:
     model = "?"
     try:
@@ -369,49 +453,78 @@ def machine() -> dict:
                     break
     except OSError:
         pass
+    try:
+        rev = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=REPO,
+                             capture_output=True, text=True, timeout=10).stdout.strip()
+    except OSError:
+        rev = ""
     return {"nproc": os.cpu_count(), "cpu": model, "kernel": platform.release(),
-            "loadavg": os.getloadavg()}
+            "loadavg": os.getloadavg(), "revision": rev or "?"}
+
+
+def paired(runs: dict[int, Run], base: dict[int, Run], key) -> tuple[list, list]:
+    """Per-round ratios and differences of key(run) against the untraced run of the round."""
+    ratios, diffs = [], []
+    for r, run in runs.items():
+        if r in base and key(run) is not None and key(base[r]) is not None:
+            ratios.append(key(run) / key(base[r]))
+            diffs.append(key(run) - key(base[r]))
+    return ratios, diffs
 
 
 def report(results: dict, modes: list[str], attach: list[Run], info: dict) -> None:
     print()
     print(f"machine: {info['nproc']} CPUs, {info['cpu']}, kernel {info['kernel']}; "
           f"data file {info['file']} on {info['fs']}")
-    print(f"loop: {info['seconds']} s per run, {info['rounds']} rounds per workload; "
+    print(f"iotrace at {info['revision']} ({info['iotrace']}); "
+          f"bpftrace {info['bpftrace_version'] or 'not used'}")
+    print(f"loop: {info['seconds']:g} s per run, {info['rounds']} rounds per workload; "
           f"load average before {info['load_before'][0]:.2f}, after {info['load_after'][0]:.2f}")
     print()
-    head = (f"{'workload':<18} {'mode':<9} {'median ns/op':>12} {'slowdown':>9} "
-            f"{'overhead ns/call':>16} {'coverage':>9} {'peak RSS MiB':>12} "
-            f"{'wall s':>7}  per-round ns/op")
+    head = (f"{'workload':<17} {'mode':<8} {'median ns/op':>12} {'slowdown':>8} "
+            f"{'overhead':>9} {'on-CPU ovh':>10} {'rq wait':>7} {'coverage':>8} "
+            f"{'peak RSS':>8} {'wall':>6}")
+    units = (f"{'':<17} {'':<8} {'(loop)':>12} {'':>8} {'ns/call':>9} {'ns/call':>10} "
+             f"{'median':>7} {'min':>8} {'MiB':>8} {'s':>6}")
     print(head)
+    print(units)
     print("-" * len(head))
     for wl, _ in WORKLOADS:
         base = results[wl]["untraced"].runs
         for mode in modes:
             runs = results[wl][mode].runs
-            ratios = [runs[r].ns_per_op / base[r].ns_per_op for r in runs if r in base]
-            diffs = [runs[r].ns_per_op - base[r].ns_per_op for r in runs if r in base]
-            cov = [runs[r].seen / runs[r].ops for r in runs if runs[r].seen is not None]
-            rss = med([peak_kib(runs[r]) for r in runs])
             traced = mode != "untraced"
-            print(f"{wl:<18} {mode:<9} {fmt(med([x.ns_per_op for x in runs.values()]), '12.1f')} "
-                  f"{fmt(med(ratios) if traced else None, '8.2f') + ('x' if traced else ' '):>9} "
-                  f"{fmt(med(diffs) if traced else None, '+16.1f'):>16} "
-                  f"{fmt(min(cov) * 100 if cov else None, '8.1f') + ('%' if cov else ' '):>9} "
-                  f"{fmt(rss / 1024 if rss else None, '12.1f'):>12} "
-                  f"{fmt(med([x.wall_s for x in runs.values()]), '7.2f'):>7}  "
-                  + " ".join(f"{runs[r].ns_per_op:.0f}" for r in sorted(runs)))
-    flagged = sorted({(wl, r) for wl, _ in WORKLOADS for m in modes
-                      for r, run in results[wl][m].runs.items() if run.others})
-    if flagged:
-        print()
-        print("warning: other tracers' BPF programs were loaded during "
-              + ", ".join(f"{wl} round {r + 1}" for wl, r in flagged)
-              + " (they tax the untraced runs too; rerun on a quiet machine)")
+            ratios, diffs = paired(runs, base, lambda x: x.ns_per_op)
+            _, cpu_diffs = paired(runs, base, lambda x: x.on_cpu)
+            cov = [x.seen / x.ops for x in runs.values() if x.seen is not None]
+            rss = med([peak_kib(x) for x in runs.values()])
+            rq = med([x.rq_wait for x in runs.values()])
+            print(f"{wl:<17} {mode:<8} {fmt(med([x.ns_per_op for x in runs.values()]), '12.1f')} "
+                  f"{fmt(med(ratios) if traced else None, '7.2f') + ('x' if traced else ' '):>8} "
+                  f"{fmt(med(diffs) if traced else None, '+9.0f'):>9} "
+                  f"{fmt(med(cpu_diffs) if traced and cpu_diffs else None, '+10.0f'):>10} "
+                  f"{pct(rq, '.1f'):>7} {pct(min(cov) if cov else None, '.1f'):>8} "
+                  f"{fmt(rss / 1024 if rss else None, '8.1f'):>8} "
+                  f"{fmt(med([x.wall_s for x in runs.values()]), '6.2f'):>6}")
     print()
-    print("slowdown = median over rounds of traced/untraced ns/op of the same round; "
-          "overhead = median of traced - untraced (ns per pread64); coverage = lowest "
-          "tracer-counted/loop-counted preads; wall = whole tracer invocation.")
+    print("per round, ns/op as the loop printed it (rq wait %):")
+    for wl, _ in WORKLOADS:
+        for mode in modes:
+            runs = results[wl][mode].runs
+            print(f"  {wl:<17} {mode:<8} " + "  ".join(
+                f"{runs[r].ns_per_op:8.0f} ({pct(runs[r].rq_wait, '.0f')})"
+                + ("*" if runs[r].others else "") for r in sorted(runs)))
+    if any(run.others for per in results.values() for cell in per.values()
+           for run in cell.runs.values()):
+        print("  * another tracer's BPF programs were loaded around this run: they tax "
+              "every syscall, untraced runs too; rerun on a quiet machine")
+    print()
+    print("slowdown = median over rounds of traced/untraced ns/op of the same round; overhead = "
+          "median of traced - untraced ns/op (one pread64 per op);\non-CPU ovh = the same after "
+          "taking each run's time runnable-but-not-running (schedstat) out of its ns/op, which "
+          "removes waits for a CPU other load took;\nrq wait = share of the loop's run spent "
+          "runnable but not running; coverage = lowest tracer-counted/loop-counted preads; "
+          "wall = whole tracer invocation.")
     cmd_attach = [r.attach_s for wl, _ in WORKLOADS for r in results[wl]["iotrace"].runs.values()]
     print()
     if attach:
@@ -441,6 +554,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quiet-wait", type=float, default=30.0, metavar="S",
                     help="before each run, wait up to S s for other tracers' BPF programs to "
                          "go (default 30); runs with them loaded are flagged")
+    ap.add_argument("--iotrace-src", type=Path, metavar="DIR",
+                    help="run iotrace from this source tree (e.g. a `git archive` snapshot after "
+                         "`make -C DIR build`) instead of the installed one")
     ap.add_argument("--json", type=Path, help="also write every measurement here")
     ap.add_argument("--keep", action="store_true", help="keep iotrace's trace directories")
     args = ap.parse_args(argv)
@@ -458,7 +574,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         ensure_loop()
         ensure_data_file(args.file)
-        iotrace = find_iotrace()
+        iotrace = find_iotrace(args.iotrace_src)
         bpftrace = None if args.no_bpftrace else shutil.which("bpftrace")
         if not args.no_bpftrace and not bpftrace:
             print("bpftrace not on PATH: comparing untraced and iotrace only", file=sys.stderr)
@@ -466,8 +582,14 @@ def main(argv: list[str] | None = None) -> int:
             ["floor"] if bpftrace and not args.no_floor else [])
         info = {**machine(), "file": str(args.file), "fs": fs_type(args.file),
                 "seconds": args.seconds, "rounds": args.rounds, "modes": modes,
-                "iotrace": iotrace, "bpftrace": bpftrace}
+                "iotrace": shlex.join(iotrace), "bpftrace": bpftrace}
+        if args.iotrace_src:
+            info["revision"] = source_revision(args.iotrace_src)
         info["load_before"] = info.pop("loadavg")
+        info["bpftrace_version"] = None
+        if bpftrace:
+            v = subprocess.run([bpftrace, "--version"], capture_output=True, text=True, timeout=30)
+            info["bpftrace_version"] = v.stdout.strip().removeprefix("bpftrace ")
         timeout = args.seconds + 120
 
         results = {wl: {m: Cell() for m in modes} for wl, _ in WORKLOADS}
@@ -501,9 +623,9 @@ def main(argv: list[str] | None = None) -> int:
     report(results, modes, attach, info)
     if args.json:
         dump = {"machine": info,
-                "results": {wl: {m: {r: vars(run) for r, run in cell.runs.items()}
+                "results": {wl: {m: {r: as_dict(run) for r, run in cell.runs.items()}
                                  for m, cell in per.items()} for wl, per in results.items()},
-                "attach": [vars(r) for r in attach]}
+                "attach": [as_dict(r) for r in attach]}
         args.json.write_text(json.dumps(dump, indent=2) + "\n")
     return 0
 
