@@ -187,3 +187,21 @@ def test_writeback_by_flusher_is_charged_to_the_dirtier(tmp_path):
     writer = int(procs[procs.role == "main"].pid.iloc[0])
     wb = lat[(lat.pid == writer) & (lat.layer == "block") & (lat.attribution == "writeback")]
     assert wb["bytes"].sum() >= 16 << 20
+
+
+def test_paths_as_seen_inside_a_chroot(iowork, tmp_path):
+    """The dentry walk stops at the process's root: a chrooted (or containerised) job sees
+    /data.bin, and so does the trace."""
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / "iowork").write_bytes(iowork.read_bytes())
+    (root / "iowork").chmod(0o755)
+    make_file(root / "data.bin", 64)
+    warm(root / "data.bin")
+    out = tmp_path / "trace"
+    r = run_iotrace("-o", str(out), "--", "chroot", str(root), "/iowork", "/data.bin",
+                    "--cached", "7")
+    assert r.returncode == 0, r.stderr
+    files = pd.read_parquet(out / "files")
+    reads = files[(files.op == "read") & (files.path == "/data.bin")]
+    assert reads["ops"].sum() == 7 and set(reads.path_source) == {"kernel"}
