@@ -121,9 +121,10 @@ static __always_inline int handle_issue(struct request *rq)
 	__u64 key = (__u64)rq;
 	struct rq_start *s = bpf_map_lookup_elem(&rq_starts, &key);
 
-	if (!s && !iot_config.have_io_start) {
-		/* Without block_io_start, a request issued directly (no scheduler, so no insert)
-		 * is first seen here, still in the submitter's context. */
+	if (!s && !iot_config.have_io_start && !BPF_CORE_READ(rq, q, elevator)) {
+		/* Without block_io_start, a request issued directly (no I/O scheduler, so maybe no
+		 * insert) is first seen here, in the submitter's context. With a scheduler every
+		 * request is inserted first, and issue may run in anyone's context: no guess then. */
 		start_request(rq);
 		s = bpf_map_lookup_elem(&rq_starts, &key);
 	}

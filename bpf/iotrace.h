@@ -102,6 +102,49 @@ enum iot_event_kind {
 	IOT_EVENT_EXIT = 3, /* the last thread of a tracked process exited */
 	IOT_EVENT_FILE = 4, /* first sight of a file: its path (struct iot_file_event) */
 	IOT_EVENT_SLOW = 5, /* one operation slower than slow_ns (struct iot_slow_event) */
+	IOT_EVENT_RENAME = 6, /* a thread of a tracked process renamed itself (iot_proc_event,
+			       * ppid holds the thread id) */
+};
+
+/* Value of the `tracked` map. */
+struct tracked_info {
+	__u32 root;  /* tgid of the traced ancestor it descends from, 0 for a target itself */
+	__u32 flags; /* enum iot_tracked_flags */
+};
+
+enum iot_tracked_flags {
+	IOT_TRACKED_WORKER = 1, /* named itself pt_data_worker: a DataLoader worker */
+};
+
+enum iot_thread_state {
+	IOT_THREAD_ONCPU = 0,
+	IOT_THREAD_RUNNABLE = 1, /* waiting for a CPU */
+	IOT_THREAD_SLEEP = 2,    /* interruptible sleep (S) */
+	IOT_THREAD_IOWAIT = 3,   /* uninterruptible sleep (D): disk I/O, page faults */
+	IOT_THREAD_DEAD = 4,     /* exited: no more time accrues */
+};
+
+enum iot_waker { /* who ended a sleep */
+	IOT_WAKER_OWN = 0,    /* another thread of the same process */
+	IOT_WAKER_WORKER = 1, /* a DataLoader worker process */
+	IOT_WAKER_PIN = 2,    /* the pin-memory thread (pt_data_pin) */
+	IOT_WAKER_OTHER = 3,  /* anything else: other processes, interrupts, timers */
+	IOT_WAKERS = 4,
+};
+
+/* Value of the `threads` map, by thread id: where the thread's time went, cumulative. The
+ * current state started at since_ns and is not in the sums yet. */
+struct thread_time {
+	__u32 tgid;
+	__u8 state; /* enum iot_thread_state */
+	__u8 pad[3];
+	__u64 since_ns;
+	__u64 oncpu_ns;
+	__u64 runnable_ns;
+	__u64 sleep_ns;
+	__u64 iowait_ns;
+	__u64 woken_ns[IOT_WAKERS]; /* sleep (S and D) time by who ended it */
+	char comm[IOT_COMM_LEN];
 };
 
 enum iot_file_flags {

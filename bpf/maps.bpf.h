@@ -17,12 +17,12 @@
 /* Load-time configuration, written by the loader (tracer/loader.py) before load. */
 const volatile struct iot_config iot_config SEC(".rodata.config") = {};
 
-/* TGIDs being traced. Value: tgid of the traced ancestor it descends from (0 for a target). */
+/* TGIDs being traced. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, MAX_TRACKED);
 	__type(key, __u32);
-	__type(value, __u32);
+	__type(value, struct tracked_info);
 } tracked SEC(".maps");
 
 struct {
@@ -93,6 +93,14 @@ struct {
 	__type(key, __u32);
 	__type(value, struct sys_start);
 } sys_starts SEC(".maps");
+
+/* Where each traced thread's time goes (sched.bpf.c), by thread id. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __u32);
+	__type(value, struct thread_time);
+} threads SEC(".maps");
 
 static const struct hist zero_hist;
 static const struct file_stat zero_file_stat;

@@ -30,15 +30,15 @@ static __always_inline int handle_fork(struct task_struct *parent, struct task_s
 {
 	__u32 ptgid = BPF_CORE_READ(parent, tgid);
 	__u32 ctgid = BPF_CORE_READ(child, tgid);
-	__u32 *root;
+	struct tracked_info *pinfo, cinfo = {};
 
 	if (ctgid == ptgid) /* a new thread, not a new process */
 		return 0;
-	root = bpf_map_lookup_elem(&tracked, &ptgid);
-	if (!root)
+	pinfo = bpf_map_lookup_elem(&tracked, &ptgid);
+	if (!pinfo)
 		return 0;
-	__u32 child_root = *root ? *root : ptgid;
-	bpf_map_update_elem(&tracked, &ctgid, &child_root, BPF_ANY);
+	cinfo.root = pinfo->root ? pinfo->root : ptgid;
+	bpf_map_update_elem(&tracked, &ctgid, &cinfo, BPF_ANY);
 	emit(IOT_EVENT_FORK, ctgid, ptgid, 0, child);
 	return 0;
 }
@@ -65,6 +65,54 @@ static __always_inline int handle_exit(struct task_struct *task)
 	bpf_map_delete_elem(&tracked, &tgid);
 	emit(IOT_EVENT_EXIT, tgid, 0, BPF_CORE_READ(task, exit_code), task);
 	return 0;
+}
+
+/* PyTorch names its DataLoader workers and pin-memory thread (prctl PR_SET_NAME). */
+static __always_inline int handle_rename(struct task_struct *task, const char *comm)
+{
+	static const char worker[] = "pt_data_worker";
+	__u32 tgid = BPF_CORE_READ(task, tgid), pid = BPF_CORE_READ(task, pid);
+	struct tracked_info *info = bpf_map_lookup_elem(&tracked, &tgid);
+	struct iot_proc_event *e;
+	char name[IOT_COMM_LEN] = {};
+	bool is_worker = true;
+
+	if (!info)
+		return 0;
+	bpf_probe_read_kernel_str(name, sizeof(name), comm);
+	for (int i = 0; i < sizeof(worker); i++)
+		if (name[i] != worker[i])
+			is_worker = false;
+	if (is_worker && pid == tgid)
+		info->flags |= IOT_TRACKED_WORKER;
+	struct thread_time *t = bpf_map_lookup_elem(&threads, &pid);
+	if (t)
+		__builtin_memcpy(t->comm, name, sizeof(name));
+	e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+	if (!e) {
+		count_lost_event();
+		return 0;
+	}
+	e->kind = IOT_EVENT_RENAME;
+	e->pid = tgid;
+	e->ppid = pid;
+	e->exit_code = 0;
+	e->ts_ns = bpf_ktime_get_ns();
+	__builtin_memcpy(e->comm, name, sizeof(name));
+	bpf_ringbuf_submit(e, 0);
+	return 0;
+}
+
+SEC("tp_btf/task_rename")
+int BPF_PROG(rename_btf, struct task_struct *task, const char *comm)
+{
+	return handle_rename(task, comm);
+}
+
+SEC("raw_tp/task_rename")
+int BPF_PROG(rename_raw, struct task_struct *task, const char *comm)
+{
+	return handle_rename(task, comm);
 }
 
 SEC("tp_btf/sched_process_fork")

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 
 from tracer import abi
-from tracer.aggregate import Aggregator, Series
+from tracer.aggregate import Aggregator, Reading, Series
 from tracer.clock import Clock
 from tracer.histogram import percentile_ns, render
 from tracer.processes import Process, ProcessTable
@@ -55,14 +55,14 @@ def test_aggregator_writes_exact_deltas():
     procs.by_pid[7] = Process(7, 1, "train", True, "python train.py", 0)
     agg = Aggregator(procs)
     key = abi.HIST_KEY.pack(7, 0, 1, 0, 1, 0)  # syscall read file
-    s1 = agg.interval({key: hist_bytes({12: 5}, {12: 5 * 4096})}, ts_ns=1_000)
+    s1 = agg.interval(Reading({key: hist_bytes({12: 5}, {12: 5 * 4096})}), ts_ns=1_000)
     assert [(r["count"], r["bytes"], r["bucket_lo_ns"], r["role"]) for r in s1.latency] == [
         (5, 20480, 4096, "main")]
-    s2 = agg.interval({key: hist_bytes({12: 5, 13: 2}, {12: 5 * 4096, 13: 2 * 4096})},
+    s2 = agg.interval(Reading({key: hist_bytes({12: 5, 13: 2}, {12: 5 * 4096, 13: 2 * 4096})}),
                       ts_ns=2_000)
     assert [(r["count"], r["bucket_lo_ns"]) for r in s2.latency] == [(2, 8192)]
     assert s2.interval_ns == 1_000
-    s3 = agg.interval({key: hist_bytes({12: 5, 13: 2}, {12: 5 * 4096, 13: 2 * 4096})},
+    s3 = agg.interval(Reading({key: hist_bytes({12: 5, 13: 2}, {12: 5 * 4096, 13: 2 * 4096})}),
                       ts_ns=3_000)
     assert s3.latency == []  # nothing new: no rows
     series = Series(7, "syscall", "read", "file", None, None)
@@ -72,16 +72,16 @@ def test_aggregator_writes_exact_deltas():
 def test_aggregator_key_recreated_counts_from_zero():
     agg = Aggregator(ProcessTable(Clock()))
     key = abi.HIST_KEY.pack(9, 0, 1, 1, 2, 0)
-    agg.interval({key: hist_bytes({3: 10})}, ts_ns=1)
-    snap = agg.interval({key: hist_bytes({3: 4})}, ts_ns=2)  # deleted and recreated in between
+    agg.interval(Reading({key: hist_bytes({3: 10})}), ts_ns=1)
+    snap = agg.interval(Reading({key: hist_bytes({3: 4})}), ts_ns=2)  # recreated in between
     assert [r["count"] for r in snap.latency] == [4]
 
 
 def test_report_rebuilds_the_same_totals_from_rows():
     agg = Aggregator(ProcessTable(Clock()))
     k1 = abi.HIST_KEY.pack(5, 0, 1, 0, 1, 0)
-    s1 = agg.interval({k1: hist_bytes({0: 1, 12: 3, 39: 2}, {12: 100})}, ts_ns=10)
-    s2 = agg.interval({k1: hist_bytes({0: 1, 12: 4, 39: 2}, {12: 150})}, ts_ns=20)
+    s1 = agg.interval(Reading({k1: hist_bytes({0: 1, 12: 3, 39: 2}, {12: 100})}), ts_ns=10)
+    s2 = agg.interval(Reading({k1: hist_bytes({0: 1, 12: 4, 39: 2}, {12: 150})}), ts_ns=20)
     rebuilt = totals_from_latency(pd.DataFrame(s1.latency + s2.latency))
     series = Series(5, "syscall", "read", "file", None, None)
     assert list(rebuilt) == [series]

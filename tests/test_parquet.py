@@ -119,6 +119,8 @@ def test_latency_and_processes_columns() -> None:
         ("first_seen", ts, False),
         ("exit", ts, True),
         ("exit_code", pa.int32(), True),
+        ("worker_generation", pa.int32(), True),
+        ("worker_index", pa.int32(), True),
     ]
     assert [(f.name, f.type, f.nullable) for f in TABLES["latency"]] == [
         ("ts", ts, False),

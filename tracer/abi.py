@@ -26,7 +26,13 @@ TARGETS = {0: None, 1: "file", 2: "pipe", 3: "socket", 4: "other"}
 # enum iot_attribution (0: IOT_ATTR_NONE, not a block row)
 ATTRIBUTIONS = {0: None, 1: "direct", 2: "writeback", 3: "readahead", 4: "unknown"}
 # enum iot_event_kind
-EVENT_FORK, EVENT_EXEC, EVENT_EXIT, EVENT_FILE, EVENT_SLOW = 1, 2, 3, 4, 5
+EVENT_FORK, EVENT_EXEC, EVENT_EXIT, EVENT_FILE, EVENT_SLOW, EVENT_RENAME = 1, 2, 3, 4, 5, 6
+# enum iot_tracked_flags
+TRACKED_WORKER = 1
+# enum iot_thread_state
+THREAD_STATES = {0: "oncpu", 1: "runnable", 2: "sleep", 3: "iowait", 4: "dead"}
+# enum iot_waker, in woken_ns order
+WAKERS = ("own", "worker", "pin", "other")
 # enum iot_file_flags
 FILE_TRUNCATED, FILE_DELETED = 1, 2
 
@@ -38,8 +44,11 @@ HIST_KEY = struct.Struct("<IIBBBB")
 HIST_SIZE = 2 * 8 * MAX_SLOTS
 # struct iot_proc_event: kind, pid, ppid, exit_code, ts_ns, comm
 PROC_EVENT = struct.Struct(f"<IIIiQ{COMM_LEN}s")
-# tracked map: u32 tgid -> u32 root tgid
+# tracked map: u32 tgid -> struct tracked_info {root, flags}
 TGID = struct.Struct("<I")
+TRACKED_INFO = struct.Struct("<II")
+# struct thread_time: tgid, state, since_ns, oncpu, runnable, sleep, iowait, woken_ns[4], comm
+THREAD_TIME = struct.Struct(f"<IB3xQ4Q4Q{COMM_LEN}s")
 # struct file_key: tgid, dev, ino, op
 FILE_KEY = struct.Struct("<IIQB7x")
 # struct file_stat: ops, bytes, latency_sum_ns, pages_missed, pages_dirtied
@@ -106,6 +115,34 @@ class SlowEvent:
     bytes: int
     latency_ns: int
     comm: str
+
+
+@dataclass(frozen=True)
+class ThreadTime:
+    """Cumulative time of one thread by state, counting the open state up to `now_ns`."""
+
+    pid: int
+    tid: int
+    comm: str
+    oncpu_ns: int
+    runnable_ns: int
+    sleep_ns: int
+    iowait_ns: int
+    woken_ns: tuple[int, int, int, int]  # by WAKERS
+
+    def as_tuple(self) -> tuple[int, ...]:
+        return (self.oncpu_ns, self.runnable_ns, self.sleep_ns, self.iowait_ns, *self.woken_ns)
+
+
+def decode_thread_time(tid: int, raw: bytes, now_ns: int) -> ThreadTime:
+    """The kernel adds a state's time when the state ends; the open one is added here, so that
+    deltas between two reads are exact."""
+    tgid, state, since, oncpu, runnable, sleep, iowait, w0, w1, w2, w3, comm = (
+        THREAD_TIME.unpack_from(raw))
+    times = [oncpu, runnable, sleep, iowait]
+    if state < 4 and now_ns > since:
+        times[state] += now_ns - since
+    return ThreadTime(tgid, tid, _cstr(comm), *times, (w0, w1, w2, w3))
 
 
 @dataclass(frozen=True)

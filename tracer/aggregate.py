@@ -45,8 +45,20 @@ class Snapshot:
     latency: list[dict] = field(default_factory=list)  # rows of the `latency` table
     files: list[dict] = field(default_factory=list)  # rows of the `files` table
     events: list[dict] = field(default_factory=list)  # rows of the `events` table (slow ops)
+    threads: list[dict] = field(default_factory=list)  # rows of the `threads` table
     devices: list[dict] = field(default_factory=list)  # rows of `devices` (iostat -x)
     system: dict | None = None  # the row of `system` (dstat)
+
+
+@dataclass(frozen=True)
+class Reading:
+    """One read of the kernel's maps (raw bytes, as the loader returns them)."""
+
+    hists: dict[bytes, bytes]
+    file_stats: dict[bytes, bytes] = field(default_factory=dict)
+    file_max: dict[bytes, int] = field(default_factory=dict)
+    threads: dict[int, bytes] = field(default_factory=dict)  # by thread id
+    monotonic_ns: int = 0  # when it was read (CLOCK_MONOTONIC, the kernel's clock)
 
 
 @dataclass
@@ -66,16 +78,16 @@ class Aggregator:
         self.files = files or FileTable()
         self.prev: dict[bytes, np.ndarray] = {}
         self.prev_files: dict[bytes, tuple[int, ...]] = {}
+        self.prev_threads: dict[int, tuple[int, ...]] = {}
         self.totals: dict[Series, np.ndarray] = {}  # whole-trace sums, for the summary
         self.file_totals: dict[tuple[int, int, int], FileTotals] = {}  # (pid, dev, ino)
         self.last_ts_ns: int | None = None
         self.pending_events: list[dict] = []
 
-    def interval(self, raw: dict[bytes, bytes], ts_ns: int, file_stats: dict[bytes, bytes] | None = None,
-                 file_max: dict[bytes, int] | None = None) -> Snapshot:
+    def interval(self, reading: Reading, ts_ns: int) -> Snapshot:
         """Deltas since the previous call, as rows stamped `ts_ns`; slow events since then."""
         rows: list[dict] = []
-        for rkey, rval in raw.items():
+        for rkey, rval in reading.hists.items():
             cur = abi.decode_hist(rval)
             prev = self.prev.get(rkey)
             delta = cur if prev is None else cur - prev
@@ -88,17 +100,43 @@ class Aggregator:
             total = self.totals.get(series)
             self.totals[series] = delta.copy() if total is None else total + delta
             rows.extend(self._rows(series, delta, ts_ns))
-        file_rows = self._file_rows(file_stats or {}, file_max or {}, ts_ns)
+        file_rows = self._file_rows(reading.file_stats, reading.file_max, ts_ns)
+        thread_rows = self._thread_rows(reading.threads, reading.monotonic_ns, ts_ns)
         interval_ns = ts_ns - self.last_ts_ns if self.last_ts_ns else 0
         self.last_ts_ns = ts_ns
         events, self.pending_events = self.pending_events, []
-        return Snapshot(ts_ns, interval_ns, rows, file_rows, events)
+        return Snapshot(ts_ns, interval_ns, rows, file_rows, events, thread_rows)
 
-    def forget(self, raw_keys: list[bytes]) -> None:
+    def _thread_rows(self, threads: dict[int, bytes], mono_ns: int, ts_ns: int) -> list[dict]:
+        rows = []
+        for tid, raw in threads.items():
+            t = abi.decode_thread_time(tid, raw, mono_ns)
+            cur = t.as_tuple()
+            prev = self.prev_threads.get(tid)
+            delta = cur if prev is None else tuple(c - p for c, p in zip(cur, prev, strict=True))
+            if min(delta) < 0:
+                delta = cur
+            self.prev_threads[tid] = cur
+            if not any(delta[:4]):
+                continue  # (the kernel starts counting at first sight: nothing from before)
+            proc = self.processes.get(t.pid)
+            woken = dict(zip(abi.WAKERS, delta[4:], strict=True))
+            rows.append({
+                "ts": ts_ns, "pid": t.pid, "tid": tid, "comm": t.comm,
+                "role": proc.role if proc else None, "oncpu_ns": delta[0],
+                "runnable_ns": delta[1], "sleep_ns": delta[2], "iowait_ns": delta[3],
+                "woken_by_worker_ns": woken["worker"], "woken_by_pin_ns": woken["pin"],
+                "woken_by_own_ns": woken["own"], "woken_by_other_ns": woken["other"],
+            })
+        return rows
+
+    def forget(self, raw_keys: list[bytes], tids: list[int] = ()) -> None:
         """Drops keys deleted from the kernel maps (processes gone)."""
         for k in raw_keys:
             self.prev.pop(k, None)
             self.prev_files.pop(k, None)
+        for tid in tids:
+            self.prev_threads.pop(tid, None)
 
     def _file_rows(self, stats: dict[bytes, bytes], maxes: dict[bytes, int], ts_ns: int) -> list[dict]:
         rows = []

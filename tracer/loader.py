@@ -33,9 +33,9 @@ SYSCALL_EXITS = {
     "sys_exit_io": tuple(n for k, names in SYSCALLS.items() if k != "sys_enter_open" for n in names),
     "sys_exit_open": SYSCALLS["sys_enter_open"],
 }
-OBJECTS = ("proc", "syscall", "pagecache", "block")  # proc first: it creates the shared maps
+OBJECTS = ("proc", "syscall", "pagecache", "block", "sched")  # proc first: it makes the shared maps
 SHARED_MAPS = ("tracked", "hists", "events", "events_lost", "files_seen", "file_stats", "file_max",
-               "dirtier", "sys_starts")
+               "dirtier", "sys_starts", "threads")
 # Test and debugging knob: comma-separated fallbacks to force on a kernel that has the better
 # path, so the fallbacks are exercised too: "raw_tp" (no tp_btf), "no_block_io_start".
 FORCE_ENV = "IOTRACE_FORCE"
@@ -85,6 +85,7 @@ class Probes:
         self.tracked: Map | None = None
         self.hists: Map | None = None
         self.file_stats: Map | None = None
+        self.threads: Map | None = None
         self.file_max: Map | None = None
         self._lost: Map | None = None
 
@@ -121,7 +122,8 @@ class Probes:
             if e.errno in (errno.EPERM, errno.EACCES):
                 hint = " (needs root, or CAP_BPF and CAP_PERFMON)"
             raise HostCannotTrace(f"cannot load BPF programs: {e}{hint}. {detail}".strip()) from None
-        self.tracked = Map(shared["tracked"], abi.TGID.size, abi.TGID.size)
+        self.tracked = Map(shared["tracked"], abi.TGID.size, abi.TRACKED_INFO.size)
+        self.threads = Map(shared["threads"], abi.TGID.size, abi.THREAD_TIME.size)
         self.hists = Map(shared["hists"], abi.HIST_KEY.size, abi.HIST_SIZE)
         self.file_stats = Map(shared["file_stats"], abi.FILE_KEY.size, abi.FILE_STAT.size)
         self.file_max = Map(shared["file_max"], abi.FILE_KEY.size, 8)
@@ -156,7 +158,7 @@ class Probes:
     def track(self, pid: int, root: int = 0) -> None:
         """Adds a process (TGID) to the in-kernel filter; its future children follow by fork."""
         assert self.tracked is not None
-        self.tracked.update(abi.TGID.pack(pid), abi.TGID.pack(root))
+        self.tracked.update(abi.TGID.pack(pid), abi.TRACKED_INFO.pack(root, 0))
 
     def tracked_pids(self) -> set[int]:
         assert self.tracked is not None
@@ -201,6 +203,16 @@ class Probes:
         assert self.hists is not None
         for k in keys:
             self.hists.delete(k)
+
+    def read_threads(self) -> dict[int, bytes]:
+        """Per-thread time accounting by thread id (abi.decode_thread_time)."""
+        assert self.threads is not None
+        return {abi.TGID.unpack(k)[0]: v for k, v in self.threads.items()}
+
+    def delete_threads(self, tids: list[int]) -> None:
+        assert self.threads is not None
+        for tid in tids:
+            self.threads.delete(abi.TGID.pack(tid))
 
     def read_file_stats(self) -> dict[bytes, bytes]:
         """Cumulative per-file counters by raw key (abi.decode_file_key / abi.FILE_STAT)."""

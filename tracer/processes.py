@@ -6,13 +6,13 @@ already existed at attach time, by one look at /proc through psutil.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import psutil
 
 from tracer import abi
 from tracer.clock import Clock
-from tracer.roles import role_of
+from tracer.roles import DATALOADER_WORKER, PIN_COMM, role_of
 
 
 @dataclass
@@ -26,6 +26,9 @@ class Process:
     exit_ns: int | None = None  # UTC ns
     exit_code: int | None = None
     written: bool = False  # its `processes` row is in the trace
+    pin_tids: set[int] = field(default_factory=set)  # its pin-memory threads (pt_data_pin)
+    worker_generation: int | None = None
+    worker_index: int | None = None
 
     @property
     def role(self) -> str:
@@ -38,7 +41,8 @@ class Process:
     def row(self) -> dict:
         return {"pid": self.pid, "ppid": self.ppid, "comm": self.comm, "role": self.role,
                 "cmdline": self.cmdline, "first_seen": self.first_seen_ns,
-                "exit": self.exit_ns, "exit_code": self.exit_code}
+                "exit": self.exit_ns, "exit_code": self.exit_code,
+                "worker_generation": self.worker_generation, "worker_index": self.worker_index}
 
 
 def _cmdline(pid: int) -> str:
@@ -84,6 +88,12 @@ class ProcessTable:
             proc.exit_ns, proc.exit_code = ts, ev.exit_code
             if not proc.cmdline:
                 proc.cmdline = proc.comm
+        elif ev.kind == abi.EVENT_RENAME:
+            tid = ev.ppid  # RENAME carries the thread id there
+            if tid == ev.pid:
+                proc.comm = ev.comm
+            if ev.comm == PIN_COMM:
+                proc.pin_tids.add(tid)
 
     def fill_cmdline(self, proc: Process) -> None:
         if not proc.cmdline and proc.alive:
@@ -94,6 +104,39 @@ class ProcessTable:
         proc = self.by_pid.get(pid)
         if proc and proc.alive:
             proc.exit_ns = self.clock.now_ns()
+
+    def number_workers(self) -> None:
+        """Worker generation and index, from fork order: the workers of one parent form a new
+        generation when they start after every earlier worker of that parent has exited (as
+        DataLoader re-forks its workers each epoch unless persistent_workers=True)."""
+        by_parent: dict[int, list[Process]] = {}
+        for p in self.by_pid.values():
+            if p.role == DATALOADER_WORKER:
+                by_parent.setdefault(p.ppid, []).append(p)
+        for workers in by_parent.values():
+            workers.sort(key=lambda p: (p.first_seen_ns, p.pid))
+            generation, index, last_exit = 0, 0, None
+            seen_any = False
+            for w in workers:
+                if seen_any and last_exit is not None and w.first_seen_ns >= last_exit:
+                    generation, index = generation + 1, 0
+                w.worker_generation, w.worker_index = generation, index
+                index += 1
+                seen_any = True
+                # the generation is over only when all its workers have exited
+                exits = [x.exit_ns for x in workers if x.worker_generation == generation]
+                last_exit = None if any(e is None for e in exits) else max(exits)
+
+    def owners(self) -> dict[int, int]:
+        """Each process's traced ancestor that the user named (its `main`), by pid."""
+        out: dict[int, int] = {}
+        for pid, p in self.by_pid.items():
+            cur, seen = p, set()
+            while cur is not None and not cur.is_target and cur.pid not in seen:
+                seen.add(cur.pid)
+                cur = self.by_pid.get(cur.ppid)
+            out[pid] = cur.pid if cur is not None and cur.is_target else pid
+        return out
 
     def alive(self) -> list[Process]:
         return [p for p in self.by_pid.values() if p.alive]

@@ -7,6 +7,7 @@ DATALOADER_WORKER = "dataloader_worker"  # a descendant named pt_data_worker
 CHILD = "child"  # any other descendant
 
 WORKER_COMM = "pt_data_worker"
+PIN_COMM = "pt_data_pin"  # the pin-memory thread of the main process
 
 
 def role_of(is_target: bool, comm: str) -> str:

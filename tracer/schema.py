@@ -55,6 +55,10 @@ TABLES: dict[str, pa.Schema] = {
         _field("first_seen", TIMESTAMP),
         _field("exit", TIMESTAMP, nullable=True),  # null while the process runs
         _field("exit_code", pa.int32(), nullable=True),
+        # DataLoader workers: which set of workers (0, 1, ... as they are re-forked every epoch
+        # without persistent_workers) and the index in it (fork order); null for others.
+        _field("worker_generation", pa.int32(), nullable=True),
+        _field("worker_index", pa.int32(), nullable=True),
     ),
     # One row per non-empty latency histogram bucket per process per interval; the sum of `count`
     # over an interval is exactly the number of operations completed in it.
@@ -115,10 +119,30 @@ TABLES: dict[str, pa.Schema] = {
         _field("pid", pa.int32()),
         _field("tid", pa.int32()),
         _field("comm", DICT_STRING),
+        _field("role", DICT_STRING, nullable=True),  # of its process
         _field("oncpu_ns", NS),
-        _field("runnable_ns", NS),
+        _field("runnable_ns", NS),  # waiting for a CPU
         _field("sleep_ns", NS),  # interruptible sleep (S)
         _field("iowait_ns", NS),  # uninterruptible sleep (D)
+        # Sleep (S and D) by who ended it: a DataLoader worker, the pin-memory thread, another
+        # thread of the same process, anything else.
+        _field("woken_by_worker_ns", NS),
+        _field("woken_by_pin_ns", NS),
+        _field("woken_by_own_ns", NS),
+        _field("woken_by_other_ns", NS),
+    ),
+    # The training loop's time per interval, classified (tracer.diagnose has the rules).
+    "loop": _schema(
+        _field("ts", TIMESTAMP),  # end of the interval
+        _field("pid", pa.int32()),  # the main process; its main thread is the loop
+        _field("interval_ns", NS),
+        _field("data_wait_io_ns", NS),
+        _field("data_wait_cpu_ns", NS),
+        _field("sync_loading_ns", NS),
+        _field("checkpoint_ns", NS),
+        _field("compute_ns", NS),
+        _field("other_ns", NS),
+        _field("state", DICT_STRING),  # the largest of the six
     ),
     # Per whole disk per interval, the columns of `iostat -x` (tracer.procfs has the formulas).
     "devices": _schema(
@@ -166,11 +190,13 @@ TABLES: dict[str, pa.Schema] = {
     ),
     # The verdicts of the diagnosis, each with its evidence and advice.
     "findings": _schema(
-        _field("start", TIMESTAMP),  # the span the verdict covers
+        _field("ts", TIMESTAMP),  # when the verdict was reached
+        _field("start", TIMESTAMP),  # the span of the trace it covers
         _field("end", TIMESTAMP),
-        _field("verdict", DICT_STRING),  # e.g. data_wait_io, checkpoint_stall
-        _field("share_pct", pa.float64()),  # percent of the training loop's time in the span
-        _field("summary", pa.string()),  # one sentence in plain words
+        _field("kind", DICT_STRING),  # sync_loading, dataloader_io_bound, ... (tracer.diagnose)
+        _field("severity", pa.int32()),  # 0-100
+        _field("pid", pa.int32(), nullable=True),  # the training process it is about
+        _field("summary", pa.string()),  # one sentence in plain words, with the key numbers
         _field("evidence", pa.string()),  # JSON object: the numbers behind the verdict
         _field("advice", pa.string()),
     ),

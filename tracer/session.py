@@ -21,8 +21,9 @@ from typing import TextIO
 import psutil
 
 from tracer import abi
-from tracer.aggregate import Aggregator, Snapshot
+from tracer.aggregate import PAGE_SIZE, Aggregator, Reading, Snapshot
 from tracer.clock import Clock
+from tracer.diagnose import Diagnosis
 from tracer.files import FileTable
 from tracer.host import tracing_problem
 from tracer.loader import HostCannotTrace, Probes
@@ -33,6 +34,7 @@ from tracer.summary import render_summary
 
 EXIT_OK, EXIT_BUG, EXIT_USAGE, EXIT_HOST = 0, 1, 2, 3
 POLL_MS = 100  # ring-buffer wait; bounds how late a signal or an exit is noticed
+FINDINGS_EVERY_S = 10.0  # during a run, verdicts over the last window are written this often
 
 
 class TraceFailure(Exception):
@@ -126,6 +128,8 @@ class Session:
         self.aggregator = Aggregator(self.processes, self.files)
         self.probes = Probes(slow_ns=int(opts.slow_ms * 1e6))
         self.proc = ProcSampler()
+        self.diagnosis = Diagnosis(page_size=PAGE_SIZE)
+        self._last_findings_ns = 0
         self.writer: TraceWriter | None = None
         self.child: HeldChild | None = None
         self.stop_reason: str | None = None
@@ -224,25 +228,35 @@ class Session:
         for proc in self.processes.alive():
             if _gone(proc.pid):  # died before it was tracked, or its exit event was lost
                 self.processes.mark_gone(proc.pid)
-        raw = self.probes.read_hists()
-        stats = self.probes.read_file_stats()
-        now_ns = self.clock.now_ns()
-        snap = self.aggregator.interval(raw, now_ns, stats, self.probes.take_file_max())
+        reading = Reading(self.probes.read_hists(), self.probes.read_file_stats(),
+                          self.probes.take_file_max(), self.probes.read_threads(),
+                          time.monotonic_ns())
+        now_ns = self.clock.to_utc_ns(reading.monotonic_ns)
+        snap = self.aggregator.interval(reading, now_ns)
         devices, system = self.proc.sample(now_ns)
         snap = dataclasses.replace(snap, devices=devices, system=system)
         assert self.writer is not None
-        self.writer.add("latency", snap.latency)
-        self.writer.add("files", snap.files)
-        self.writer.add("events", snap.events)
-        self.writer.add("devices", snap.devices)
+        for table in ("latency", "files", "events", "threads", "devices"):
+            self.writer.add(table, getattr(snap, table))
         self.writer.add("system", [snap.system] if snap.system else [])
+        self.writer.add("loop", self.diagnosis.add(
+            snap.ts_ns, snap.interval_ns, snap.threads, snap.files, snap.latency, snap.devices,
+            self.processes.owners()))
+        if snap.ts_ns - self._last_findings_ns >= FINDINGS_EVERY_S * 1e9:
+            self._last_findings_ns = snap.ts_ns
+            window = self.diagnosis.findings(self.diagnosis.thresholds.window_s)
+            self.writer.add("findings", [f.row(snap.ts_ns) for f in window])
         if self._forget_next:
             gone = self._forget_next
-            stale = [k for k in raw if abi.HIST_KEY.unpack_from(k)[0] in gone]
-            stale_files = [k for k in stats if abi.FILE_KEY.unpack_from(k)[0] in gone]
+            stale = [k for k in reading.hists if abi.HIST_KEY.unpack_from(k)[0] in gone]
+            stale_files = [k for k in reading.file_stats
+                           if abi.FILE_KEY.unpack_from(k)[0] in gone]
+            stale_tids = [tid for tid, raw in reading.threads.items()
+                          if abi.TGID.unpack_from(raw)[0] in gone]
             self.probes.delete_hists(stale)
             self.probes.delete_file_stats(stale_files)
-            self.aggregator.forget(stale + stale_files)
+            self.probes.delete_threads(stale_tids)
+            self.aggregator.forget(stale + stale_files, stale_tids)
             self._write_processes(gone)
         self._forget_next = {p.pid for p in self.processes.by_pid.values()
                              if not p.alive and not p.written}
@@ -251,6 +265,7 @@ class Session:
 
     def _write_processes(self, pids) -> None:
         assert self.writer is not None
+        self.processes.number_workers()
         rows = []
         for pid in pids:
             proc = self.processes.get(pid)
@@ -265,9 +280,12 @@ class Session:
         """Detaches, takes the last snapshot, closes the trace; returns the summary text."""
         self.probes.detach()
         self.probes.poll_events(0)
+        findings = []
         if self.writer:
-            self.tick()
+            snap = self.tick()
             self._write_processes(list(self.processes.by_pid))
+            findings = self.diagnosis.findings()
+            self.writer.add("findings", [f.row(snap.ts_ns) for f in findings])
             self.writer.close(stop_ns=self.clock.now_ns(), stop_reason=self.stop_reason,
                               events_lost=self.probes.events_lost())
         lost = self.probes.events_lost()
@@ -275,7 +293,7 @@ class Session:
         header = (f"Traced {n} process{'es' if n != 1 else ''} ({self.stop_reason or 'stopped'}); "
                   f"{lost} events lost.")
         return render_summary(self.aggregator.totals, self.processes, header,
-                              self.aggregator.file_totals, self.files)
+                              self.aggregator.file_totals, self.files, findings)
 
     def close(self) -> None:
         if self.writer and not self.writer.closed:

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from tracer.aggregate import PAGE_SIZE, FileTotals, Series
+from tracer.diagnose import Finding, render_findings
 from tracer.files import FileTable
 from tracer.histogram import format_bytes, format_ns, percentile_ns, render
 from tracer.processes import ProcessTable
@@ -49,7 +50,7 @@ def render_top_files(file_totals: Mapping[tuple[int, int, int], FileTotals], fil
 
 def render_summary(totals: Mapping[Series, np.ndarray], processes: ProcessTable,
                    header: str, file_totals: Mapping[tuple[int, int, int], FileTotals] | None = None,
-                   files: FileTable | None = None) -> str:
+                   files: FileTable | None = None, findings: list[Finding] | None = None) -> str:
     """Text for the terminal (and `iotrace report`): one block per process, one histogram per
     layer/op/target, most operations first within a process."""
     lines = [header]
@@ -79,4 +80,5 @@ def render_summary(totals: Mapping[Series, np.ndarray], processes: ProcessTable,
                 lines.extend("    " + row for row in render(counts))
     if file_totals:
         lines.extend(render_top_files(file_totals, files or FileTable()))
+    lines.extend(render_findings(findings or []))
     return "\n".join(lines)

@@ -1,0 +1,172 @@
+// SPDX-License-Identifier: GPL-2.0 OR BSD-3-Clause
+/*
+ * Scheduler: for every thread of a traced process, the time on CPU, runnable (waiting for a
+ * CPU), sleeping (S) and blocked (D), and for sleeps who ended them (a DataLoader worker, the
+ * pin-memory thread, its own process, or other). This is what tells a training loop that
+ * waits for batches from one that computes or reads by itself.
+ */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_core_read.h>
+#include <bpf/bpf_tracing.h>
+#include "maps.bpf.h"
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";
+
+#define TASK_RUNNING 0x0
+#define TASK_UNINTERRUPTIBLE 0x2
+#define TASK_DEAD 0x80
+
+/* Linux 5.14 (commit 2f064a59a11f, "sched: Change task_struct::state") renamed state. */
+struct task_struct___old {
+	long state;
+} __attribute__((preserve_access_index));
+
+static __always_inline unsigned int task_state(struct task_struct *t)
+{
+	struct task_struct___old *old = (void *)t;
+
+	if (bpf_core_field_exists(t->__state))
+		return BPF_CORE_READ(t, __state);
+	return BPF_CORE_READ(old, state);
+}
+
+static __always_inline void add_state_time(struct thread_time *t, __u64 d)
+{
+	switch (t->state) {
+	case IOT_THREAD_ONCPU: t->oncpu_ns += d; break;
+	case IOT_THREAD_RUNNABLE: t->runnable_ns += d; break;
+	case IOT_THREAD_SLEEP: t->sleep_ns += d; break;
+	case IOT_THREAD_IOWAIT: t->iowait_ns += d; break;
+	default: break;
+	}
+}
+
+/* The thread's entry, created (in `state`, since now) on first sight. */
+static __always_inline struct thread_time *thread_of(struct task_struct *task, __u32 tid, __u32 tgid,
+						     __u8 state, __u64 now)
+{
+	struct thread_time *t = bpf_map_lookup_elem(&threads, &tid);
+	struct thread_time fresh = {};
+
+	if (t)
+		return t;
+	fresh.tgid = tgid;
+	fresh.state = state;
+	fresh.since_ns = now;
+	BPF_CORE_READ_STR_INTO(&fresh.comm, task, comm);
+	bpf_map_update_elem(&threads, &tid, &fresh, BPF_NOEXIST);
+	return NULL; /* nothing to account before first sight */
+}
+
+static __always_inline int handle_switch(bool preempt, struct task_struct *prev,
+					 struct task_struct *next)
+{
+	__u32 prev_tgid = BPF_CORE_READ(prev, tgid), next_tgid = BPF_CORE_READ(next, tgid);
+	__u64 now;
+	struct thread_time *t;
+	unsigned int state;
+	__u8 new_state;
+
+	bool prev_tracked = is_tracked(prev_tgid);
+	__u32 prev_tid = BPF_CORE_READ(prev, pid);
+
+	/* A dying thread's process has already left `tracked` (sched_process_exit comes first):
+	 * its entry still gets its last switch, which marks it dead. */
+	t = prev_tracked ? NULL : bpf_map_lookup_elem(&threads, &prev_tid);
+	if (!prev_tracked && !t && !is_tracked(next_tgid))
+		return 0;
+	now = bpf_ktime_get_ns();
+	if (prev_tracked || t) {
+		state = preempt ? TASK_RUNNING : task_state(prev);
+		new_state = state == TASK_RUNNING ? IOT_THREAD_RUNNABLE
+			    : (state & TASK_DEAD) ? IOT_THREAD_DEAD
+			    : (state & TASK_UNINTERRUPTIBLE) ? IOT_THREAD_IOWAIT : IOT_THREAD_SLEEP;
+		if (!t)
+			t = thread_of(prev, prev_tid, prev_tgid, new_state, now);
+		if (t) {
+			add_state_time(t, now - t->since_ns);
+			t->state = new_state;
+			t->since_ns = now;
+		}
+	}
+	if (is_tracked(next_tgid)) {
+		t = thread_of(next, BPF_CORE_READ(next, pid), next_tgid, IOT_THREAD_ONCPU, now);
+		if (t) {
+			add_state_time(t, now - t->since_ns); /* runnable (or a wakeup we missed) */
+			t->state = IOT_THREAD_ONCPU;
+			t->since_ns = now;
+		}
+	}
+	return 0;
+}
+
+static __always_inline __u8 waker_of(__u32 woken_tgid)
+{
+	static const char pin[] = "pt_data_pin";
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 tgid = id >> 32;
+	struct tracked_info *info;
+	char comm[IOT_COMM_LEN];
+	bool is_pin = true;
+
+	if (tgid == woken_tgid) {
+		bpf_get_current_comm(comm, sizeof(comm));
+		for (int i = 0; i < sizeof(pin); i++)
+			if (comm[i] != pin[i])
+				is_pin = false;
+		return is_pin ? IOT_WAKER_PIN : IOT_WAKER_OWN;
+	}
+	info = bpf_map_lookup_elem(&tracked, &tgid);
+	if (info && (info->flags & IOT_TRACKED_WORKER))
+		return IOT_WAKER_WORKER;
+	return IOT_WAKER_OTHER;
+}
+
+/* sched_waking runs in the waker's context (sched_wakeup may run later on the target CPU). */
+static __always_inline int handle_waking(struct task_struct *p)
+{
+	__u32 tgid = BPF_CORE_READ(p, tgid), tid;
+	struct thread_time *t;
+	__u64 now, d;
+	__u8 waker;
+
+	if (!is_tracked(tgid))
+		return 0;
+	tid = BPF_CORE_READ(p, pid);
+	t = bpf_map_lookup_elem(&threads, &tid);
+	if (!t || (t->state != IOT_THREAD_SLEEP && t->state != IOT_THREAD_IOWAIT))
+		return 0;
+	now = bpf_ktime_get_ns();
+	d = now - t->since_ns;
+	add_state_time(t, d);
+	waker = waker_of(tgid);
+	t->woken_ns[waker & (IOT_WAKERS - 1)] += d;
+	t->state = IOT_THREAD_RUNNABLE;
+	t->since_ns = now;
+	return 0;
+}
+
+SEC("tp_btf/sched_switch")
+int BPF_PROG(switch_btf, bool preempt, struct task_struct *prev, struct task_struct *next)
+{
+	return handle_switch(preempt, prev, next);
+}
+
+SEC("raw_tp/sched_switch")
+int BPF_PROG(switch_raw, bool preempt, struct task_struct *prev, struct task_struct *next)
+{
+	return handle_switch(preempt, prev, next);
+}
+
+SEC("tp_btf/sched_waking")
+int BPF_PROG(waking_btf, struct task_struct *p)
+{
+	return handle_waking(p);
+}
+
+SEC("raw_tp/sched_waking")
+int BPF_PROG(waking_raw, struct task_struct *p)
+{
+	return handle_waking(p);
+}

@@ -1,0 +1,422 @@
+"""What holds the training job back: the loop's time per interval, and verdicts with advice.
+
+Input is the rows of one interval as the trace stores them (threads, files, latency, devices),
+so a live run and `iotrace report` on a finished trace reach the same verdicts. The rules and
+every threshold are documented in docs/diagnosis.md; the thresholds live in THRESHOLDS below.
+
+The training loop is the main thread of each `main` process. Its time in an interval is split,
+in this order, into:
+  checkpoint    its process writes or fsyncs a large regular file (a checkpoint)
+  sync_loading  its process reads files itself (num_workers=0 loads batches this way)
+  data_wait_*   it sleeps and a DataLoader worker or the pin-memory thread wakes it: waiting for
+                a batch; split into _io and _cpu by what the workers did meanwhile (blocked in D
+                state on reads/page faults vs on CPU)
+  compute       on CPU otherwise (or waiting on the GPU: a spinning CUDA sync is on CPU)
+  other         the rest: runnable without a CPU, sleeps ended by anything else
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from tracer.histogram import format_bytes, format_ns, percentile_ns
+from tracer.roles import DATALOADER_WORKER, MAIN
+
+STATES = ("data_wait_io", "data_wait_cpu", "sync_loading", "checkpoint", "compute", "other")
+IO_KINDS = ("sync_loading", "dataloader_io_bound", "checkpoint_stall", "device_saturated",
+            "small_files", "slow_filesystem")
+KINDS = (*IO_KINDS, "dataloader_cpu_bound", "cold_cache", "not_io_bound")
+SLOW_FS_TYPES = {"overlay", "nfs", "nfs4", "fuse", "fuseblk", "9p", "virtiofs", "cifs", "smb3",
+                 "ceph", "glusterfs", "lustre"}
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """Every number the verdicts depend on, in one place (docs/diagnosis.md explains them)."""
+
+    loop_share: float = 0.25  # a data-wait or loading state is a finding above this share
+    checkpoint_share: float = 0.10  # checkpoint writes above this share of the loop's time
+    checkpoint_file_bytes: int = 8 << 20  # a written file this big (cumulative) is a checkpoint
+    cold_miss_ratio: float = 0.5  # an interval reading mostly from disk
+    warm_miss_ratio: float = 0.1  # an interval reading mostly from the page cache
+    min_read_bytes: int = 1 << 20  # an interval with fewer file reads says nothing about caching
+    small_file_bytes: int = 256 << 10  # median bytes read per file below this: small files
+    small_files_min_count: int = 100
+    saturated_util_pct: float = 90.0
+    saturated_queue_ratio: float = 4.0  # queue time / service time (block_queue vs block p50)
+    slow_fs_read_share: float = 0.5  # share of read bytes on a slow file system
+    window_s: float = 30.0  # findings during a run cover the last window_s seconds
+
+
+THRESHOLDS = Thresholds()
+
+ADVICE = {
+    "sync_loading": "Load batches in parallel: DataLoader(num_workers=4 or more, pin_memory=True, "
+                    "prefetch_factor=2-4, persistent_workers=True); keep the training loop free "
+                    "of file reads.",
+    "dataloader_io_bound": "The workers wait on storage: put the dataset on local SSD or tmpfs "
+                           "(or in the page cache), use fewer, larger files (shards), raise "
+                           "num_workers and prefetch_factor to keep more reads in flight.",
+    "dataloader_cpu_bound": "The workers are busy decoding/augmenting: raise num_workers up to "
+                            "the free cores, move augmentation to the GPU, or pre-process the "
+                            "dataset once; storage is not the problem.",
+    "checkpoint_stall": "Checkpoint off the critical path: save asynchronously (a background "
+                        "thread/process, torch.distributed.checkpoint async_save), save less "
+                        "often or only what changed (e.g. LoRA weights), use safetensors, write "
+                        "to local SSD and copy out later.",
+    "not_io_bound": "I/O is not what limits this job: look at compute (the PyTorch profiler) "
+                    "rather than storage.",
+    "cold_cache": "The first pass read from disk and later passes from the page cache: judge "
+                  "throughput in the steady state, and warm or cache the dataset (more RAM, "
+                  "local SSD, tmpfs) if the first epoch matters.",
+    "small_files": "Many small files: pack samples into shards (WebDataset/tar, Arrow, "
+                   "TFRecord-like) so each read moves megabytes, and cache them on tmpfs.",
+    "device_saturated": "The disk is saturated (busy near 100 %, requests queue far longer than "
+                        "they take): spread the data over more/faster devices or cut the read "
+                        "volume (smaller or compressed samples, caching).",
+    "slow_filesystem": "The dataset sits on a slow file system (overlay/network/FUSE): copy it "
+                       "to a local disk or tmpfs, or use a bind mount instead of a volume.",
+}
+
+
+@dataclass
+class LoopInterval:
+    ts_ns: int
+    pid: int
+    interval_ns: int
+    ns: dict[str, int]  # by STATES
+
+    def row(self) -> dict:
+        state = max(STATES, key=lambda s: self.ns[s]) if any(self.ns.values()) else "other"
+        return {"ts": self.ts_ns, "pid": self.pid, "interval_ns": self.interval_ns,
+                **{f"{s}_ns": self.ns[s] for s in STATES}, "state": state}
+
+
+@dataclass
+class Finding:
+    kind: str
+    severity: int  # 0-100
+    pid: int | None
+    summary: str
+    evidence: dict
+    start_ns: int = 0
+    end_ns: int = 0
+
+    @property
+    def advice(self) -> str:
+        return ADVICE[self.kind]
+
+    def row(self, ts_ns: int) -> dict:
+        return {"ts": ts_ns, "start": self.start_ns, "end": self.end_ns, "kind": self.kind,
+                "severity": self.severity, "pid": self.pid, "summary": self.summary,
+                "evidence": json.dumps(self.evidence, sort_keys=True), "advice": self.advice}
+
+
+@dataclass
+class _Interval:
+    """What the diagnosis keeps of one interval (small: a run can last days)."""
+
+    ts_ns: int
+    interval_ns: int
+    loops: dict[int, LoopInterval]
+    worker_oncpu_ns: dict[int, int]  # by main pid
+    worker_iowait_ns: dict[int, int]
+    worker_read_ns: dict[int, int]
+    read_bytes: int  # file reads of every traced process
+    missed_bytes: int
+    files_read: dict[tuple[str, str], int]  # (path, fs_type) -> bytes
+    opens: int
+    written: dict[int, int]  # main pid -> bytes written to checkpoint-size files
+    read_counts: dict[tuple[int, str], list[int]]  # (main pid, role) -> log2 slot counts
+    queue_counts: list[int]
+    service_counts: list[int]
+    device_util: dict[str, float]
+
+
+@dataclass
+class Diagnosis:
+    thresholds: Thresholds = THRESHOLDS
+    page_size: int = 4096
+    intervals: list[_Interval] = field(default_factory=list)
+    written_total: dict[tuple[int, str], int] = field(default_factory=lambda: defaultdict(int))
+    workers_seen: set[int] = field(default_factory=set)  # main pids that had workers
+
+    # -- per interval -------------------------------------------------------------------------
+    def add(self, ts_ns: int, interval_ns: int, threads: Iterable[dict], files: Iterable[dict],
+            latency: Iterable[dict], devices: Iterable[dict], owner: dict[int, int]) -> list[dict]:
+        """One interval's rows; `owner` maps each traced pid to its main pid. Returns the rows of
+        the `loop` table for this interval."""
+        t = self.thresholds
+        files, threads = list(files), list(threads)
+        own_read, own_ckpt = defaultdict(int), defaultdict(int)
+        worker_read = defaultdict(int)
+        read_bytes = missed = opens = 0
+        files_read: dict[tuple[str, str], int] = defaultdict(int)
+        written = defaultdict(int)
+        for f in files:
+            main = owner.get(f["pid"], f["pid"])
+            if f["op"] == "open":
+                opens += f["ops"]
+            if f["op"] == "read":
+                read_bytes += f["bytes"]
+                missed += f["pages_missed"] * self.page_size
+                if f["bytes"]:
+                    files_read[(f["path"], f["fs_type"])] += f["bytes"]
+                if f["role"] == MAIN:
+                    own_read[main] += f["latency_sum_ns"]
+                elif f["role"] == DATALOADER_WORKER:
+                    worker_read[main] += f["latency_sum_ns"]
+            elif f["op"] in ("write", "fsync") and f["role"] == MAIN:
+                key = (main, f["path"])
+                self.written_total[key] += f["bytes"]
+                if self.written_total[key] >= t.checkpoint_file_bytes:
+                    own_ckpt[main] += f["latency_sum_ns"]
+                    written[main] += f["bytes"]
+        worker_cpu, worker_io = defaultdict(int), defaultdict(int)
+        loop_threads = {}
+        for th in threads:
+            main = owner.get(th["pid"], th["pid"])
+            if th["role"] == DATALOADER_WORKER:
+                worker_cpu[main] += th["oncpu_ns"]
+                worker_io[main] += th["iowait_ns"]
+                self.workers_seen.add(main)
+            elif th["role"] == MAIN and th["tid"] == th["pid"]:
+                loop_threads[th["pid"]] = th
+        loops = {}
+        for pid, th in loop_threads.items():
+            total = th["oncpu_ns"] + th["runnable_ns"] + th["sleep_ns"] + th["iowait_ns"]
+            ns = dict.fromkeys(STATES, 0)
+            ns["checkpoint"] = min(own_ckpt[pid], total)
+            left = total - ns["checkpoint"]
+            ns["sync_loading"] = min(own_read[pid], left)
+            left -= ns["sync_loading"]
+            wait = min(th["woken_by_worker_ns"] + th["woken_by_pin_ns"], left)
+            io, cpu = worker_io[pid], worker_cpu[pid]
+            io_share = io / (io + cpu) if io + cpu else 0.0
+            ns["data_wait_io"] = round(wait * io_share)
+            ns["data_wait_cpu"] = wait - ns["data_wait_io"]
+            left -= wait
+            ns["compute"] = min(th["oncpu_ns"], left)
+            ns["other"] = left - ns["compute"]
+            loops[pid] = LoopInterval(ts_ns, pid, interval_ns, ns)
+        read_counts: dict[tuple[int, str], list[int]] = {}
+        queue, service = [0] * 64, [0] * 64
+        for r in latency:
+            slot = 0 if r["bucket_lo_ns"] == 0 else int(r["bucket_lo_ns"]).bit_length() - 1
+            if r["layer"] == "syscall" and r["op"] == "read" and r["target"] == "file":
+                key = (owner.get(r["pid"], r["pid"]), r["role"])
+                read_counts.setdefault(key, [0] * 64)[slot] += r["count"]
+            elif r["layer"] == "block_queue" and r["op"] == "read":
+                queue[slot] += r["count"]
+            elif r["layer"] == "block" and r["op"] == "read":
+                service[slot] += r["count"]
+        self.intervals.append(_Interval(
+            ts_ns, interval_ns, loops, dict(worker_cpu), dict(worker_io), dict(worker_read),
+            read_bytes, missed, dict(files_read), opens, dict(written), read_counts, queue,
+            service, {d["device"]: d["util_pct"] for d in devices}))
+        return [loop.row() for loop in loops.values()]
+
+    # -- verdicts -----------------------------------------------------------------------------
+    def findings(self, window_s: float | None = None) -> list[Finding]:
+        """Verdicts over the last `window_s` seconds (None: the whole trace), most severe first."""
+        ivs = self.intervals
+        if window_s is not None and ivs:
+            since = ivs[-1].ts_ns - int(window_s * 1e9)
+            ivs = [iv for iv in ivs if iv.ts_ns > since]
+        if not ivs:
+            return []
+        start = ivs[0].ts_ns - ivs[0].interval_ns
+        end = ivs[-1].ts_ns
+        out: list[Finding] = []
+        mains = sorted({pid for iv in ivs for pid in iv.loops})
+        for pid in mains:
+            out.extend(self._loop_findings(pid, ivs))
+        out.extend(self._storage_findings(ivs, out))
+        if not any(f.kind in IO_KINDS for f in out):
+            out.append(self._healthy(ivs, mains))
+        for f in out:
+            f.start_ns, f.end_ns = start, end
+        return sorted(out, key=lambda f: -f.severity)
+
+    def _loop_findings(self, pid: int, ivs: list[_Interval]) -> list[Finding]:
+        t = self.thresholds
+        ns = dict.fromkeys(STATES, 0)
+        for iv in ivs:
+            if pid in iv.loops:
+                for s in STATES:
+                    ns[s] += iv.loops[pid].ns[s]
+        total = sum(ns.values())
+        if total <= 0:
+            return []
+        share = {s: ns[s] / total for s in STATES}
+        secs = total / 1e9
+        shares = {s: round(100 * share[s], 1) for s in STATES}
+        out = []
+        reads = self._merged_reads(ivs, pid)
+        wcpu = sum(iv.worker_oncpu_ns.get(pid, 0) for iv in ivs)
+        wio = sum(iv.worker_iowait_ns.get(pid, 0) for iv in ivs)
+        blocked = 100 * wio / (wio + wcpu) if wio + wcpu else 0.0
+        top = self._top_file(ivs)
+        wait_pct = shares["data_wait_io"] + shares["data_wait_cpu"]
+        where = f" on {top[0]} ({top[1]})" if top else ""
+        if share["sync_loading"] >= t.loop_share:
+            p99 = percentile_ns(reads.get(MAIN, []), 99)
+            workers = "with" if pid in self.workers_seen else "without"
+            out.append(Finding(
+                "sync_loading", _severity(share["sync_loading"]), pid,
+                f"The training loop read files itself {shares['sync_loading']:.0f} % of "
+                f"{format_ns(total)} ({workers} DataLoader workers); p99 read latency "
+                f"{format_ns(p99)}{where}.",
+                {"loop_shares_pct": shares, "seconds": round(secs, 1),
+                 "p99_read_ns": p99, "dataloader_workers": pid in self.workers_seen,
+                 "top_file": top[0] if top else None}))
+        if share["data_wait_io"] >= t.loop_share:
+            p99 = percentile_ns(reads.get(DATALOADER_WORKER, []), 99)
+            out.append(Finding(
+                "dataloader_io_bound", _severity(share["data_wait_io"]), pid,
+                f"The training loop waited for batches {wait_pct:.0f} % "
+                f"of {format_ns(total)}; the DataLoader workers were blocked on I/O {blocked:.0f} % of "
+                f"their busy time; p99 read latency {format_ns(p99)}{where}.",
+                {"loop_shares_pct": shares, "seconds": round(secs, 1),
+                 "workers_blocked_pct": round(blocked, 1), "p99_read_ns": p99,
+                 "top_file": top[0] if top else None}))
+        if share["data_wait_cpu"] >= t.loop_share:
+            out.append(Finding(
+                "dataloader_cpu_bound", _severity(share["data_wait_cpu"]), pid,
+                f"The training loop waited for batches {wait_pct:.0f} % "
+                f"of {format_ns(total)} while the DataLoader workers were on CPU "
+                f"{100 - blocked:.0f} % of their busy time (decoding/augmenting), not on I/O.",
+                {"loop_shares_pct": shares, "seconds": round(secs, 1),
+                 "workers_oncpu_pct": round(100 - blocked, 1)}))
+        if share["checkpoint"] >= t.checkpoint_share:
+            nbytes = sum(iv.written.get(pid, 0) for iv in ivs)
+            rate = nbytes / (ns["checkpoint"] / 1e9) if ns["checkpoint"] else 0
+            ckpts = sorted({path for (p, path), n in self.written_total.items()
+                            if p == pid and n >= t.checkpoint_file_bytes})
+            out.append(Finding(
+                "checkpoint_stall", _severity(share["checkpoint"]), pid,
+                f"The training loop spent {shares['checkpoint']:.0f} % of {format_ns(total)} writing "
+                f"checkpoints: {format_bytes(nbytes)} at {format_bytes(rate)}/s"
+                + (f" to {ckpts[0]}" if ckpts else "") + ".",
+                {"loop_shares_pct": shares, "seconds": round(secs, 1), "bytes_written": nbytes,
+                 "write_bytes_per_s": round(rate), "files": ckpts[:5]}))
+        return out
+
+    def _storage_findings(self, ivs: list[_Interval], loop: list[Finding]) -> list[Finding]:
+        t = self.thresholds
+        out = []
+        io_bound = [f for f in loop if f.kind in ("sync_loading", "dataloader_io_bound")]
+        sev = max((f.severity for f in io_bound), default=0)
+        # cold_cache: reads from disk first, from the page cache later.
+        ratios = [iv.missed_bytes / iv.read_bytes for iv in ivs
+                  if iv.read_bytes >= t.min_read_bytes]
+        if len(ratios) >= 4:
+            k = max(1, len(ratios) // 4)
+            early, late = ratios[:k], ratios[-k:]
+            if min(early) >= t.cold_miss_ratio and max(late) <= t.warm_miss_ratio:
+                out.append(Finding(
+                    "cold_cache", 30, None,
+                    f"The first {k} interval(s) with reads came {100 * sum(early) / k:.0f} % "
+                    f"from disk, the last {k} only {100 * sum(late) / k:.0f} %: the first pass "
+                    "was cold; judge the steady state.",
+                    {"early_miss_pct": [round(100 * r, 1) for r in early],
+                     "late_miss_pct": [round(100 * r, 1) for r in late]}))
+        if not io_bound:
+            return out
+        sizes = defaultdict(int)
+        for iv in ivs:
+            for (path, _fs), n in iv.files_read.items():
+                sizes[path] += n
+        if len(sizes) >= t.small_files_min_count:
+            median = sorted(sizes.values())[len(sizes) // 2]
+            if median < t.small_file_bytes:
+                out.append(Finding(
+                    "small_files", max(20, sev // 2), None,
+                    f"{len(sizes)} files were read, half of them for under "
+                    f"{format_bytes(median)} each; per-file overhead dominates.",
+                    {"files": len(sizes), "median_bytes_per_file": median,
+                     "opens": sum(iv.opens for iv in ivs)}))
+        fs_bytes = defaultdict(int)
+        for iv in ivs:
+            for (_path, fs), n in iv.files_read.items():
+                fs_bytes[fs] += n
+        total = sum(fs_bytes.values())
+        slow = {fs: n for fs, n in fs_bytes.items() if fs in SLOW_FS_TYPES}
+        if total and sum(slow.values()) / total >= t.slow_fs_read_share:
+            out.append(Finding(
+                "slow_filesystem", max(20, sev // 2), None,
+                f"{100 * sum(slow.values()) / total:.0f} % of the bytes read came from "
+                f"{', '.join(sorted(slow))}, which add latency on top of the device.",
+                {"read_bytes_by_fs": dict(fs_bytes)}))
+        queue = [sum(iv.queue_counts[i] for iv in ivs) for i in range(64)]
+        service = [sum(iv.service_counts[i] for iv in ivs) for i in range(64)]
+        q50, s50 = percentile_ns(queue, 50), percentile_ns(service, 50)
+        utils = defaultdict(list)
+        for iv in ivs:
+            for dev, u in iv.device_util.items():
+                utils[dev].append(u)
+        busy = {d: sum(u) / len(u) for d, u in utils.items() if u}
+        hot = max(busy, key=busy.get) if busy else None
+        if (hot and busy[hot] >= t.saturated_util_pct and q50 and s50
+                and q50 >= t.saturated_queue_ratio * s50):
+            out.append(Finding(
+                "device_saturated", max(30, sev // 2), None,
+                f"{hot} was busy {busy[hot]:.0f} % of the time; reads queued {format_ns(q50)} "
+                f"(median) before a {format_ns(s50)} service time.",
+                {"device": hot, "util_pct": round(busy[hot], 1), "queue_p50_ns": q50,
+                 "service_p50_ns": s50}))
+        return out
+
+    def _healthy(self, ivs: list[_Interval], mains: list[int]) -> Finding:
+        ns = dict.fromkeys(STATES, 0)
+        for iv in ivs:
+            for loop in iv.loops.values():
+                for s in STATES:
+                    ns[s] += loop.ns[s]
+        total = sum(ns.values()) or 1
+        shares = {s: round(100 * ns[s] / total, 1) for s in STATES}
+        return Finding(
+            "not_io_bound", 5, mains[0] if len(mains) == 1 else None,
+            f"I/O is not what holds the job back: the training loop computed "
+            f"{shares['compute']:.0f} % of the time, waited on its own reads "
+            f"{shares['sync_loading']:.0f} % and on checkpoints {shares['checkpoint']:.0f} %.",
+            {"loop_shares_pct": shares})
+
+    def _merged_reads(self, ivs: list[_Interval], pid: int) -> dict[str, list[int]]:
+        out: dict[str, list[int]] = {}
+        for iv in ivs:
+            for (main, role), counts in iv.read_counts.items():
+                if main == pid:
+                    acc = out.setdefault(role, [0] * 64)
+                    for i, c in enumerate(counts):
+                        acc[i] += c
+        return out
+
+    @staticmethod
+    def _top_file(ivs: list[_Interval]) -> tuple[str, str] | None:
+        """The directory holding most of the bytes read, with its file system type."""
+        by_dir: dict[tuple[str, str], int] = defaultdict(int)
+        for iv in ivs:
+            for (path, fs), n in iv.files_read.items():
+                by_dir[(path.rsplit("/", 1)[0] or "/", fs)] += n
+        if not by_dir:
+            return None
+        return max(by_dir, key=by_dir.get)
+
+
+def _severity(share: float) -> int:
+    return max(1, min(100, round(100 * share)))
+
+
+def render_findings(findings: list[Finding]) -> list[str]:
+    """The findings block of the summary, most severe first."""
+    if not findings:
+        return []
+    lines = ["", "Findings (most severe first):"]
+    for f in findings:
+        lines.append(f"  [{f.severity:>3}] {f.kind}: {f.summary}")
+        lines.append(f"        advice: {f.advice}")
+    return lines

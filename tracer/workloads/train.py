@@ -1,0 +1,298 @@
+"""A real PyTorch training loop over a directory of sample files.
+
+    python -m tracer.workloads.train --data DIR [--num-workers N] [--batch-size B]
+        [--persistent-workers] [--prefetch-factor F] [--pin-memory]
+        [--transform none|heavy] [--compute light|heavy] [--epochs E] [--steps-per-epoch S]
+        [--checkpoint-every K --checkpoint-mb M --checkpoint-dir D]
+        [--throttle-read-bps N] [--throttle-read-iops N] [--throttle-write-bps N]
+        [--ready-fd FD] [--wait-signal]
+
+Each sample is one file, read with plain open()/read() inside `Dataset.__getitem__` (in the
+DataLoader workers, or in the training loop itself with --num-workers 0), turned into a float
+image tensor (3 x S x S, S = floor(sqrt(bytes / 3))). The model pools it to 3 x 32 x 32 and runs an
+MLP; `--compute heavy` adds a deep stack of 1024-wide layers run several times per step, so the loop
+is on CPU and data loading never holds it back. `--transform heavy` does convolutions and FFTs per
+sample in the worker, so workers are CPU-bound even on cached data.
+
+Checkpoints are synchronous, in the loop: every K steps `torch.save` of a state dict of about M MB
+(model + optimizer + a ballast standing in for a large model), then the file is opened and fsynced,
+then the previous checkpoint is removed.
+
+--ready-fd FD writes "r" to FD (then closes it) once set up (imports, model, ballast), just before
+the DataLoader exists; with --wait-signal the loop then blocks until SIGUSR1, so that a tracer can
+attach with --pid before any sample is read or any worker is forked.
+
+--throttle-*: the process moves itself into a blkio/io.max cgroup limiting its disk (see
+`tracer.workloads.dataset.throttle`; DataLoader workers inherit it) before the handshake, and
+leaves and removes it at exit. The cgroup is named iotrace-train-<pid>.
+
+stdout: one line per epoch, `epoch E steps N seconds T`. stderr: one line per checkpoint,
+`checkpoint step N bytes B save_s T fsync_s T seconds T`. Exit 0.
+
+Threads: torch.set_num_threads(1) in the loop and in every worker. The development machines have 2
+cores shared by the loop and its workers; more intra-op threads would oversubscribe them, blur which
+process is on CPU, and make the timings of the scenarios depend on scheduling noise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.data import DataLoader, Dataset
+
+POOLED = 32  # every sample is pooled to 3 x POOLED x POOLED by the model
+CLASSES = 10
+
+
+class FileDataset(Dataset):
+    """One sample per file; `__getitem__` reads the whole file with open()/read()."""
+
+    def __init__(self, paths: list[Path], transform: str, transform_rounds: int) -> None:
+        self.paths = paths
+        self.transform = transform
+        self.transform_rounds = transform_rounds
+        self._kernel: torch.Tensor | None = None
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
+        with open(self.paths[i], "rb") as f:
+            buf = f.read()
+        side = math.isqrt(len(buf) // 3)
+        if side < 1:
+            raise ValueError(f"{self.paths[i]}: {len(buf)} bytes is too small for a sample")
+        x = torch.frombuffer(bytearray(buf[: 3 * side * side]), dtype=torch.uint8)
+        x = x.view(3, side, side).float().div_(255.0)
+        if self.transform == "heavy":
+            x = self._heavy(x)
+        return x, buf[0] % CLASSES
+
+    def _heavy(self, x: torch.Tensor) -> torch.Tensor:
+        """CPU work of an augmentation pipeline: blur/sharpen convolutions and a spectral filter."""
+        if self._kernel is None:
+            g = torch.Generator().manual_seed(0)
+            self._kernel = torch.randn(3, 3, 5, 5, generator=g) / 25.0
+        y = x.unsqueeze(0)
+        for _ in range(self.transform_rounds):
+            y = torch.tanh(F.conv2d(y, self._kernel, padding=2))
+            spec = torch.fft.rfft2(y)
+            y = torch.fft.irfft2(spec * spec.abs().clamp(max=1.0), s=y.shape[-2:])
+            y = (y - y.mean()) / (y.std() + 1e-6)
+        return y.squeeze(0)
+
+
+class Model(nn.Module):
+    def __init__(self, compute: str) -> None:
+        super().__init__()
+        width = 1024 if compute == "heavy" else 256
+        layers: list[nn.Module] = [nn.Linear(3 * POOLED * POOLED, width), nn.ReLU()]
+        if compute == "heavy":
+            for _ in range(6):
+                layers += [nn.Linear(width, width), nn.ReLU()]
+        layers.append(nn.Linear(width, CLASSES))
+        self.net = nn.Sequential(*layers)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = F.adaptive_avg_pool2d(x, POOLED)
+        return self.net(x.flatten(1))
+
+
+def worker_init(_worker_id: int) -> None:
+    torch.set_num_threads(1)  # torch does this in workers too; said here so nobody changes it
+
+
+def ballast(total_mb: int, model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, torch.Tensor]:
+    """Tensors that bring the checkpoint to about `total_mb` MB (a stand-in for a large model)."""
+    have = sum(t.numel() * t.element_size() for t in model.state_dict().values())
+    for st in optimizer.state_dict()["state"].values():
+        have += sum(t.numel() * t.element_size() for t in st.values() if torch.is_tensor(t))
+    left = max(0, total_mb * 1_000_000 - have) // 4  # float32 elements
+    g = torch.Generator().manual_seed(1)
+    out = {}
+    chunk = 4 * 1024 * 1024  # 16 MB tensors, like the layers of a large model
+    i = 0
+    while left > 0:
+        n = min(chunk, left)
+        out[f"layer{i:03d}.weight"] = torch.rand(n, generator=g)
+        left -= n
+        i += 1
+    return out
+
+
+def save_checkpoint(
+    directory: Path, step: int, state: dict[str, object], previous: Path | None
+) -> tuple[Path, int, float, float]:
+    path = directory / f"ckpt-{step:07d}.pt"
+    t0 = time.perf_counter()
+    torch.save(state, path)
+    t1 = time.perf_counter()
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    t2 = time.perf_counter()
+    if previous is not None and previous != path:
+        previous.unlink(missing_ok=True)
+    return path, path.stat().st_size, t1 - t0, t2 - t1
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m tracer.workloads.train", description=__doc__.split("\n")[0])
+    p.add_argument("--data", required=True, help="directory of sample files (one sample per file)")
+    p.add_argument("--num-workers", type=int, default=0)
+    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--persistent-workers", action="store_true")
+    p.add_argument("--prefetch-factor", type=int, default=None)
+    p.add_argument("--pin-memory", action="store_true")
+    p.add_argument("--no-shuffle", action="store_true", help="read samples in file order")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--transform", choices=["none", "heavy"], default="none")
+    p.add_argument("--transform-rounds", type=int, default=4, help="rounds of the heavy transform")
+    p.add_argument("--compute", choices=["light", "heavy"], default="light")
+    p.add_argument("--compute-rounds", type=int, default=4, help="forward/backward passes per heavy step")
+    p.add_argument("--epochs", type=int, default=1)
+    p.add_argument("--steps-per-epoch", type=int, default=0, help="0: until the dataset is consumed")
+    p.add_argument("--checkpoint-every", type=int, default=0, metavar="K", help="steps; 0: never")
+    p.add_argument("--checkpoint-mb", type=int, default=64, metavar="M")
+    p.add_argument("--checkpoint-dir", default=None)
+    p.add_argument("--throttle-read-bps", type=int, default=0)
+    p.add_argument("--throttle-read-iops", type=int, default=0)
+    p.add_argument("--throttle-write-bps", type=int, default=0)
+    p.add_argument("--ready-fd", type=int, default=None)
+    p.add_argument("--wait-signal", action="store_true", help="block until SIGUSR1 before training")
+    args = p.parse_args(argv)
+    if args.checkpoint_every and not args.checkpoint_dir:
+        p.error("--checkpoint-every needs --checkpoint-dir")
+    if args.num_workers == 0 and (args.persistent_workers or args.prefetch_factor is not None):
+        p.error("--persistent-workers and --prefetch-factor need --num-workers >= 1")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    torch.set_num_threads(1)
+    torch.set_num_interop_threads(1)
+    torch.manual_seed(args.seed)
+
+    data = Path(args.data)
+    paths = sorted(p for p in data.iterdir() if p.is_file() and not p.name.startswith("."))
+    if not paths:
+        print(f"error: no sample files in {data}", file=sys.stderr)
+        return 2
+    dataset = FileDataset(paths, args.transform, args.transform_rounds)
+    model = Model(args.compute)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    ckpt_dir = Path(args.checkpoint_dir) if args.checkpoint_dir else None
+    extra: dict[str, torch.Tensor] = {}
+    if args.checkpoint_every:
+        assert ckpt_dir is not None
+        ckpt_dir.mkdir(parents=True, exist_ok=True)
+        extra = ballast(args.checkpoint_mb, model, optimizer)
+
+    throttle_name = None
+    if args.throttle_read_bps or args.throttle_read_iops or args.throttle_write_bps:
+        from tracer.workloads.dataset import throttle
+
+        throttle_name = f"train-{os.getpid()}"
+        done = throttle(
+            os.getpid(),
+            data,
+            args.throttle_read_bps,
+            read_iops=args.throttle_read_iops,
+            write_bps=args.throttle_write_bps,
+            name=throttle_name,
+        )
+        print(f"throttle: {done or 'not possible here (no blkio/io cgroup, or not root)'}", file=sys.stderr)
+        if done is None:
+            throttle_name = None
+
+    try:
+        if args.wait_signal:
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
+        if args.ready_fd is not None:
+            os.write(args.ready_fd, b"r")
+            os.close(args.ready_fd)
+        if args.wait_signal:
+            signal.sigwait({signal.SIGUSR1})
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGUSR1})
+        train(args, dataset, model, optimizer, ckpt_dir, extra)
+    finally:
+        if throttle_name is not None:
+            from tracer.workloads.dataset import unthrottle
+
+            unthrottle(throttle_name)
+    return 0
+
+
+def train(
+    args: argparse.Namespace,
+    dataset: FileDataset,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    ckpt_dir: Path | None,
+    extra: dict[str, torch.Tensor],
+) -> None:
+    kwargs: dict[str, object] = {}
+    if args.num_workers:
+        kwargs = {"worker_init_fn": worker_init, "persistent_workers": args.persistent_workers}
+        if args.prefetch_factor is not None:
+            kwargs["prefetch_factor"] = args.prefetch_factor
+    loader = DataLoader(
+        dataset,
+        batch_size=args.batch_size,
+        shuffle=not args.no_shuffle,
+        num_workers=args.num_workers,
+        pin_memory=args.pin_memory,
+        generator=torch.Generator().manual_seed(args.seed),
+        **kwargs,
+    )
+    loss_fn = nn.CrossEntropyLoss()
+    rounds = args.compute_rounds if args.compute == "heavy" else 1
+    step = 0
+    previous: Path | None = None
+    for epoch in range(1, args.epochs + 1):
+        t0 = time.perf_counter()
+        n = 0
+        for x, y in loader:
+            for _ in range(rounds):
+                optimizer.zero_grad(set_to_none=True)
+                loss = loss_fn(model(x), y)
+                loss.backward()
+                optimizer.step()
+            n += 1
+            step += 1
+            if args.checkpoint_every and step % args.checkpoint_every == 0:
+                assert ckpt_dir is not None
+                state = {
+                    "step": step,
+                    "model": model.state_dict(),
+                    "optimizer": optimizer.state_dict(),
+                    "ballast": extra,
+                }
+                c0 = time.perf_counter()
+                previous, size, save_s, fsync_s = save_checkpoint(ckpt_dir, step, state, previous)
+                print(
+                    f"checkpoint step {step} bytes {size} save_s {save_s:.3f} fsync_s {fsync_s:.3f} "
+                    f"seconds {time.perf_counter() - c0:.3f}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+            if args.steps_per_epoch and n >= args.steps_per_epoch:
+                break
+        print(f"epoch {epoch} steps {n} seconds {time.perf_counter() - t0:.3f}", flush=True)
+    del loader  # shuts persistent workers down before the process leaves its cgroup
+
+
+if __name__ == "__main__":
+    sys.exit(main())
