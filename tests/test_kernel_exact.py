@@ -130,23 +130,35 @@ def test_several_pids_all_traced(tmp_path):
 
 
 def _prog_ids() -> set[int]:
-    import json
-
     out = subprocess.run(["bpftool", "prog", "show", "-j"], capture_output=True, text=True,
                          check=True).stdout
     return {p["id"] for p in json.loads(out or "[]")}
 
 
+def _held_prog_ids(pid: int) -> set[int]:
+    """The BPF programs a process holds (through program or link fds), from its fdinfo."""
+    ids = set()
+    for fd in os.listdir(f"/proc/{pid}/fdinfo"):
+        try:
+            with open(f"/proc/{pid}/fdinfo/{fd}") as f:
+                for line in f:
+                    if line.startswith("prog_id:"):
+                        ids.add(int(line.split()[1]))
+        except OSError:
+            continue
+    return ids
+
+
 @pytest.mark.parametrize("how", ["SIGINT", "SIGTERM", "SIGKILL"])
 def test_stop_by_signal_leaves_nothing_attached(tmp_path, how):
-    before = _prog_ids()
     sleeper = subprocess.Popen(["sleep", "60"])
     out = tmp_path / "trace"
     tracer = subprocess.Popen([*IOTRACE, "--pid", str(sleeper.pid), "-o", str(out), "-i", "0.2"],
                               cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert tracer.stderr.readline().startswith("Tracing")
-        assert len(_prog_ids() - before) >= 10  # really attached
+        mine = _held_prog_ids(tracer.pid)
+        assert len(mine) >= 10 and mine <= _prog_ids()  # really attached
         time.sleep(0.5)
         tracer.send_signal(getattr(signal, how))
         tracer.communicate(timeout=20)
@@ -156,9 +168,9 @@ def test_stop_by_signal_leaves_nothing_attached(tmp_path, how):
             assert tracer.returncode == 0
             assert pd.read_parquet(out / "processes").pid.tolist() == [sleeper.pid]
         deadline = time.monotonic() + 5
-        while _prog_ids() - before and time.monotonic() < deadline:
+        while mine & _prog_ids() and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert not (_prog_ids() - before)
+        assert not (mine & _prog_ids())  # every one of its programs is gone
         assert (out / "meta.json").exists()
     finally:
         sleeper.kill()

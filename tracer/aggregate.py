@@ -151,7 +151,7 @@ class Aggregator:
             if not (ops or missed or dirtied):
                 continue
             key = abi.decode_file_key(rkey)
-            info = self.files.get(key.dev, key.ino)
+            info = self.files.get(key.dev, key.ino, key.pid)
             proc = self.processes.get(key.pid)
             hit = None
             if key.op == "read" and nbytes:
@@ -175,7 +175,7 @@ class Aggregator:
     def on_slow(self, ev: abi.SlowEvent, ts_ns: int) -> None:
         """A slow operation from the ring buffer (`ts_ns`: its start, UTC)."""
         proc = self.processes.get(ev.pid)
-        path = self.files.get(ev.file_dev, ev.ino).path if ev.ino else None
+        path = self.files.get(ev.file_dev, ev.ino, ev.pid).path if ev.ino else None
         device = device_name(ev.dev)  # syscall: the file system's device; block: the disk
         self.pending_events.append({
             "ts": ts_ns, "pid": ev.pid, "tid": ev.tid,

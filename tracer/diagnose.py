@@ -376,7 +376,11 @@ class Diagnosis:
             for loop in iv.loops.values():
                 for s in STATES:
                     ns[s] += loop.ns[s]
-        total = sum(ns.values()) or 1
+        total = sum(ns.values())
+        if not total:
+            return Finding("not_io_bound", 5, mains[0] if len(mains) == 1 else None,
+                           "No I/O finding: the traced main thread(s) hardly ran, and nothing "
+                           "they did waited on storage.", {"loop_shares_pct": None})
         shares = {s: round(100 * ns[s] / total, 1) for s in STATES}
         return Finding(
             "not_io_bound", 5, mains[0] if len(mains) == 1 else None,

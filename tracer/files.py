@@ -15,13 +15,14 @@ from dataclasses import dataclass
 from tracer.abi import NAME_LEN, FileEvent, dev_major_minor
 from tracer.devices import device_name
 
-KERNEL, PROC_FD, LOOKUP, TRUNCATED, UNKNOWN = "kernel", "proc_fd", "lookup", "truncated", "unknown"
+KERNEL, PROC_FD, PROC_MAPS, LOOKUP, TRUNCATED, UNKNOWN = (
+    "kernel", "proc_fd", "proc_maps", "lookup", "truncated", "unknown")
 
 
 @dataclass(frozen=True)
 class FileInfo:
     path: str  # absolute, as the process sees it; " (deleted)" appended for unlinked files
-    path_source: str  # kernel | proc_fd | lookup | truncated | unknown
+    path_source: str  # kernel | proc_fd | proc_maps | lookup | truncated | unknown
     fs_type: str
     device: str  # the file system's device: a disk name (vda1 -> vda's partition) or MAJ:MIN
 
@@ -37,6 +38,23 @@ def _from_proc_fd(pid: int, fd: int, ino: int) -> str | None:
         return os.readlink(link)
     except OSError:
         return None
+
+
+def _fs_type(dev: int, mountinfo: str = "/proc/self/mountinfo") -> str:
+    """The file system type of the mount with this device, from iotrace's own mount table."""
+    major, minor = dev_major_minor(dev)
+    want = f"{major}:{minor}"
+    try:
+        with open(mountinfo) as f:
+            # "36 25 254:0 / / rw,relatime shared:1 - ext4 /dev/vda rw": type after " - "
+            for line in f:
+                left, _, right = line.partition(" - ")
+                fields = left.split()
+                if len(fields) > 2 and fields[2] == want and right:
+                    return right.split()[0]
+    except OSError:
+        pass
+    return ""
 
 
 def _by_lookup(ev: FileEvent) -> str | None:
@@ -56,6 +74,36 @@ def _by_lookup(ev: FileEvent) -> str | None:
             continue
         if st.st_ino == ev.ino and st.st_dev == want_dev:
             return candidate[len(root):]
+    return None
+
+
+def _from_proc(pid: int, dev: int, ino: int) -> tuple[str, str] | None:
+    """A file the kernel never walked (only seen through page-cache misses, e.g. a mapped
+    binary or a file mmapped before attach): find it among the process's mappings and fds."""
+    major, minor = dev_major_minor(dev)
+    want = f"{major:02x}:{minor:02x}"
+    try:
+        with open(f"/proc/{pid}/maps") as f:
+            # "7f2c1a000000-7f2c1a021000 r--p 00000000 fe:00 5398910   /usr/lib/x86_64/libc.so.6"
+            for line in f:
+                parts = line.split(maxsplit=5)
+                if len(parts) == 6 and parts[3] == want and parts[4] == str(ino):
+                    return parts[5].rstrip("\n"), PROC_MAPS
+    except OSError:
+        pass
+    want_dev = os.makedev(major, minor)
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return None
+    for fd in fds:
+        link = f"/proc/{pid}/fd/{fd}"
+        try:
+            st = os.stat(link)
+            if st.st_ino == ino and st.st_dev == want_dev:
+                return os.readlink(link), PROC_FD
+        except OSError:
+            continue
     return None
 
 
@@ -79,8 +127,16 @@ class FileTable:
         self.by_id[(ev.dev, ev.ino)] = info
         return info
 
-    def get(self, dev: int, ino: int) -> FileInfo:
+    def get(self, dev: int, ino: int, pid: int | None = None) -> FileInfo:
+        """The file's info; for one the kernel never sent (seen only through page-cache misses,
+        or its event was lost), asks /proc/PID/maps and /proc/PID/fd once."""
         info = self.by_id.get((dev, ino))
-        if info is None:  # its first-sight event was lost (ring buffer full)
-            info = FileInfo(f"(inode {ino} on {device_name(dev)})", UNKNOWN, "", device_name(dev))
-        return info
+        if info is not None:
+            return info
+        found = _from_proc(pid, dev, ino) if pid else None
+        if found:
+            info = FileInfo(found[0], found[1], _fs_type(dev), device_name(dev))
+            self.by_id[(dev, ino)] = info
+            return info
+        return FileInfo(f"(inode {ino} on {device_name(dev)})", UNKNOWN, _fs_type(dev),
+                        device_name(dev))
