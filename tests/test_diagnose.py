@@ -1,0 +1,118 @@
+"""The verdicts on hand-made interval rows (the same dicts the trace stores): pure logic."""
+
+from __future__ import annotations
+
+import json
+
+from tracer.diagnose import IO_KINDS, Diagnosis
+
+MS = 1_000_000
+S = 1_000_000_000
+MAIN, WORKER = 100, 200
+OWNER = {MAIN: MAIN, WORKER: MAIN, WORKER + 1: MAIN}
+
+
+def thread(pid, tid, role, oncpu=0, runnable=0, sleep=0, iowait=0, by_worker=0, by_pin=0,
+           by_other=0):
+    return {"pid": pid, "tid": tid, "role": role, "oncpu_ns": oncpu, "runnable_ns": runnable,
+            "sleep_ns": sleep, "iowait_ns": iowait, "woken_by_worker_ns": by_worker,
+            "woken_by_pin_ns": by_pin, "woken_by_own_ns": 0, "woken_by_other_ns": by_other}
+
+
+def file_row(pid, role, op, nbytes, latency, path="/data/train/a.bin", missed=0, fs="ext4"):
+    return {"pid": pid, "role": role, "op": op, "ops": 1, "bytes": nbytes,
+            "latency_sum_ns": latency, "pages_missed": missed, "path": path, "fs_type": fs}
+
+
+def run(intervals, **kw) -> list:
+    d = Diagnosis(**kw)
+    for i, (threads, files) in enumerate(intervals, start=1):
+        d.add(i * S, S, threads, files, [], [], OWNER)
+    return d.findings()
+
+
+def kinds(findings) -> list[str]:
+    return [f.kind for f in findings]
+
+
+def test_sync_loading_when_the_loop_reads_itself():
+    iv = ([thread(MAIN, MAIN, "main", oncpu=300 * MS, iowait=600 * MS, sleep=100 * MS)],
+          [file_row(MAIN, "main", "read", 8 << 20, 800 * MS)])
+    f = run([iv] * 5)
+    assert kinds(f)[0] == "sync_loading" and f[0].severity == 80
+    assert json.loads(f[0].row(0)["evidence"])["loop_shares_pct"]["sync_loading"] == 80.0
+    assert "num_workers" in f[0].advice
+
+
+def test_dataloader_io_bound_when_workers_are_blocked():
+    iv = ([thread(MAIN, MAIN, "main", oncpu=200 * MS, sleep=800 * MS, by_worker=800 * MS),
+           thread(WORKER, WORKER, "dataloader_worker", oncpu=100 * MS, iowait=900 * MS)],
+          [file_row(WORKER, "dataloader_worker", "read", 4 << 20, 900 * MS)])
+    f = run([iv] * 5)
+    assert kinds(f)[0] == "dataloader_io_bound"
+    assert f[0].severity == 72  # 800 ms of waiting x 90 % of the workers' time blocked
+
+
+def test_cpu_bound_workers_are_not_an_io_finding():
+    iv = ([thread(MAIN, MAIN, "main", oncpu=200 * MS, sleep=800 * MS, by_pin=800 * MS),
+           thread(WORKER, WORKER, "dataloader_worker", oncpu=990 * MS, iowait=10 * MS),
+           thread(WORKER + 1, WORKER + 1, "dataloader_worker", oncpu=1000 * MS)],
+          [file_row(WORKER, "dataloader_worker", "read", 4 << 20, 20 * MS)])
+    f = run([iv] * 5)
+    assert kinds(f)[0] == "dataloader_cpu_bound"
+    assert not set(kinds(f)) & set(IO_KINDS)
+    assert "not_io_bound" in kinds(f)
+
+
+def test_healthy_compute_bound_job_gets_no_io_finding():
+    iv = ([thread(MAIN, MAIN, "main", oncpu=950 * MS, sleep=50 * MS, by_pin=30 * MS)],
+          [file_row(MAIN, "main", "read", 1 << 20, 5 * MS)])
+    assert kinds(run([iv] * 10)) == ["not_io_bound"]
+
+
+def test_checkpoint_stall_needs_a_large_file():
+    small = ([thread(MAIN, MAIN, "main", oncpu=500 * MS, iowait=500 * MS)],
+             [file_row(MAIN, "main", "write", 1 << 20, 500 * MS, path="/tmp/log.txt")])
+    assert "checkpoint_stall" not in kinds(run([small] * 3))
+    big = ([thread(MAIN, MAIN, "main", oncpu=400 * MS, iowait=600 * MS)],
+           [file_row(MAIN, "main", "write", 64 << 20, 300 * MS, path="/ckpt/model.pt"),
+            file_row(MAIN, "main", "fsync", 0, 300 * MS, path="/ckpt/model.pt")])
+    f = run([big] * 3)
+    assert kinds(f)[0] == "checkpoint_stall" and f[0].severity == 60
+    assert json.loads(f[0].row(0)["evidence"])["files"] == ["/ckpt/model.pt"]
+
+
+def test_cold_then_warm_reads_are_cold_cache():
+    def iv(missed_pages):
+        return ([thread(MAIN, MAIN, "main", oncpu=900 * MS, sleep=100 * MS)],
+                [file_row(WORKER, "dataloader_worker", "read", 8 << 20, 10 * MS,
+                          missed=missed_pages)])
+    cold, warm = iv(2048), iv(0)  # 8 MiB read: all of it from disk, then none
+    assert "cold_cache" in kinds(run([cold, cold, warm, warm, warm, warm, warm, warm]))
+    assert "cold_cache" not in kinds(run([warm] * 8))
+
+
+def test_window_only_looks_at_recent_intervals():
+    io = ([thread(MAIN, MAIN, "main", oncpu=100 * MS, iowait=900 * MS)],
+          [file_row(MAIN, "main", "read", 8 << 20, 900 * MS)])
+    calm = ([thread(MAIN, MAIN, "main", oncpu=1000 * MS)], [])
+    d = Diagnosis()
+    for i, iv in enumerate([io] * 20 + [calm] * 40, start=1):
+        d.add(i * S, S, *iv, [], [], OWNER)
+    assert "sync_loading" in kinds(d.findings())  # 18 of 60 s: 30 %
+    assert kinds(d.findings(window_s=30)) == ["not_io_bound"]
+
+
+def test_loop_rows_add_up_to_the_thread_time():
+    d = Diagnosis()
+    rows = d.add(S, S, [thread(MAIN, MAIN, "main", oncpu=300 * MS, runnable=100 * MS,
+                               sleep=600 * MS, by_worker=400 * MS),
+                        thread(WORKER, WORKER, "dataloader_worker", oncpu=500 * MS,
+                               iowait=500 * MS)],
+                 [file_row(MAIN, "main", "read", 4096, 100 * MS)], [], [], OWNER)
+    (row,) = rows
+    states = ("data_wait_io", "data_wait_cpu", "sync_loading", "checkpoint", "compute", "other")
+    assert sum(row[f"{s}_ns"] for s in states) == S
+    assert (row["sync_loading_ns"], row["data_wait_io_ns"], row["data_wait_cpu_ns"]) == (
+        100 * MS, 200 * MS, 200 * MS)
+    assert row["compute_ns"] == 300 * MS and row["state"] == "compute"
