@@ -89,6 +89,11 @@ def test_command_mode_exact_counts(iowork, data_file, tmp_path, force):
     assert hooks["block_rq_issue"] == hooks["sched_process_fork"] == kind
     assert hooks["block_io_start"] == ("missing" if "no_block_io_start" in force else kind)
     check_trace(out)
+    # `iotrace report` renders the same summary from the trace alone (header aside).
+    rep = run_iotrace("report", str(out))
+    assert rep.returncode == 0, rep.stderr
+    live_body = r.stdout.split("\n", 1)[1].rsplit("\nTrace written to", 1)[0].strip()
+    assert rep.stdout.split("\n", 1)[1].strip() == live_body
     # The /proc source rides on the same intervals: iostat and dstat columns.
     devices = pd.read_parquet(out / "devices")
     assert (devices.r_s >= 0).all() and not pd.read_parquet(out / "system").empty

@@ -1,4 +1,9 @@
-"""`iotrace report DIR`: the end-of-run summary, re-rendered from a trace directory."""
+"""`iotrace report DIR`: the end-of-run summary again, from a trace directory alone.
+
+It rebuilds what the live run had in memory from the tables (histograms from `latency`, file
+totals from `files`, the diagnosis from the per-interval rows) and renders it with the same
+code as the end of a live run.
+"""
 
 from __future__ import annotations
 
@@ -8,9 +13,11 @@ import numpy as np
 import pandas as pd
 
 from tracer import abi
-from tracer.aggregate import Series
-from tracer.api import TraceError, load
+from tracer.aggregate import FileTotals, Series
+from tracer.api import Trace, TraceError, load
 from tracer.clock import Clock
+from tracer.diagnose import Diagnosis
+from tracer.files import FileInfo, FileTable
 from tracer.processes import Process, ProcessTable
 from tracer.session import EXIT_USAGE, TraceFailure
 from tracer.summary import render_summary
@@ -18,6 +25,10 @@ from tracer.summary import render_summary
 
 def _text(v) -> str | None:
     return None if pd.isna(v) else str(v)
+
+
+def _ns(ts) -> int:
+    return int(pd.Timestamp(ts).value)
 
 
 def totals_from_latency(latency: pd.DataFrame) -> dict[Series, np.ndarray]:
@@ -33,16 +44,66 @@ def totals_from_latency(latency: pd.DataFrame) -> dict[Series, np.ndarray]:
     return totals
 
 
+def file_totals_from_files(files: pd.DataFrame) -> tuple[dict, FileTable]:
+    totals: dict[tuple, FileTotals] = {}
+    table = FileTable()
+    for r in files.itertuples(index=False):
+        key = (int(r.pid), str(r.device), int(r.inode))
+        table.by_id[(str(r.device), int(r.inode))] = FileInfo(str(r.path), str(r.path_source),
+                                                               str(r.fs_type), str(r.device))
+        t = totals.setdefault(key, FileTotals())
+        op = str(r.op)
+        t.ops[op] = t.ops.get(op, 0) + int(r.ops)
+        t.bytes[op] = t.bytes.get(op, 0) + int(r.bytes)
+        t.latency_sum_ns += int(r.latency_sum_ns)
+        t.pages_missed += int(r.pages_missed)
+        t.pages_dirtied += int(r.pages_dirtied)
+    return totals, table
+
+
+def _records(df: pd.DataFrame) -> dict[int, list[dict]]:
+    """Rows by interval end (ns), as plain dicts with str/None for the dictionary columns."""
+    out: dict[int, list[dict]] = {}
+    if df.empty:
+        return out
+    df = df.astype({c: object for c in df.columns if isinstance(df[c].dtype, pd.CategoricalDtype)})
+    df = df.astype(object).where(df.notna(), None)
+    for rec in df.to_dict("records"):
+        out.setdefault(_ns(rec["ts"]), []).append(rec)
+    return out
+
+
+def diagnose_trace(trace: Trace, processes: ProcessTable) -> Diagnosis:
+    """Replays the per-interval rows through the diagnosis, in time order."""
+    d = Diagnosis()
+    tables = {name: _records(trace[name]) for name in ("threads", "files", "latency", "devices")}
+    owners = processes.owners()
+    stamps = sorted(set().union(*(t.keys() for t in tables.values())))
+    prev = None
+    interval_ns = int(float(trace.meta.get("interval_s") or 1.0) * 1e9)
+    for ts in stamps:
+        d.add(ts, ts - prev if prev else interval_ns,
+              *(tables[n].get(ts, []) for n in ("threads", "files", "latency", "devices")),
+              owners)
+        prev = ts
+    return d
+
+
 def report(directory: str, out: TextIO) -> int:
     try:
         trace = load(directory)
-        latency, processes = trace.latency, trace.processes
+        latency, files, procs_df = trace.latency, trace.files, trace.processes
     except TraceError as e:
         raise TraceFailure(str(e), EXIT_USAGE) from None
     procs = ProcessTable(Clock())
-    for r in processes.itertuples(index=False):
+    for r in procs_df.itertuples(index=False):
         procs.by_pid[int(r.pid)] = Process(int(r.pid), int(r.ppid), str(r.comm),
-                                           r.role == "main", str(r.cmdline), 0)
-    header = f"Trace {directory}: {len(procs.by_pid)} processes, {trace.meta.get('stop_reason')}."
-    print(render_summary(totals_from_latency(latency), procs, header), file=out)
+                                           r.role == "main", str(r.cmdline), _ns(r.first_seen))
+    file_totals, file_table = file_totals_from_files(files)
+    findings = diagnose_trace(trace, procs).findings()
+    lost = trace.meta.get("events_lost", 0)
+    header = (f"Trace {directory}: {len(procs.by_pid)} processes "
+              f"({trace.meta.get('stop_reason')}); {lost} events lost.")
+    print(render_summary(totals_from_latency(latency), procs, header, file_totals, file_table,
+                         findings), file=out)
     return 0
