@@ -51,7 +51,8 @@ enum iot_attribution { /* who a block request is charged to, block layers only *
 struct iot_config {
 	__u8 have_io_start; /* the kernel has the block_io_start tracepoint (6.5+) */
 	__u8 page_shift;    /* log2 of the page size */
-	__u8 pad[6];
+	__u8 auto_discover; /* report untracked processes that start DataLoader workers/torchrun */
+	__u8 pad[5];
 	__u64 slow_ns; /* operations at least this slow are sent as events (0: none) */
 };
 
@@ -104,6 +105,8 @@ enum iot_event_kind {
 	IOT_EVENT_SLOW = 5, /* one operation slower than slow_ns (struct iot_slow_event) */
 	IOT_EVENT_RENAME = 6, /* a thread of a tracked process renamed itself (iot_proc_event,
 			       * ppid holds the thread id) */
+	IOT_EVENT_DISCOVER = 7, /* auto_discover: an untracked process named itself pt_data_worker
+				 * or pt_elastic (iot_proc_event: pid, ppid = its parent) */
 };
 
 /* Value of the `tracked` map. */

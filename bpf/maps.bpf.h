@@ -159,6 +159,19 @@ static __always_inline void file_op_add(const struct file_key *key, __u64 latenc
 		*max = latency_ns; /* racy by design: a max, not a count */
 }
 
+/* Two 16-byte task names (zero-padded) are equal: two 8-byte compares, no per-byte branches
+ * (a byte loop multiplies the verifier's paths). */
+static __always_inline bool comm_eq(const char a[IOT_COMM_LEN], const char b[IOT_COMM_LEN])
+{
+	__u64 a0, a1, b0, b1;
+
+	__builtin_memcpy(&a0, a, 8);
+	__builtin_memcpy(&a1, a + 8, 8);
+	__builtin_memcpy(&b0, b, 8);
+	__builtin_memcpy(&b1, b + 8, 8);
+	return a0 == b0 && a1 == b1;
+}
+
 static __always_inline void count_lost_event(void)
 {
 	__u32 zero = 0;

@@ -70,19 +70,37 @@ static __always_inline int handle_exit(struct task_struct *task)
 /* PyTorch names its DataLoader workers and pin-memory thread (prctl PR_SET_NAME). */
 static __always_inline int handle_rename(struct task_struct *task, const char *comm)
 {
-	static const char worker[] = "pt_data_worker";
+	static const char worker[IOT_COMM_LEN] = "pt_data_worker";
+	static const char elastic[IOT_COMM_LEN] = "pt_elastic";
 	__u32 tgid = BPF_CORE_READ(task, tgid), pid = BPF_CORE_READ(task, pid);
 	struct tracked_info *info = bpf_map_lookup_elem(&tracked, &tgid);
 	struct iot_proc_event *e;
 	char name[IOT_COMM_LEN] = {};
-	bool is_worker = true;
+	bool is_worker, is_elastic;
 
-	if (!info)
+	if (!info && !iot_config.auto_discover)
 		return 0;
 	bpf_probe_read_kernel_str(name, sizeof(name), comm);
-	for (int i = 0; i < sizeof(worker); i++)
-		if (name[i] != worker[i])
-			is_worker = false;
+	is_worker = comm_eq(name, worker);
+	is_elastic = comm_eq(name, elastic);
+	if (!info) {
+		/* --auto: a training job shows itself by starting DataLoader workers or torchrun */
+		if (!is_worker && !is_elastic)
+			return 0;
+		e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+		if (!e) {
+			count_lost_event();
+			return 0;
+		}
+		e->kind = IOT_EVENT_DISCOVER;
+		e->pid = tgid;
+		e->ppid = BPF_CORE_READ(task, real_parent, tgid);
+		e->exit_code = 0;
+		e->ts_ns = bpf_ktime_get_ns();
+		__builtin_memcpy(e->comm, name, sizeof(name));
+		bpf_ringbuf_submit(e, 0);
+		return 0;
+	}
 	if (is_worker && pid == tgid)
 		info->flags |= IOT_TRACKED_WORKER;
 	struct thread_time *t = bpf_map_lookup_elem(&threads, &pid);

@@ -103,19 +103,15 @@ static __always_inline int handle_switch(bool preempt, struct task_struct *prev,
 
 static __always_inline __u8 waker_of(__u32 woken_tgid)
 {
-	static const char pin[] = "pt_data_pin";
+	static const char pin[IOT_COMM_LEN] = "pt_data_pin";
 	__u64 id = bpf_get_current_pid_tgid();
 	__u32 tgid = id >> 32;
 	struct tracked_info *info;
-	char comm[IOT_COMM_LEN];
-	bool is_pin = true;
+	char comm[IOT_COMM_LEN] = {};
 
 	if (tgid == woken_tgid) {
 		bpf_get_current_comm(comm, sizeof(comm));
-		for (int i = 0; i < sizeof(pin); i++)
-			if (comm[i] != pin[i])
-				is_pin = false;
-		return is_pin ? IOT_WAKER_PIN : IOT_WAKER_OWN;
+		return comm_eq(comm, pin) ? IOT_WAKER_PIN : IOT_WAKER_OWN;
 	}
 	info = bpf_map_lookup_elem(&tracked, &tgid);
 	if (info && (info->flags & IOT_TRACKED_WORKER))

@@ -11,6 +11,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 
 import pandas as pd
@@ -206,3 +207,36 @@ def test_kill_9_keeps_every_closed_segment(tmp_path):
     finally:
         if tracer.poll() is None:
             os.killpg(tracer.pid, signal.SIGKILL)
+
+
+def test_auto_discovers_jobs_started_later(tmp_path):
+    """--auto: two jobs started after iotrace are traced from the moment they start DataLoader
+    workers; their workers' reads are counted exactly."""
+    data = tmp_path / "data.bin"
+    data.write_bytes(os.urandom(1 << 20))
+    out = tmp_path / "trace"
+    tracer = subprocess.Popen([*IOTRACE, "--auto", "-o", str(out), "-i", "0.5"], cwd=ROOT,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert tracer.stderr.readline().startswith("Tracing")
+        work = ROOT / "tests/workloads/fake_job.py"
+        jobs = [subprocess.Popen([sys.executable, str(work), str(data), "2", "25", "1"])
+                for _ in range(2)]
+        for j in jobs:
+            assert j.wait(timeout=30) == 0
+        tracer.send_signal(signal.SIGINT)
+        _, stderr = tracer.communicate(timeout=30)
+        assert tracer.returncode == 0, stderr
+    finally:
+        if tracer.poll() is None:
+            tracer.kill()
+    procs = pd.read_parquet(out / "processes")
+    ours = {j.pid for j in jobs}  # (--auto also takes any other training job on this host)
+    assert ours <= set(procs[procs.role == "main"].pid)
+    workers = procs[(procs.role == "dataloader_worker") & procs.ppid.isin(ours)]
+    assert sorted(workers.ppid) == sorted([j.pid for j in jobs] * 2)
+    assert sorted(workers.worker_index) == [0, 0, 1, 1]
+    files = pd.read_parquet(out / "files")
+    reads = files[(files.path == str(data)) & (files.op == "read") & files.pid.isin(workers.pid)]
+    assert reads.groupby("pid")["ops"].sum().tolist() == [25, 25, 25, 25]
+    assert set(reads.role) == {"dataloader_worker"}

@@ -26,7 +26,8 @@ TARGETS = {0: None, 1: "file", 2: "pipe", 3: "socket", 4: "other"}
 # enum iot_attribution (0: IOT_ATTR_NONE, not a block row)
 ATTRIBUTIONS = {0: None, 1: "direct", 2: "writeback", 3: "readahead", 4: "unknown"}
 # enum iot_event_kind
-EVENT_FORK, EVENT_EXEC, EVENT_EXIT, EVENT_FILE, EVENT_SLOW, EVENT_RENAME = 1, 2, 3, 4, 5, 6
+EVENT_FORK, EVENT_EXEC, EVENT_EXIT, EVENT_FILE, EVENT_SLOW, EVENT_RENAME, EVENT_DISCOVER = (
+    1, 2, 3, 4, 5, 6, 7)
 # enum iot_tracked_flags
 TRACKED_WORKER = 1
 # enum iot_thread_state
@@ -36,8 +37,8 @@ WAKERS = ("own", "worker", "pin", "other")
 # enum iot_file_flags
 FILE_TRUNCATED, FILE_DELETED = 1, 2
 
-# struct iot_config: have_io_start, page_shift, slow_ns
-CONFIG = struct.Struct("<BB6xQ")
+# struct iot_config: have_io_start, page_shift, auto_discover, slow_ns
+CONFIG = struct.Struct("<BBB5xQ")
 # struct hist_key: tgid, dev, layer, op, target, attribution
 HIST_KEY = struct.Struct("<IIBBBB")
 # struct hist: u64 count[MAX_SLOTS]; u64 bytes[MAX_SLOTS]

@@ -8,21 +8,47 @@
 Each table is read on first access with ``pd.read_parquet(DIR/<table>)`` and then cached. Timestamps
 are ``datetime64[ns, UTC]``, dictionary-encoded strings are categoricals, durations are int64
 nanoseconds in columns named ``*_ns`` (see `tracer.schema`).
+
+Beyond the raw tables, a `Trace` answers the usual questions directly:
+
+    >>> trace.percentiles(layer="syscall", op="read", by="role")   # p50/p90/p99 from the histograms
+    >>> trace.findings             # the final verdicts, most severe first, evidence as dicts
+    >>> trace.top_files(10)        # the files the job spent most time on
+    >>> print(trace.summary())     # the same text as ``iotrace report DIR``
+
+and a notebook displays a trace as a small HTML overview (`Trace._repr_html_`).
 """
 
 from __future__ import annotations
 
+import html
+import io
 import json
+import math
 import os
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from tracer.abi import ATTRIBUTIONS, LAYERS, MAX_SLOTS, OPS, TARGETS
+from tracer.histogram import format_bytes, format_ns
 from tracer.schema import SCHEMA_VERSION, TABLES
 from tracer.sinks.parquet import META_FILE
 
 _SEGMENT_GLOB = "part-*.parquet"
+_OPEN_SLOT_LO_NS = 1 << (MAX_SLOTS - 1)
+"""Lower bound of the last, open-ended histogram slot (about 9 minutes and up)."""
+LATENCY_LAYERS = ("syscall", "block_queue", "block")
+"""Layers whose histograms hold latencies (the pagecache layer counts missed pages)."""
+_KNOWN_VALUES = {
+    "layer": set(LAYERS.values()),
+    "op": set(OPS.values()),
+    "target": {t for t in TARGETS.values() if t},
+    "attribution": {a for a in ATTRIBUTIONS.values() if a},
+}
 
 
 class TraceError(Exception):
@@ -87,6 +113,195 @@ class Trace:
 
     def __dir__(self) -> list[str]:
         return sorted(set(super().__dir__()) | set(TABLES) | set(self.tables))
+
+    # -- what a notebook asks ------------------------------------------------------------------
+
+    @property
+    def start_ns(self) -> int | None:
+        """When tracing started, ns since the Unix epoch (``meta.json``), or None if unknown."""
+        return _int_or_none(self.meta.get("start_ns"))
+
+    @property
+    def stop_ns(self) -> int | None:
+        """When tracing stopped, or None (unknown, or a tracer that was killed)."""
+        return _int_or_none(self.meta.get("stop_ns"))
+
+    @property
+    def duration_s(self) -> float | None:
+        """Seconds from start to stop (``meta.json``), or None if either is unknown."""
+        if self.start_ns is None or self.stop_ns is None:
+            return None
+        return (self.stop_ns - self.start_ns) / 1e9
+
+    @property
+    def targets(self) -> dict[str, list]:
+        """What was traced: ``{"pids": [...], "command": [...]}`` (from ``meta.json``)."""
+        targets = self.meta.get("targets")
+        if not isinstance(targets, dict):
+            return {"pids": [], "command": []}
+        return {"pids": list(targets.get("pids") or []),
+                "command": list(targets.get("command") or [])}
+
+    def percentiles(
+        self,
+        layer: str | Sequence[str] | None = "syscall",
+        op: str | Sequence[str] | None = "read",
+        by: str | Sequence[str] | None = "role",
+        q: float | Sequence[float] = (50, 90, 99),
+        target: str | Sequence[str] | None = None,
+    ) -> pd.DataFrame:
+        """Latency percentiles per group, computed from the ``latency`` histograms.
+
+        `layer`, `op` and `target` keep the rows with that value (a list: any of them; None: all),
+        e.g. ``target="file"`` leaves out pipe and socket reads, which for a training process
+        are mostly waits for DataLoader batches. `by` names the ``latency`` column(s) to group by
+        (``"role"``, ``["pid", "layer"]``, ...; None: one row for everything kept). `q` is one or
+        more percentiles, 0 < q <= 100.
+
+        Returns one row per group (the index: the `by` columns) with the columns ``count`` and
+        ``bytes`` (sums over the whole trace) and ``p50_ns``, ``p90_ns``, ... (float ns).
+
+        How: the buckets of a group are summed over every interval and process in it into one
+        log2 histogram; the q-th percentile is the value of rank ``q/100 * count``, found by
+        walking the buckets in order and interpolating linearly inside the bucket
+        ``[bucket_lo_ns, bucket_hi_ns)`` where that rank falls (as `tracer.histogram.percentile_ns`
+        does for the terminal summary, whose p50/p99 these equal). The true percentile lies in
+        the same bucket, so the result is off by less than the bucket's width: **at most a
+        factor of 2** either way (the bucket's upper bound is twice its lower bound). The last,
+        open-ended bucket (about 9 minutes and more) gives its lower bound.
+        """
+        qs = [float(x) for x in ([q] if isinstance(q, int | float) else q)]
+        for x in qs:
+            if not 0 < x <= 100 or math.isnan(x):
+                raise ValueError(f"percentile q={x:g} is out of range: give 0 < q <= 100")
+        cols = _names(by)
+        lat = self.latency
+        unknown = [c for c in cols if c not in lat.columns]
+        if unknown:
+            raise ValueError(
+                f"cannot group by {', '.join(map(repr, unknown))}: not a column of the latency "
+                f"table; columns: {', '.join(lat.columns)}"
+            )
+        mask = np.ones(len(lat), dtype=bool)
+        for column, wanted in (("layer", layer), ("op", op), ("target", target)):
+            values = _names(wanted)
+            if wanted is None:
+                continue
+            bad = sorted(set(values) - _KNOWN_VALUES[column])
+            if bad:
+                raise ValueError(
+                    f"unknown {column} {', '.join(map(repr, bad))}; "
+                    f"{column}s: {', '.join(sorted(_KNOWN_VALUES[column]))}"
+                )
+            mask &= lat[column].astype(object).isin(values).to_numpy()
+        rows = lat.loc[mask, [*cols, "bucket_lo_ns", "bucket_hi_ns", "count", "bytes"]]
+        rows = rows.astype({c: object for c in cols})
+        rows = rows[rows["count"] > 0]
+        names = [f"p{x:g}_ns" for x in qs]
+        out: list[dict] = []
+        keys: list[tuple] = []
+        groups = rows.groupby(cols, dropna=False, sort=True) if cols else [((), rows)]
+        for key, group in groups:
+            buckets = group.groupby(["bucket_lo_ns", "bucket_hi_ns"], sort=True)[
+                ["count", "bytes"]].sum()
+            lo = buckets.index.get_level_values(0).to_numpy(dtype=np.int64)
+            hi = buckets.index.get_level_values(1).to_numpy(dtype=np.int64)
+            counts = buckets["count"].to_numpy(dtype=np.int64)
+            keys.append(key if isinstance(key, tuple) else (key,))
+            out.append({"count": int(counts.sum()), "bytes": int(buckets["bytes"].sum()),
+                        **dict(zip(names, _interpolate(lo, hi, counts, qs), strict=True))})
+        frame = pd.DataFrame(out, columns=["count", "bytes", *names])
+        frame = frame.astype({"count": "int64", "bytes": "int64", **dict.fromkeys(names, "float64")})
+        if len(cols) == 1:
+            frame.index = pd.Index([k[0] for k in keys], name=cols[0], dtype=object)
+        elif cols:
+            frame.index = pd.MultiIndex.from_tuples(keys, names=cols) if keys else (
+                pd.MultiIndex.from_arrays([[]] * len(cols), names=cols))
+        return frame
+
+    @property
+    def findings(self) -> pd.DataFrame:
+        """The final verdicts of the diagnosis, most severe first, evidence parsed to dicts.
+
+        The ``findings`` table holds every evaluation made during the run (the last window,
+        every few seconds) and at the end (the whole trace). The final ones are the rows with
+        the largest ``ts``; of those, the evaluation covering the most (earliest ``start``) is
+        kept, and repeated rows are dropped. ``trace["findings"]`` is the raw table.
+        """
+        raw = self["findings"]
+        if not raw.empty:
+            raw = raw[raw["ts"] == raw["ts"].max()]
+            raw = raw[raw["start"] == raw["start"].min()]
+            raw = raw.drop_duplicates(subset=["kind", "pid", "summary", "evidence", "advice"])
+            raw = raw.sort_values("severity", ascending=False, kind="stable")
+        out = raw.reset_index(drop=True).copy()
+        out["evidence"] = pd.Series([_evidence(e) for e in out["evidence"]], dtype=object)
+        return out
+
+    def top_files(self, n: int | None = 10) -> pd.DataFrame:
+        """The files the traced processes spent most time on in syscalls, most first.
+
+        One row per path (all processes together, so that every DataLoader worker's reads of a
+        file add up): ``time_ns`` (sum of syscall latencies), ``reads``, ``read_bytes``,
+        ``writes``, ``write_bytes``, ``pages_missed`` (brought into the page cache),
+        ``cache_hit_pct`` (of the bytes read), ``fs_type``, ``pids`` (how many processes) and
+        ``roles``. The terminal summary ranks per process and file instead.
+        """
+        files = self.files
+        columns = ["path", "time_ns", "reads", "read_bytes", "writes", "write_bytes",
+                   "pages_missed", "cache_hit_pct", "fs_type", "pids", "roles"]
+        if files.empty:
+            return pd.DataFrame(columns=columns)
+        f = files.astype({c: object for c in ("path", "op", "role", "fs_type")})
+        is_read, is_write = f["op"] == "read", f["op"] == "write"
+        f = f.assign(reads=f["ops"].where(is_read, 0), read_bytes=f["bytes"].where(is_read, 0),
+                     writes=f["ops"].where(is_write, 0),
+                     write_bytes=f["bytes"].where(is_write, 0))
+        g = f.groupby("path", sort=False)
+        top = pd.DataFrame({
+            "time_ns": g["latency_sum_ns"].sum(),
+            "reads": g["reads"].sum(),
+            "read_bytes": g["read_bytes"].sum(),
+            "writes": g["writes"].sum(),
+            "write_bytes": g["write_bytes"].sum(),
+            "pages_missed": g["pages_missed"].sum(),
+            "fs_type": g["fs_type"].first(),
+            "pids": g["pid"].nunique(),
+            "roles": g["role"].agg(lambda r: ",".join(sorted({str(x) for x in r.dropna()}))),
+        })
+        from tracer.aggregate import PAGE_SIZE
+
+        hit = 100 * (1 - top["pages_missed"] * PAGE_SIZE / top["read_bytes"].where(
+            top["read_bytes"] > 0))
+        top["cache_hit_pct"] = hit.clip(lower=0.0)
+        top = top.reset_index().sort_values(["time_ns", "read_bytes", "write_bytes"],
+                                            ascending=False, kind="stable")
+        top = top[columns].reset_index(drop=True)
+        return top if n is None else top.head(n)
+
+    def summary(self) -> str:
+        """The text summary of the trace: exactly what ``iotrace report DIR`` prints.
+
+        The same renderer as the end of a live run (`tracer.report`), fed from the tables.
+        """
+        from tracer.report import report
+        from tracer.session import TraceFailure
+
+        out = io.StringIO()
+        try:
+            report(str(self.directory), out)
+        except TraceFailure as e:
+            raise TraceError(str(e)) from None
+        text = out.getvalue()
+        return text[:-1] if text.endswith("\n") else text
+
+    def _repr_html_(self) -> str:
+        """A small overview for Jupyter: targets, duration, findings, latency, top files."""
+        try:
+            return overview_html(self)
+        except TraceError as e:
+            return f"<div><b>iotrace trace</b> {html.escape(str(self.directory))}: " \
+                   f"{html.escape(str(e))}</div>"
 
     def __repr__(self) -> str:
         return f"<Trace {str(self.directory)!r} tables={self.tables}>"

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import re
 import shutil
 import sys
 import time
@@ -68,6 +69,11 @@ def trace_parser() -> argparse.ArgumentParser:
                    help="trace directory (default ./iotrace-YYYYmmdd-HHMMSS); must be new or empty")
     p.add_argument("--slow-ms", type=_positive("--slow-ms"), default=10.0, metavar="MS",
                    help="record each operation slower than MS milliseconds as an event (default 10)")
+    p.add_argument("--auto", action="store_true",
+                   help="trace every PyTorch training job on the host as it appears: a process "
+                        "that starts DataLoader workers or runs torchrun (pt_elastic)")
+    p.add_argument("--match", metavar="REGEX",
+                   help="with --auto, also trace processes whose command line matches REGEX")
     p.add_argument("--version", action="version", version=f"iotrace {__version__}")
     return p
 
@@ -130,10 +136,17 @@ def cmd_trace(argv: list[str]) -> int:
     if "--" in argv and not command:
         raise UsageError("nothing after --: give the command to start, e.g. iotrace -- python "
                          "train.py")
-    if args.pid and command:
-        raise UsageError("give either --pid PID or -- CMD, not both")
-    if not args.pid and not command:
-        raise UsageError("nothing to trace: give --pid PID or -- CMD (see iotrace --help)")
+    if sum(map(bool, (args.pid, command, args.auto))) > 1:
+        raise UsageError("give one of --pid PID, -- CMD or --auto, not several")
+    if not args.pid and not command and not args.auto:
+        raise UsageError("nothing to trace: give --pid PID, -- CMD or --auto (see iotrace --help)")
+    if args.match is not None:
+        if not args.auto:
+            raise UsageError("--match works with --auto: iotrace --auto --match REGEX")
+        try:
+            re.compile(args.match)
+        except re.error as e:
+            raise UsageError(f"--match {args.match!r} is not a valid regular expression: {e}") from None
     _check_pids(args.pid)
     if command:
         _check_command(command)
@@ -142,7 +155,8 @@ def cmd_trace(argv: list[str]) -> int:
         raise TraceFailure(problem, EXIT_HOST)
     out = prepare_output(args.output)
     opts = TraceOptions(output=out, pids=args.pid, command=command, duration_s=args.duration,
-                        interval_s=args.interval, slow_ms=args.slow_ms, argv=["iotrace", *argv])
+                        interval_s=args.interval, slow_ms=args.slow_ms, auto=args.auto,
+                        match=args.match, argv=["iotrace", *argv])
     return run_trace(opts)
 
 

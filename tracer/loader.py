@@ -75,9 +75,10 @@ def _tracepoint_of(section: str) -> str:
 class Probes:
     """iotrace's BPF programs and maps, loaded into the kernel."""
 
-    def __init__(self, bpf_dir: Path = BPF_DIR, slow_ns: int = 0):
+    def __init__(self, bpf_dir: Path = BPF_DIR, slow_ns: int = 0, auto_discover: bool = False):
         self.bpf_dir = bpf_dir
         self.slow_ns = slow_ns
+        self.auto_discover = auto_discover
         self.objects: dict[str, BpfObject] = {}
         self.links: list[Link] = []
         self.features: dict[str, str] = {}
@@ -109,7 +110,8 @@ class Probes:
                 self.objects[name] = obj
                 self._choose_programs(obj)
                 have_io_start = self.features.get("block_io_start", "missing") != "missing"
-                obj.set_config(abi.CONFIG.pack(int(have_io_start), PAGE_SHIFT, self.slow_ns))
+                obj.set_config(abi.CONFIG.pack(int(have_io_start), PAGE_SHIFT,
+                                               int(self.auto_discover), self.slow_ns))
                 for m, fd in shared.items():
                     obj.reuse_map(m, fd)
                 obj.load()

@@ -8,6 +8,7 @@ CHILD = "child"  # any other descendant
 
 WORKER_COMM = "pt_data_worker"
 PIN_COMM = "pt_data_pin"  # the pin-memory thread of the main process
+ELASTIC_COMM = "pt_elastic"  # torchrun's agent
 
 
 def role_of(is_target: bool, comm: str) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import signal
 import socket
 import sys
@@ -29,6 +30,7 @@ from tracer.host import tracing_problem
 from tracer.loader import HostCannotTrace, Probes
 from tracer.processes import ProcessTable
 from tracer.procfs import ProcSampler
+from tracer.roles import ELASTIC_COMM, WORKER_COMM
 from tracer.sinks.parquet import TraceWriter
 from tracer.summary import render_summary
 
@@ -53,6 +55,8 @@ class TraceOptions:
     duration_s: float | None = None
     interval_s: float = 1.0
     slow_ms: float = 10.0
+    auto: bool = False  # trace PyTorch jobs as they appear (DataLoader workers, torchrun)
+    match: str | None = None  # --auto also takes processes whose command line matches this
     roll_s: float = 5.0
     argv: list[str] = field(default_factory=lambda: list(sys.argv))
 
@@ -126,7 +130,9 @@ class Session:
         self.processes = ProcessTable(self.clock)
         self.files = FileTable()
         self.aggregator = Aggregator(self.processes, self.files)
-        self.probes = Probes(slow_ns=int(opts.slow_ms * 1e6))
+        self.probes = Probes(slow_ns=int(opts.slow_ms * 1e6), auto_discover=opts.auto)
+        self.match = re.compile(opts.match) if opts.match else None
+        self._scanned: set[int] = set()
         self.proc = ProcSampler()
         self.diagnosis = Diagnosis(page_size=PAGE_SIZE)
         self._last_findings_ns = 0
@@ -151,24 +157,23 @@ class Session:
             self.processes.add_started(self.child.pid, os.getpid(), self.opts.command)
             self.probes.track(self.child.pid)
         for pid in self.opts.pids:
-            self.probes.track(pid)  # first: its forks from now on are followed in the kernel
-        for pid in self.opts.pids:
-            try:
-                self.processes.add_existing(pid, is_target=True)
-                for kid in psutil.Process(pid).children(recursive=True):
-                    self.probes.track(kid.pid, pid)
-                    self.processes.add_existing(kid.pid, is_target=False)
-            except psutil.NoSuchProcess:
-                self.processes.mark_gone(pid)
+            self.add_target(pid)
+        if self.opts.auto:
+            self.discover()
         try:
             self.probes.attach()
         except HostCannotTrace as e:
             raise TraceFailure(str(e), EXIT_HOST) from None
         self.writer = TraceWriter(self.opts.output, self._meta(start_ns), roll_s=self.opts.roll_s)
         self.proc.sample(self.clock.now_ns())  # primes the /proc counters
-        targets = self.opts.pids or [self.child.pid if self.child else 0]
-        what = " ".join(self.opts.command) if self.opts.command else "PID " + " ".join(
-            map(str, targets))
+        if self.opts.auto:
+            what = "PyTorch training jobs as they appear (--auto)"
+            if self.processes.by_pid:
+                what += f", now PID {' '.join(map(str, sorted(self.processes.by_pid)))}"
+        elif self.opts.command:
+            what = " ".join(self.opts.command)
+        else:
+            what = "PID " + " ".join(map(str, self.opts.pids))
         if self.child:
             self.child.release()  # programs are attached: the command is traced from its exec
         print(f"Tracing I/O of {what} and its descendants... Hit Ctrl-C to end.",
@@ -189,10 +194,62 @@ class Session:
             "events_lost": 0,
         }
 
+    def add_target(self, pid: int) -> None:
+        """Traces a process and its descendants: the kernel follows its forks from now on, the
+        ones alive now are found in /proc."""
+        if self.processes.get(pid) is not None:
+            return
+        self.probes.track(pid)  # first: its forks from now on are followed in the kernel
+        try:
+            self.processes.add_existing(pid, is_target=True)
+            for kid in psutil.Process(pid).children(recursive=True):
+                if self.processes.get(kid.pid) is None:
+                    self.probes.track(kid.pid, pid)
+                    self.processes.add_existing(kid.pid, is_target=False)
+        except psutil.NoSuchProcess:
+            self.processes.mark_gone(pid)
+
+    def discover(self) -> None:
+        """--auto: finds training jobs in /proc (DataLoader workers' parents, torchrun agents,
+        --match); the kernel reports new ones as they name their workers (EVENT_DISCOVER)."""
+        me = os.getpid()
+        for p in psutil.process_iter(["pid", "ppid", "name", "cmdline"]):
+            pid = p.info["pid"]
+            if pid == me or pid in self._scanned:
+                continue
+            self._scanned.add(pid)
+            if p.info["name"] == WORKER_COMM:
+                self._discovered(p.info["ppid"])
+            elif p.info["name"] == ELASTIC_COMM or self._matches(p.info["cmdline"]):
+                self._discovered(pid)
+
+    def _matches(self, cmdline: list[str] | None) -> bool:
+        return bool(self.match and self.match.search(" ".join(cmdline or ())))
+
+    def _discovered(self, pid: int) -> None:
+        """A training process was found: trace it (or the process behind its forkserver)."""
+        try:
+            proc = psutil.Process(pid)
+            if "multiprocessing.forkserver" in " ".join(proc.cmdline()):
+                pid = proc.ppid()
+        except psutil.Error:
+            return
+        if pid in (0, 1, os.getpid()):
+            return
+        owners = self.processes.owners()
+        if pid in owners:
+            return  # already traced (a target or a descendant of one)
+        self.add_target(pid)
+        print(f"Tracing PID {pid} ({self.processes.get(pid).comm if self.processes.get(pid) else '?'})"
+              " and its descendants", file=self.err, flush=True)
+
     def on_event(self, raw: bytes) -> None:
         """One ring-buffer record: process life cycle, a file's path, or a slow operation."""
         kind = abi.event_kind(raw)
-        if kind == abi.EVENT_FILE:
+        if kind == abi.EVENT_DISCOVER:
+            ev = abi.decode_proc_event(raw)
+            self._discovered(ev.pid if ev.comm == ELASTIC_COMM else ev.ppid)
+        elif kind == abi.EVENT_FILE:
             self.files.on_event(abi.decode_file_event(raw))
         elif kind == abi.EVENT_SLOW:
             ev = abi.decode_slow_event(raw)
@@ -220,11 +277,13 @@ class Session:
                 next_tick = max(next_tick + self.opts.interval_s, now)
             if self.child and self.child.reap():
                 self.processes.mark_gone(self.child.pid)
-            if not self.processes.alive():
+            if not self.opts.auto and not self.processes.alive():
                 self.request_stop("targets exited")
 
     def tick(self) -> Snapshot:
         """One interval: map deltas -> snapshot -> sinks; forget processes gone a while."""
+        if self.match:
+            self.discover()
         for proc in self.processes.alive():
             if _gone(proc.pid):  # died before it was tracked, or its exit event was lost
                 self.processes.mark_gone(proc.pid)

@@ -8,8 +8,9 @@
   or warm, and throttle a process's disk through a blkio (cgroup v1) or io.max (cgroup v2) cgroup.
 - `tracer.workloads.scenarios`: one named scenario per finding (`sync_loading`,
   `dataloader_io_bound`, `dataloader_cpu_bound`, `not_io_bound`, `checkpoint_stall`, `cold_cache`,
-  `small_files`): `prepare(name, workdir)` builds the data and returns the argv, the setup steps and a
-  cleanup; `scripts/scenarios.py` runs them untraced and measures them from /proc.
+  `small_files`, `device_saturated`): `prepare(name, workdir)` builds the data and returns the argv,
+  the setup steps and a cleanup; `scripts/scenarios.py` runs them untraced and measures them from
+  /proc and /proc/diskstats.
 
 Nothing here is imported by the tracer itself; torch is needed only to run `train`.
 """

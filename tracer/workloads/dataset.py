@@ -13,6 +13,11 @@
   `io.max`. Page-cache reads of cold files go to the disk and are throttled; O_DIRECT is not needed.
   Throttled bios wait in the cgroup before they become requests, so the disk itself is not busy:
   the reader waits (state D) while %util stays low. `unthrottle(name)` removes the cgroup.
+- `loop_disk(image, mountpoint, size_mib)`: an ext4 file system in an image file, on a loop device
+  with direct I/O, mounted. Throttle the reader on the disk that holds the *image*: the loop
+  device's requests then wait for the throttled backing reads (the loop worker issues them on
+  behalf of the reader's cgroup), so the loop device is a slow, saturated disk (%util ~100 %,
+  aqu-sz > 1, await of 100+ ms) like an HDD or a network volume.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import contextlib
 import errno
 import mmap
 import os
+import subprocess
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -300,3 +306,93 @@ def throttled_names() -> list[str]:
 
 def total_bytes(paths: Sequence[str | os.PathLike[str]]) -> int:
     return sum(os.stat(p).st_size for p in paths)
+
+
+# ---------------------------------------------------------------------------------------------
+# A slow disk: a loop device over an image file whose reads are throttled
+
+
+def _mounted_source(mountpoint: Path) -> str | None:
+    target = str(mountpoint.resolve())
+    for line in (_read_text("/proc/self/mounts") or "").splitlines():
+        parts = line.split()
+        if len(parts) >= 2 and parts[1] == target:
+            return parts[0]
+    return None
+
+
+def _read_text(path: str) -> str | None:
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def _run(*argv: str) -> str:
+    try:
+        r = subprocess.run(argv, capture_output=True, text=True, check=False)
+    except FileNotFoundError as e:
+        raise RuntimeError(f"{argv[0]} is not installed") from e
+    if r.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)} failed: {r.stderr.strip() or r.returncode}")
+    return r.stdout.strip()
+
+
+class LoopDisk:
+    """A mounted ext4 loop device; `close()` unmounts and detaches it (the image file stays)."""
+
+    def __init__(self, image: Path, mountpoint: Path, device: str) -> None:
+        self.image = image
+        self.mountpoint = mountpoint
+        self.device = device  # /dev/loopN
+        self.name = Path(device).name
+
+    def close(self) -> None:
+        if _mounted_source(self.mountpoint) == self.device:
+            _run("umount", str(self.mountpoint))
+        with contextlib.suppress(RuntimeError):
+            _run("losetup", "-d", self.device)
+
+    def __enter__(self) -> LoopDisk:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def loop_disk(image: str | os.PathLike[str], mountpoint: str | os.PathLike[str], size_mib: int) -> LoopDisk:
+    """Mount an ext4 file system kept in `image` (made with `size_mib` MiB if missing) through a loop
+    device with direct I/O at `mountpoint`; reuses the mount if it is already there. Needs root,
+    losetup and mkfs.ext4; raises RuntimeError saying what is missing otherwise."""
+    image, mountpoint = Path(image), Path(mountpoint)
+    mountpoint.mkdir(parents=True, exist_ok=True)
+    src = _mounted_source(mountpoint)
+    if src is not None:
+        if not src.startswith("/dev/loop"):
+            raise RuntimeError(f"{mountpoint} is already a mount of {src}, not of a loop device")
+        return LoopDisk(image, mountpoint, src)
+    if os.geteuid() != 0:
+        raise RuntimeError("a loop device needs root")
+    if not image.exists():
+        image.parent.mkdir(parents=True, exist_ok=True)
+        with open(image, "wb") as f:
+            f.truncate(size_mib << 20)
+        # no lazy init: ext4lazyinit would otherwise write to the device while a scenario runs
+        _run("mkfs.ext4", "-q", "-F", "-E", "lazy_itable_init=0,lazy_journal_init=0", str(image))
+    device = _run("losetup", "--find", "--show", "--direct-io=on", str(image))
+    try:
+        _run("mount", "-t", "ext4", "-o", "noatime", device, str(mountpoint))
+    except RuntimeError:
+        with contextlib.suppress(RuntimeError):
+            _run("losetup", "-d", device)
+        raise
+    return LoopDisk(image, mountpoint, device)
+
+
+def disk_name(path: str | os.PathLike[str]) -> str | None:
+    """Kernel name (vda, loop0, nvme0n1) of the whole disk that holds `path`, as in /proc/diskstats."""
+    disk = disk_of(path)
+    if disk is None:
+        return None
+    return Path(f"/sys/dev/block/{disk[0]}:{disk[1]}").resolve().name

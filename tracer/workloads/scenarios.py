@@ -60,6 +60,7 @@ class Spec:
     read_iops: int = 0
     write_bps: int = 0
     checkpoints: bool = False
+    loop_mib: int = 0  # > 0: the data lives on an ext4 loop device of this size (throttled underneath)
 
 
 SPECS: dict[str, Spec] = {
@@ -153,6 +154,19 @@ SPECS: dict[str, Spec] = {
             read_iops=300,
             train_args=("--num-workers", "2", "--batch-size", "32", "--epochs", "1"),
         ),
+        Spec(
+            name="device_saturated",
+            finding="device_saturated",
+            summary="3 workers read 160 cold 1 MiB files from an ext4 loop device whose backing reads "
+            "are limited to 16 MB/s: that disk is 100 % busy and requests queue on it",
+            expect="data disk (loopN) %util ~100, aqu-sz > 1, await >> service time; workers in D",
+            n_files=160,
+            file_kib=1024,
+            cache="cold",
+            read_bps=16 * MB,
+            loop_mib=256,
+            train_args=("--num-workers", "3", "--batch-size", "8", "--epochs", "1"),
+        ),
     )
 }
 
@@ -171,7 +185,9 @@ class Output:
 
 
 _EPOCH = re.compile(r"^epoch (\d+) steps (\d+) seconds ([0-9.]+)$")
-_CKPT = re.compile(r"^checkpoint step (\d+) bytes (\d+) save_s ([0-9.]+) fsync_s ([0-9.]+) seconds ([0-9.]+)$")
+_CKPT = re.compile(
+    r"^checkpoint step (\d+) bytes (\d+) save_s ([0-9.]+) fsync_s ([0-9.]+) seconds ([0-9.]+)$"
+)
 
 
 def parse_output(returncode: int, stdout: str, stderr: str) -> Output:
@@ -220,6 +236,7 @@ class Scenario:
     setup: list[str]  # the setup steps, in words (what prepare() did, and what go() does)
     checkpoint_dir: Path | None
     env: dict[str, str]
+    loop: ds.LoopDisk | None = None  # device_saturated: the mounted loop device holding the data
     _hold: ds.Hold | None = None
     _runs: list[Run] = field(default_factory=list)
 
@@ -231,6 +248,11 @@ class Scenario:
     def finding(self) -> str:
         return self.spec.finding
 
+    @property
+    def disk(self) -> str | None:
+        """Name of the disk that holds the data, as in /proc/diskstats (vda, loop0)."""
+        return ds.disk_name(self.data) if self.data.exists() else None
+
     def command(self) -> str:
         """The argv as one shell command line."""
         return shlex.join(self.argv)
@@ -240,6 +262,8 @@ class Scenario:
         if self.spec.cache == "cold":
             self.release()
             ds.make_cold(self.paths)
+            if self.loop is not None:
+                ds.make_cold([self.loop.image])  # and what mkfs left cached of the image
         else:
             if self._hold is None:
                 self._hold = ds.hold(self.paths)  # read and kept mapped: warm for the whole run
@@ -288,11 +312,14 @@ class Scenario:
         if got != b"r":
             proc.kill()
             out = run.wait(timeout=10)
-            raise RuntimeError(f"{self.name}: workload did not get ready (rc {out.returncode}): {out.stderr[-2000:]}")
+            raise RuntimeError(
+                f"{self.name}: workload did not get ready (rc {out.returncode}): {out.stderr[-2000:]}"
+            )
         return run
 
     def cleanup(self, *, remove_data: bool = False) -> None:
-        """Stop runs still going, remove their throttling cgroups and the checkpoints."""
+        """Stop runs still going, remove their throttling cgroups and the checkpoints, unmount a
+        loop device (its image stays, as the data does, unless remove_data)."""
         self.release()
         for run in self._runs:
             if run.proc.poll() is None:
@@ -303,6 +330,11 @@ class Scenario:
         self._runs = []
         if self.checkpoint_dir is not None:
             shutil.rmtree(self.checkpoint_dir, ignore_errors=True)
+        if self.loop is not None:
+            self.loop.close()
+            if remove_data:
+                self.loop.image.unlink(missing_ok=True)
+            self.loop = None
         if remove_data:
             shutil.rmtree(self.data, ignore_errors=True)
 
@@ -316,10 +348,18 @@ def _repo_env() -> dict[str, str]:
     return env
 
 
-def argv_for(spec: Spec, data: Path, checkpoint_dir: Path | None, python: str | None = None) -> list[str]:
+def argv_for(
+    spec: Spec,
+    data: Path,
+    checkpoint_dir: Path | None,
+    python: str | None = None,
+    throttle_disk_of: Path | None = None,
+) -> list[str]:
     argv = [python or sys.executable, "-m", "tracer.workloads.train", "--data", str(data), *spec.train_args]
     if checkpoint_dir is not None:
         argv += ["--checkpoint-dir", str(checkpoint_dir)]
+    if throttle_disk_of is not None:
+        argv += ["--throttle-disk-of", str(throttle_disk_of)]
     for flag, value in (
         ("--throttle-read-bps", spec.read_bps),
         ("--throttle-read-iops", spec.read_iops),
@@ -339,18 +379,34 @@ def prepare(
     if name not in SPECS:
         raise KeyError(f"unknown scenario {name!r}; known: {', '.join(NAMES)}")
     spec = SPECS[name]
-    base = Path(workdir) / name
+    base = Path(workdir).resolve() / name
+    setup = []
+    loop = image = None
     data = base / f"data-{spec.n_files}x{spec.file_kib}k"
-    if make:
-        paths = ds.make_dataset(data, spec.n_files, spec.file_kib)
-    else:
-        paths = [data / ds.sample_name(i) for i in range(spec.n_files)]
+    if spec.loop_mib:
+        image, mnt = base / "disk.img", base / "mnt"
+        data = mnt / data.name
+        setup.append(
+            f"loop_disk({str(image)!r}, {str(mnt)!r}, {spec.loop_mib}): ext4 in a {spec.loop_mib} MiB image "
+            "file, losetup --direct-io=on, mounted (needs root, losetup, mkfs.ext4)"
+        )
+        if make:
+            loop = ds.loop_disk(image, mnt, spec.loop_mib)
+    try:
+        if make:
+            paths = ds.make_dataset(data, spec.n_files, spec.file_kib)
+        else:
+            paths = [data / ds.sample_name(i) for i in range(spec.n_files)]
+    except BaseException:
+        if loop is not None:
+            loop.close()
+        raise
     ckpt = base / "checkpoints" if spec.checkpoints else None
-    argv = argv_for(spec, data, ckpt, python)
-    setup = [
+    argv = argv_for(spec, data, ckpt, python, image)
+    setup.append(
         f"make_dataset({str(data)!r}, {spec.n_files}, {spec.file_kib}): {spec.n_files} files of "
-        f"{spec.file_kib} KiB random bytes, fsynced",
-    ]
+        f"{spec.file_kib} KiB random bytes, fsynced"
+    )
     if spec.cache == "cold":
         setup.append("right before training: make_cold(files) (fsync + posix_fadvise DONTNEED)")
     else:
@@ -363,11 +419,12 @@ def prepare(
     if spec.write_bps:
         limits.append(f"writes {spec.write_bps / MB:g} MB/s")
     if limits:
+        where = "the disk of the loop device's image file" if image is not None else "the disk of the data"
         setup.append(
-            f"the workload throttles itself ({', '.join(limits)}) on the disk of the data, through the "
-            "cgroup iotrace-train-<pid> (blkio v1, or io.max v2); needs root, else it runs unthrottled"
+            f"the workload throttles itself ({', '.join(limits)}) on {where}, through the cgroup "
+            "iotrace-train-<pid> (blkio v1, or io.max v2); needs root, else it runs unthrottled"
         )
     return Scenario(
         spec=spec, workdir=Path(workdir), data=data, paths=paths, argv=argv, setup=setup,
-        checkpoint_dir=ckpt, env=_repo_env(),
+        checkpoint_dir=ckpt, env=_repo_env(), loop=loop,
     )

@@ -18,13 +18,15 @@ Checkpoints are synchronous, in the loop: every K steps `torch.save` of a state 
 (model + optimizer + a ballast standing in for a large model), then the file is opened and fsynced,
 then the previous checkpoint is removed.
 
---ready-fd FD writes "r" to FD (then closes it) once set up (imports, model, ballast), just before
-the DataLoader exists; with --wait-signal the loop then blocks until SIGUSR1, so that a tracer can
-attach with --pid before any sample is read or any worker is forked.
+--ready-fd FD writes "r" to FD (then closes it) once set up (imports, model, ballast, a warm-up step
+on random data), just before the DataLoader exists; with --wait-signal the loop then blocks until
+SIGUSR1, so that a tracer can attach with --pid before any sample is read or any worker is forked.
 
 --throttle-*: the process moves itself into a blkio/io.max cgroup limiting its disk (see
 `tracer.workloads.dataset.throttle`; DataLoader workers inherit it) before the handshake, and
-leaves and removes it at exit. The cgroup is named iotrace-train-<pid>.
+leaves and removes it at exit. The cgroup is named iotrace-train-<pid>. The disk is the one that
+holds --data, or the one that holds --throttle-disk-of PATH (for data on a loop device: the disk of
+its image file).
 
 stdout: one line per epoch, `epoch E steps N seconds T`. stderr: one line per checkpoint,
 `checkpoint step N bytes B save_s T fsync_s T seconds T`. Exit 0.
@@ -129,6 +131,16 @@ def ballast(total_mb: int, model: nn.Module, optimizer: torch.optim.Optimizer) -
     return out
 
 
+def warm_up(model: nn.Module, dataset: FileDataset) -> None:
+    """One step and one transform on random data, before the handshake: the code they run (pages of
+    libtorch, FFT kernels) is read from disk now, not during the training that is measured."""
+    x = torch.rand(2, 3, 2 * POOLED, 2 * POOLED)
+    nn.CrossEntropyLoss()(model(x), torch.zeros(2, dtype=torch.long)).backward()
+    model.zero_grad(set_to_none=True)
+    if dataset.transform == "heavy":
+        dataset._heavy(x[0])
+
+
 def save_checkpoint(
     directory: Path, step: int, state: dict[str, object], previous: Path | None
 ) -> tuple[Path, int, float, float]:
@@ -169,6 +181,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--throttle-read-bps", type=int, default=0)
     p.add_argument("--throttle-read-iops", type=int, default=0)
     p.add_argument("--throttle-write-bps", type=int, default=0)
+    p.add_argument("--throttle-disk-of", default=None, metavar="PATH",
+                   help="throttle the disk that holds PATH (default: the one that holds --data)")
     p.add_argument("--ready-fd", type=int, default=None)
     p.add_argument("--wait-signal", action="store_true", help="block until SIGUSR1 before training")
     args = p.parse_args(argv)
@@ -200,6 +214,8 @@ def main(argv: list[str] | None = None) -> int:
         ckpt_dir.mkdir(parents=True, exist_ok=True)
         extra = ballast(args.checkpoint_mb, model, optimizer)
 
+    warm_up(model, dataset)
+
     throttle_name = None
     if args.throttle_read_bps or args.throttle_read_iops or args.throttle_write_bps:
         from tracer.workloads.dataset import throttle
@@ -207,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
         throttle_name = f"train-{os.getpid()}"
         done = throttle(
             os.getpid(),
-            data,
+            args.throttle_disk_of or data,
             args.throttle_read_bps,
             read_iops=args.throttle_read_iops,
             write_bps=args.throttle_write_bps,

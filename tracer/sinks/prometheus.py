@@ -1,0 +1,395 @@
+"""Prometheus sink: `/metrics` over the same interval snapshots every other sink renders.
+
+The session calls `PrometheusSink.update()` once per interval with that interval's snapshot (deltas),
+its `loop` rows, the current findings, the GPU idle spans that ended in it, and the ring buffer's
+cumulative lost-event count. The sink folds them into cumulative state under a lock; a custom
+collector turns that state into metric families when Prometheus scrapes, from the HTTP server's
+thread. Scrapes are consistent: a histogram's buckets, _count and _sum come from one copy.
+
+Metrics (base units; docs/prometheus.md has the full description and example queries):
+  iotrace_block_io_latency_seconds{device,op}        histogram, block issue -> complete
+  iotrace_block_queue_latency_seconds{device,op}     histogram, block insert -> issue
+  iotrace_syscall_io_latency_seconds{role,op}        histogram, read/write/fsync/... on files
+  iotrace_read_bytes_total{role,layer}               counter, layer = syscall | block
+  iotrace_written_bytes_total{role,layer}            counter
+  iotrace_training_loop_seconds_total{state}         counter, tracer.diagnose.STATES
+  iotrace_gpu_idle_seconds_total{gpu,cause}          counter
+  iotrace_findings{kind}                             gauge, severity 0-100 (0: not found now)
+  iotrace_events_lost_total                          counter
+  iotrace_last_update_timestamp_seconds              gauge, end of the last interval (Unix time)
+  iotrace_build_info{version}                        gauge, always 1
+plus the standard process_* metrics of the iotrace process itself (its CPU and memory).
+
+Labels stay bounded: device is the kernel's name (as node_exporter's `device`, so queries join on
+it), role/op/layer/state/cause/kind come from fixed vocabularies, gpu is an NVML index. Never a
+PID, comm, path or command line.
+
+Histograms come from the kernel's log2 slots: slot i holds [2^i, 2^(i+1)) ns, so bucket bounds
+are the slots' upper bounds in seconds. Only the bounds from 2^9 ns (512 ns) to 2^35 ns (34.4 s)
+are exported, to keep the series count down; faster operations fall in the first bucket, slower
+ones only in +Inf. The kernel keeps no latency sums, so `_sum` is estimated from slot midpoints
+(1.5 * 2^i ns; the open-ended last slot counts as its lower bound): within a factor of 4/3 of the
+truth, good for averages, not for exact totals.
+"""
+
+from __future__ import annotations
+
+import threading
+from bisect import bisect_left
+from collections.abc import Iterable, Iterator, Sequence
+
+from prometheus_client import CollectorRegistry, ProcessCollector, start_http_server
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.utils import floatToGoString
+
+from tracer import __version__
+from tracer.diagnose import KINDS, STATES
+
+DEFAULT_HOST = "127.0.0.1"
+# The Prometheus wiki's exporter range (9100-9999) is fully allocated; 9473 is free of everything
+# a GPU training node usually runs (node_exporter 9100, DCGM exporter 9400, ebpf_exporter 9435,
+# OpenTelemetry's Prometheus exporter 9464, kubelet/kube-proxy 102xx). See docs/prometheus.md.
+DEFAULT_PORT = 9473
+
+UNKNOWN = "unknown"  # label value for a role/device/cause the tracer could not name
+LE_MIN_EXP = 9  # first finite bucket bound: 2^9 ns = 512 ns
+LE_MAX_EXP = 35  # last finite bucket bound: 2^35 ns = 34.4 s
+LE_BOUNDS_NS: tuple[int, ...] = tuple(1 << k for k in range(LE_MIN_EXP, LE_MAX_EXP + 1))
+_LE_LABELS: tuple[str, ...] = (*(floatToGoString(b / 1e9) for b in LE_BOUNDS_NS), "+Inf")
+_OPEN_HI_NS = 1 << 62  # a slot bound this large is the open-ended last slot (hi = 2^63 - 1)
+
+BYTES_LAYERS = ("syscall", "block")
+KNOWN_ROLES = ("main", "dataloader_worker", "child")
+
+_HISTOGRAMS = {
+    # name: (layer of the latency rows, label names, HELP)
+    "iotrace_block_io_latency_seconds": (
+        "block", ("device", "op"),
+        "Block I/O service time (request issued to the device -> completed) of traced processes, "
+        "in seconds, by disk (kernel name, as node_exporter's device label) and op. Buckets are "
+        "the kernel's log2 slots; _sum is estimated from slot midpoints (within a factor of 4/3)."),
+    "iotrace_block_queue_latency_seconds": (
+        "block_queue", ("device", "op"),
+        "Block I/O queue time (request inserted -> issued to the device) of traced processes, in "
+        "seconds, by disk and op. Buckets are the kernel's log2 slots; _sum is estimated from "
+        "slot midpoints (within a factor of 4/3)."),
+    "iotrace_syscall_io_latency_seconds": (
+        "syscall", ("role", "op"),
+        "Latency of file I/O system calls (read, pread64, readv, write, ..., fsync) of traced "
+        "processes, in seconds, by role (main, dataloader_worker, child) and op; regular files "
+        "only (no pipes or sockets). Buckets are the kernel's log2 slots; _sum is estimated from "
+        "slot midpoints (within a factor of 4/3)."),
+}
+
+
+class _Hist:
+    """Cumulative operation counts per exported bucket (the last one: above every bound)."""
+
+    __slots__ = ("counts", "sum_ns")
+
+    def __init__(self) -> None:
+        self.counts = [0] * (len(LE_BOUNDS_NS) + 1)
+        self.sum_ns = 0
+
+    def add(self, lo_ns: int, hi_ns: int, count: int) -> None:
+        # Slot [lo, hi) belongs to the first bucket whose bound is >= hi (every op in it is < hi).
+        self.counts[bisect_left(LE_BOUNDS_NS, hi_ns)] += count
+        mid = lo_ns if hi_ns >= _OPEN_HI_NS else (lo_ns + hi_ns) // 2
+        self.sum_ns += mid * count
+
+    def copy(self) -> _Hist:
+        h = _Hist()
+        h.counts = list(self.counts)
+        h.sum_ns = self.sum_ns
+        return h
+
+
+class _State:
+    """Everything the collector exports; a copy of it is what one scrape renders."""
+
+    def __init__(self) -> None:
+        self.hists: dict[str, dict[tuple[str, ...], _Hist]] = {name: {} for name in _HISTOGRAMS}
+        self.read_bytes = {(role, layer): 0 for role in KNOWN_ROLES for layer in BYTES_LAYERS}
+        self.written_bytes = dict(self.read_bytes)
+        self.loop_ns = dict.fromkeys(STATES, 0)
+        self.gpu_idle_ns: dict[tuple[str, str], int] = {}
+        self.findings = dict.fromkeys(KINDS, 0)
+        self.events_lost = 0
+        self.last_ts_ns = 0
+
+    def copy(self) -> _State:
+        s = _State()
+        s.hists = {name: {k: h.copy() for k, h in series.items()} for name, series in self.hists.items()}
+        s.read_bytes = dict(self.read_bytes)
+        s.written_bytes = dict(self.written_bytes)
+        s.loop_ns = dict(self.loop_ns)
+        s.gpu_idle_ns = dict(self.gpu_idle_ns)
+        s.findings = dict(self.findings)
+        s.events_lost = self.events_lost
+        s.last_ts_ns = self.last_ts_ns
+        return s
+
+
+def _label(value: object) -> str:
+    return UNKNOWN if value is None or value == "" else str(value)
+
+
+def _get(obj: object, name: str) -> object:
+    """A field of a Finding (dataclass) or of a findings row (dict)."""
+    return obj.get(name) if isinstance(obj, dict) else getattr(obj, name, None)
+
+
+class PrometheusSink:
+    """Cumulative Prometheus metrics over the interval snapshots; serves them with `start()`.
+
+    `update()` and the collector may run on different threads (the HTTP server scrapes from its
+    own); both take the same lock. `registry` holds this sink's collector (and the process_*
+    collector): give it to `prometheus_client.generate_latest` to render without a server.
+    """
+
+    def __init__(self, process_metrics: bool = True) -> None:
+        self._lock = threading.Lock()
+        self._state = _State()
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.collector = _Collector(self)
+        self.registry.register(self.collector)
+        if process_metrics:
+            ProcessCollector(registry=self.registry)
+        self._httpd = None
+        self._thread: threading.Thread | None = None
+        self._address: tuple[str, int] | None = None
+        self._started = False
+
+    # --- input -----------------------------------------------------------------------------
+
+    def update(self, snapshot, loop_rows: Sequence[dict], findings: Iterable,
+               gpu_idle_rows: Iterable[dict] = (), events_lost: int = 0) -> None:
+        """Folds one interval in.
+
+        snapshot       tracer.aggregate.Snapshot of the interval (its latency rows are deltas)
+        loop_rows      the interval's `loop` rows (one per training process)
+        findings       the findings as they stand now (tracer.diagnose.Finding or findings rows);
+                       they replace the previous ones: a kind not among them goes back to 0
+        gpu_idle_rows  `gpu_idle` rows of spans that ended in this interval, each span once
+        events_lost    the ring buffer's cumulative lost-event count (Probes.events_lost());
+                       the counter never goes down, whatever is passed
+        """
+        severity: dict[str, int] = {}
+        for f in findings:
+            kind = _label(_get(f, "kind"))
+            severity[kind] = max(severity.get(kind, 0), int(_get(f, "severity") or 0))
+        with self._lock:
+            s = self._state
+            for row in snapshot.latency:
+                self._add_latency(s, row)
+            for row in loop_rows:
+                for state in STATES:
+                    s.loop_ns[state] += int(row.get(f"{state}_ns") or 0)
+            for row in gpu_idle_rows:
+                key = (_label(row.get("gpu")), _label(row.get("cause")))
+                s.gpu_idle_ns[key] = s.gpu_idle_ns.get(key, 0) + int(row.get("duration_ns") or 0)
+            s.findings = dict.fromkeys(s.findings, 0) | severity  # kinds once seen stay, at 0
+            s.events_lost = max(s.events_lost, int(events_lost or 0))
+            s.last_ts_ns = max(s.last_ts_ns, int(snapshot.ts_ns))
+
+    @staticmethod
+    def _add_latency(s: _State, row: dict) -> None:
+        layer = row.get("layer")
+        op = _label(row.get("op"))
+        role = _label(row.get("role"))
+        count = int(row.get("count") or 0)
+        nbytes = int(row.get("bytes") or 0)
+        if layer == "syscall":
+            if row.get("target") != "file":
+                return  # pipes and sockets: DataLoader queues, not storage
+            name, labels = "iotrace_syscall_io_latency_seconds", (role, op)
+        elif layer in ("block", "block_queue"):
+            name = ("iotrace_block_io_latency_seconds" if layer == "block"
+                    else "iotrace_block_queue_latency_seconds")
+            labels = (_label(row.get("device")), op)
+        else:
+            return  # pagecache: pages, no latency
+        if layer in BYTES_LAYERS and nbytes:  # block_queue rows are the same requests again
+            table = s.read_bytes if op == "read" else s.written_bytes if op == "write" else None
+            if table is not None:
+                table[(role, layer)] = table.get((role, layer), 0) + nbytes
+        if count:
+            series = s.hists[name]
+            hist = series.get(labels)
+            if hist is None:
+                hist = series[labels] = _Hist()
+            hist.add(int(row.get("bucket_lo_ns") or 0), int(row.get("bucket_hi_ns") or 0), count)
+
+    def state_copy(self) -> _State:
+        with self._lock:
+            return self._state.copy()
+
+    # --- serving ---------------------------------------------------------------------------
+
+    def start(self, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT) -> None:
+        """Serves /metrics on host:port from a daemon thread. Port 0 picks a free port (see
+        `address`). Raises OSError with a one-line message when the address cannot be used."""
+        if self._started:
+            raise RuntimeError("the Prometheus endpoint is already running")
+        try:
+            served = start_http_server(port, addr=host, registry=self.registry)
+        except OSError as e:
+            why = e.strerror or str(e)
+            raise OSError(f"cannot serve Prometheus metrics on {_join(host, port)}: {why} (another "
+                          f"exporter on that port? pick one with --prometheus [HOST:]PORT)") from e
+        self._started = True
+        if isinstance(served, tuple):  # prometheus_client >= 0.20 returns (server, thread)
+            self._httpd, self._thread = served
+            self._address = (host, int(self._httpd.server_address[1]))
+        else:  # older versions return nothing: the port is what was asked, stop() cannot stop it
+            self._address = (host, port)
+
+    @property
+    def address(self) -> tuple[str, int] | None:
+        """(host, port) being served, with the real port when started on port 0."""
+        return self._address
+
+    @property
+    def url(self) -> str | None:
+        return f"http://{_join(*self._address)}/metrics" if self._address else None
+
+    def stop(self) -> None:
+        """Stops serving (a no-op when not started)."""
+        if self._httpd is None:
+            return
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+            if self._thread is not None:
+                self._thread.join(timeout=5)
+        self._httpd = None
+        self._thread = None
+        self._address = None
+        self._started = False
+
+
+class _Collector:
+    """Renders a consistent copy of the sink's state as metric families, at scrape time."""
+
+    def __init__(self, sink: PrometheusSink) -> None:
+        self.sink = sink
+
+    def describe(self) -> Iterator[Metric]:
+        return _families(_State())
+
+    def collect(self) -> Iterator[Metric]:
+        return _families(self.sink.state_copy())
+
+
+def _families(s: _State) -> Iterator[Metric]:
+    for name, (_layer, labelnames, doc) in _HISTOGRAMS.items():
+        fam = HistogramMetricFamily(name, doc, labels=labelnames)
+        for labels, hist in sorted(s.hists[name].items()):
+            cum, buckets = 0, []
+            for le, n in zip(_LE_LABELS, hist.counts, strict=True):
+                cum += n
+                buckets.append((le, cum))
+            fam.add_metric(list(labels), buckets, hist.sum_ns / 1e9)
+        yield fam
+
+    for name, table, what in (("iotrace_read_bytes_total", s.read_bytes, "read"),
+                              ("iotrace_written_bytes_total", s.written_bytes, "written")):
+        fam = CounterMetricFamily(
+            name, f"Bytes {what} by traced processes, by role and layer: syscall = "
+                  f"{'read' if what == 'read' else 'write'} system calls on regular files (page "
+                  f"cache hits included), block = block device requests they submitted.",
+            labels=("role", "layer"))
+        for (role, layer), n in sorted(table.items()):
+            fam.add_metric([role, layer], n)
+        yield fam
+
+    fam = CounterMetricFamily(
+        "iotrace_training_loop_seconds_total",
+        "Time of the training loop (main thread of each traced main process), in seconds, by "
+        "state: data_wait_io, data_wait_cpu, sync_loading, checkpoint, compute, other. Summed "
+        "over the training processes of the host.", labels=("state",))
+    for state, ns in s.loop_ns.items():
+        fam.add_metric([state], ns / 1e9)
+    yield fam
+
+    fam = CounterMetricFamily(
+        "iotrace_gpu_idle_seconds_total",
+        "Time GPUs were idle while traced, in seconds, by GPU (NVML index) and the cause the "
+        "diagnosis gave the idle span.", labels=("gpu", "cause"))
+    for (gpu, cause), ns in sorted(s.gpu_idle_ns.items()):
+        fam.add_metric([gpu, cause], ns / 1e9)
+    yield fam
+
+    fam = GaugeMetricFamily(
+        "iotrace_findings",
+        "Severity (0-100) of each kind of finding of the diagnosis as it stands now; the "
+        "highest over the traced processes; 0 when the kind is not found now.", labels=("kind",))
+    for kind, sev in sorted(s.findings.items()):
+        fam.add_metric([kind], sev)
+    yield fam
+
+    fam = CounterMetricFamily(
+        "iotrace_events_lost_total",
+        "Events (process life cycle, first sight of files, slow operations) dropped because the "
+        "ring buffer was full. Counts and histograms are kept in the kernel and lose nothing.")
+    fam.add_metric([], s.events_lost)
+    yield fam
+
+    yield GaugeMetricFamily(
+        "iotrace_last_update_timestamp_seconds",
+        "End of the last interval folded in, in seconds since the Unix epoch (0 before the "
+        "first).", value=s.last_ts_ns / 1e9)
+
+    fam = GaugeMetricFamily("iotrace_build_info", "The iotrace version; always 1.",
+                            labels=("version",))
+    fam.add_metric([__version__], 1)
+    yield fam
+
+
+def _join(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def parse_listen(spec: str) -> tuple[str, int]:
+    """`--prometheus [HOST:]PORT` -> (host, port); host defaults to 127.0.0.1.
+
+    Accepts PORT, HOST:PORT, and [IPv6]:PORT. Raises ValueError with a one-line message naming
+    what is wrong and what to write instead.
+    """
+    s = spec.strip()
+    example = f"write PORT (listens on {DEFAULT_HOST}), HOST:PORT or [IPv6]:PORT, e.g. {DEFAULT_PORT} " \
+              f"or 0.0.0.0:{DEFAULT_PORT}"
+    if not s:
+        raise ValueError(f"--prometheus needs [HOST:]PORT: {example}")
+    if "/" in s:
+        raise ValueError(f"--prometheus {spec!r}: give an address, not a URL: {example}")
+    if s.startswith("["):
+        end = s.find("]")
+        if end < 0 or s[end + 1:end + 2] != ":":
+            raise ValueError(f"--prometheus {spec!r}: an IPv6 address is written [ADDR]:PORT, "
+                             f"e.g. [::1]:{DEFAULT_PORT}")
+        host, port_s = s[1:end], s[end + 2:]
+    elif ":" not in s:
+        host, port_s = DEFAULT_HOST, s
+    elif s.count(":") == 1:
+        host, port_s = s.split(":")
+    else:
+        raise ValueError(f"--prometheus {spec!r}: put an IPv6 address in brackets, e.g. "
+                         f"[::1]:{DEFAULT_PORT}")
+    if not host:
+        raise ValueError(f"--prometheus {spec!r}: the host is empty: write 0.0.0.0:{port_s or 'PORT'} "
+                         f"to listen on every interface, or just the port for {DEFAULT_HOST}")
+    if any(c.isspace() for c in host):
+        raise ValueError(f"--prometheus {spec!r}: the host contains spaces: {example}")
+    if not port_s.isascii() or not port_s.isdigit():
+        raise ValueError(f"--prometheus {spec!r}: the port must be a number from 1 to 65535: "
+                         f"{example}")
+    port = int(port_s)
+    if not 1 <= port <= 65535:
+        raise ValueError(f"--prometheus {spec!r}: port {port} is out of range (1-65535)")
+    return host, port
