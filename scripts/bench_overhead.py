@@ -29,6 +29,11 @@ which covers its shutdown too) and, for iotrace, the attach time: from starting
 repetitions. "Coverage" is how many pread64 calls the tracer counted over how many the
 loop made: 100 % says the tracer saw the whole run, so it paid for every call timed.
 
+Which CPU the loop lands on matters: a tracepoint BPF program is attached through a perf
+event opened on CPU 0, and when the program returns non-zero (bpftrace 0.17's do) the kernel
+also builds and submits the perf record on CPU 0, which makes bpftrace dearer there than on
+other CPUs. --cpu N pins the loop (through taskset) so that every mode runs on the same CPU.
+
 Other tracers tax the untraced runs as well (a BPF program on a syscall tracepoint runs for
 every process), so before each run the script waits (--quiet-wait) until `bpftool prog show`
 lists no tracing programs, and flags the rounds where some were still loaded.
@@ -478,7 +483,8 @@ def report(results: dict, modes: list[str], attach: list[Run], info: dict) -> No
           f"data file {info['file']} on {info['fs']}")
     print(f"iotrace at {info['revision']} ({info['iotrace']}); "
           f"bpftrace {info['bpftrace_version'] or 'not used'}")
-    print(f"loop: {info['seconds']:g} s per run, {info['rounds']} rounds per workload; "
+    print(f"loop: {info['seconds']:g} s per run, {info['rounds']} rounds per workload, "
+          + ("on any CPU" if info["loop_cpu"] is None else f"on CPU {info['loop_cpu']} only") + "; "
           f"load average before {info['load_before'][0]:.2f}, after {info['load_after'][0]:.2f}")
     print()
     head = (f"{'workload':<17} {'mode':<8} {'median ns/op':>12} {'slowdown':>8} "
@@ -537,6 +543,30 @@ def report(results: dict, modes: list[str], attach: list[Run], info: dict) -> No
         print(f"iotrace -- CMD start -> `Tracing` (from the runs above): "
               f"median {med(cmd_attach):.3f} s")
 
+    # The goals, read off the medians above (a verdict on this run, not an assertion).
+    print()
+    print("goals (this run; see the per-round spread before trusting a close call):")
+    if "bpftrace" in modes:
+        if info["loop_cpu"] in (None, 0):
+            print("  (loop " + ("unpinned" if info["loop_cpu"] is None else "on CPU 0")
+                  + ": bpftrace pays extra on CPU 0, where its perf event is; compare with "
+                  "--cpu 1)")
+        for wl, _ in WORKLOADS:
+            base = results[wl]["untraced"].runs
+            ovh = {m: med(paired(results[wl][m].runs, base, lambda x: x.ns_per_op)[1])
+                   for m in ("iotrace", "bpftrace")}
+            if None in ovh.values():
+                continue
+            print(f"  {wl}: iotrace {ovh['iotrace']:+.0f} ns/call vs bpftrace histogram "
+                  f"{ovh['bpftrace']:+.0f} ns/call -> "
+                  + ("met" if ovh["iotrace"] <= ovh["bpftrace"] else "NOT met")
+                  + " (iotrace no worse than bpftrace)")
+    else:
+        print("  per-syscall overhead vs bpftrace: not measured (no bpftrace)")
+    if attach:
+        a = med([r.attach_s for r in attach])
+        print(f"  attach: {a:.3f} s -> " + ("met" if a < 0.5 else "NOT met") + " (under 0.5 s)")
+
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
@@ -547,6 +577,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="repetitions of the iotrace --pid attach measurement (default 5)")
     ap.add_argument("--file", type=Path, default=Path("/var/tmp/iotrace-bench.dat"),
                     help="256 MiB data file on a disk (created if missing; default %(default)s)")
+    ap.add_argument("--cpu", type=int, metavar="N",
+                    help="run the loop on CPU N only (through taskset), so every mode runs on "
+                         "the same CPU; the tracers' own threads stay free to run anywhere")
     ap.add_argument("--no-bpftrace", action="store_true", help="skip bpftrace even if installed")
     ap.add_argument("--no-floor", action="store_true",
                     help="skip the floor mode (bpftrace with empty programs)")
@@ -575,6 +608,9 @@ def main(argv: list[str] | None = None) -> int:
         ensure_loop()
         ensure_data_file(args.file)
         iotrace = find_iotrace(args.iotrace_src)
+        taskset = shutil.which("taskset")
+        if args.cpu is not None and not taskset:
+            raise BenchError("--cpu needs taskset (util-linux)")
         bpftrace = None if args.no_bpftrace else shutil.which("bpftrace")
         if not args.no_bpftrace and not bpftrace:
             print("bpftrace not on PATH: comparing untraced and iotrace only", file=sys.stderr)
@@ -582,7 +618,7 @@ def main(argv: list[str] | None = None) -> int:
             ["floor"] if bpftrace and not args.no_floor else [])
         info = {**machine(), "file": str(args.file), "fs": fs_type(args.file),
                 "seconds": args.seconds, "rounds": args.rounds, "modes": modes,
-                "iotrace": shlex.join(iotrace), "bpftrace": bpftrace}
+                "iotrace": shlex.join(iotrace), "bpftrace": bpftrace, "loop_cpu": args.cpu}
         if args.iotrace_src:
             info["revision"] = source_revision(args.iotrace_src)
         info["load_before"] = info.pop("loadavg")
@@ -595,6 +631,8 @@ def main(argv: list[str] | None = None) -> int:
         results = {wl: {m: Cell() for m in modes} for wl, _ in WORKLOADS}
         for wl, extra in WORKLOADS:
             loop_argv = [str(LOOP), str(args.file), f"{args.seconds:g}", *extra]
+            if args.cpu is not None:
+                loop_argv = [taskset, "-c", str(args.cpu), *loop_argv]
             for r in range(args.rounds):
                 order = modes[r % len(modes):] + modes[:r % len(modes)]
                 for mode in order:

@@ -240,3 +240,40 @@ def test_auto_discovers_jobs_started_later(tmp_path):
     reads = files[(files.path == str(data)) & (files.op == "read") & files.pid.isin(workers.pid)]
     assert reads.groupby("pid")["ops"].sum().tolist() == [25, 25, 25, 25]
     assert set(reads.role) == {"dataloader_worker"}
+
+
+def test_prometheus_histogram_counts_the_reads(iowork, data_file, tmp_path):
+    """--prometheus while tracing a workload with a known number of O_DIRECT reads: the block
+    latency histogram's count equals them and its buckets are cumulative."""
+    import socket
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    prime(iowork, data_file)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = tmp_path / "trace"
+    script = f"{iowork} {data_file} --direct {N} && sleep 8"  # the sleep keeps the trace open
+    tracer = subprocess.Popen([*IOTRACE, "-o", str(out), "-i", "0.3", "--prometheus",
+                               f"127.0.0.1:{port}", "--", "sh", "-c", script], cwd=ROOT,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              start_new_session=True)
+    try:
+        assert tracer.stderr.readline().startswith("Serving metrics on http://127.0.0.1:")
+        assert tracer.stderr.readline().startswith("Tracing")
+        deadline, count = time.monotonic() + 15, 0
+        while count < N and time.monotonic() < deadline:
+            time.sleep(0.3)
+            text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read()
+            fams = {f.name: f for f in text_string_to_metric_families(text.decode())}
+            fam = fams.get("iotrace_block_io_latency_seconds")
+            reads = [s for s in (fam.samples if fam else []) if s.labels.get("op") == "read"]
+            count = sum(s.value for s in reads if s.name.endswith("_count"))
+    finally:
+        os.killpg(tracer.pid, signal.SIGINT)
+        tracer.communicate(timeout=30)
+    assert count == N
+    buckets = [s.value for s in reads if s.name.endswith("_bucket")]
+    assert buckets == sorted(buckets) and buckets[-1] == N

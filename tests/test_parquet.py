@@ -617,11 +617,15 @@ def test_load_damaged_segment(tmp_path: Path) -> None:
 def test_import_tracer_is_light() -> None:
     code = (
         "import sys, tracer\n"
-        "heavy = {'torch', 'pynvml', 'pandas', 'pyarrow'} & set(sys.modules)\n"
+        "heavy = {'torch', 'pynvml', 'pandas', 'pyarrow', 'matplotlib'} & set(sys.modules)\n"
         "assert not heavy, heavy\n"
         "assert tracer.__version__ == '0.1.0'\n"
         "assert tracer.load.__module__ == 'tracer.api'\n"
-        "assert 'torch' not in sys.modules and 'pynvml' not in sys.modules\n"
+        "assert tracer.trace.__module__ == 'tracer.attach'\n"
+        "assert issubclass(tracer.TracingError, RuntimeError)\n"
+        "assert {'load', 'trace', 'Trace'} <= set(dir(tracer))\n"
+        "heavy = {'torch', 'pynvml', 'matplotlib'} & set(sys.modules)\n"
+        "assert not heavy, heavy\n"
     )
     env = dict(os.environ, PYTHONPATH=str(REPO))
     subprocess.run([sys.executable, "-c", code], check=True, env=env)

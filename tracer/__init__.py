@@ -1,8 +1,9 @@
 """iotrace: why is my GPU idle? eBPF I/O tracing for PyTorch training jobs.
 
-`tracer.load(DIR)` opens a trace directory written by `iotrace -o DIR`. The reader (and with it
-pandas and pyarrow) is imported on first use, so that importing `tracer` stays cheap; nothing here
-imports torch or pynvml.
+`tracer.load(DIR)` opens a trace directory written by `iotrace -o DIR`; ``with tracer.trace(pid=...)
+as t:`` traces a block of code (or another process) and leaves the trace in ``t.trace``. The reader
+(and with it pandas and pyarrow) is imported on first use, so that importing `tracer` stays cheap;
+nothing here imports torch or pynvml.
 """
 
 from __future__ import annotations
@@ -11,22 +12,24 @@ from typing import TYPE_CHECKING
 
 __version__ = "0.1.0"
 
-__all__ = ["Trace", "TraceError", "__version__", "load"]
+__all__ = ["Trace", "TraceError", "Tracing", "TracingError", "__version__", "load", "trace"]
 
 if TYPE_CHECKING:
     from tracer.api import Trace, TraceError, load
+    from tracer.attach import Tracing, TracingError, trace
 
-_LAZY = {"load", "Trace", "TraceError"}
+_LAZY = {"load": "tracer.api", "Trace": "tracer.api", "TraceError": "tracer.api",
+         "trace": "tracer.attach", "Tracing": "tracer.attach", "TracingError": "tracer.attach"}
 
 
 def __getattr__(name: str) -> object:
-    """Import `load`, `Trace` and `TraceError` from `tracer.api` on first access."""
+    """Import the reader (`tracer.api`) or `trace` (`tracer.attach`) on first access."""
     if name in _LAZY:
-        from tracer import api
+        import importlib
 
-        return getattr(api, name)
+        return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'tracer' has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | _LAZY)
+    return sorted(set(globals()) | set(_LAZY))

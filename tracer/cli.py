@@ -74,6 +74,9 @@ def trace_parser() -> argparse.ArgumentParser:
                         "that starts DataLoader workers or runs torchrun (pt_elastic)")
     p.add_argument("--match", metavar="REGEX",
                    help="with --auto, also trace processes whose command line matches REGEX")
+    p.add_argument("--prometheus", metavar="[HOST:]PORT",
+                   help="serve Prometheus metrics on HOST:PORT (host 127.0.0.1 unless given; "
+                        "9473 is iotrace's usual port)")
     p.add_argument("--version", action="version", version=f"iotrace {__version__}")
     return p
 
@@ -147,6 +150,14 @@ def cmd_trace(argv: list[str]) -> int:
             re.compile(args.match)
         except re.error as e:
             raise UsageError(f"--match {args.match!r} is not a valid regular expression: {e}") from None
+    listen = None
+    if args.prometheus is not None:
+        from tracer.sinks.prometheus import parse_listen
+
+        try:
+            listen = parse_listen(args.prometheus)
+        except ValueError as e:
+            raise UsageError(str(e)) from None
     _check_pids(args.pid)
     if command:
         _check_command(command)
@@ -156,7 +167,7 @@ def cmd_trace(argv: list[str]) -> int:
     out = prepare_output(args.output)
     opts = TraceOptions(output=out, pids=args.pid, command=command, duration_s=args.duration,
                         interval_s=args.interval, slow_ms=args.slow_ms, auto=args.auto,
-                        match=args.match, argv=["iotrace", *argv])
+                        match=args.match, prometheus=listen, argv=["iotrace", *argv])
     return run_trace(opts)
 
 

@@ -172,21 +172,38 @@ TABLES: dict[str, pa.Schema] = {
         _field("disk_read_bytes_s", pa.float64()),  # whole disks, stacked ones (dm, md) left out
         _field("disk_write_bytes_s", pa.float64()),
     ),
-    # NVML samples, one row per GPU per sample.
+    # NVML utilisation samples (tracer.gpu): one row per GPU per sample, covering
+    # (ts - sample_period_ns, ts]. When the driver's sample buffer is empty (an idle GPU empties it),
+    # one row per poll from nvmlDeviceGetUtilizationRates stands for the time since the previous row.
     "gpu": _schema(
-        _field("ts", TIMESTAMP),
+        _field("ts", TIMESTAMP),  # end of the sample period
         _field("gpu", pa.int32()),  # NVML device index
-        _field("util_pct", pa.float64()),  # percent of the sample period a kernel was running
-        _field("mem_util_pct", pa.float64()),  # percent of the period device memory was busy
-        _field("mem_used_bytes", pa.int64()),
+        _field("uuid", DICT_STRING),  # GPU-xxxxxxxx-...
+        _field("name", DICT_STRING),  # e.g. "NVIDIA H100 80GB HBM3"
+        _field("util_pct", pa.float64()),  # percent of the period a kernel was running
+        _field("mem_util_pct", pa.float64(), nullable=True),  # device memory busy, read per poll
+        _field("pcie_rx_bytes_s", pa.float64(), nullable=True),  # null where NVML does not support it
+        _field("pcie_tx_bytes_s", pa.float64(), nullable=True),
+        _field("sample_period_ns", NS),
     ),
-    # Spans during which a GPU was idle, with the cause the diagnosis gave them.
+    # Hard idle spans of a GPU (util <= 5 % for at least 2 consecutive samples) and what the training
+    # loop did during them (tracer.gpu.attribute): the <state>_frac are shares of the part of the span
+    # that loop intervals cover (they add up to 1 when coverage > 0).
     "gpu_idle": _schema(
         _field("start", TIMESTAMP),
         _field("end", TIMESTAMP),
         _field("duration_ns", NS),
         _field("gpu", pa.int32()),
-        _field("cause", DICT_STRING),  # a verdict name, see `findings.verdict`
+        _field("pid", pa.int32(), nullable=True),  # the main process using that GPU; null: unknown
+        _field("cause", DICT_STRING),  # the loop state with the largest share, or "unknown"
+        _field("data_wait_io_frac", pa.float64()),
+        _field("data_wait_cpu_frac", pa.float64()),
+        _field("sync_loading_frac", pa.float64()),
+        _field("checkpoint_frac", pa.float64()),
+        _field("compute_frac", pa.float64()),
+        _field("other_frac", pa.float64()),
+        _field("coverage", pa.float64()),  # share of the span covered by loop intervals
+        _field("confidence", pa.float64()),  # cause's share x coverage
     ),
     # The verdicts of the diagnosis, each with its evidence and advice.
     "findings": _schema(

@@ -32,6 +32,7 @@ from tracer.processes import ProcessTable
 from tracer.procfs import ProcSampler
 from tracer.roles import ELASTIC_COMM, WORKER_COMM
 from tracer.sinks.parquet import TraceWriter
+from tracer.sinks.prometheus import PrometheusSink
 from tracer.summary import render_summary
 
 EXIT_OK, EXIT_BUG, EXIT_USAGE, EXIT_HOST = 0, 1, 2, 3
@@ -57,6 +58,7 @@ class TraceOptions:
     slow_ms: float = 10.0
     auto: bool = False  # trace PyTorch jobs as they appear (DataLoader workers, torchrun)
     match: str | None = None  # --auto also takes processes whose command line matches this
+    prometheus: tuple[str, int] | None = None  # serve /metrics on (host, port)
     roll_s: float = 5.0
     argv: list[str] = field(default_factory=lambda: list(sys.argv))
 
@@ -136,6 +138,8 @@ class Session:
         self.proc = ProcSampler()
         self.diagnosis = Diagnosis(page_size=PAGE_SIZE)
         self._last_findings_ns = 0
+        self.findings: list = []  # the current verdicts (last window), for live sinks
+        self.prometheus: PrometheusSink | None = None
         self.writer: TraceWriter | None = None
         self.child: HeldChild | None = None
         self.stop_reason: str | None = None
@@ -164,6 +168,13 @@ class Session:
             self.probes.attach()
         except HostCannotTrace as e:
             raise TraceFailure(str(e), EXIT_HOST) from None
+        if self.opts.prometheus:
+            self.prometheus = PrometheusSink()
+            try:
+                self.prometheus.start(*self.opts.prometheus)
+            except OSError as e:
+                raise TraceFailure(str(e), EXIT_USAGE) from None
+            print(f"Serving metrics on {self.prometheus.url}", file=self.err, flush=True)
         self.writer = TraceWriter(self.opts.output, self._meta(start_ns), roll_s=self.opts.roll_s)
         self.proc.sample(self.clock.now_ns())  # primes the /proc counters
         if self.opts.auto:
@@ -298,13 +309,17 @@ class Session:
         for table in ("latency", "files", "events", "threads", "devices"):
             self.writer.add(table, getattr(snap, table))
         self.writer.add("system", [snap.system] if snap.system else [])
-        self.writer.add("loop", self.diagnosis.add(
+        loop_rows = self.diagnosis.add(
             snap.ts_ns, snap.interval_ns, snap.threads, snap.files, snap.latency, snap.devices,
-            self.processes.owners()))
+            self.processes.owners())
+        self.writer.add("loop", loop_rows)
+        self.findings = self.diagnosis.findings(self.diagnosis.thresholds.window_s)
         if snap.ts_ns - self._last_findings_ns >= FINDINGS_EVERY_S * 1e9:
             self._last_findings_ns = snap.ts_ns
-            window = self.diagnosis.findings(self.diagnosis.thresholds.window_s)
-            self.writer.add("findings", [f.row(snap.ts_ns) for f in window])
+            self.writer.add("findings", [f.row(snap.ts_ns) for f in self.findings])
+        if self.prometheus:
+            self.prometheus.update(snap, loop_rows, self.findings,
+                                   events_lost=self.probes.events_lost())
         if self._forget_next:
             gone = self._forget_next
             stale = [k for k in reading.hists if abi.HIST_KEY.unpack_from(k)[0] in gone]
@@ -355,6 +370,8 @@ class Session:
                               self.aggregator.file_totals, self.files, findings)
 
     def close(self) -> None:
+        if self.prometheus:
+            self.prometheus.stop()
         if self.writer and not self.writer.closed:
             self.writer.close(stop_ns=self.clock.now_ns(), stop_reason=self.stop_reason)
         self.probes.close()

@@ -259,14 +259,13 @@ class PrometheusSink:
         return f"http://{_join(*self._address)}/metrics" if self._address else None
 
     def stop(self) -> None:
-        """Stops serving (a no-op when not started)."""
+        """Stops serving (a no-op when not started, or on prometheus_client < 0.20)."""
         if self._httpd is None:
             return
-        if self._httpd is not None:
-            self._httpd.shutdown()
-            self._httpd.server_close()
-            if self._thread is not None:
-                self._thread.join(timeout=5)
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
         self._httpd = None
         self._thread = None
         self._address = None
@@ -300,9 +299,9 @@ def _families(s: _State) -> Iterator[Metric]:
     for name, table, what in (("iotrace_read_bytes_total", s.read_bytes, "read"),
                               ("iotrace_written_bytes_total", s.written_bytes, "written")):
         fam = CounterMetricFamily(
-            name, f"Bytes {what} by traced processes, by role and layer: syscall = "
-                  f"{'read' if what == 'read' else 'write'} system calls on regular files (page "
-                  f"cache hits included), block = block device requests they submitted.",
+            name, f"Bytes {what} by traced processes, by role and layer: syscall = {what} by "
+                  f"system calls on regular files (through the page cache or not), block = {what} "
+                  f"by the block device requests they submitted.",
             labels=("role", "layer"))
         for (role, layer), n in sorted(table.items()):
             fam.add_metric([role, layer], n)

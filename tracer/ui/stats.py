@@ -17,13 +17,12 @@ plain values; nothing reads the kernel or /proc. Definitions shared by all three
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from tracer.abi import MAX_SLOTS
 from tracer.aggregate import PAGE_SIZE
 from tracer.diagnose import STATES
-from tracer.histogram import percentile_ns
 from tracer.roles import CHILD, DATALOADER_WORKER, MAIN
 
 ROLES = (MAIN, DATALOADER_WORKER, CHILD)
@@ -119,10 +118,6 @@ def processes(snapshot) -> dict[int, ProcIO]:
 
 def blocked_pct(iowait_ns: int, interval: int) -> float:
     return min(100.0, 100.0 * iowait_ns / interval) if interval > 0 else 0.0
-
-
-def p(counts: Sequence[int], q: float) -> float | None:
-    return percentile_ns(counts, q)
 
 
 def loop_shares(loop_rows: Iterable[dict]) -> dict[str, float] | None:

@@ -20,22 +20,23 @@ Definitions of file I/O, block I/O and "blocked" are in tracer.ui.stats.
 
 from __future__ import annotations
 
-import time
 from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from rich import box
 from rich.console import Console, ConsoleOptions, Group, RenderResult
+from rich.measure import Measurement
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from tracer.abi import MAX_SLOTS
+from tracer.abi import MAX_SLOTS, slot_bounds_ns
 from tracer.diagnose import STATES
-from tracer.histogram import format_ns, percentile_ns, render
+from tracer.histogram import format_ns, percentile_ns
 from tracer.roles import CHILD, DATALOADER_WORKER, MAIN
 from tracer.ui import stats
+from tracer.ui.fmt import clock, dstat_bytes, elapsed, short_ns
 
 SORTS = ("read", "write", "latency")
 """Process orders, cycled by the `s` key: read MB/s, write MB/s, syscall p99 (most first)."""
@@ -47,8 +48,8 @@ ROLE_FILTERS = (None, MAIN, DATALOADER_WORKER, CHILD)
 
 MB = 1 << 20
 TOP_FILES = 5
-BAR_WIDTH = 20
-WIDE = 140  # from this width on, the histogram and the system pane sit side by side
+BAR_WIDTH = 20  # the loop's state bar
+HIST_BAR = 24  # the histogram's bars
 
 ROLE_SHORT = {MAIN: "main", DATALOADER_WORKER: "worker", CHILD: "child", None: "?"}
 ROLE_STYLE = {MAIN: "bold", DATALOADER_WORKER: "cyan", CHILD: "dim", None: "dim"}
@@ -61,31 +62,6 @@ STATE_STYLE = {"data_wait_io": "red", "data_wait_cpu": "yellow", "sync_loading":
                "checkpoint": "blue", "compute": "green", "other": "bright_black"}
 LAYER_TITLE = {"syscall": "file syscalls", "block": "block service (issue->complete)",
                "block_queue": "block queue (insert->issue)"}
-
-
-def short_ns(ns: float | None) -> str:
-    """Compact duration for narrow columns: 850ns, 12.3us, 4.56ms, 1.20s; '-' for None."""
-    if ns is None:
-        return "-"
-    for unit, scale in (("ns", 1.0), ("us", 1e3), ("ms", 1e6)):
-        if ns / scale < 999.5:
-            v = ns / scale
-            break
-    else:
-        unit, v = "s", ns / 1e9
-    if unit == "ns":
-        return f"{v:.0f}ns"
-    return f"{v:.0f}{unit}" if v >= 99.95 else f"{v:.1f}{unit}" if v >= 9.995 else f"{v:.2f}{unit}"
-
-
-def clock(ts_ns: int) -> str:
-    """Local wall-clock time of a UTC ns timestamp, HH:MM:SS (as dstat prints it)."""
-    return time.strftime("%H:%M:%S", time.localtime(ts_ns / 1e9))
-
-
-def elapsed(seconds: float) -> str:
-    s = max(0, int(seconds))
-    return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}"
 
 
 @dataclass(frozen=True)
@@ -233,8 +209,8 @@ class Header:
             (str(s.events_lost), "bold red" if s.events_lost else ""))
         counts = s.role_counts()
         roles = ", ".join(f"{counts[r]} {r or '?'}" for r in (*stats.ROLES, None) if counts.get(r))
-        line2 = Text(f"processes: {roles or 'none yet'}   sort: {s.sort}   layer: {s.layer}   "
-                     f"role: {s.role or 'all'}   keys: q quit, s sort, l layer, r role")
+        line2 = Text(f"{roles or 'no process yet'}  sort: {s.sort}  layer: {s.layer}  "
+                     "q quit, s sort, l layer, r role")
         line1.no_wrap = line2.no_wrap = True
         line1.overflow = line2.overflow = "ellipsis"
         yield line1
@@ -258,9 +234,8 @@ class FindingPane:
         who = f" (pid {f.pid})" if f.pid is not None else ""
         body = Text.assemble((f"{f.kind}{who}: ", style), f.summary, "\n", ("advice: ", "bold"),
                              f.advice)
-        if len(findings) > 1:
-            body.append(f"\nalso: {', '.join(g.kind for g in findings[1:])}", style="dim")
-        yield Panel(body, title=f"finding [severity {f.severity}]", title_align="left",
+        also = f" (also: {', '.join(g.kind for g in findings[1:])})" if len(findings) > 1 else ""
+        yield Panel(body, title=Text(f"finding, severity {f.severity}{also}"), title_align="left",
                     border_style=style.split()[-1], box=box.ROUNDED)
 
 
@@ -289,7 +264,11 @@ class ProcessPane:
         s = self.state
         color = not console.no_color and console.color_system is not None
         arrow = {k: "▼" if s.sort == k else "" for k in SORTS}
-        t = Table(box=box.SIMPLE_HEAD, pad_edge=False, expand=False, show_edge=False,
+        rows = s.process_rows()
+        if not rows:
+            yield Text("processes: no traced process did anything yet", style="dim")
+            return
+        t = Table(box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), pad_edge=False, show_edge=False,
                   title=f"processes (latency: {_window_label(s)})", title_justify="left",
                   title_style="bold")
         t.add_column("PID", justify="right")
@@ -302,17 +281,13 @@ class ProcessPane:
         t.add_column(f"SYSCALL\np99{arrow['latency']}", justify="right")
         t.add_column("BLOCK\np50", justify="right")
         t.add_column("BLOCK\np99", justify="right")
-        t.add_column("IO\n%", justify="right")
-        rows = s.process_rows()
+        t.add_column("IO\nwait%", justify="right")
         for r in rows:
             t.add_row(str(r.pid), _role_text(r.role), r.comm, f"{r.read_mb_s:.1f}",
                       f"{r.write_mb_s:.1f}", f"{r.ops_s:.0f}", short_ns(r.syscall_p50_ns),
                       short_ns(r.syscall_p99_ns), short_ns(r.block_p50_ns),
                       short_ns(r.block_p99_ns),
                       Text(f"{r.blocked_pct:.0f}", style="red" if r.blocked_pct >= 50 else ""))
-        if not rows:
-            yield Text("processes: no traced process did anything yet", style="dim")
-            return
         yield t
         loops = [r for r in rows if r.loop]
         for r in sorted(loops, key=lambda r: r.pid):
@@ -327,6 +302,22 @@ class ProcessPane:
                        style="dim")
 
 
+def histogram_lines(counts: Sequence[int], bar_width: int = HIST_BAR) -> list[str]:
+    """biolatency's table in fewer columns than tracer.histogram.render (compact bounds, a
+    shorter bar), so it fits beside the system pane: the span of non-empty slots only."""
+    used = [i for i, n in enumerate(counts) if n]
+    if not used:
+        return []
+    top = max(counts)
+    lines = [f"{'latency':>16} : {'count':>8}  distribution"]
+    for slot in range(used[0], used[-1] + 1):
+        lo, hi = slot_bounds_ns(slot)
+        span = f"{short_ns(lo)} -> {short_ns(hi) if slot < MAX_SLOTS - 1 else 'inf'}"
+        stars = "*" * round(counts[slot] * bar_width / top)
+        lines.append(f"{span:>16} : {counts[slot]:>8} |{stars:<{bar_width}}|")
+    return lines
+
+
 class HistogramPane:
     """biolatency-style histogram of the selected layer and role over the window."""
 
@@ -334,17 +325,24 @@ class HistogramPane:
         self.state = state
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        yield self.panel()
+
+    def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
+        return Measurement.get(console, options, self.panel())
+
+    def panel(self) -> Panel:
         s = self.state
         counts, by_op = s.layer_histogram()
         n = sum(counts)
-        title = f"{LAYER_TITLE[s.layer]}, role {s.role or 'all'}, {_window_label(s)}"
+        title = Text(f"{LAYER_TITLE[s.layer]}, role {s.role or 'all'}, {_window_label(s)}")
         if not n:
             body = Text("no operations", style="dim")
         else:
             ops = ", ".join(f"{op} {c}" for op, c in sorted(by_op.items(), key=lambda kv: -kv[1]))
-            body = Text(f"{n} ops ({ops}), p50 {format_ns(percentile_ns(counts, 50))}, "
-                        f"p99 {format_ns(percentile_ns(counts, 99))}\n" + "\n".join(render(counts)))
-        yield Panel(body, title=title, title_align="left", box=box.ROUNDED, expand=False)
+            body = Text(f"{n} ops ({ops})\np50 {format_ns(percentile_ns(counts, 50))}, "
+                        f"p99 {format_ns(percentile_ns(counts, 99))}\n"
+                        + "\n".join(histogram_lines(counts)), no_wrap=True, overflow="ellipsis")
+        return Panel(body, title=title, title_align="left", box=box.ROUNDED, expand=False)
 
 
 def _path_tail(path: str, width: int) -> str:
@@ -360,7 +358,7 @@ class FilesPane:
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         s = self.state
         files = stats.top_files((f for snap in s.snapshots for f in snap.files), self.n)
-        t = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False,
+        t = Table(box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), pad_edge=False, show_edge=False,
                   title=f"top files by time ({_window_label(s)})", title_justify="left",
                   title_style="bold")
         for name in ("TIME", "MAX", "READS", "READ", "WRITES", "WRITTEN", "HIT%"):
@@ -368,22 +366,23 @@ class FilesPane:
         t.add_column("FS")
         t.add_column("ROLE")
         t.add_column("PATH", no_wrap=True)
-        path_width = max(16, options.max_width - 78)
-        for f in files:
-            hit = f.cache_hit_pct
-            t.add_row(short_ns(f.latency_sum_ns), short_ns(f.latency_max_ns), str(f.reads),
-                      _mb(f.read_bytes), str(f.writes), _mb(f.write_bytes),
-                      "-" if hit is None else f"{hit:.0f}", f.fs_type or "-",
-                      ",".join(ROLE_SHORT.get(r, r) for r in stats.ROLES if r in f.roles) or "?",
-                      _path_tail(f.path, path_width))
         if not files:
             yield Text("top files: none in this window", style="dim")
             return
+        cells = []
+        for f in files:
+            hit = f.cache_hit_pct
+            cells.append((short_ns(f.latency_sum_ns), short_ns(f.latency_max_ns), str(f.reads),
+                          dstat_bytes(f.read_bytes), str(f.writes), dstat_bytes(f.write_bytes),
+                          "-" if hit is None else f"{hit:.0f}", f.fs_type or "-",
+                          ",".join(ROLE_SHORT.get(r, r) for r in stats.ROLES if r in f.roles)
+                          or "?"))
+        # The path gets what the other columns leave (2 cells between columns), cut on the left.
+        used = sum(max(len(c.header), *(len(row[i]) for row in cells))
+                   for i, c in enumerate(t.columns[:-1])) + 2 * (len(t.columns) - 1)
+        for f, row in zip(files, cells, strict=True):
+            t.add_row(*row, _path_tail(f.path, max(16, options.max_width - used)))
         yield t
-
-
-def _mb(n: int) -> str:
-    return f"{n / MB:.1f}M" if n else "0"
 
 
 class DevicePane:
@@ -393,13 +392,18 @@ class DevicePane:
         self.state = state
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        yield self.table()
+
+    def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
+        return Measurement.get(console, options, self.table())
+
+    def table(self) -> Table | Text:
         last = self.state.last
         devices = sorted(last.devices, key=lambda d: d["device"]) if last else []
         if not devices:
-            yield Text("devices: no disk statistics", style="dim")
-            return
-        t = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, title="devices (iostat -x)",
-                  title_justify="left", title_style="bold")
+            return Text("devices: no disk statistics", style="dim")
+        t = Table(box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), pad_edge=False, show_edge=False,
+                  title="devices (iostat -x)", title_justify="left", title_style="bold")
         t.add_column("Device")
         for name in ("r/s", "w/s", "rkB/s", "wkB/s", "r_await", "w_await", "aqu-sz", "%util"):
             t.add_column(name, justify="right")
@@ -408,20 +412,7 @@ class DevicePane:
             t.add_row(d["device"], *(f"{d[k]:.2f}" for k in ("r_s", "w_s", "rkb_s", "wkb_s",
                                                               "r_await_ms", "w_await_ms", "aqu_sz")),
                       Text(f"{util:.2f}", style="bold red" if util >= 90 else ""))
-        yield t
-
-
-def dstat_bytes(n: float | None) -> str:
-    """dstat's 5-column byte counts: 0, 512B, 12k, 1.2M, 345M, 1.2G (1024-based)."""
-    if n is None:
-        return "-"
-    if n < 0.5:
-        return "0"
-    for unit, scale in (("B", 1), ("k", 1 << 10), ("M", 1 << 20), ("G", 1 << 30)):
-        v = n / scale
-        if v < 999.5 or unit == "G":
-            return f"{v:.0f}{unit}" if v >= 9.95 or unit == "B" else f"{v:.1f}{unit}"
-    return f"{n:.0f}"  # not reached
+        return t
 
 
 SYSTEM_HEAD = ("  time   |usr sys idl wai| used  cach| recv  send| read  writ")
@@ -445,35 +436,49 @@ class SystemPane:
         self.state = state
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        yield self.panel()
+
+    def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
+        return Measurement.get(console, options, self.panel())
+
+    def panel(self) -> Panel:
         rows = [snap.system for snap in self.state.snapshots if snap.system]
         lines = [SYSTEM_GROUPS, SYSTEM_HEAD] + [system_line(r) for r in rows]
         if not rows:
             lines.append("(no sample yet)")
-        yield Panel(Text("\n".join(lines), no_wrap=True), title="system (dstat)",
+        return Panel(Text("\n".join(lines), no_wrap=True), title="system (dstat)",
                     title_align="left", box=box.ROUNDED, expand=False)
 
 
-def render_view(state: ViewState, width: int | None = None) -> Group:
-    """The whole screen: header, finding, processes, histogram and system (side by side from
-    WIDE columns on), devices, top files. `width`: the console's, to choose the layout."""
-    hist, system = HistogramPane(state), SystemPane(state)
-    if width is not None and width >= WIDE:
-        middle = Table.grid(padding=(0, 1))
-        middle.add_column()
-        middle.add_column()
-        middle.add_row(hist, system)
-        parts = [middle]
-    else:
-        parts = [hist, system]
-    return Group(Header(state), FindingPane(state), ProcessPane(state), *parts,
-                 DevicePane(state), FilesPane(state))
+def render_view(state: ViewState, width: int | None = None, console: Console | None = None) -> Group:
+    """The whole screen, most important first (a short terminal crops the bottom): header,
+    finding, processes, then the histogram with the system and device panes beside it when
+    `width` holds them (else below it), top files."""
+    hist, system, devices = HistogramPane(state), SystemPane(state), DevicePane(state)
+    middle: list = [hist, system, devices]
+    if width is not None:
+        console = console or Console(width=width)
+        w = {r: Measurement.get(console, console.options, r).maximum for r in middle}
+        if w[hist] + 1 + max(w[system], w[devices]) <= width:
+            middle = [_side_by_side(hist, Group(system, devices))]
+        elif w[hist] + 1 + w[system] <= width:
+            middle = [_side_by_side(hist, system), devices]
+    return Group(Header(state), FindingPane(state), ProcessPane(state), *middle, FilesPane(state))
+
+
+def _side_by_side(left, right) -> Table:
+    grid = Table.grid(padding=(0, 1))
+    grid.add_column(no_wrap=True)
+    grid.add_column(no_wrap=True)
+    grid.add_row(left, right)
+    return grid
 
 
 class Screen:
-    """`render_view` laid out for the console it is rendered on."""
+    """`render_view` laid out for the console it is rendered on (what LiveView shows)."""
 
     def __init__(self, state: ViewState):
         self.state = state
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
-        yield render_view(self.state, options.max_width)
+        yield render_view(self.state, options.max_width, console)

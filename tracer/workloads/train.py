@@ -195,11 +195,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    # SIGTERM (a tracer's --duration, a test's cleanup) unwinds like an exception: the DataLoader
+    # shuts its workers down and the throttling cgroup is removed.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     torch.set_num_threads(1)
     torch.set_num_interop_threads(1)
     torch.manual_seed(args.seed)
 
     data = Path(args.data)
+    if not data.is_dir():
+        print(f"error: --data {data}: not a directory", file=sys.stderr)
+        return 2
     paths = sorted(p for p in data.iterdir() if p.is_file() and not p.name.startswith("."))
     if not paths:
         print(f"error: no sample files in {data}", file=sys.stderr)

@@ -1,0 +1,366 @@
+"""The Prometheus sink on synthetic snapshots (no kernel): served over HTTP, scraped, parsed."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import threading
+import urllib.request
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from tracer import __version__
+from tracer.aggregate import Snapshot
+from tracer.diagnose import KINDS, STATES, Finding
+from tracer.sinks.prometheus import DEFAULT_HOST, DEFAULT_PORT, LE_BOUNDS_NS, PrometheusSink, parse_listen
+
+S = 10**9
+OPEN_HI = (1 << 63) - 1
+ALLOWED_LABELS = {"device", "op", "role", "layer", "state", "gpu", "cause", "kind", "version", "le"}
+PATH = "/data/imagenet/train/n01440764/secret.JPEG"
+
+
+def row(layer: str, op: str, slot: int | None, count: int, nbytes: int, *, pid: int = 4242,
+        role: str | None = "main", target: str | None = None, device: str | None = None) -> dict:
+    """One `latency` row; slot None: a page-cache row ([0, 0])."""
+    if slot is None:
+        lo = hi = 0
+    else:
+        lo = 0 if slot == 0 else 1 << slot
+        hi = OPEN_HI if slot == 39 else 1 << (slot + 1)
+    return {"ts": 0, "pid": pid, "comm": "python", "role": role, "layer": layer, "op": op,
+            "target": target, "device": device, "attribution": "direct" if device else None,
+            "bucket_lo_ns": lo, "bucket_hi_ns": hi, "count": count, "bytes": nbytes}
+
+
+# Block reads on vda: (slot, count) per interval. Slot 16 = [65.5 us, 131 us), 20 = [1 ms, 2 ms),
+# 39 = the open-ended last slot (only in +Inf), 3 = [8 ns, 16 ns) (below the first bound).
+VDA_READS = [[(16, 10)], [(20, 5), (39, 2)], [(3, 3), (16, 4)]]
+
+
+def intervals() -> list[tuple[Snapshot, list[dict], list, list[dict], int]]:
+    """Three intervals: (snapshot, loop rows, findings, gpu_idle rows, events lost)."""
+    out = []
+    t0 = 1_700_000_000 * S
+    for i, reads in enumerate(VDA_READS):
+        lat = [row("block", "read", slot, n, n * 4096, device="vda") for slot, n in reads]
+        lat += [
+            row("block_queue", "read", 10, sum(n for _, n in reads), 999_999, device="vda"),
+            row("block", "write", 18, 1, 1 << 20, role="dataloader_worker", pid=4243, device="vdb"),
+            row("syscall", "read", 12, 100, 100 * 65536, target="file"),
+            row("syscall", "read", 14, 7, 7000, role="dataloader_worker", pid=4300 + i, target="file"),
+            row("syscall", "read", 25, 50, 50 * 4, target="pipe"),  # DataLoader queue: not storage
+            row("syscall", "write", 22, 2, 2 << 20, target="file"),
+            row("syscall", "fsync", 28, 1, 0, target="file"),
+            row("pagecache", "read", None, 64, 64 * 4096, target=None),
+            row("syscall", "read", 11, 1, 10, role=None, pid=99, target="file"),  # role unknown
+        ]
+        snap = Snapshot(t0 + (i + 1) * S, S, lat,
+                        files=[{"ts": 0, "pid": 4242, "path": PATH, "op": "read", "ops": 1, "bytes": 1}],
+                        events=[{"ts": 0, "pid": 4242, "path": PATH, "latency_ns": 10**8}])
+        loop = [{"ts": snap.ts_ns, "pid": 4242, "interval_ns": S, "data_wait_io_ns": 600_000_000,
+                 "data_wait_cpu_ns": 0, "sync_loading_ns": 0, "checkpoint_ns": 0,
+                 "compute_ns": 300_000_000, "other_ns": 100_000_000, "state": "data_wait_io"}]
+        findings = [Finding("dataloader_io_bound", 60 + i, 4242, "workers wait on reads", {"x": 1}),
+                    Finding("dataloader_io_bound", 10, 5555, "another job", {}),
+                    Finding("cold_cache", 30, 4242, "cold", {"path": PATH})] if i < 2 else []
+        gpu_idle = [{"start": 0, "end": 0, "duration_ns": 250_000_000, "gpu": 0,
+                     "cause": "dataloader_io_bound", "pid": 4242}]
+        out.append((snap, loop, findings, gpu_idle, [0, 5, 3][i]))  # lost count passed lower once
+    return out
+
+
+def scrape(sink: PrometheusSink) -> str:
+    with urllib.request.urlopen(sink.url, timeout=10) as r:
+        assert r.status == 200
+        return r.read().decode()
+
+
+def samples(text: str) -> dict[tuple[str, frozenset], float]:
+    """{(sample name, frozenset of label items): value}, checking each name appears once."""
+    out = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            key = (s.name, frozenset(s.labels.items()))
+            assert key not in out, f"duplicate sample {key}"
+            out[key] = s.value
+    return out
+
+
+def families(text: str) -> dict[str, object]:
+    return {fam.name: fam for fam in text_string_to_metric_families(text)}
+
+
+def val(smp: dict, name: str, **labels: str) -> float:
+    return smp[(name, frozenset(labels.items()))]
+
+
+def buckets(smp: dict, name: str, **labels: str) -> list[tuple[float, float]]:
+    """[(le, cumulative count)] of one histogram series, sorted by le."""
+    out = []
+    for (n, lab), v in smp.items():
+        d = dict(lab)
+        le = d.pop("le", None)
+        if n == f"{name}_bucket" and d == labels:
+            out.append((float(le), v))
+    return sorted(out)
+
+
+@pytest.fixture
+def sink():
+    s = PrometheusSink()
+    s.start("127.0.0.1", 0)
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="module")
+def scrapes() -> list[str]:
+    """The text scraped after each of the three intervals."""
+    s = PrometheusSink()
+    s.start("127.0.0.1", 0)
+    try:
+        texts = []
+        for snap, loop, findings, gpu_idle, lost in intervals():
+            s.update(snap, loop, findings, gpu_idle, lost)
+            texts.append(scrape(s))
+        return texts
+    finally:
+        s.stop()
+
+
+def test_serves_on_loopback(sink):
+    host, port = sink.address
+    assert host == "127.0.0.1" and port > 0
+    assert sink.url == f"http://127.0.0.1:{port}/metrics"
+    text = scrape(sink)
+    assert "# TYPE iotrace_block_io_latency_seconds histogram" in text
+    assert f'iotrace_build_info{{version="{__version__}"}} 1.0' in text
+
+
+def test_block_histogram_counts_every_read(scrapes):
+    total = 0
+    for i, text in enumerate(scrapes):
+        total += sum(n for _, n in VDA_READS[i])
+        smp = samples(text)
+        labels = {"device": "vda", "op": "read"}
+        count = val(smp, "iotrace_block_io_latency_seconds_count", **labels)
+        assert count == total
+        b = buckets(smp, "iotrace_block_io_latency_seconds", **labels)
+        assert len(b) == len(LE_BOUNDS_NS) + 1
+        assert b[-1] == (float("inf"), count)
+        assert [le for le, _ in b[:-1]] == [ns / 1e9 for ns in LE_BOUNDS_NS]
+        assert all(b[j][1] <= b[j + 1][1] for j in range(len(b) - 1)), "buckets not cumulative"
+    # After the three intervals: 3 below the first bound, 14 in slot 16 (bound 2^17 ns), 5 in slot
+    # 20 (bound 2^21 ns), 2 in the open-ended slot, only in +Inf.
+    b = dict(buckets(smp, "iotrace_block_io_latency_seconds", device="vda", op="read"))
+    assert b[LE_BOUNDS_NS[0] / 1e9] == 3
+    assert b[(1 << 16) / 1e9] == 3
+    assert b[(1 << 17) / 1e9] == 17
+    assert b[(1 << 20) / 1e9] == 17
+    assert b[(1 << 21) / 1e9] == 22
+    assert b[LE_BOUNDS_NS[-1] / 1e9] == 22
+    assert b[float("inf")] == 24
+    # _sum from slot midpoints; the open-ended slot counts as its lower bound.
+    want = (3 * 12 + 14 * 3 * (1 << 15) + 5 * 3 * (1 << 19) + 2 * (1 << 39)) / 1e9
+    assert val(smp, "iotrace_block_io_latency_seconds_sum", device="vda", op="read") == pytest.approx(want)
+    assert val(smp, "iotrace_block_io_latency_seconds_count", device="vdb", op="write") == 3
+    assert val(smp, "iotrace_block_queue_latency_seconds_count", device="vda", op="read") == 24
+
+
+def test_syscall_histogram_is_file_io_by_role(scrapes):
+    smp = samples(scrapes[-1])
+    assert val(smp, "iotrace_syscall_io_latency_seconds_count", role="main", op="read") == 300
+    assert val(smp, "iotrace_syscall_io_latency_seconds_count", role="dataloader_worker", op="read") == 21
+    assert val(smp, "iotrace_syscall_io_latency_seconds_count", role="unknown", op="read") == 3
+    assert val(smp, "iotrace_syscall_io_latency_seconds_count", role="main", op="write") == 6
+    assert val(smp, "iotrace_syscall_io_latency_seconds_count", role="main", op="fsync") == 3
+    # The pipe reads (50 per interval, slot 25) are not file I/O: nowhere in the histogram.
+    b = dict(buckets(smp, "iotrace_syscall_io_latency_seconds", role="main", op="read"))
+    assert b[(1 << 13) / 1e9] == 300 and b[float("inf")] == 300
+
+
+def test_byte_counters(scrapes):
+    smp = samples(scrapes[-1])
+    assert val(smp, "iotrace_read_bytes_total", role="main", layer="syscall") == 3 * 100 * 65536
+    assert val(smp, "iotrace_read_bytes_total", role="dataloader_worker", layer="syscall") == 3 * 7000
+    assert val(smp, "iotrace_read_bytes_total", role="main", layer="block") == 24 * 4096  # no queue rows
+    assert val(smp, "iotrace_written_bytes_total", role="main", layer="syscall") == 3 * (2 << 20)
+    assert val(smp, "iotrace_written_bytes_total", role="dataloader_worker", layer="block") == 3 << 20
+    assert val(smp, "iotrace_written_bytes_total", role="child", layer="block") == 0  # pre-seeded
+    layers = {dict(lab)["layer"] for (n, lab) in smp if n.startswith("iotrace_read_bytes")}
+    assert layers == {"syscall", "block"}  # no pagecache, no block_queue
+
+
+def test_loop_gpu_findings_lost(scrapes):
+    smp = samples(scrapes[-1])
+    loop = {s: val(smp, "iotrace_training_loop_seconds_total", state=s) for s in STATES}
+    assert loop["data_wait_io"] == pytest.approx(1.8)
+    assert loop["compute"] == pytest.approx(0.9)
+    assert loop["other"] == pytest.approx(0.3)
+    assert loop["checkpoint"] == 0
+    assert val(smp, "iotrace_gpu_idle_seconds_total", gpu="0", cause="dataloader_io_bound") == 0.75
+    assert val(smp, "iotrace_events_lost_total") == 5  # 0, 5, then 3 passed: never goes down
+    assert val(smp, "iotrace_last_update_timestamp_seconds") == 1_700_000_003
+    # Findings: the highest severity per kind; every known kind exported, 0 when not found now.
+    second = samples(scrapes[1])
+    assert val(second, "iotrace_findings", kind="dataloader_io_bound") == 61
+    assert val(second, "iotrace_findings", kind="cold_cache") == 30
+    assert val(second, "iotrace_findings", kind="checkpoint_stall") == 0
+    assert {dict(lab)["kind"] for (n, lab) in second if n == "iotrace_findings"} == set(KINDS)
+    assert all(val(smp, "iotrace_findings", kind=k) == 0 for k in KINDS)  # none in the last
+
+
+def test_types_and_help(scrapes):
+    fams = families(scrapes[-1])
+    want = {"iotrace_block_io_latency_seconds": "histogram", "iotrace_syscall_io_latency_seconds":
+            "histogram", "iotrace_block_queue_latency_seconds": "histogram",
+            "iotrace_read_bytes": "counter", "iotrace_written_bytes": "counter",
+            "iotrace_training_loop_seconds": "counter", "iotrace_gpu_idle_seconds": "counter",
+            "iotrace_findings": "gauge", "iotrace_events_lost": "counter", "iotrace_build_info": "gauge",
+            "iotrace_last_update_timestamp_seconds": "gauge"}
+    for name, kind in want.items():
+        assert fams[name].type == kind, name
+        assert fams[name].documentation, name
+    assert "midpoint" in fams["iotrace_block_io_latency_seconds"].documentation
+    assert "midpoint" in fams["iotrace_syscall_io_latency_seconds"].documentation
+
+
+def test_labels_bounded(scrapes):
+    pids = {"4242", "4243", "99", "5555", *(str(4300 + i) for i in range(3))}
+    for text in scrapes:
+        assert PATH not in text and "secret" not in text
+        for fam in text_string_to_metric_families(text):
+            if not fam.name.startswith("iotrace_"):
+                continue
+            for s in fam.samples:
+                assert set(s.labels) <= ALLOWED_LABELS, (s.name, s.labels)
+                assert not pids & set(s.labels.values()), (s.name, s.labels)
+                assert all("/" not in v for v in s.labels.values()), (s.name, s.labels)
+    # The series count does not grow with new PIDs (a worker respawned each interval here).
+    counts = [sum(1 for f in text_string_to_metric_families(t) if f.name.startswith("iotrace_")
+                  for _ in f.samples) for t in scrapes]
+    assert counts[0] == counts[1] == counts[2]
+
+
+def test_counters_only_grow(scrapes):
+    def monotone(name: str) -> bool:
+        return name.endswith(("_total", "_bucket", "_count", "_sum")) and name.startswith("iotrace_")
+
+    prev: dict = {}
+    for text in scrapes:
+        cur = {k: v for k, v in samples(text).items() if monotone(k[0])}
+        for key, v in prev.items():
+            assert key in cur, f"series {key} vanished"
+            assert cur[key] >= v, f"{key} went down: {v} -> {cur[key]}"
+        prev = cur
+
+
+def test_scrape_during_updates_is_consistent(sink):
+    """The HTTP thread scrapes while the tracer updates: every scrape is internally consistent."""
+    stop = threading.Event()
+    data = intervals()
+
+    def feed():
+        i = 0
+        while not stop.is_set():
+            snap, loop, findings, gpu_idle, lost = data[i % 3]
+            sink.update(snap, loop, findings, gpu_idle, lost)
+            i += 1
+
+    t = threading.Thread(target=feed)
+    t.start()
+    try:
+        last = -1.0
+        for _ in range(20):
+            smp = samples(scrape(sink))
+            for labels in ({"device": "vda", "op": "read"}, {"device": "vdb", "op": "write"}):
+                b = buckets(smp, "iotrace_block_io_latency_seconds", **labels)
+                if not b:
+                    continue
+                assert all(b[j][1] <= b[j + 1][1] for j in range(len(b) - 1))
+                assert b[-1][1] == val(smp, "iotrace_block_io_latency_seconds_count", **labels)
+            cur = val(smp, "iotrace_read_bytes_total", role="main", layer="syscall")
+            assert cur >= last
+            last = cur
+    finally:
+        stop.set()
+        t.join()
+
+
+def test_port_in_use_is_one_clear_line():
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        s = PrometheusSink()
+        with pytest.raises(OSError, match=rf"cannot serve Prometheus metrics on 127\.0\.0\.1:{port}") as e:
+            s.start("127.0.0.1", port)
+        assert "\n" not in str(e.value) and "--prometheus" in str(e.value)
+        assert s.address is None
+
+
+def test_stop_frees_the_port():
+    s = PrometheusSink()
+    s.start("127.0.0.1", 0)
+    port = s.address[1]
+    s.stop()
+    assert s.address is None
+    s.start("127.0.0.1", port)  # the same port again
+    try:
+        assert s.address == ("127.0.0.1", port)
+    finally:
+        s.stop()
+
+
+@pytest.mark.parametrize(("spec", "want"), [
+    ("9473", (DEFAULT_HOST, 9473)),
+    (" 9100 ", (DEFAULT_HOST, 9100)),
+    ("0.0.0.0:9473", ("0.0.0.0", 9473)),
+    ("localhost:1", ("localhost", 1)),
+    ("node-7.cluster.local:65535", ("node-7.cluster.local", 65535)),
+    ("[::1]:9473", ("::1", 9473)),
+    ("[::]:8000", ("::", 8000)),
+])
+def test_parse_listen(spec, want):
+    assert parse_listen(spec) == want
+
+
+@pytest.mark.parametrize(("spec", "says"), [
+    ("", "needs"),
+    ("abc", "must be a number"),
+    ("0", "out of range"),
+    ("65536", "out of range"),
+    ("-1", "must be a number"),
+    (":9473", "host is empty"),
+    ("127.0.0.1:", "must be a number"),
+    ("::1:9473", "brackets"),
+    ("[::1]9473", r"\[ADDR\]:PORT"),
+    ("[::1", r"\[ADDR\]:PORT"),
+    ("http://0.0.0.0:9473", "not a URL"),
+    ("0.0.0.0:9473/metrics", "not a URL"),
+    ("127.0.0.1:94 73", "must be a number"),
+    ("host name:9473", "spaces"),
+    ("\uff11\uff12\uff13", "must be a number"),  # full-width digits: isdigit() and int() take them
+])
+def test_parse_listen_rejects(spec, says):
+    with pytest.raises(ValueError, match=says) as e:
+        parse_listen(spec)
+    assert "\n" not in str(e.value) and "--prometheus" in str(e.value)
+
+
+def test_default_port_avoids_well_known_exporters():
+    assert DEFAULT_PORT not in (9090, 9091, 9093, 9100, 9400, 9435, 9464)
+    assert parse_listen(str(DEFAULT_PORT)) == ("127.0.0.1", DEFAULT_PORT)
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None,
+                    reason="promtool not installed (Debian: apt-get install prometheus)")
+def test_promtool_check_metrics(scrapes):
+    for text in scrapes:
+        r = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True,
+                           text=True, timeout=60)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert not (r.stdout + r.stderr).strip(), r.stdout + r.stderr  # no lint warnings either

@@ -1,0 +1,890 @@
+"""GPU sampling through NVML, idle spans, and what the training loop was doing while the GPU idled.
+
+The pieces, each usable alone (the live session uses `GpuMonitor`, `iotrace report` the functions):
+
+- `GpuSource`: the one small interface to the GPU. `NvmlSource` implements it with nvidia-ml-py
+  (`pynvml`, imported only inside it); tests replay recorded NVML streams through the same interface.
+  `open_source("auto" | "off" | "0,2")` applies the `--gpu` rules.
+- `calibrate`: NVML sample timestamps are microseconds on a clock NVML does not document (wall clock
+  on some drivers, time since boot on others). The clock whose current value the newest sample is
+  closest to wins; every timestamp written is UTC ns.
+- `GpuSampler.poll(ts_ns)`: rows of the `gpu` table, one per NVML utilisation sample. When the
+  driver's sample buffer has nothing new (an idle GPU empties it: that is idleness, not missing data)
+  one row from `nvmlDeviceGetUtilizationRates` stands for the time since the previous row.
+- `IdleDetector` / `idle_spans`: hard idle spans (util <= 5 % for at least 2 consecutive samples);
+  `soft_idle_s`: sum of (1 - util/100) * period, for stalls shorter than a sample.
+- `attribute`: rows of the `gpu_idle` table: each span with the share of it the training loop spent in
+  each state of the `loop` table, the dominant state as cause, and a confidence.
+- `gpu_evidence` / `gpu_sentence`: numbers and a sentence for the findings ("GPU 0 idle 62 % of the
+  time; 85 % of that while the loop waited on DataLoader reads").
+
+Which process owns a GPU: NVML lists the compute processes on each GPU (host PIDs, most device
+memory first); `gpu_owners` maps them to traced `main` processes (DDP: one rank per GPU; rank 0's
+stray context on other GPUs holds less memory and loses). Without process information (offline) a
+GPU belongs to the single traced `main` process; with several `main` processes and no process
+information its spans get pid null and cause "unknown".
+
+Times: all `*_ns` arguments and row values are int nanoseconds (timestamps since the Unix epoch, UTC);
+the functions that read rows also accept pandas Timestamps / numpy datetime64 (rows read back with
+`DataFrame.to_dict("records")`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+STATES = ("data_wait_io", "data_wait_cpu", "sync_loading", "checkpoint", "compute", "other")
+"""The training-loop states of the `loop` table (same order as `tracer.diagnose.STATES`)."""
+
+UNKNOWN = "unknown"
+"""The cause of an idle span no loop interval overlaps (or whose GPU has no known process)."""
+
+IDLE_UTIL_PCT = 5.0
+"""A sample at or below this utilisation is idle."""
+
+MIN_IDLE_SAMPLES = 2
+"""A hard idle span needs at least this many consecutive idle samples..."""
+
+MIN_IDLE_NS = 333_333_334
+"""...or idle samples covering at least this long (two periods of the common 1/6 s sampling): a GPU
+that samples once a second, or a utilisation-rates row standing for an empty sample buffer."""
+
+DEFAULT_PERIOD_NS = 166_666_667
+"""NVML's utilisation sample period on most data-centre GPUs (1/6 s; between 1/6 s and 1 s)."""
+
+MAX_PERIOD_NS = 1_000_000_000
+"""NVML never averages one utilisation sample over more than a second."""
+
+CALIBRATION_TOLERANCE_NS = 5_000_000_000
+"""The newest sample must be within this of a clock's current value for the clock to fit."""
+
+CALIBRATION_ATTEMPTS = 10
+"""Polls with samples that fit no clock before the sampler anchors the newest sample at now."""
+
+CLOCKS = ("realtime", "boottime", "monotonic")
+"""Candidate clocks of NVML timestamps, in order of preference on a tie."""
+
+
+# -- errors -------------------------------------------------------------------------------------
+
+
+class GpuUnavailable(Exception):
+    """No GPU sampling is possible (no NVML, no driver, no such GPU). The message is one line naming
+    what is wrong and what to do; with an explicit `--gpu 0,2` the CLI exits 3 with it."""
+
+
+class GpuError(Exception):
+    """One NVML query failed for one device (permission denied, not supported, ...); the message is
+    one line. Sampling of other devices, and tracing of I/O, go on."""
+
+
+class GpuLost(GpuError):
+    """The device stopped answering (fallen off the bus, Xid): it is not polled again."""
+
+
+class CalibrationError(ValueError):
+    """The sample timestamps fit none of the clocks."""
+
+
+# -- the source interface -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GpuDevice:
+    index: int  # NVML device index (nvidia-smi's numbering; CUDA's with CUDA_DEVICE_ORDER=PCI_BUS_ID)
+    uuid: str
+    name: str
+    mig: bool = False  # MIG mode is enabled: NVML reports no utilisation for it
+
+
+class GpuSource(Protocol):
+    """What iotrace needs from a GPU. Each method raises `GpuError` (or `GpuLost`) for a failed query."""
+
+    def devices(self) -> list[GpuDevice]:
+        """The devices to sample, in index order."""
+        ...
+
+    def samples(self, index: int, since_us: int) -> list[tuple[int, float]]:
+        """Utilisation samples (timestamp in NVML's microseconds, util %) newer than `since_us`
+        (0: the whole buffer), oldest first; [] when the buffer has none (NVML_ERROR_NOT_FOUND)."""
+        ...
+
+    def utilization(self, index: int) -> tuple[float, float]:
+        """(gpu %, memory %) over the driver's last sample period (nvmlDeviceGetUtilizationRates)."""
+        ...
+
+    def pcie(self, index: int) -> tuple[float, float] | None:
+        """(rx bytes/s, tx bytes/s) over the last 20 ms, or None where not supported."""
+        ...
+
+    def processes(self, index: int) -> list[int]:
+        """PIDs (host PID namespace) with a compute context on the device, most memory first."""
+        ...
+
+    def close(self) -> None:
+        """Release the library (nvmlShutdown)."""
+        ...
+
+
+class NvmlSource:
+    """`GpuSource` over nvidia-ml-py. Raises `GpuUnavailable` when NVML cannot start."""
+
+    def __init__(self) -> None:
+        try:
+            import pynvml
+        except ImportError as e:
+            raise GpuUnavailable(
+                "no NVML: the nvidia-ml-py package is not installed (pip install nvidia-ml-py)"
+            ) from e
+        self._nvml = pynvml
+        try:
+            pynvml.nvmlInit()
+        except pynvml.NVMLError as e:
+            raise GpuUnavailable(_init_reason(pynvml, e)) from e
+        self._handles: dict[int, Any] = {}
+        self._devices: list[GpuDevice] = []
+        self._pcie_unsupported: set[int] = set()
+        try:
+            count = pynvml.nvmlDeviceGetCount()
+            for index in range(count):
+                handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+                self._handles[index] = handle
+                self._devices.append(GpuDevice(index, _text(pynvml.nvmlDeviceGetUUID(handle)),
+                                               _text(pynvml.nvmlDeviceGetName(handle)),
+                                               self._mig(handle)))
+        except pynvml.NVMLError as e:
+            self.close()
+            raise GpuUnavailable(f"NVML cannot list the GPUs: {e}") from e
+
+    def _mig(self, handle: Any) -> bool:
+        nvml = self._nvml
+        try:
+            current, _pending = nvml.nvmlDeviceGetMigMode(handle)
+        except nvml.NVMLError:  # NOT_SUPPORTED (no MIG on this GPU), FUNCTION_NOT_FOUND (old driver)
+            return False
+        return current == nvml.NVML_DEVICE_MIG_ENABLE
+
+    def _error(self, index: int, what: str, e: Exception) -> GpuError:
+        nvml = self._nvml
+        value = getattr(e, "value", None)
+        if value == nvml.NVML_ERROR_GPU_IS_LOST:
+            return GpuLost(f"GPU {index} is lost (fallen off the bus? see dmesg for an Xid): "
+                           "its sampling stops, tracing of I/O goes on")
+        if value == nvml.NVML_ERROR_NO_PERMISSION:
+            return GpuError(f"GPU {index}: permission denied reading {what} (run iotrace as root)")
+        return GpuError(f"GPU {index}: NVML cannot read {what}: {e}")
+
+    def devices(self) -> list[GpuDevice]:
+        return list(self._devices)
+
+    def samples(self, index: int, since_us: int) -> list[tuple[int, float]]:
+        nvml = self._nvml
+        try:
+            value_type, raw = nvml.nvmlDeviceGetSamples(self._handles[index],
+                                                         nvml.NVML_GPU_UTILIZATION_SAMPLES, since_us)
+        except nvml.NVMLError as e:
+            if e.value == nvml.NVML_ERROR_NOT_FOUND:  # nothing new in the buffer
+                return []
+            raise self._error(index, "utilisation samples", e) from e
+        field = _VALUE_FIELDS.get(value_type, "uiVal")
+        out = [(int(s.timeStamp), float(getattr(s.sampleValue, field))) for s in raw]
+        return sorted((ts, v) for ts, v in out if ts > since_us)
+
+    def utilization(self, index: int) -> tuple[float, float]:
+        nvml = self._nvml
+        try:
+            rates = nvml.nvmlDeviceGetUtilizationRates(self._handles[index])
+        except nvml.NVMLError as e:
+            raise self._error(index, "utilisation rates", e) from e
+        return float(rates.gpu), float(rates.memory)
+
+    def pcie(self, index: int) -> tuple[float, float] | None:
+        if index in self._pcie_unsupported:
+            return None
+        nvml = self._nvml
+        handle = self._handles[index]
+        try:
+            # KB/s, each a 20 ms byte count taken during the call; NVML's KB is 1024 bytes.
+            rx = nvml.nvmlDeviceGetPcieThroughput(handle, nvml.NVML_PCIE_UTIL_RX_BYTES)
+            tx = nvml.nvmlDeviceGetPcieThroughput(handle, nvml.NVML_PCIE_UTIL_TX_BYTES)
+        except nvml.NVMLError as e:
+            if e.value in (nvml.NVML_ERROR_NOT_SUPPORTED, nvml.NVML_ERROR_FUNCTION_NOT_FOUND):
+                self._pcie_unsupported.add(index)
+                return None
+            raise self._error(index, "PCIe throughput", e) from e
+        return float(rx) * 1024.0, float(tx) * 1024.0
+
+    def processes(self, index: int) -> list[int]:
+        nvml = self._nvml
+        handle = self._handles[index]
+        try:
+            try:
+                procs = nvml.nvmlDeviceGetComputeRunningProcesses(handle)  # the _v3 entry point
+            except nvml.NVMLLibraryMismatchError:  # a driver older than the binding
+                procs = nvml.nvmlDeviceGetComputeRunningProcesses_v2(handle)
+        except nvml.NVMLError as e:
+            raise self._error(index, "its processes", e) from e
+        procs = sorted(procs, key=lambda p: -(p.usedGpuMemory or 0))
+        seen: list[int] = []
+        for p in procs:  # one entry per (process, MIG instance): keep each pid once
+            if int(p.pid) not in seen:
+                seen.append(int(p.pid))
+        return seen
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):  # closing must never fail the session
+            self._nvml.nvmlShutdown()
+
+
+_VALUE_FIELDS = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
+"""nvmlValueType_t (NVML_VALUE_TYPE_*) -> the nvmlValue_t union member holding the value."""
+
+
+def _text(value: str | bytes) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _init_reason(nvml: Any, e: Any) -> str:
+    value = getattr(e, "value", None)
+    if value == nvml.NVML_ERROR_LIBRARY_NOT_FOUND:
+        return "no NVML: libnvidia-ml.so.1 not found (no NVIDIA driver on this host)"
+    if value == nvml.NVML_ERROR_DRIVER_NOT_LOADED:
+        return "no NVML: the NVIDIA driver is not loaded (no GPU, or `modprobe nvidia`)"
+    if value == nvml.NVML_ERROR_LIB_RM_VERSION_MISMATCH:
+        return ("no NVML: the NVML library and the loaded NVIDIA driver differ in version "
+                "(reboot, or reload the nvidia kernel module)")
+    if value == nvml.NVML_ERROR_NO_PERMISSION:
+        return "no NVML: permission denied opening the NVIDIA device files (/dev/nvidia*)"
+    return f"no NVML: {e}"
+
+
+class _Subset:
+    """A source restricted to some device indices (`--gpu 0,2`)."""
+
+    def __init__(self, source: GpuSource, indices: Sequence[int]) -> None:
+        self._source = source
+        self._indices = set(indices)
+
+    def devices(self) -> list[GpuDevice]:
+        return [d for d in self._source.devices() if d.index in self._indices]
+
+    def samples(self, index: int, since_us: int) -> list[tuple[int, float]]:
+        return self._source.samples(index, since_us)
+
+    def utilization(self, index: int) -> tuple[float, float]:
+        return self._source.utilization(index)
+
+    def pcie(self, index: int) -> tuple[float, float] | None:
+        return self._source.pcie(index)
+
+    def processes(self, index: int) -> list[int]:
+        return self._source.processes(index)
+
+    def close(self) -> None:
+        self._source.close()
+
+
+def parse_gpu_spec(spec: str) -> str | list[int]:
+    """"auto", "off", or the sorted device indices of "0,2". Raises ValueError (bad usage, exit 2)."""
+    text = spec.strip().lower()
+    if text in ("auto", "off"):
+        return text
+    try:
+        indices = sorted({int(part) for part in text.split(",") if part.strip()})
+    except ValueError:
+        indices = []
+    if not indices or min(indices) < 0:
+        raise ValueError(f"--gpu {spec!r}: expected auto, off, or GPU indices such as 0 or 0,2")
+    return indices
+
+
+def open_source(spec: str, factory: Callable[[], GpuSource] = NvmlSource
+                ) -> tuple[GpuSource | None, str | None]:
+    """Apply `--gpu auto|off|0,2`: returns (source, reason).
+
+    - "off": (None, None).
+    - "auto": (source, None) when NVML and a GPU exist; (None, one-line reason) otherwise.
+    - "0,2": (source of those devices, None); raises `GpuUnavailable` (CLI: exit 3) when NVML cannot
+      start or a named GPU does not exist.
+    In every case with a source, devices in MIG mode are kept (listed in meta) but not sampled, and
+    `reason` says so in one line. A malformed spec raises ValueError (exit 2).
+    """
+    wanted = parse_gpu_spec(spec)
+    if wanted == "off":
+        return None, None
+    try:
+        source = factory()
+    except GpuUnavailable as e:
+        if wanted == "auto":
+            return None, f"GPU sampling off: {e}"
+        raise GpuUnavailable(f"--gpu {spec}: {e}") from e
+    devices = source.devices()
+    if wanted == "auto":
+        if not devices:
+            source.close()
+            return None, "GPU sampling off: NVML found no NVIDIA GPU"
+    else:
+        assert isinstance(wanted, list)
+        have = {d.index for d in devices}
+        missing = [i for i in wanted if i not in have]
+        if missing:
+            source.close()
+            listed = ", ".join(str(i) for i in sorted(have)) or "none"
+            raise GpuUnavailable(f"--gpu {spec}: no such GPU {', '.join(map(str, missing))} "
+                                 f"(this host has GPU {listed}; see nvidia-smi -L)")
+        source = _Subset(source, wanted)
+        devices = source.devices()
+    return source, mig_reason(devices)
+
+
+def mig_reason(devices: Sequence[GpuDevice]) -> str | None:
+    """One line about the devices in MIG mode, or None."""
+    mig = [d for d in devices if d.mig]
+    if not mig:
+        return None
+    which = ", ".join(f"{d.index} ({d.name})" for d in mig)
+    rest = "the other GPUs are sampled" if len(mig) < len(devices) else "no GPU is sampled"
+    return (f"GPU {which} in MIG mode: NVML reports no utilisation for MIG devices, so idle time "
+            f"is not measured there; {rest}, tracing of I/O goes on")
+
+
+# -- clocks -------------------------------------------------------------------------------------
+
+
+def read_clocks() -> dict[str, int]:
+    """The current value of each candidate clock in ns, read back to back."""
+    return {
+        "boottime": time.clock_gettime_ns(time.CLOCK_BOOTTIME),
+        "monotonic": time.clock_gettime_ns(time.CLOCK_MONOTONIC),
+        "realtime": time.time_ns(),
+    }
+
+
+def calibrate(sample_ts_us: Sequence[int], now: Mapping[str, int],
+              tolerance_ns: int = CALIBRATION_TOLERANCE_NS) -> tuple[str, int]:
+    """Which clock NVML's sample timestamps are on, and the offset to UTC.
+
+    `now` holds the current value in ns of "realtime" (required), "monotonic" and "boottime", read
+    together right after the samples were fetched. The newest sample must lie within `tolerance_ns`
+    of a clock's value (it is at most one sample period old); among the clocks that fit, the closest
+    wins (a tie: realtime, boottime, monotonic). Returns (clock, offset_ns) with
+    UTC ns = sample_us * 1000 + offset_ns. Raises CalibrationError when no clock fits, ValueError
+    for no samples.
+    """
+    if not sample_ts_us:
+        raise ValueError("calibrate needs at least one sample timestamp")
+    newest_ns = max(sample_ts_us) * 1000
+    fits = []
+    for rank, clock in enumerate(CLOCKS):
+        if clock in now:
+            gap = abs(now[clock] - newest_ns)
+            if gap <= tolerance_ns:
+                fits.append((gap, rank, clock))
+    if not fits:
+        gaps = ", ".join(f"{c} {(now[c] - newest_ns) / 1e9:+.1f} s" for c in CLOCKS if c in now)
+        raise CalibrationError(f"NVML sample timestamps fit no clock (newest sample vs {gaps})")
+    clock = min(fits)[2]
+    return clock, now["realtime"] - now[clock]
+
+
+# -- sampling -----------------------------------------------------------------------------------
+
+
+def gpu_row(ts: int, device: GpuDevice, util: float, mem: float | None,
+            pcie: tuple[float, float] | None, period_ns: int) -> dict:
+    """One row of the `gpu` table."""
+    return {"ts": ts, "gpu": device.index, "uuid": device.uuid, "name": device.name,
+            "util_pct": util, "mem_util_pct": mem,
+            "pcie_rx_bytes_s": None if pcie is None else pcie[0],
+            "pcie_tx_bytes_s": None if pcie is None else pcie[1],
+            "sample_period_ns": period_ns}
+
+
+class GpuSampler:
+    """Polls a `GpuSource` once per interval into rows of the `gpu` table.
+
+    Each row covers (ts - sample_period_ns, ts]. Sample rows: one per NVML utilisation sample, the
+    period the time since the previous row (capped at 1 s). When the buffer holds nothing new, one
+    row at the poll time from the utilisation rates, its period the whole time since the previous row
+    (an idle GPU empties the buffer). mem_util_pct and PCIe are read once per poll and repeated on the
+    poll's rows (null where unsupported). Samples from before the sampler started are dropped.
+
+    Problems (permission denied, a lost GPU, MIG) become one line each in `notes`, once;
+    `take_notes()` returns the new ones. Reading PCIe costs 2 x 20 ms per GPU per poll (NVML counts
+    bytes during the call): pass pcie=False on hosts with many GPUs if that matters.
+    """
+
+    def __init__(self, source: GpuSource, clocks: Callable[[], Mapping[str, int]] = read_clocks,
+                 pcie: bool = True) -> None:
+        self.source = source
+        self.clocks = clocks
+        self.pcie = pcie
+        self.devices = source.devices()
+        self.clock: str | None = None  # the calibrated NVML clock; "anchored" when none fitted
+        self.offset_ns: int | None = None
+        self.processes: dict[int, list[int]] = {d.index: [] for d in self.devices}
+        self.notes: list[str] = []
+        self._noted: set[str] = set()
+        self._new_notes: list[str] = []
+        self._failed_calibrations = 0
+        self._lost: set[int] = set()
+        self.start_ns = int(clocks()["realtime"])
+        self._since_us = {d.index: 0 for d in self.devices}
+        self._prev_ns = {d.index: self.start_ns for d in self.devices}
+        self._prev_was_sample = {d.index: False for d in self.devices}
+        self._period_ns = {d.index: DEFAULT_PERIOD_NS for d in self.devices}
+        reason = mig_reason(self.devices)
+        if reason:
+            self._note(reason)
+
+    @property
+    def sampled(self) -> list[GpuDevice]:
+        """The devices polled now (not MIG, not lost)."""
+        return [d for d in self.devices if not d.mig and d.index not in self._lost]
+
+    def _note(self, line: str) -> None:
+        if line not in self._noted:
+            self._noted.add(line)
+            self.notes.append(line)
+            self._new_notes.append(line)
+
+    def take_notes(self) -> list[str]:
+        """The notes added since the last call."""
+        new, self._new_notes = self._new_notes, []
+        return new
+
+    def lost(self, index: int) -> bool:
+        return index in self._lost
+
+    def meta(self) -> dict:
+        """For meta.json: the devices and the clock of NVML timestamps."""
+        return {
+            "gpus": [{"index": d.index, "uuid": d.uuid, "name": d.name, "mig": d.mig}
+                     for d in self.devices],
+            "nvml_clock": self.clock,
+            "nvml_clock_to_utc_offset_ns": self.offset_ns,
+            "notes": list(self.notes),
+        }
+
+    def _calibrate(self, ts_us: list[int]) -> bool:
+        now = self.clocks()
+        try:
+            self.clock, self.offset_ns = calibrate(ts_us, now)
+        except CalibrationError as e:
+            self._failed_calibrations += 1
+            if self._failed_calibrations < CALIBRATION_ATTEMPTS:
+                return False  # samples from long ago, or a clock jump: try with the next ones
+            self.clock, self.offset_ns = "anchored", now["realtime"] - max(ts_us) * 1000
+            self._note(f"{e}: the newest sample is taken as now (timestamps approximate)")
+        return True
+
+    def poll(self, ts_ns: int) -> list[dict]:
+        """Rows of the `gpu` table for everything since the previous poll; `ts_ns` is now (UTC ns)."""
+        rows: list[dict] = []
+        for device in self.sampled:
+            try:
+                rows.extend(self._poll_device(device, ts_ns))
+            except GpuLost as e:
+                self._lost.add(device.index)
+                self._note(str(e))
+            except GpuError as e:
+                self._note(str(e))
+        return rows
+
+    def _poll_device(self, device: GpuDevice, ts_ns: int) -> list[dict]:
+        i = device.index
+        try:
+            raw = self.source.samples(i, self._since_us[i])
+        except GpuLost:
+            raise
+        except GpuError as e:  # e.g. not supported under vGPU: the utilisation rates still work
+            self._note(f"{e}; using the utilisation rates once per poll instead")
+            raw = []
+        bad = [v for _, v in raw if not 0.0 <= v <= 100.0]
+        if bad:
+            self._note(f"GPU {i}: NVML returned utilisation samples outside 0-100 % "
+                       f"(e.g. {int(bad[0]) if bad[0].is_integer() else bad[0]}); they are left out")
+            raw = [(t, v) for t, v in raw if 0.0 <= v <= 100.0]
+        if raw:
+            self._since_us[i] = max(self._since_us[i], raw[-1][0])
+            if self.offset_ns is None and not self._calibrate([t for t, _ in raw]):
+                raw = []
+        mem, util_now = None, None
+        try:
+            util_now, mem = self.source.utilization(i)
+        except GpuLost:
+            raise
+        except GpuError as e:
+            self._note(str(e))
+        pcie = None
+        if self.pcie:
+            try:
+                pcie = self.source.pcie(i)
+            except GpuLost:
+                raise
+            except GpuError as e:
+                self._note(str(e))
+        self._processes(i)
+
+        rows = []
+        if self.offset_ns is not None:
+            for t_us, util in raw:
+                ts = t_us * 1000 + self.offset_ns
+                prev = self._prev_ns[i]
+                if ts <= prev or ts > ts_ns + MAX_PERIOD_NS:
+                    continue  # before the start, covered by a rates row, or a clock jump
+                gap = ts - prev
+                if self._prev_was_sample[i] and gap <= MAX_PERIOD_NS:
+                    period = gap
+                    self._period_ns[i] = gap
+                else:
+                    period = min(gap, self._period_ns[i])
+                rows.append(gpu_row(ts, device, util, mem, pcie, period))
+                self._prev_ns[i] = ts
+                self._prev_was_sample[i] = True
+        if not rows and util_now is not None and ts_ns > self._prev_ns[i]:
+            rows.append(gpu_row(ts_ns, device, util_now, mem, pcie, ts_ns - self._prev_ns[i]))
+            self._prev_ns[i] = ts_ns
+            self._prev_was_sample[i] = False
+        return rows
+
+    def _processes(self, index: int) -> None:
+        try:
+            pids = self.source.processes(index)
+        except GpuLost:
+            raise
+        except GpuError as e:
+            self._note(str(e))
+            return
+        known = self.processes[index]
+        self.processes[index] = pids + [p for p in known if p not in pids]
+
+
+# -- idle spans ---------------------------------------------------------------------------------
+
+
+def _ns(value: Any) -> int:
+    """int ns from an int, a pandas Timestamp/Timedelta, or a numpy datetime64/timedelta64/integer."""
+    if isinstance(value, int):
+        return value
+    inner = getattr(value, "value", None)  # pandas Timestamp / Timedelta: ns since the epoch (UTC)
+    if isinstance(inner, int):
+        return inner
+    dtype = str(getattr(value, "dtype", ""))
+    if dtype.startswith("datetime64"):
+        return int(value.astype("datetime64[ns]").astype("int64"))
+    if dtype.startswith("timedelta64"):
+        return int(value.astype("timedelta64[ns]").astype("int64"))
+    return int(value)
+
+
+@dataclass(frozen=True)
+class IdleSpan:
+    gpu: int
+    start: int  # UTC ns: the start of the first idle sample's period
+    end: int  # UTC ns: the end of the last idle sample's period
+    samples: int
+
+    @property
+    def duration_ns(self) -> int:
+        return self.end - self.start
+
+
+class IdleDetector:
+    """Hard idle spans from `gpu` rows fed in time order per GPU (as `GpuSampler.poll` makes them).
+
+    A run of consecutive rows with util <= threshold_pct is a span when it has at least min_samples
+    rows, or covers at least min_duration_ns. A span is returned by the `feed` whose rows end it (the
+    first busy row after it); `flush` ends the runs still open (end of trace, or a lost GPU).
+    """
+
+    def __init__(self, threshold_pct: float = IDLE_UTIL_PCT, min_samples: int = MIN_IDLE_SAMPLES,
+                 min_duration_ns: int = MIN_IDLE_NS) -> None:
+        self.threshold_pct = threshold_pct
+        self.min_samples = min_samples
+        self.min_duration_ns = min_duration_ns
+        self._runs: dict[int, list[int]] = {}  # gpu -> [start, end, samples]
+
+    def feed(self, rows: Iterable[Mapping[str, Any]]) -> list[IdleSpan]:
+        spans = []
+        for row in rows:
+            gpu = int(row["gpu"])
+            ts = _ns(row["ts"])
+            start = ts - _ns(row["sample_period_ns"])
+            run = self._runs.get(gpu)
+            if float(row["util_pct"]) <= self.threshold_pct:
+                if run is None:
+                    self._runs[gpu] = [start, ts, 1]
+                else:
+                    run[1] = ts
+                    run[2] += 1
+            elif run is not None:
+                span = self._close(gpu)
+                if span:
+                    spans.append(span)
+        return spans
+
+    def _close(self, gpu: int) -> IdleSpan | None:
+        start, end, n = self._runs.pop(gpu)
+        if n >= self.min_samples or end - start >= self.min_duration_ns:
+            return IdleSpan(gpu, start, end, n)
+        return None
+
+    def flush(self, gpu: int | None = None) -> list[IdleSpan]:
+        """End the open runs (of one GPU, or all) and return those that are spans."""
+        gpus = sorted(self._runs) if gpu is None else [gpu] if gpu in self._runs else []
+        return [s for s in (self._close(g) for g in gpus) if s]
+
+    def open_since(self) -> int | None:
+        """The start of the earliest run still open (its span may still come), or None."""
+        return min((r[0] for r in self._runs.values()), default=None)
+
+
+def idle_spans(gpu_rows: Iterable[Mapping[str, Any]], **kwargs: Any) -> list[IdleSpan]:
+    """All hard idle spans of a whole `gpu` table (any row order), by GPU then start."""
+    rows = sorted(gpu_rows, key=lambda r: (int(r["gpu"]), _ns(r["ts"])))
+    detector = IdleDetector(**kwargs)
+    spans = detector.feed(rows) + detector.flush()
+    return sorted(spans, key=lambda s: (s.gpu, s.start))
+
+
+def soft_idle_s(gpu_rows: Iterable[Mapping[str, Any]], start_ns: int, end_ns: int) -> dict[int, float]:
+    """Soft idle seconds per GPU in [start_ns, end_ns): the sum of (1 - util/100) * period over the
+    rows, a row straddling a bound counting with the part of its period inside."""
+    out: dict[int, float] = {}
+    for row in gpu_rows:
+        gpu = int(row["gpu"])
+        hi = _ns(row["ts"])
+        lo = hi - _ns(row["sample_period_ns"])
+        inside = min(hi, end_ns) - max(lo, start_ns)
+        out.setdefault(gpu, 0.0)
+        if inside > 0:
+            out[gpu] += (1.0 - float(row["util_pct"]) / 100.0) * inside / 1e9
+    return out
+
+
+# -- attribution --------------------------------------------------------------------------------
+
+
+def gpu_owners(processes: Mapping[int, Sequence[int]],
+               main_of: Mapping[int, int] | Callable[[int], int | None]) -> dict[int, int]:
+    """GPU index -> the traced main process using it.
+
+    `processes` is `GpuSampler.processes` (per GPU, host PIDs, most device memory first);
+    `main_of` maps a traced PID (the main process or any of its workers/children) to its main
+    process and leaves untraced PIDs out (or returns None). The first traced PID on a GPU wins.
+    """
+    lookup = main_of.get if isinstance(main_of, Mapping) else main_of
+    owners = {}
+    for gpu, pids in processes.items():
+        for pid in pids:
+            main = lookup(pid)
+            if main is not None:
+                owners[gpu] = int(main)
+                break
+    return owners
+
+
+def attribute(spans: Iterable[IdleSpan | Mapping[str, Any]], loop_rows: Iterable[Mapping[str, Any]],
+              gpu_pids: Mapping[int, int] | None = None) -> list[dict]:
+    """Rows of the `gpu_idle` table: each span with what the training loop did during it.
+
+    `loop_rows` are rows of the `loop` table (ts = end of the interval). The span's pid is
+    gpu_pids[gpu]; without an entry, the single pid of `loop_rows` (offline rule), else null.
+    Each loop interval overlapping the span gives its state times in proportion to the overlap
+    (uniform within the interval). `<state>_frac` are the shares of the covered part of the span
+    (they add up to 1 when anything is covered); `coverage` is the share of the span that loop
+    intervals cover; cause = the state with the largest share ("unknown" when nothing is covered);
+    confidence = that share x coverage.
+    """
+    gpu_pids = dict(gpu_pids or {})
+    by_pid: dict[int, list[tuple[int, int, dict[str, int]]]] = {}
+    for row in loop_rows:
+        end = _ns(row["ts"])
+        start = end - _ns(row["interval_ns"])
+        by_pid.setdefault(int(row["pid"]), []).append(
+            (start, end, {s: _ns(row[f"{s}_ns"]) for s in STATES}))
+    single = next(iter(by_pid)) if len(by_pid) == 1 else None
+    out = []
+    for span in spans:
+        if isinstance(span, Mapping):
+            span = IdleSpan(int(span["gpu"]), _ns(span["start"]), _ns(span["end"]),
+                            int(span.get("samples", 0)))
+        pid = gpu_pids.get(span.gpu, single)
+        duration = span.duration_ns
+        state_ns = dict.fromkeys(STATES, 0.0)
+        covered = 0
+        intervals = by_pid.get(pid, []) if pid is not None else []
+        for lo, hi, ns in intervals:
+            overlap = min(hi, span.end) - max(lo, span.start)
+            if overlap <= 0 or hi <= lo:
+                continue
+            covered += overlap
+            for s in STATES:
+                state_ns[s] += ns[s] * overlap / (hi - lo)
+        total = sum(state_ns.values())
+        fracs = {s: (state_ns[s] / total if total > 0 else 0.0) for s in STATES}
+        coverage = min(1.0, covered / duration) if duration > 0 else 0.0
+        if total > 0:
+            cause = max(STATES, key=lambda s: fracs[s])  # ties: the earlier state in STATES
+            confidence = fracs[cause] * coverage
+        else:
+            cause, confidence = UNKNOWN, 0.0
+        out.append({"start": span.start, "end": span.end, "duration_ns": duration, "gpu": span.gpu,
+                    "pid": pid, "cause": cause, **{f"{s}_frac": fracs[s] for s in STATES},
+                    "coverage": coverage, "confidence": confidence})
+    return out
+
+
+def analyse(gpu_rows: Sequence[Mapping[str, Any]], loop_rows: Iterable[Mapping[str, Any]],
+            gpu_pids: Mapping[int, int] | None = None, **detector: Any) -> list[dict]:
+    """Offline (`iotrace report`): the `gpu_idle` rows of a whole trace."""
+    return attribute(idle_spans(gpu_rows, **detector), loop_rows, gpu_pids)
+
+
+# -- evidence -----------------------------------------------------------------------------------
+
+
+CAUSE_WORDS = {
+    "data_wait_io": "while the loop waited on DataLoader reads",
+    "data_wait_cpu": "while the loop waited on DataLoader workers busy on the CPU",
+    "sync_loading": "while the loop itself read data (no DataLoader workers)",
+    "checkpoint": "while the loop wrote a checkpoint",
+    "compute": "while the loop was busy on the CPU, not waiting for data",
+    "other": "while the loop was doing something else",
+    UNKNOWN: "with no record of what the training loop was doing",
+}
+
+
+def gpu_evidence(idle_rows: Iterable[Mapping[str, Any]], gpu_rows: Iterable[Mapping[str, Any]]) -> dict:
+    """Numbers for the findings, per GPU.
+
+    observed_ns is the time the `gpu` rows cover (first row's period start to last row); idle_pct the
+    share of it in hard idle spans; soft_idle_pct the soft idle time's share. idle_by_cause_ns splits
+    the idle time by loop state (duration x <state>_frac x coverage; the uncovered rest is
+    "unknown"), idle_share_pct the same as percent of the idle time; top_cause is the largest.
+    Returns {"gpus": [{gpu, uuid, name, pid, observed_ns, idle_ns, idle_pct, spans, soft_idle_ns,
+    soft_idle_pct, idle_by_cause_ns, idle_share_pct, top_cause, top_cause_pct}, ...]} by GPU index.
+    """
+    bounds: dict[int, list[int]] = {}
+    names: dict[int, tuple[str, str]] = {}
+    soft: dict[int, float] = {}
+    for row in gpu_rows:
+        gpu = int(row["gpu"])
+        ts = _ns(row["ts"])
+        period = _ns(row["sample_period_ns"])
+        b = bounds.setdefault(gpu, [ts - period, ts])
+        b[0], b[1] = min(b[0], ts - period), max(b[1], ts)
+        names.setdefault(gpu, (str(row.get("uuid", "")), str(row.get("name", ""))))
+        soft[gpu] = soft.get(gpu, 0.0) + (1.0 - float(row["util_pct"]) / 100.0) * period
+    idle: dict[int, dict[str, float]] = {}
+    spans: dict[int, int] = {}
+    pids: dict[int, int | None] = {}
+    for row in idle_rows:
+        gpu = int(row["gpu"])
+        duration = _ns(row["duration_ns"])
+        coverage = float(row["coverage"])
+        by = idle.setdefault(gpu, dict.fromkeys((*STATES, UNKNOWN), 0.0))
+        for s in STATES:
+            by[s] += duration * float(row[f"{s}_frac"]) * coverage
+        covered = sum(float(row[f"{s}_frac"]) for s in STATES) * coverage
+        by[UNKNOWN] += duration * max(0.0, 1.0 - covered)
+        spans[gpu] = spans.get(gpu, 0) + 1
+        pid = row.get("pid")
+        if pid is not None and not (isinstance(pid, float) and math.isnan(pid)):
+            pids.setdefault(gpu, int(pid))
+    out = []
+    for gpu in sorted(set(bounds) | set(idle)):
+        observed = bounds[gpu][1] - bounds[gpu][0] if gpu in bounds else 0
+        by = idle.get(gpu, dict.fromkeys((*STATES, UNKNOWN), 0.0))
+        idle_ns = sum(by.values())
+        share = {c: (100.0 * v / idle_ns if idle_ns else 0.0) for c, v in by.items()}
+        top = max(by, key=lambda c: by[c]) if idle_ns else None
+        uuid, name = names.get(gpu, ("", ""))
+        out.append({
+            "gpu": gpu, "uuid": uuid, "name": name, "pid": pids.get(gpu),
+            "observed_ns": observed, "idle_ns": round(idle_ns),
+            "idle_pct": 100.0 * idle_ns / observed if observed else 0.0,
+            "spans": spans.get(gpu, 0),
+            "soft_idle_ns": round(soft.get(gpu, 0.0)),
+            "soft_idle_pct": 100.0 * soft.get(gpu, 0.0) / observed if observed else 0.0,
+            "idle_by_cause_ns": {c: round(v) for c, v in by.items()},
+            "idle_share_pct": share,
+            "top_cause": top,
+            "top_cause_pct": share[top] if top else 0.0,
+        })
+    return {"gpus": out}
+
+
+def gpu_sentence(gpu: Mapping[str, Any]) -> str:
+    """One sentence for one GPU of `gpu_evidence`, e.g. "GPU 0 idle 62 % of the time; 85 % of that
+    while the loop waited on DataLoader reads"."""
+    head = f"GPU {gpu['gpu']} idle {gpu['idle_pct']:.0f} % of the time"
+    if not gpu["spans"] or not gpu["top_cause"]:
+        return head
+    return f"{head}; {gpu['top_cause_pct']:.0f} % of that {CAUSE_WORDS[gpu['top_cause']]}"
+
+
+def gpu_sentences(evidence: Mapping[str, Any]) -> list[str]:
+    return [gpu_sentence(g) for g in evidence["gpus"]]
+
+
+# -- the live session's entry point -------------------------------------------------------------
+
+
+class GpuMonitor:
+    """What the session calls once per interval: sampling, idle spans and their attribution.
+
+    `interval(ts_ns, loop_rows, main_of)` polls the GPUs at `ts_ns` (the interval's end, UTC ns) and
+    returns (gpu rows, gpu_idle rows of the spans that ended); `finish()` returns the spans still open
+    at the end. Loop rows are kept only as long as an open span may need them.
+    """
+
+    def __init__(self, source: GpuSource, clocks: Callable[[], Mapping[str, int]] = read_clocks,
+                 pcie: bool = True, detector: IdleDetector | None = None) -> None:
+        self.sampler = GpuSampler(source, clocks=clocks, pcie=pcie)
+        self.detector = detector or IdleDetector()
+        self._loop: deque[Mapping[str, Any]] = deque()
+        self._owners: dict[int, int] = {}
+
+    def interval(self, ts_ns: int, loop_rows: Iterable[Mapping[str, Any]] = (),
+                 main_of: Mapping[int, int] | Callable[[int], int | None] | None = None
+                 ) -> tuple[list[dict], list[dict]]:
+        self._loop.extend(loop_rows)
+        rows = self.sampler.poll(ts_ns)
+        spans = self.detector.feed(rows)
+        for index in [d.index for d in self.sampler.devices if self.sampler.lost(d.index)]:
+            spans += self.detector.flush(index)
+        if main_of is not None:
+            self._owners.update(gpu_owners(self.sampler.processes, main_of))
+        idle = attribute(spans, self._loop, self._owners)
+        self._trim(ts_ns)
+        return rows, idle
+
+    def _trim(self, ts_ns: int) -> None:
+        # A span that starts in the next poll may begin up to a sample period before ts_ns.
+        keep_from = ts_ns - 2 * MAX_PERIOD_NS
+        open_since = self.detector.open_since()
+        if open_since is not None:
+            keep_from = min(keep_from, open_since)
+        while self._loop and _ns(self._loop[0]["ts"]) < keep_from:
+            self._loop.popleft()
+
+    def finish(self) -> list[dict]:
+        """gpu_idle rows of the spans open at the end of the trace."""
+        return attribute(self.detector.flush(), self._loop, self._owners)
+
+    def take_notes(self) -> list[str]:
+        return self.sampler.take_notes()
+
+    def meta(self) -> dict:
+        return self.sampler.meta()
+
+    def close(self) -> None:
+        self.sampler.source.close()

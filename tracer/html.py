@@ -1,0 +1,432 @@
+"""`iotrace report DIR --html OUT.html` and ``--json``: the trace as a page and as a dict.
+
+`write_html` writes one self-contained HTML file: every plot is an inline SVG made with
+matplotlib (dense plots, the heat maps, are rasterised into a PNG embedded in their SVG as a data
+URI), the styles are inline, and the page loads nothing at view time, so it can be mailed,
+archived with the run, or opened on an air-gapped cluster. Sections:
+
+1. the overview (targets, duration, findings, p50/p99 per role and layer, top files), the same
+   as a trace shows in Jupyter (`tracer.api.overview_html`);
+2. the training loop's state over time (stacked share of each interval) against file-read
+   throughput per role and GPU utilisation;
+3. a latency heat map per role and layer: time x log2 latency bucket, colour = operations;
+4. top files by time spent in syscalls;
+5. the findings with their advice and evidence.
+
+Why matplotlib: it is the most widely installed and longest-kept plotting library of the
+scientific Python stack (what the people reading these traces already have next to pandas), it
+renders headless with no browser or JavaScript engine, and its SVG output needs nothing at view
+time. Plotly offline would embed ~3.5 MB of JavaScript in every report for interactivity that a
+report of a finished run rarely needs; Bokeh and Altair need JavaScript to render at all.
+
+`summary_json` is the machine-readable summary (``iotrace report DIR --json``).
+"""
+
+from __future__ import annotations
+
+import html
+import io
+import json
+import math
+import os
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from tracer.api import (
+    LATENCY_LAYERS,
+    Trace,
+    describe_targets,
+    overview_html,
+    role_counts,
+    series_label,
+)
+
+LOOP_STATES = ("data_wait_io", "data_wait_cpu", "sync_loading", "checkpoint", "compute", "other")
+STATE_COLOURS = {
+    "data_wait_io": "#d62728",  # red: the loop waits for batches, workers blocked on reads
+    "data_wait_cpu": "#ff7f0e",  # orange: waits for batches, workers busy on CPU
+    "sync_loading": "#9467bd",  # purple: the loop reads files itself
+    "checkpoint": "#8c564b",  # brown: the loop writes checkpoints
+    "compute": "#2ca02c",  # green: computing or waiting on the GPU
+    "other": "#c7c7c7",  # grey
+}
+MAX_HEATMAP_PANELS = 12
+MAX_TIME_BINS = 1500  # heat map columns; longer traces are merged into wider bins
+TOP_FILES = 15
+
+_CSS = """
+body { font-family: -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; margin: 2em auto;
+       max-width: 1200px; color: #222; padding: 0 1em; }
+h1 { font-size: 1.5em; } h2 { font-size: 1.25em; border-bottom: 1px solid #ddd; margin-top: 2em; }
+code, pre { font-family: Menlo, Consolas, monospace; font-size: 0.9em; }
+table.iotrace-table { border-collapse: collapse; margin: 0.5em 0; font-size: 0.9em; }
+table.iotrace-table th, table.iotrace-table td { padding: 2px 8px; border-bottom: 1px solid #eee;
+       vertical-align: top; }
+figure { margin: 1em 0; } figure svg { max-width: 100%; height: auto; }
+figcaption { color: #555; font-size: 0.9em; }
+.finding { border-left: 4px solid #d62728; padding: 0.3em 1em; margin: 1em 0; background: #fafafa; }
+.finding.low { border-color: #2ca02c; }
+.note { color: #777; }
+"""
+
+
+def _matplotlib():
+    try:
+        import matplotlib
+    except ImportError:
+        raise ImportError("the HTML report needs matplotlib: pip install matplotlib") from None
+    from matplotlib.figure import Figure
+
+    return matplotlib, Figure
+
+
+def _svg(fig) -> str:
+    """The figure as an inline <svg> element (no XML prolog)."""
+    matplotlib, _ = _matplotlib()
+    buf = io.StringIO()
+    with matplotlib.rc_context({"svg.fonttype": "path"}):
+        fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None}, dpi=100)
+    text = buf.getvalue()
+    return text[text.index("<svg"):]
+
+
+def _t0_ns(trace: Trace, stamps: list[pd.Series]) -> int:
+    """Time zero of the plots: the trace's start, else one interval before its first row."""
+    if trace.start_ns is not None:
+        return trace.start_ns
+    first = [s.min().value for s in stamps if len(s)]
+    return (min(first) - _interval_ns(trace)) if first else 0
+
+
+def _interval_ns(trace: Trace) -> int:
+    try:
+        return max(1, int(float(trace.meta.get("interval_s") or 1.0) * 1e9))
+    except (TypeError, ValueError):
+        return 1_000_000_000
+
+
+def _seconds(ts: pd.Series, t0_ns: int) -> np.ndarray:
+    return (ts.astype("int64").to_numpy() - t0_ns) / 1e9
+
+
+def _slot(lo_ns: pd.Series) -> np.ndarray:
+    lo = lo_ns.to_numpy(dtype=np.int64)
+    return np.where(lo <= 0, 0, np.floor(np.log2(np.maximum(lo, 1))).astype(np.int64))
+
+
+def _short_bound(slot: int) -> str:
+    ns = 1 << slot if slot else 0
+    for unit, scale in (("s", 10**9), ("ms", 10**6), ("us", 10**3)):
+        if ns >= scale:
+            return f"{ns / scale:.3g} {unit}"
+    return f"{ns} ns"
+
+
+# -- plots -------------------------------------------------------------------------------------
+
+
+def heatmap_svg(trace: Trace) -> str | None:
+    """Latency heat maps, one panel per (role, layer): x time, y log2 bucket, colour = ops."""
+    _, Figure = _matplotlib()
+    from matplotlib.colors import LogNorm
+
+    lat = trace.latency
+    lat = lat[lat["layer"].astype(object).isin(LATENCY_LAYERS) & (lat["count"] > 0)]
+    if lat.empty:
+        return None
+    lat = lat.astype({"role": object, "layer": object})
+    interval = _interval_ns(trace)
+    t0 = _t0_ns(trace, [lat["ts"]])
+    col = np.maximum(np.ceil((lat["ts"].astype("int64").to_numpy() - t0) / interval) - 1, 0)
+    col = col.astype(np.int64)
+    ncols = int(col.max()) + 1
+    merge = max(1, math.ceil(ncols / MAX_TIME_BINS))
+    col //= merge
+    ncols = int(col.max()) + 1
+    slot = _slot(lat["bucket_lo_ns"])
+    lat = lat.assign(_col=col, _slot=slot)
+    lo_slot, hi_slot = int(slot.min()), int(slot.max())
+    order = {layer: i for i, layer in enumerate(LATENCY_LAYERS)}
+    panels = sorted(lat.groupby(["role", "layer"]).groups,
+                    key=lambda k: (k[0] != "main", k[0], order[k[1]]))[:MAX_HEATMAP_PANELS]
+    vmax = 1
+    grids = []
+    for role, layer in panels:
+        part = lat[(lat["role"] == role) & (lat["layer"] == layer)]
+        grid = np.zeros((hi_slot - lo_slot + 1, ncols))
+        np.add.at(grid, (part["_slot"].to_numpy() - lo_slot, part["_col"].to_numpy()),
+                  part["count"].to_numpy())
+        vmax = max(vmax, grid.max())
+        ops = ", ".join(sorted(part["op"].astype(str).unique()))
+        grids.append((f"{role} - {layer.replace('_', ' ')} ({ops})", grid))
+    width_s = merge * interval / 1e9
+    x = np.arange(ncols + 1) * width_s
+    y = np.arange(lo_slot, hi_slot + 2)
+    fig = Figure(figsize=(11, 1.0 + 1.9 * len(grids)))
+    axes = fig.subplots(len(grids), 1, sharex=True, squeeze=False)[:, 0]
+    norm = LogNorm(vmin=1, vmax=vmax)
+    mesh = None
+    for ax, (title, grid) in zip(axes, grids, strict=True):
+        mesh = ax.pcolormesh(x, y, np.ma.masked_equal(grid, 0), cmap="viridis", norm=norm,
+                             rasterized=True, shading="flat")
+        ax.set_title(title, fontsize=9, loc="left")
+        step = max(1, (hi_slot - lo_slot + 1) // 5)
+        ticks = list(range(lo_slot, hi_slot + 2, step))
+        ax.set_yticks(ticks, [_short_bound(t) for t in ticks], fontsize=7)
+        ax.set_ylabel("latency", fontsize=8)
+        ax.set_facecolor("#f4f4f4")
+    axes[-1].set_xlabel(f"seconds since start (bins of {width_s:g} s)")
+    if mesh is not None:
+        bar = fig.colorbar(mesh, ax=list(axes), fraction=0.02, pad=0.01)
+        bar.set_label("operations per bin")
+    return _svg(fig)
+
+
+def timeline_svg(trace: Trace) -> str | None:
+    """Training-loop state (stacked) against file-read throughput and GPU utilisation."""
+    _, Figure = _matplotlib()
+    loop, lat = trace.loop, trace.latency
+    reads = lat[(lat["layer"].astype(object) == "syscall") & (lat["op"].astype(object) == "read")
+                & (lat["target"].astype(object) == "file")]
+    gpu = trace["gpu"]
+    if loop.empty and reads.empty and gpu.empty:
+        return None
+    interval = _interval_ns(trace)
+    t0 = _t0_ns(trace, [loop["ts"], reads["ts"], gpu["ts"]])
+    fig = Figure(figsize=(11, 7.5))
+    ax_loop, ax_read, ax_gpu = fig.subplots(3, 1, sharex=True,
+                                            gridspec_kw={"height_ratios": [3, 2, 1.5]})
+
+    if loop.empty:
+        ax_loop.text(0.5, 0.5, "no training-loop rows in this trace", ha="center",
+                     transform=ax_loop.transAxes, color="#777")
+    else:
+        cols = [f"{s}_ns" for s in LOOP_STATES]
+        per = loop.groupby("ts", sort=True)[cols].sum()
+        total = per.sum(axis=1).replace(0, np.nan)
+        shares = per.div(total, axis=0).fillna(0) * 100
+        x = _seconds(pd.Series(per.index), t0)
+        x = np.concatenate([[x[0] - interval / 1e9], x])  # the first interval's start
+        ys = [np.concatenate([[v[0]], v]) for v in (shares[c].to_numpy() for c in cols)]
+        ax_loop.stackplot(x, ys, labels=[s.replace("_", " ") for s in LOOP_STATES],
+                          colors=[STATE_COLOURS[s] for s in LOOP_STATES], step="pre")
+        ax_loop.set_ylim(0, 100)
+        ax_loop.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
+        pids = ", ".join(str(p) for p in sorted(loop["pid"].unique()))
+        ax_loop.set_title(f"Training loop (pid {pids}): where each interval went", fontsize=9,
+                          loc="left")
+    ax_loop.set_ylabel("% of loop time")
+
+    if reads.empty:
+        ax_read.text(0.5, 0.5, "no file reads traced", ha="center", transform=ax_read.transAxes,
+                     color="#777")
+    else:
+        per = reads.astype({"role": object}).groupby(["ts", "role"])["bytes"].sum().unstack(
+            fill_value=0).sort_index()
+        x = _seconds(pd.Series(per.index), t0)
+        for role in per.columns:
+            ax_read.step(x, per[role].to_numpy() / (interval / 1e9) / 2**20, where="pre",
+                         label=str(role))
+        ax_read.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
+        ax_read.set_ylim(bottom=0)
+        ax_read.set_title("File reads (read syscalls) per role", fontsize=9, loc="left")
+    ax_read.set_ylabel("MiB/s")
+
+    if gpu.empty:
+        ax_gpu.text(0.5, 0.5, "no GPU samples in this trace (no NVML GPU, or --gpu off)",
+                    ha="center", transform=ax_gpu.transAxes, color="#777")
+    else:
+        for dev, part in gpu.sort_values("ts").groupby("gpu"):
+            ax_gpu.plot(_seconds(part["ts"], t0), part["util_pct"], label=f"GPU {dev}")
+        ax_gpu.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
+        ax_gpu.set_ylim(0, 100)
+    ax_gpu.set_title("GPU utilisation", fontsize=9, loc="left")
+    ax_gpu.set_ylabel("%")
+    ax_gpu.set_xlabel("seconds since start")
+    return _svg(fig)
+
+
+def top_files_svg(files: pd.DataFrame) -> str | None:
+    """Horizontal bars: time spent in syscalls per file."""
+    _, Figure = _matplotlib()
+    if files.empty or not (files["time_ns"] > 0).any():
+        return None
+    files = files.iloc[::-1]
+    fig = Figure(figsize=(11, 0.9 + 0.32 * len(files)))
+    ax = fig.subplots()
+    labels = [p if len(p) <= 70 else "..." + p[-67:] for p in files["path"].astype(str)]
+    ax.barh(range(len(files)), files["time_ns"].to_numpy() / 1e6, color="#1f77b4")
+    ax.set_yticks(range(len(files)), labels, fontsize=8)
+    ax.set_xlabel("time in syscalls (ms)")
+    return _svg(fig)
+
+
+# -- the page ----------------------------------------------------------------------------------
+
+
+def _figure(svg: str | None, caption: str, empty: str) -> str:
+    if svg is None:
+        return f'<p class="note">{html.escape(empty)}</p>'
+    return f"<figure>{svg}<figcaption>{html.escape(caption)}</figcaption></figure>"
+
+
+def _findings_html(trace: Trace) -> str:
+    findings = trace.findings
+    if findings.empty:
+        return '<p class="note">No findings were recorded.</p>'
+    out = []
+    for f in findings.itertuples():
+        low = " low" if f.kind == "not_io_bound" or f.severity < 20 else ""
+        evidence = json.dumps(f.evidence, indent=2, sort_keys=True, default=str)
+        out.append(
+            f'<div class="finding{low}"><p><b>[{int(f.severity)}] {html.escape(str(f.kind))}</b>: '
+            f"{html.escape(str(f.summary))}</p><p><b>Advice:</b> {html.escape(str(f.advice))}</p>"
+            f"<details><summary>evidence</summary><pre>{html.escape(evidence)}</pre></details>"
+            "</div>")
+    return "\n".join(out)
+
+
+def render_html(trace: Trace) -> str:
+    """The whole report page as one string (see the module's docstring)."""
+    files = trace.top_files(TOP_FILES)
+    title = f"iotrace report: {describe_targets(trace)}"
+    sections = [
+        f"<h1>{html.escape(title)}</h1>",
+        overview_html(trace),
+        "<h2>Training loop, file reads and GPU over time</h2>",
+        _figure(timeline_svg(trace),
+                "Top: the share of each interval the training loop spent in each state "
+                "(tracer.diagnose classifies it). Middle: bytes read from files by read "
+                "syscalls per second, per role. Bottom: GPU utilisation from NVML.",
+                "No training-loop, file-read or GPU rows in this trace."),
+        "<h2>Latency heat maps</h2>",
+        _figure(heatmap_svg(trace),
+                "One panel per role and layer: operations completed per time bin (colour, log "
+                "scale) by log2 latency bucket. Syscall = read/write/fsync calls; block queue = "
+                "insert to issue; block = issue to completion on the device.",
+                "No latency rows in this trace."),
+        "<h2>Top files by time spent</h2>",
+        _figure(top_files_svg(files),
+                "Time spent in syscalls on each file, all processes together.",
+                "No file I/O was traced."),
+        "<h2>Findings</h2>",
+        _findings_html(trace),
+        f'<p class="note">Trace directory {html.escape(str(trace.directory))}, schema version '
+        f"{html.escape(str(trace.meta.get('schema_version')))}, written by iotrace "
+        f"{html.escape(str(trace.meta.get('tool_version')))}.</p>",
+    ]
+    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            f"<title>{html.escape(title)}</title><style>{_CSS}</style></head><body>\n"
+            + "\n".join(sections) + "\n</body></html>\n")
+
+
+def write_html(trace: Trace, out_path: str | os.PathLike[str]) -> Path:
+    """Write the self-contained HTML report of `trace` to `out_path`; returns the path.
+
+    The file is written under a temporary name and renamed, so a failed report leaves no
+    half-written page. Raises ImportError (with the pip command) when matplotlib is missing,
+    `tracer.api.TraceError` when a table cannot be read, OSError when `out_path` cannot be
+    written.
+    """
+    page = render_html(trace)
+    out = Path(out_path)
+    tmp = out.with_name(f".{out.name}.tmp")
+    try:
+        tmp.write_text(page, encoding="utf-8")
+        os.replace(tmp, out)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return out
+
+
+# -- JSON --------------------------------------------------------------------------------------
+
+
+def _plain(v: object) -> object:
+    """A JSON value: numpy scalars to Python, NaN/NA to None, timestamps to ISO 8601 strings."""
+    if isinstance(v, dict):
+        return {str(k): _plain(x) for k, x in v.items()}
+    if isinstance(v, list | tuple):
+        return [_plain(x) for x in v]
+    if isinstance(v, pd.Timestamp):
+        return v.isoformat()
+    if v is None or v is pd.NA or v is pd.NaT:
+        return None
+    if isinstance(v, np.generic):
+        v = v.item()
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    return v
+
+
+def _iso(ns: int | None) -> str | None:
+    return None if ns is None else pd.Timestamp(ns, unit="ns", tz="UTC").isoformat()
+
+
+def summary_json(trace: Trace, top: int = 10) -> dict:
+    """The summary for machines (``iotrace report DIR --json``); ``json.dumps`` takes it as is.
+
+    Keys: ``schema_version``, ``tool_version``, ``directory``, ``host``, ``kernel``,
+    ``targets`` ({pids, command}), ``start``/``stop`` (ISO 8601 UTC), ``duration_s``,
+    ``stop_reason``, ``events_lost``, ``roles`` (processes per role), ``processes`` (pid, ppid,
+    comm, role, cmdline, exit_code), ``latency`` (one entry per process and histogram series:
+    pid, comm, role, layer, op, target, device, attribution, what, count, bytes, p50_ns,
+    p99_ns; layers syscall, block_queue, block), ``pagecache`` (pages missed per process),
+    ``loop`` (per training process: seconds and percent per state), ``top_files`` (see
+    `Trace.top_files`) and ``findings`` (the final verdicts, most severe first, evidence as an
+    object). Times are ns, sizes bytes; a missing value is null.
+    """
+    meta = trace.meta
+    series = ["pid", "comm", "role", "layer", "op", "target", "device", "attribution"]
+    lat = trace.percentiles(layer=LATENCY_LAYERS, op=None, by=series, q=(50, 99)).reset_index()
+    order = {layer: i for i, layer in enumerate(LATENCY_LAYERS)}
+    lat = lat.assign(_o=lat["layer"].map(order)).sort_values(["pid", "_o", "count"],
+                                                           ascending=[True, True, False])
+    latency = []
+    for r in lat.to_dict("records"):
+        r.pop("_o")
+        r["what"] = series_label(r["layer"], r["op"], r["target"], r["device"], r["attribution"])
+        latency.append(r)
+    pc = trace.latency
+    pc = pc[pc["layer"].astype(object) == "pagecache"]
+    pagecache = [{"pid": pid, "pages_missed": n} for pid, n in
+                 pc.groupby("pid")["count"].sum().items()]
+    loop = []
+    if not trace.loop.empty:
+        cols = [f"{s}_ns" for s in LOOP_STATES]
+        for pid, ns in trace.loop.groupby("pid")[cols].sum().iterrows():
+            total = int(ns.sum())
+            loop.append({"pid": pid, "seconds": total / 1e9,
+                         "state_ns": {s: int(ns[f"{s}_ns"]) for s in LOOP_STATES},
+                         "state_pct": {s: (100 * ns[f"{s}_ns"] / total if total else None)
+                                       for s in LOOP_STATES}})
+    procs = trace.processes.drop_duplicates("pid", keep="last").sort_values("pid")
+    processes = [{k: r[k] for k in ("pid", "ppid", "comm", "role", "cmdline", "exit_code")}
+                 for r in procs.astype({"comm": object, "role": object}).to_dict("records")]
+    findings = [{"kind": f["kind"], "severity": f["severity"], "pid": f["pid"],
+                 "summary": f["summary"], "advice": f["advice"], "evidence": f["evidence"],
+                 "start": f["start"], "end": f["end"]}
+                for f in trace.findings.astype({"kind": object}).to_dict("records")]
+    out = {
+        "schema_version": meta.get("schema_version"),
+        "tool_version": meta.get("tool_version"),
+        "directory": str(trace.directory),
+        "host": meta.get("host"),
+        "kernel": meta.get("kernel"),
+        "targets": trace.targets,
+        "start": _iso(trace.start_ns),
+        "stop": _iso(trace.stop_ns),
+        "duration_s": trace.duration_s,
+        "stop_reason": meta.get("stop_reason"),
+        "events_lost": meta.get("events_lost"),
+        "roles": role_counts(trace),
+        "processes": processes,
+        "latency": latency,
+        "pagecache": pagecache,
+        "loop": loop,
+        "top_files": trace.top_files(top).to_dict("records"),
+        "findings": findings,
+    }
+    return _plain(out)  # type: ignore[return-value]
