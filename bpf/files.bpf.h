@@ -58,13 +58,17 @@ static long path_walk_step(__u32 i, void *ctx)
 	__u32 zero = 0;
 	long n;
 
-	if (dentry == w->root_dentry && vfsmnt == w->root_mnt) {
+	if (vfsmnt && dentry == w->root_dentry && vfsmnt == w->root_mnt) {
 		w->done = 1;
 		return 1;
 	}
-	mnt_root = BPF_CORE_READ(vfsmnt, mnt_root);
 	parent = BPF_CORE_READ(dentry, d_parent);
-	if (dentry == mnt_root || dentry == parent) {
+	if (!vfsmnt && dentry == parent) { /* the file system's root (walk without a mount) */
+		w->done = 1;
+		return 1;
+	}
+	mnt_root = vfsmnt ? BPF_CORE_READ(vfsmnt, mnt_root) : NULL;
+	if (vfsmnt && (dentry == mnt_root || dentry == parent)) {
 		up = BPF_CORE_READ(mnt, mnt_parent);
 		if (up == mnt || !up) { /* the root mount of this namespace */
 			w->done = 1;
@@ -85,6 +89,46 @@ static long path_walk_step(__u32 i, void *ctx)
 	w->depth++;
 	w->dentry = parent;
 	return 0;
+}
+
+/* Page-cache misses show files that no syscall touched (mmap, executables): their path from
+ * the inode's first dentry up to the file system's root, sent once. */
+static __always_inline void inode_first_sight(struct inode *inode, const struct file_id *id,
+					      __u32 tgid)
+{
+	struct iot_file_event *e;
+	struct path_walk w = {};
+	struct hlist_node *alias;
+	__u32 zero = 0;
+	__u8 one = 1;
+
+	if (bpf_map_lookup_elem(&files_seen, id))
+		return;
+	alias = BPF_CORE_READ(inode, i_dentry.first);
+	if (!alias)
+		return;
+	if (bpf_map_update_elem(&files_seen, id, &one, BPF_NOEXIST))
+		return;
+	e = bpf_map_lookup_elem(&file_scratch, &zero);
+	if (!e)
+		return;
+	e->kind = IOT_EVENT_FILE;
+	e->pid = tgid;
+	e->dev = id->dev;
+	e->fd = -1;
+	e->ino = id->ino;
+	e->flags = IOT_FILE_FS_ROOT | (BPF_CORE_READ(inode, i_nlink) == 0 ? IOT_FILE_DELETED : 0);
+	bpf_probe_read_kernel_str(e->fstype, sizeof(e->fstype),
+				  BPF_CORE_READ(inode, i_sb, s_type, name));
+	w.dentry = (void *)alias - bpf_core_field_offset(struct dentry, d_u.d_alias);
+	bpf_loop(IOT_PATH_DEPTH + 16, path_walk_step, &w, 0);
+	e->depth = w.depth;
+	if (!w.done)
+		e->flags |= IOT_FILE_TRUNCATED;
+	if (bpf_ringbuf_output(&events, e, sizeof(*e), 0)) {
+		count_lost_event();
+		bpf_map_delete_elem(&files_seen, id);
+	}
 }
 
 /* Sends the path of `file` to user space the first time this (s_dev, inode) is seen: the names

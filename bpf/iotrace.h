@@ -153,6 +153,8 @@ struct thread_time {
 enum iot_file_flags {
 	IOT_FILE_TRUNCATED = 1, /* the walk stopped early (too deep, or a name filled its slot) */
 	IOT_FILE_DELETED = 2,   /* the inode has no links left */
+	IOT_FILE_FS_ROOT = 4,   /* seen without a file (page cache): the path is from the file
+				 * system's root; user space prefixes its mount point */
 };
 
 /* First sight of a file. Path components from the file up: names[0] is the base name. */

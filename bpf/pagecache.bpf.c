@@ -29,7 +29,12 @@ static __always_inline int handle_add(struct folio *folio)
 	sys = bpf_map_lookup_elem(&sys_starts, &tid);
 	if (sys && sys->op == IOT_OP_WRITE)
 		return 0; /* a buffered write allocating pages to fill: not a read miss */
-	inode_id(BPF_CORE_READ(folio, mapping, host), &id);
+	struct inode *host = BPF_CORE_READ(folio, mapping, host);
+
+	if (!host)
+		return 0;
+	inode_id(host, &id);
+	inode_first_sight(host, &id, tgid);
 	pages = folio_pages(folio);
 	fk.tgid = tgid;
 	fk.dev = id.dev;

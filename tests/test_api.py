@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pyarrow.dataset as pads
 import pytest
 
@@ -27,7 +28,7 @@ from tracer.api import Trace, TraceError, load
 from tracer.histogram import percentile_ns
 from tracer.html import render_html, summary_json, write_html
 from tracer.report import totals_from_latency
-from tracer.schema import SCHEMA_VERSION
+from tracer.schema import SCHEMA_VERSION, TABLES
 from tracer.sinks.parquet import TraceWriter
 
 S = 1_000_000_000
@@ -137,8 +138,25 @@ FINDINGS = [
             pid=None),
 ]
 
-GPU = [{"ts": T0 + i * S // 4, "gpu": g, "util_pct": 90.0 - 20 * g - i, "mem_util_pct": 10.0,
-        "mem_used_bytes": 1 << 30} for i in range(1, 10) for g in (0, 1)]
+def row(table: str, **given: object) -> dict:
+    """A row of `table` with `given` values and a zero of the right type in every other required
+    column (so that fixtures of the GPU tables follow their schema as it grows)."""
+    out = dict(given)
+    for f in TABLES[table]:
+        if f.name in out or f.nullable:
+            continue
+        if pa.types.is_dictionary(f.type) or pa.types.is_string(f.type):
+            out[f.name] = "x"
+        elif pa.types.is_floating(f.type):
+            out[f.name] = 0.0
+        else:
+            out[f.name] = 0
+    return out
+
+
+GPU = [row("gpu", ts=T0 + i * S // 4, gpu=g, util_pct=90.0 - 20 * g - i)
+       for i in range(1, 10) for g in (0, 1)]
+GPU_IDLE = [row("gpu_idle", start=T0 + S, end=T0 + S + S // 2, gpu=0, cause="data_wait_io")]
 
 META = {"host": "gpu-node-1", "kernel": "6.18.0", "start_ns": T0, "stop_ns": T0 + 2 * S + S // 2,
         "interval_s": 1.0, "targets": {"pids": [MAIN], "command": []}, "events_lost": 0,
@@ -162,6 +180,7 @@ def hand(tmp_path: Path) -> Path:
         w.add("loop", LOOP[1:])
         w.add("findings", FINDINGS[1:])
         w.add("gpu", GPU)
+        w.add("gpu_idle", GPU_IDLE)
     return d
 
 

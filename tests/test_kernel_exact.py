@@ -93,7 +93,8 @@ def test_command_mode_exact_counts(iowork, data_file, tmp_path, force):
     # `iotrace report` renders the same summary from the trace alone (header aside).
     rep = run_iotrace("report", str(out))
     assert rep.returncode == 0, rep.stderr
-    live_body = r.stdout.split("\n", 1)[1].rsplit("\nTrace written to", 1)[0].strip()
+    summary = r.stdout[r.stdout.index("Traced "):]  # after the per-interval lines
+    live_body = summary.split("\n", 1)[1].rsplit("\nTrace written to", 1)[0].strip()
     assert rep.stdout.split("\n", 1)[1].strip() == live_body
     # The /proc source rides on the same intervals: iostat and dstat columns.
     devices = pd.read_parquet(out / "devices")
@@ -183,6 +184,18 @@ def test_stop_by_signal_leaves_nothing_attached(tmp_path, how):
         sleeper.wait()
         if tracer.poll() is None:
             tracer.kill()
+
+
+def test_interval_lines_and_csv(tmp_path):
+    """Without a terminal: one dstat-like line per interval on stdout, and --csv FILE."""
+    out, csv = tmp_path / "trace", tmp_path / "numbers.csv"
+    r = run_iotrace("-o", str(out), "-i", "0.3", "--csv", str(csv), "--", "sh", "-c",
+                    "head -c 1000000 /etc/services > /dev/null; sleep 1.2")
+    assert r.returncode == 0, r.stderr
+    before_summary = r.stdout[:r.stdout.index("Traced ")].splitlines()
+    assert len(before_summary) >= 4  # a header and one line per interval
+    rows = csv.read_text().splitlines()
+    assert len(rows) >= 4 and rows[0].count(",") == rows[1].count(",")
 
 
 def test_kill_9_keeps_every_closed_segment(tmp_path):

@@ -207,3 +207,24 @@ def test_paths_as_seen_inside_a_chroot(iowork, tmp_path):
     files = pd.read_parquet(out / "files")
     reads = files[(files.op == "read") & (files.path == "/data.bin")]
     assert reads["ops"].sum() == 7 and set(reads.path_source) == {"kernel"}
+
+
+def test_files_seen_only_through_page_faults_get_their_path(iowork, tmp_path):
+    """An executable paged in from disk is never read(): its path comes from the inode's
+    dentry, joined to the mount point of its file system."""
+    binary = tmp_path / "cold-iowork"
+    binary.write_bytes(iowork.read_bytes())
+    binary.chmod(0o755)
+    fd = os.open(binary, os.O_RDONLY)
+    os.fsync(fd)
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    os.close(fd)
+    data = tmp_path / "data.bin"
+    make_file(data, 64)
+    out = tmp_path / "trace"
+    r = run_iotrace("-o", str(out), "--", str(binary), str(data), "--cached", "1")
+    assert r.returncode == 0, r.stderr
+    files = pd.read_parquet(out / "files")
+    mine = files[files.path == str(binary)]
+    assert mine.pages_missed.sum() > 0 and set(mine.path_source) == {"inode"}
+    assert mine.ops.sum() == 0

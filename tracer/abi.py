@@ -35,7 +35,7 @@ THREAD_STATES = {0: "oncpu", 1: "runnable", 2: "sleep", 3: "iowait", 4: "dead"}
 # enum iot_waker, in woken_ns order
 WAKERS = ("own", "worker", "pin", "other")
 # enum iot_file_flags
-FILE_TRUNCATED, FILE_DELETED = 1, 2
+FILE_TRUNCATED, FILE_DELETED, FILE_FS_ROOT = 1, 2, 4
 
 # struct iot_config: have_io_start, page_shift, auto_discover, slow_ns
 CONFIG = struct.Struct("<BBB5xQ")
@@ -96,6 +96,7 @@ class FileEvent:
     names: tuple[str, ...]
     truncated: bool
     deleted: bool
+    fs_root: bool = False  # path from the file system's root (seen through the page cache)
 
     @property
     def path(self) -> str:
@@ -169,7 +170,7 @@ def decode_file_event(raw: bytes) -> FileEvent:
     depth = min(depth, PATH_DEPTH)
     names = tuple(_cstr(raw[base + i * NAME_LEN: base + (i + 1) * NAME_LEN]) for i in range(depth))
     return FileEvent(pid, dev, ino, fd, _cstr(fstype), names, bool(flags & FILE_TRUNCATED),
-                     bool(flags & FILE_DELETED))
+                     bool(flags & FILE_DELETED), bool(flags & FILE_FS_ROOT))
 
 
 def decode_slow_event(raw: bytes) -> SlowEvent:

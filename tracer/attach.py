@@ -47,8 +47,9 @@ class Tracing:
     """The handle `trace` yields: the running tracer, then (after the block) the trace.
 
     ``pid``: the traced process. ``output``: the trace directory. ``trace``: the loaded `Trace`,
-    set when the block ends (None before). ``summary_text``: what iotrace printed at the end (the
-    same text as ``t.trace.summary()`` says, with the live run's header). ``returncode``:
+    set when the block ends (None before). ``summary_text``: everything iotrace printed on stdout
+    (a line per interval when stdout is not a terminal, then the end-of-run summary that
+    ``t.trace.summary()`` also gives). ``stderr``: what it printed on stderr. ``returncode``:
     iotrace's exit status.
     """
 

@@ -77,6 +77,14 @@ def trace_parser() -> argparse.ArgumentParser:
     p.add_argument("--prometheus", metavar="[HOST:]PORT",
                    help="serve Prometheus metrics on HOST:PORT (host 127.0.0.1 unless given; "
                         "9473 is iotrace's usual port)")
+    p.add_argument("--gpu", default="auto", metavar="auto|off|N[,N]",
+                   help="sample GPU utilisation through NVML: auto (when a GPU and NVML exist), "
+                        "off, or the GPU indices to sample (fails when there is no such GPU)")
+    p.add_argument("--no-tui", action="store_true",
+                   help="no live view: one line per interval instead (implied when stdout is not "
+                        "a terminal)")
+    p.add_argument("--csv", metavar="FILE",
+                   help="also write per-interval system, device and process numbers as CSV")
     p.add_argument("--version", action="version", version=f"iotrace {__version__}")
     return p
 
@@ -158,6 +166,8 @@ def cmd_trace(argv: list[str]) -> int:
             listen = parse_listen(args.prometheus)
         except ValueError as e:
             raise UsageError(str(e)) from None
+    if not re.fullmatch(r"auto|off|\d+(,\d+)*", args.gpu):
+        raise UsageError(f"--gpu {args.gpu!r}: give auto, off, or GPU indices like 0 or 0,2")
     _check_pids(args.pid)
     if command:
         _check_command(command)
@@ -167,7 +177,10 @@ def cmd_trace(argv: list[str]) -> int:
     out = prepare_output(args.output)
     opts = TraceOptions(output=out, pids=args.pid, command=command, duration_s=args.duration,
                         interval_s=args.interval, slow_ms=args.slow_ms, auto=args.auto,
-                        match=args.match, prometheus=listen, argv=["iotrace", *argv])
+                        match=args.match, prometheus=listen,
+                        tui=sys.stdout.isatty() and not args.no_tui,
+                        csv=Path(args.csv) if args.csv else None, gpu=args.gpu,
+                        argv=["iotrace", *argv])
     return run_trace(opts)
 
 

@@ -15,14 +15,16 @@ from dataclasses import dataclass
 from tracer.abi import NAME_LEN, FileEvent, dev_major_minor
 from tracer.devices import device_name
 
-KERNEL, PROC_FD, PROC_MAPS, LOOKUP, TRUNCATED, UNKNOWN = (
-    "kernel", "proc_fd", "proc_maps", "lookup", "truncated", "unknown")
+KERNEL, INODE, PROC_FD, PROC_MAPS, LOOKUP, TRUNCATED, UNKNOWN = (
+    "kernel", "inode", "proc_fd", "proc_maps", "lookup", "truncated", "unknown")
 
 
 @dataclass(frozen=True)
 class FileInfo:
     path: str  # absolute, as the process sees it; " (deleted)" appended for unlinked files
-    path_source: str  # kernel | proc_fd | proc_maps | lookup | truncated | unknown
+    # kernel: dentry walk from an open file; inode: from the inode's dentry (page cache only),
+    # joined to the mount point; proc_fd, proc_maps, lookup: user-space fallbacks
+    path_source: str
     fs_type: str
     device: str  # the file system's device: a disk name (vda1 -> vda's partition) or MAJ:MIN
 
@@ -38,6 +40,23 @@ def _from_proc_fd(pid: int, fd: int, ino: int) -> str | None:
         return os.readlink(link)
     except OSError:
         return None
+
+
+def _mount_point(dev: int, pid: int) -> str | None:
+    """Where the file system `dev` is mounted (its root) in the process's mount namespace."""
+    major, minor = dev_major_minor(dev)
+    want = f"{major}:{minor}"
+    for path in (f"/proc/{pid}/mountinfo", "/proc/self/mountinfo"):
+        try:
+            with open(path) as f:
+                # "36 25 254:0 / / rw,relatime shared:1 - ext4 /dev/vda rw": dev, root, mount point
+                for line in f:
+                    fields = line.split()
+                    if len(fields) > 4 and fields[2] == want and fields[3] == "/":
+                        return fields[4].replace("\\040", " ")
+        except OSError:
+            continue
+    return None
 
 
 def _fs_type(dev: int, mountinfo: str = "/proc/self/mountinfo") -> str:
@@ -113,6 +132,9 @@ class FileTable:
 
     def on_event(self, ev: FileEvent) -> FileInfo:
         path, source = ev.path, KERNEL
+        if ev.fs_root:
+            mnt = _mount_point(ev.dev, ev.pid)
+            path, source = ((mnt.rstrip("/") + path) if mnt else path), INODE
         if ev.truncated:
             fallback = _from_proc_fd(ev.pid, ev.fd, ev.ino)
             if fallback is not None:

@@ -226,9 +226,10 @@ def timeline_svg(trace: Trace) -> str | None:
         per = reads.astype({"role": object}).groupby(["ts", "role"])["bytes"].sum().unstack(
             fill_value=0).sort_index()
         x = _seconds(pd.Series(per.index), t0)
+        x = np.concatenate([[x[0] - interval / 1e9], x])  # the first interval's start
         for role in per.columns:
-            ax_read.step(x, per[role].to_numpy() / (interval / 1e9) / 2**20, where="pre",
-                         label=str(role))
+            mib_s = per[role].to_numpy() / (interval / 1e9) / 2**20
+            ax_read.step(x, np.concatenate([mib_s[:1], mib_s]), where="pre", label=str(role))
         ax_read.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
         ax_read.set_ylim(bottom=0)
         ax_read.set_title("File reads (read syscalls) per role", fontsize=9, loc="left")
@@ -240,6 +241,13 @@ def timeline_svg(trace: Trace) -> str | None:
     else:
         for dev, part in gpu.sort_values("ts").groupby("gpu"):
             ax_gpu.plot(_seconds(part["ts"], t0), part["util_pct"], label=f"GPU {dev}")
+        idle = trace["gpu_idle"]
+        for cause in sorted(idle["cause"].astype(str).unique()) if not idle.empty else ():
+            spans = idle[idle["cause"].astype(str) == cause]
+            for k, span in enumerate(spans.itertuples()):
+                ax_gpu.axvspan((span.start.value - t0) / 1e9, (span.end.value - t0) / 1e9,
+                               color=STATE_COLOURS.get(cause, "#7f7f7f"), alpha=0.25, lw=0,
+                               label=f"idle: {cause.replace('_', ' ')}" if k == 0 else None)
         ax_gpu.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
         ax_gpu.set_ylim(0, 100)
     ax_gpu.set_title("GPU utilisation", fontsize=9, loc="left")
@@ -299,7 +307,8 @@ def render_html(trace: Trace) -> str:
         _figure(timeline_svg(trace),
                 "Top: the share of each interval the training loop spent in each state "
                 "(tracer.diagnose classifies it). Middle: bytes read from files by read "
-                "syscalls per second, per role. Bottom: GPU utilisation from NVML.",
+                "syscalls per second, per role. Bottom: GPU utilisation from NVML, with the GPU's "
+                "idle spans shaded by what the training loop was doing (their cause).",
                 "No training-loop, file-read or GPU rows in this trace."),
         "<h2>Latency heat maps</h2>",
         _figure(heatmap_svg(trace),

@@ -104,6 +104,9 @@ def report(directory: str, out: TextIO) -> int:
     lost = trace.meta.get("events_lost", 0)
     header = (f"Trace {directory}: {len(procs.by_pid)} processes "
               f"({trace.meta.get('stop_reason')}); {lost} events lost.")
+    for note in trace.meta.get("unavailable") or []:
+        if note.startswith("GPU sampling off"):
+            header += f"\n{note}."
     print(render_summary(totals_from_latency(latency), procs, header, file_totals, file_table,
                          findings), file=out)
     return 0

@@ -15,29 +15,33 @@ import signal
 import socket
 import sys
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
 import psutil
 
-from tracer import abi
+from tracer import abi, gpu
 from tracer.aggregate import PAGE_SIZE, Aggregator, Reading, Snapshot
 from tracer.clock import Clock
-from tracer.diagnose import Diagnosis
+from tracer.diagnose import Diagnosis, add_gpu_evidence
 from tracer.files import FileTable
 from tracer.host import tracing_problem
 from tracer.loader import HostCannotTrace, Probes
 from tracer.processes import ProcessTable
 from tracer.procfs import ProcSampler
 from tracer.roles import ELASTIC_COMM, WORKER_COMM
+from tracer.sinks.csv import CsvSink
 from tracer.sinks.parquet import TraceWriter
 from tracer.sinks.prometheus import PrometheusSink
 from tracer.summary import render_summary
+from tracer.ui import LinePrinter, LiveView
 
 EXIT_OK, EXIT_BUG, EXIT_USAGE, EXIT_HOST = 0, 1, 2, 3
 POLL_MS = 100  # ring-buffer wait; bounds how late a signal or an exit is noticed
 FINDINGS_EVERY_S = 10.0  # during a run, verdicts over the last window are written this often
+GPU_ROWS_KEPT = 500_000  # NVML samples kept in memory for the findings' GPU evidence (~1 day, 1 GPU)
 
 
 class TraceFailure(Exception):
@@ -59,6 +63,9 @@ class TraceOptions:
     auto: bool = False  # trace PyTorch jobs as they appear (DataLoader workers, torchrun)
     match: str | None = None  # --auto also takes processes whose command line matches this
     prometheus: tuple[str, int] | None = None  # serve /metrics on (host, port)
+    tui: bool = False  # the live terminal view (stdout is a terminal and no --no-tui)
+    csv: Path | None = None  # per-interval numbers as CSV (dstat --output)
+    gpu: str = "auto"  # --gpu auto|off|0,2
     roll_s: float = 5.0
     argv: list[str] = field(default_factory=lambda: list(sys.argv))
 
@@ -70,13 +77,20 @@ class HeldChild:
     of the traced command). A failed exec is reported back through a close-on-exec pipe.
     """
 
-    def __init__(self, argv: list[str]):
+    def __init__(self, argv: list[str], output: Path | None = None):
+        """`output`: a file for the command's stdout and stderr (the live view owns the
+        terminal); None leaves them alone."""
         self.argv = argv
         err_r, err_w = os.pipe2(os.O_CLOEXEC)
         pid = os.fork()
         if pid == 0:  # the child: no Python-level cleanup may run here
             try:
                 os.close(err_r)
+                if output is not None:
+                    fd = os.open(output, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+                    os.dup2(fd, 1)
+                    os.dup2(fd, 2)
+                    os.close(fd)
                 signal.signal(signal.SIGINT, signal.SIG_DFL)
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)
                 os.kill(os.getpid(), signal.SIGSTOP)
@@ -140,10 +154,19 @@ class Session:
         self._last_findings_ns = 0
         self.findings: list = []  # the current verdicts (last window), for live sinks
         self.prometheus: PrometheusSink | None = None
+        self.view: LiveView | None = None
+        self.lines: LinePrinter | None = None
+        self.csv: CsvSink | None = None
+        self.gpu: gpu.GpuMonitor | None = None
+        self.gpu_note: str | None = None  # why GPU sampling is off, when it is
+        self.gpu_rows: deque[dict] = deque(maxlen=GPU_ROWS_KEPT)
+        self.gpu_idle: list[dict] = []
         self.writer: TraceWriter | None = None
         self.child: HeldChild | None = None
         self.stop_reason: str | None = None
         self._forget_next: set[int] = set()
+        self._finishing = False
+        self.command_log: Path | None = None
 
     # -- start ------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -157,7 +180,8 @@ class Session:
             raise TraceFailure(str(e), EXIT_HOST) from None
         self.probes.open_events(self.on_event)
         if self.opts.command:
-            self.child = HeldChild(self.opts.command)
+            self.command_log = self.opts.output / "command.log" if self.opts.tui else None
+            self.child = HeldChild(self.opts.command, self.command_log)
             self.processes.add_started(self.child.pid, os.getpid(), self.opts.command)
             self.probes.track(self.child.pid)
         for pid in self.opts.pids:
@@ -168,6 +192,12 @@ class Session:
             self.probes.attach()
         except HostCannotTrace as e:
             raise TraceFailure(str(e), EXIT_HOST) from None
+        try:
+            source, self.gpu_note = gpu.open_source(self.opts.gpu)
+        except gpu.GpuUnavailable as e:
+            raise TraceFailure(str(e), EXIT_HOST) from None
+        if source is not None:
+            self.gpu = gpu.GpuMonitor(source)
         if self.opts.prometheus:
             self.prometheus = PrometheusSink()
             try:
@@ -189,6 +219,18 @@ class Session:
             self.child.release()  # programs are attached: the command is traced from its exec
         print(f"Tracing I/O of {what} and its descendants... Hit Ctrl-C to end.",
               file=self.err, flush=True)
+        if self.opts.csv:
+            try:
+                self.csv = CsvSink(self.opts.csv, interval_s=self.opts.interval_s)
+            except OSError as e:
+                raise TraceFailure(f"cannot write --csv {self.opts.csv}: {e.strerror}",
+                                   EXIT_USAGE) from None
+        if self.opts.tui:
+            self.view = LiveView(targets=what, interval_s=self.opts.interval_s,
+                                 on_quit=lambda: self.request_stop("q"))
+            self.view.start()
+        else:
+            self.lines = LinePrinter(self.out, self.opts.interval_s)
 
     def _meta(self, start_ns: int) -> dict:
         try:
@@ -201,7 +243,8 @@ class Session:
             "targets": {"pids": self.opts.pids, "command": self.opts.command},
             "clocks": self.clock.meta(), "start_ns": start_ns, "stop_ns": None,
             "interval_s": self.opts.interval_s, "hooks": self.probes.features,
-            "unavailable": [k for k, v in self.probes.features.items() if v == "missing"],
+            "unavailable": [k for k, v in self.probes.features.items() if v == "missing"]
+            + ([self.gpu_note] if self.gpu_note else []),
             "events_lost": 0,
         }
 
@@ -317,9 +360,26 @@ class Session:
         if snap.ts_ns - self._last_findings_ns >= FINDINGS_EVERY_S * 1e9:
             self._last_findings_ns = snap.ts_ns
             self.writer.add("findings", [f.row(snap.ts_ns) for f in self.findings])
+        idle: list[dict] = []
+        if self.gpu:
+            gpu_rows, idle = self.gpu.interval(snap.ts_ns, loop_rows, self.processes.owners())
+            self.writer.add("gpu", gpu_rows)
+            self.writer.add("gpu_idle", idle)
+            self.gpu_rows.extend(gpu_rows)
+            self.gpu_idle.extend(idle)
+            for note in self.gpu.take_notes():
+                if not self.view:
+                    print(f"iotrace: {note}", file=self.err, flush=True)
+        lost = self.probes.events_lost()
         if self.prometheus:
-            self.prometheus.update(snap, loop_rows, self.findings,
-                                   events_lost=self.probes.events_lost())
+            self.prometheus.update(snap, loop_rows, self.findings, gpu_idle_rows=idle,
+                                   events_lost=lost)
+        if self.view:
+            self.view.update(snap, loop_rows, self.findings, events_lost=lost)
+        elif self.lines and not self._finishing:
+            self.lines.write(snap, loop_rows, self.findings)
+        if self.csv:
+            self.csv.write(snap, loop_rows)
         if self._forget_next:
             gone = self._forget_next
             stale = [k for k in reading.hists if abi.HIST_KEY.unpack_from(k)[0] in gone]
@@ -354,11 +414,18 @@ class Session:
         """Detaches, takes the last snapshot, closes the trace; returns the summary text."""
         self.probes.detach()
         self.probes.poll_events(0)
+        self._finishing = True
         findings = []
         if self.writer:
             snap = self.tick()
             self._write_processes(list(self.processes.by_pid))
             findings = self.diagnosis.findings()
+            if self.gpu:
+                last = self.gpu.finish()
+                self.writer.add("gpu_idle", last)
+                self.gpu_idle.extend(last)
+                add_gpu_evidence(findings, self.gpu_idle, list(self.gpu_rows))
+                self.writer.update_meta(gpu=self.gpu.meta())
             self.writer.add("findings", [f.row(snap.ts_ns) for f in findings])
             self.writer.close(stop_ns=self.clock.now_ns(), stop_reason=self.stop_reason,
                               events_lost=self.probes.events_lost())
@@ -366,10 +433,22 @@ class Session:
         n = len(self.processes.by_pid)
         header = (f"Traced {n} process{'es' if n != 1 else ''} ({self.stop_reason or 'stopped'}); "
                   f"{lost} events lost.")
+        if self.gpu_note:
+            header += f"\n{self.gpu_note}."
         return render_summary(self.aggregator.totals, self.processes, header,
                               self.aggregator.file_totals, self.files, findings)
 
+    def close_view(self) -> None:
+        """Leaves the live view's screen so that what follows goes to normal scrollback."""
+        if self.view:
+            self.view.close()
+
     def close(self) -> None:
+        self.close_view()
+        if self.gpu:
+            self.gpu.close()
+        if self.csv:
+            self.csv.close()
         if self.prometheus:
             self.prometheus.stop()
         if self.writer and not self.writer.closed:
@@ -391,7 +470,10 @@ def run_trace(opts: TraceOptions, out: TextIO = sys.stdout, err: TextIO = sys.st
         session.start()
         session.loop()
         summary = session.finish()
+        session.close_view()
         print(summary, file=out)
+        if session.command_log:
+            print(f"The command's output is in {session.command_log}", file=out)
         print(f"\nTrace written to {opts.output}", file=out, flush=True)
         return EXIT_OK
     finally:

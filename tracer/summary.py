@@ -14,12 +14,14 @@ from tracer.processes import ProcessTable
 
 HISTOGRAM_MIN_OPS = 10  # fewer operations get their one summary line only
 TOP_FILES = 10
-LAYER_ORDER = {"syscall": 0, "block_queue": 1, "block": 2}
+LAYER_ORDER = {"syscall": 0, "pagecache": 1, "block_queue": 2, "block": 3}
 
 
 def _what(key: Series) -> str:
     if key.layer == "syscall":
         return f"syscall {key.op} ({key.target})"
+    if key.layer == "pagecache":
+        return "page cache misses"
     where = key.device
     label = "block queue" if key.layer == "block_queue" else "block"
     return f"{label} {key.op} on {where} ({key.attribution})"
@@ -71,6 +73,9 @@ def render_summary(totals: Mapping[Series, np.ndarray], processes: ProcessTable,
         for key, h in entries:
             counts = [int(c) for c in h[0]]
             n, nbytes = sum(counts), int(h[1].sum())
+            if key.layer == "pagecache":  # pages, no latency
+                lines.append(f"  {_what(key)}: {n} pages, {format_bytes(nbytes)}")
+                continue
             lines.append(
                 f"  {_what(key)}: {n} ops, {format_bytes(nbytes)}, "
                 f"p50 {format_ns(percentile_ns(counts, 50))}, "
