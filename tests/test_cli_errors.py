@@ -125,3 +125,9 @@ def test_command_that_fails_to_exec(tmp_path):
     bogus.chmod(0o755)
     one_line_error(run_iotrace("-o", str(tmp_path / "t"), "--", str(bogus)), USAGE,
                    f"cannot execute '{bogus}'", "Exec format error")
+
+
+def test_report_json_and_html_of_a_bad_directory(tmp_path):
+    one_line_error(run_iotrace("report", str(tmp_path / "none"), "--json"), USAGE)
+    one_line_error(run_iotrace("report", str(tmp_path / "none"), "--html", str(tmp_path / "x.html")),
+                   USAGE)

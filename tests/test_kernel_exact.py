@@ -96,6 +96,14 @@ def test_command_mode_exact_counts(iowork, data_file, tmp_path, force):
     summary = r.stdout[r.stdout.index("Traced "):]  # after the per-interval lines
     live_body = summary.split("\n", 1)[1].rsplit("\nTrace written to", 1)[0].strip()
     assert rep.stdout.split("\n", 1)[1].strip() == live_body
+    if not force:  # --json for machines, --html with plots
+        js = run_iotrace("report", str(out), "--json")
+        assert js.returncode == 0, js.stderr
+        assert "findings" in json.loads(js.stdout)
+        html = tmp_path / "report.html"
+        rh = run_iotrace("report", str(out), "--html", str(html))
+        assert rh.returncode == 0, rh.stderr
+        assert "<svg" in html.read_text() or "data:image" in html.read_text()
     # The /proc source rides on the same intervals: iostat and dstat columns.
     devices = pd.read_parquet(out / "devices")
     assert (devices.r_s >= 0).all() and not pd.read_parquet(out / "system").empty

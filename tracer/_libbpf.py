@@ -87,6 +87,8 @@ def lib() -> ctypes.CDLL:
     _sig(so.ring_buffer__poll, i, vp, i)
     _sig(so.ring_buffer__free, None, vp)
     _sig(so.libbpf_find_vmlinux_btf_id, i, cp, i)
+    _sig(so.btf__load_vmlinux_btf, vp)
+    _sig(so.btf__find_by_name_kind, i, vp, cp, u32)
     _sig(so.libbpf_probe_bpf_map_type, i, i, vp)
     _sig(so.libbpf_num_possible_cpus, i)
     _sig(so.libbpf_probe_bpf_prog_type, i, i, vp)
@@ -290,9 +292,22 @@ class RingBuffer:
             self._ptr = None
 
 
+BTF_KIND_TYPEDEF = 8
+_vmlinux_btf: int | None = None
+
+
 def has_btf_tracepoint(name: str) -> bool:
-    """True when the kernel's BTF knows tracepoint `name` (tp_btf programs can attach to it)."""
-    return lib().libbpf_find_vmlinux_btf_id(name.encode(), BPF_TRACE_RAW_TP) > 0
+    """True when the kernel's BTF knows tracepoint `name` (tp_btf programs can attach to it):
+    it has the typedef btf_trace_<name>. The kernel's BTF is parsed once (libbpf's own lookup
+    parses it again on every call, ~10 ms each)."""
+    global _vmlinux_btf
+    so = lib()
+    if _vmlinux_btf is None:
+        _vmlinux_btf = so.btf__load_vmlinux_btf() or 0
+    if not _vmlinux_btf:
+        return False
+    return so.btf__find_by_name_kind(_vmlinux_btf, f"btf_trace_{name}".encode(),
+                                     BTF_KIND_TYPEDEF) > 0
 
 
 def num_possible_cpus() -> int:

@@ -204,10 +204,35 @@ def cmd_demo(argv: list[str]) -> int:
 def cmd_report(argv: list[str]) -> int:
     from tracer.report import report
 
-    p = _Parser(prog="iotrace report", description="Summarise a trace directory.")
+    p = _Parser(prog="iotrace report", description="Summarise a trace directory (text, --html, --json).")
     p.add_argument("directory", metavar="DIR")
+    p.add_argument("--html", metavar="OUT.html", help="write a self-contained HTML report with plots")
+    p.add_argument("--json", action="store_true", help="print the summary and findings as JSON")
     args = p.parse_args(argv)
-    return report(args.directory, sys.stdout)
+    if not (args.html or args.json):
+        return report(args.directory, sys.stdout)
+    import json
+
+    from tracer.api import TraceError, load
+    from tracer.html import summary_json, write_html
+
+    try:
+        trace = load(args.directory)
+        if args.html:
+            try:
+                path = write_html(trace, args.html)
+            except ImportError as e:
+                raise UsageError(str(e)) from None
+            except OSError as e:
+                raise UsageError(f"cannot write {args.html}: {e.strerror}: choose another --html "
+                                 "path") from None
+            print(f"Report written to {path}", file=sys.stderr)  # stdout stays pure for --json
+        if args.json:
+            json.dump(summary_json(trace), sys.stdout, indent=2, allow_nan=False)
+            print()
+    except TraceError as e:
+        raise UsageError(str(e)) from None
+    return EXIT_OK
 
 
 def main(argv: list[str] | None = None) -> int:

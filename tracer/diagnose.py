@@ -272,7 +272,7 @@ class Diagnosis:
                 f"{format_ns(p99)}{where}.",
                 {"loop_shares_pct": shares, "seconds": round(secs, 1),
                  "p99_read_ns": p99, "dataloader_workers": pid in self.workers_seen,
-                 "top_file": top[0] if top else None}))
+                 "top_dir": top[0] if top else None}))
         if share["data_wait_io"] >= t.loop_share:
             p99 = percentile_ns(reads.get(DATALOADER_WORKER, []), 99)
             out.append(Finding(
@@ -282,7 +282,7 @@ class Diagnosis:
                 f"their busy time; p99 read latency {format_ns(p99)}{where}.",
                 {"loop_shares_pct": shares, "seconds": round(secs, 1),
                  "workers_blocked_pct": round(blocked, 1), "p99_read_ns": p99,
-                 "top_file": top[0] if top else None}))
+                 "top_dir": top[0] if top else None}))
         if share["data_wait_cpu"] >= t.loop_share:
             out.append(Finding(
                 "dataloader_cpu_bound", _severity(share["data_wait_cpu"]), pid,

@@ -206,7 +206,8 @@ class Session:
                 raise TraceFailure(str(e), EXIT_USAGE) from None
             print(f"Serving metrics on {self.prometheus.url}", file=self.err, flush=True)
         self.writer = TraceWriter(self.opts.output, self._meta(start_ns), roll_s=self.opts.roll_s)
-        self.proc.sample(self.clock.now_ns())  # primes the /proc counters
+        self.aggregator.last_ts_ns = self.clock.now_ns()  # the first interval starts now
+        self.proc.sample(self.aggregator.last_ts_ns)  # primes the /proc counters
         if self.opts.auto:
             what = "PyTorch training jobs as they appear (--auto)"
             if self.processes.by_pid:
@@ -257,7 +258,7 @@ class Session:
         try:
             self.processes.add_existing(pid, is_target=True)
             for kid in psutil.Process(pid).children(recursive=True):
-                if self.processes.get(kid.pid) is None:
+                if kid.pid != os.getpid() and self.processes.get(kid.pid) is None:
                     self.probes.track(kid.pid, pid)
                     self.processes.add_existing(kid.pid, is_target=False)
         except psutil.NoSuchProcess:
@@ -357,7 +358,7 @@ class Session:
             self.processes.owners())
         self.writer.add("loop", loop_rows)
         self.findings = self.diagnosis.findings(self.diagnosis.thresholds.window_s)
-        if snap.ts_ns - self._last_findings_ns >= FINDINGS_EVERY_S * 1e9:
+        if not self._finishing and snap.ts_ns - self._last_findings_ns >= FINDINGS_EVERY_S * 1e9:
             self._last_findings_ns = snap.ts_ns
             self.writer.add("findings", [f.row(snap.ts_ns) for f in self.findings])
         idle: list[dict] = []
