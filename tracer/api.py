@@ -285,7 +285,7 @@ class Trace:
         The same renderer as the end of a live run (`tracer.report`), fed from the tables.
         """
         from tracer.report import report
-        from tracer.session import TraceFailure
+        from tracer.errors import TraceFailure
 
         out = io.StringIO()
         try:

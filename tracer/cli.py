@@ -15,9 +15,9 @@ import time
 from pathlib import Path
 
 from tracer import __version__
+from tracer.errors import EXIT_BUG, EXIT_HOST, EXIT_OK, EXIT_USAGE, TraceFailure
 from tracer.host import tracing_problem
 
-EXIT_OK, EXIT_BUG, EXIT_USAGE, EXIT_HOST = 0, 1, 2, 3
 SUBCOMMANDS = ("doctor", "demo", "report")
 
 USAGE = """\
@@ -135,7 +135,7 @@ def _split_command(argv: list[str]) -> tuple[list[str], list[str]]:
 
 
 def cmd_trace(argv: list[str]) -> int:
-    from tracer.session import TraceFailure, TraceOptions, run_trace
+    from tracer.session import TraceOptions, run_trace
 
     opts_argv, command = _split_command(argv)
     if "--pid" in opts_argv:
@@ -192,13 +192,19 @@ def cmd_doctor(argv: list[str]) -> int:
 
 
 def cmd_demo(argv: list[str]) -> int:
+    from tracer.demo import default_output, run_demo
+
     p = _Parser(prog="iotrace demo", description=(
-        "Trace a built-in workload that does real disk I/O (O_DIRECT reads, cold and warm "
-        "buffered reads, a forked child, a pipe) and show its histograms."))
-    p.add_argument("-o", "--output", metavar="DIR", help="trace directory")
+        "Train a small PyTorch model in four configurations (no workers, I/O-bound workers, "
+        "CPU-bound workers, synchronous checkpoints) on a cold, throttled dataset; trace each "
+        "and print the verdict."))
+    p.add_argument("-o", "--output", metavar="DIR", help="where the traces go (a new directory)")
     args = p.parse_args(argv)
-    return cmd_trace((["-o", args.output] if args.output else [])
-                     + ["--", sys.executable, "-m", "tracer.demo"])
+    problem = tracing_problem()
+    if problem:
+        raise TraceFailure(problem, EXIT_HOST)
+    out = prepare_output(args.output or str(default_output()))
+    return run_demo(out)
 
 
 def cmd_report(argv: list[str]) -> int:
@@ -237,8 +243,6 @@ def cmd_report(argv: list[str]) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    from tracer.session import TraceFailure
-
     try:
         head = _split_command(argv)[0]
         if head and head[0] in SUBCOMMANDS:

@@ -1,63 +1,114 @@
-"""The workload `iotrace demo` traces: real disk I/O of known shape, in a few seconds.
+"""`iotrace demo`: real PyTorch training in four configurations, each traced by the real
+tracer, with the verdict iotrace reaches for each.
 
-Writes a 32 MiB file and fsyncs it, drops it from the page cache, then reads it back three
-ways: O_DIRECT 4 KiB random reads (block I/O of the process itself), a cold buffered
-sequential read (readahead), and the same read again warm (page-cache hits, no block I/O). A
-forked child does O_DIRECT reads too, and the two talk over a pipe (never counted as file I/O).
+The configurations (tracer.workloads.scenarios) make the seed's cases happen on any machine:
+the dataset is written to local disk, made cold (posix_fadvise DONTNEED) and read through a
+blkio/io.max cgroup that limits the disk's speed, so slow storage is real, not simulated.
 """
 
 from __future__ import annotations
 
-import mmap
-import os
-import random
+import signal
 import sys
-import tempfile
+import time
+from pathlib import Path
+from typing import TextIO
 
-FILE_MIB = 32
-DIRECT_READS = 400
-CHILD_DIRECT_READS = 200
-PAGE = 4096
+from tracer.errors import EXIT_OK, EXIT_USAGE, TraceFailure
+from tracer.session import Session, TraceOptions
+
+CONFIGS = (
+    ("sync_loading", "num_workers=0: the training loop loads every batch itself"),
+    ("dataloader_io_bound", "3 DataLoader workers reading cold files from a slow disk"),
+    ("dataloader_cpu_bound", "2 DataLoader workers with a CPU-heavy transform on cached data"),
+    ("checkpoint_stall", "torch.save of a 256 MB checkpoint + fsync every few steps"),
+)
+DATA_DIR = Path("/var/tmp/iotrace-demo")  # datasets, kept between runs (a few hundred MB)
 
 
-def _direct_reads(path: str, n: int, seed: int) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
-    buf = mmap.mmap(-1, PAGE)  # page aligned, as O_DIRECT needs
-    rng = random.Random(seed)
-    pages = FILE_MIB * (1 << 20) // PAGE
+def run_demo(output: Path, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
     try:
-        for _ in range(n):
-            os.preadv(fd, [buf], rng.randrange(pages) * PAGE)
+        import torch  # noqa: F401  (the demo trains with it; the tracer never imports it)
+    except ImportError:
+        raise TraceFailure("the demo trains a PyTorch model: install torch (make run does), "
+                           "e.g. pip install torch", EXIT_USAGE) from None
+    from tracer.workloads.scenarios import prepare
+
+    output.mkdir(parents=True, exist_ok=True)
+    current: list[Session] = []
+    interrupted = []
+
+    def on_signal(signum, _frame):
+        interrupted.append(signum)
+        for s in current:
+            s.request_stop(signal.Signals(signum).name)
+
+    old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    print(f"iotrace demo: {len(CONFIGS)} PyTorch training runs, each traced (datasets in "
+          f"{DATA_DIR}, traces in {output})", file=out, flush=True)
+    try:
+        for i, (name, what) in enumerate(CONFIGS, start=1):
+            if interrupted:
+                break
+            print(f"\n[{i}/{len(CONFIGS)}] {what}", file=out, flush=True)
+            sc = prepare(name, DATA_DIR)
+            try:
+                for step in sc.setup:
+                    print(f"      setup: {step}", file=out)
+                sc.prepare_cache()
+                trace_dir = output / name
+                trace_dir.mkdir()
+                opts = TraceOptions(output=trace_dir, command=sc.argv, interval_s=1.0,
+                                    command_output=trace_dir / "command.log",
+                                    argv=["iotrace", "demo"])
+                session = Session(opts, _Quiet(), _Quiet())
+                current[:] = [session]
+                started = time.monotonic()
+                try:
+                    session.start()
+                    session.loop()
+                    session.finish()
+                finally:
+                    session.close()
+                _print_verdict(session, time.monotonic() - started, trace_dir, out)
+            finally:
+                sc.cleanup()
     finally:
-        os.close(fd)
+        for s, h in old.items():
+            signal.signal(s, h)
+    print(f"\nTraces are in {output}: `iotrace report {output}/<run>` prints the full summary, "
+          f"`--html OUT.html` plots it, pandas reads `{output}/<run>/latency`.", file=out)
+    return EXIT_OK if not interrupted else 130
 
 
-def main(directory: str | None = None) -> None:
-    directory = directory or os.getcwd()
-    with tempfile.NamedTemporaryFile(dir=directory, prefix=".iotrace-demo-", delete=True) as f:
-        chunk = os.urandom(1 << 20)
-        for _ in range(FILE_MIB):
-            f.write(chunk)
-        f.flush()
-        os.fsync(f.fileno())
-        os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
-        _direct_reads(f.name, DIRECT_READS, seed=1)
-        r, w = os.pipe()
-        pid = os.fork()
-        if pid == 0:
-            os.close(r)
-            _direct_reads(f.name, CHILD_DIRECT_READS, seed=2)
-            os.write(w, b"done")
-            os._exit(0)
-        os.close(w)
-        os.read(r, 4)
-        os.close(r)
-        os.waitpid(pid, 0)
-        for _ in range(2):  # cold (readahead from disk), then warm (page cache)
-            with open(f.name, "rb", buffering=0) as g:
-                while g.read(1 << 20):
-                    pass
+def _print_verdict(session: Session, seconds: float, trace_dir: Path, out: TextIO) -> None:
+    findings = session.final_findings
+    lead = findings[0] if findings else None
+    print(f"      traced for {seconds:.0f} s -> {trace_dir}", file=out)
+    if lead is None:
+        print("      no verdict (nothing ran?)", file=out)
+        return
+    print(f"      verdict: {lead.kind} (severity {lead.severity})", file=out)
+    print(f"      {lead.summary}", file=out)
+    print(f"      advice: {lead.advice}", file=out, flush=True)
 
 
-if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else None)
+class _Quiet:
+    """Swallows the per-interval lines of a demo run (the verdict is printed instead)."""
+
+    def write(self, _text: str) -> int:
+        return 0
+
+    def flush(self) -> None:
+        pass
+
+    def isatty(self) -> bool:
+        return False
+
+
+def default_output() -> Path:
+    return Path(time.strftime("iotrace-demo-%Y%m%d-%H%M%S"))
+
+
+if __name__ == "__main__":  # pragma: no cover - for a quick look without the CLI
+    sys.exit(run_demo(default_output() if len(sys.argv) < 2 else Path(sys.argv[1])))

@@ -17,9 +17,9 @@ from tracer.aggregate import FileTotals, Series
 from tracer.api import Trace, TraceError, load
 from tracer.clock import Clock
 from tracer.diagnose import Diagnosis
+from tracer.errors import EXIT_USAGE, TraceFailure
 from tracer.files import FileInfo, FileTable
 from tracer.processes import Process, ProcessTable
-from tracer.session import EXIT_USAGE, TraceFailure
 from tracer.summary import render_summary
 
 

@@ -26,6 +26,7 @@ from tracer import abi, gpu
 from tracer.aggregate import PAGE_SIZE, Aggregator, Reading, Snapshot
 from tracer.clock import Clock
 from tracer.diagnose import Diagnosis, add_gpu_evidence
+from tracer.errors import EXIT_HOST, EXIT_OK, EXIT_USAGE, TraceFailure
 from tracer.files import FileTable
 from tracer.host import tracing_problem
 from tracer.loader import HostCannotTrace, Probes
@@ -38,18 +39,9 @@ from tracer.sinks.prometheus import PrometheusSink
 from tracer.summary import render_summary
 from tracer.ui import LinePrinter, LiveView
 
-EXIT_OK, EXIT_BUG, EXIT_USAGE, EXIT_HOST = 0, 1, 2, 3
 POLL_MS = 100  # ring-buffer wait; bounds how late a signal or an exit is noticed
 FINDINGS_EVERY_S = 10.0  # during a run, verdicts over the last window are written this often
 GPU_ROWS_KEPT = 500_000  # NVML samples kept in memory for the findings' GPU evidence (~1 day, 1 GPU)
-
-
-class TraceFailure(Exception):
-    """An expected failure with one line for the user and an exit code."""
-
-    def __init__(self, message: str, exit_code: int):
-        super().__init__(message)
-        self.exit_code = exit_code
 
 
 @dataclass
@@ -66,6 +58,7 @@ class TraceOptions:
     tui: bool = False  # the live terminal view (stdout is a terminal and no --no-tui)
     csv: Path | None = None  # per-interval numbers as CSV (dstat --output)
     gpu: str = "auto"  # --gpu auto|off|0,2
+    command_output: Path | None = None  # the started command's stdout+stderr go there
     roll_s: float = 5.0
     argv: list[str] = field(default_factory=lambda: list(sys.argv))
 
@@ -166,6 +159,7 @@ class Session:
         self.stop_reason: str | None = None
         self._forget_next: set[int] = set()
         self._finishing = False
+        self.final_findings: list = []
         self.command_log: Path | None = None
 
     # -- start ------------------------------------------------------------------------------------
@@ -180,7 +174,8 @@ class Session:
             raise TraceFailure(str(e), EXIT_HOST) from None
         self.probes.open_events(self.on_event)
         if self.opts.command:
-            self.command_log = self.opts.output / "command.log" if self.opts.tui else None
+            self.command_log = self.opts.command_output or (
+                self.opts.output / "command.log" if self.opts.tui else None)
             self.child = HeldChild(self.opts.command, self.command_log)
             self.processes.add_started(self.child.pid, os.getpid(), self.opts.command)
             self.probes.track(self.child.pid)
@@ -417,6 +412,7 @@ class Session:
         self.probes.poll_events(0)
         self._finishing = True
         findings = []
+        self.final_findings = findings
         if self.writer:
             snap = self.tick()
             self._write_processes(list(self.processes.by_pid))
@@ -428,6 +424,7 @@ class Session:
                 add_gpu_evidence(findings, self.gpu_idle, list(self.gpu_rows))
                 self.writer.update_meta(gpu=self.gpu.meta())
             self.writer.add("findings", [f.row(snap.ts_ns) for f in findings])
+            self.final_findings = findings
             self.writer.close(stop_ns=self.clock.now_ns(), stop_reason=self.stop_reason,
                               events_lost=self.probes.events_lost())
         lost = self.probes.events_lost()

@@ -1,0 +1,11 @@
+"""Exit codes (DESIGN.md) and the one exception that carries a user-facing failure."""
+
+EXIT_OK, EXIT_BUG, EXIT_USAGE, EXIT_HOST = 0, 1, 2, 3
+
+
+class TraceFailure(Exception):
+    """An expected failure: one line for the user and the exit code to leave with."""
+
+    def __init__(self, message: str, exit_code: int):
+        super().__init__(message)
+        self.exit_code = exit_code
