@@ -284,8 +284,8 @@ class Trace:
 
         The same renderer as the end of a live run (`tracer.report`), fed from the tables.
         """
-        from tracer.report import report
         from tracer.errors import TraceFailure
+        from tracer.report import report
 
         out = io.StringIO()
         try:
