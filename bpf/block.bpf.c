@@ -74,8 +74,7 @@ static __always_inline bool rq_page_file(struct request *rq, struct file_id *id)
 
 static __always_inline int start_request(struct request *rq)
 {
-	__u64 id = bpf_get_current_pid_tgid();
-	__u32 tgid = id >> 32, tid = (__u32)id;
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
 	__u32 flags = BPF_CORE_READ(rq, cmd_flags);
 	__u64 key = (__u64)rq;
 	struct rq_start s = {};
@@ -85,8 +84,8 @@ static __always_inline int start_request(struct request *rq)
 	if (is_tracked(tgid)) {
 		s.tgid = tgid;
 		s.attribution = rq_is_readahead(flags) ? IOT_ATTR_READAHEAD : IOT_ATTR_DIRECT;
-		sys = bpf_map_lookup_elem(&sys_starts, &tid);
-		if (sys && sys->file.dev)
+		sys = sys_start_of_current(false);
+		if (sys && sys->ts_ns && sys->file.dev)
 			s.file = sys->file; /* submitted from inside a read/write/fsync of this file */
 		else
 			rq_page_file(rq, &s.file); /* page faults, readahead without a syscall */

@@ -79,20 +79,29 @@ struct {
 /* A syscall in flight (syscall.bpf.c); the block layer reads it to learn which file a request
  * submitted from inside that syscall belongs to. */
 struct sys_start {
-	__u64 ts_ns;
+	__u64 ts_ns; /* 0: no syscall in flight */
 	__u64 offset;
 	struct file_id file; /* regular files only */
+	struct file_id last_sent; /* the last file this thread sent a path for (skips a lookup) */
 	__u8 op;
 	__u8 target;
 };
 
-/* In-flight syscalls by thread id. LRU: a thread that dies inside a syscall cannot leak a slot. */
+/* The in-flight syscall of each thread, in task-local storage: a pointer away from the task,
+ * no hashing, freed with the thread. */
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 65536);
-	__type(key, __u32);
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
 	__type(value, struct sys_start);
 } sys_starts SEC(".maps");
+
+/* The current task's in-flight syscall record, NULL when none (create: make one). */
+static __always_inline struct sys_start *sys_start_of_current(bool create)
+{
+	return bpf_task_storage_get(&sys_starts, bpf_get_current_task_btf(), 0,
+				    create ? BPF_LOCAL_STORAGE_GET_F_CREATE : 0);
+}
 
 /* Where each traced thread's time goes (sched.bpf.c), by thread id. */
 struct {

@@ -15,8 +15,7 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
 static __always_inline int handle_add(struct folio *folio)
 {
-	__u64 pid_tgid = bpf_get_current_pid_tgid();
-	__u32 tgid = pid_tgid >> 32, tid = (__u32)pid_tgid;
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
 	struct hist_key hk = {};
 	struct file_key fk = {};
 	struct file_stat *st;
@@ -26,8 +25,8 @@ static __always_inline int handle_add(struct folio *folio)
 
 	if (!is_tracked(tgid))
 		return 0;
-	sys = bpf_map_lookup_elem(&sys_starts, &tid);
-	if (sys && sys->op == IOT_OP_WRITE)
+	sys = sys_start_of_current(false);
+	if (sys && sys->ts_ns && sys->op == IOT_OP_WRITE)
 		return 0; /* a buffered write allocating pages to fill: not a read miss */
 	struct inode *host = BPF_CORE_READ(folio, mapping, host);
 

@@ -38,29 +38,35 @@ static __always_inline __u8 target_of(struct inode *inode)
 static __always_inline int handle_enter(struct trace_event_raw_sys_enter *ctx, __u8 op,
 					bool positional)
 {
-	__u64 id = bpf_get_current_pid_tgid();
-	__u32 tgid = id >> 32, tid = (__u32)id;
-	struct sys_start start = {};
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
 	int fd = (int)ctx->args[0];
+	struct sys_start *start;
 	struct file *file;
 	struct inode *inode;
 
 	if (!is_tracked(tgid))
 		return 0;
-	start.op = op;
-	start.target = IOT_TARGET_OTHER;
+	start = sys_start_of_current(true);
+	if (!start)
+		return 0;
+	start->op = op;
+	start->target = IOT_TARGET_OTHER;
+	start->file.dev = 0;
 	file = fd_file(fd);
 	if (file) {
 		inode = BPF_CORE_READ(file, f_inode);
-		start.target = target_of(inode);
-		if (start.target == IOT_TARGET_FILE) {
-			inode_id(inode, &start.file);
-			start.offset = positional ? ctx->args[3] : BPF_CORE_READ(file, f_pos);
-			file_first_sight(file, &start.file, fd, tgid);
+		start->target = target_of(inode);
+		if (start->target == IOT_TARGET_FILE) {
+			inode_id(inode, &start->file);
+			start->offset = positional ? ctx->args[3] : BPF_CORE_READ(file, f_pos);
+			if (start->file.ino != start->last_sent.ino ||
+			    start->file.dev != start->last_sent.dev) {
+				file_first_sight(file, &start->file, fd, tgid);
+				start->last_sent = start->file;
+			}
 		}
 	}
-	start.ts_ns = bpf_ktime_get_ns();
-	bpf_map_update_elem(&sys_starts, &tid, &start, BPF_ANY);
+	start->ts_ns = bpf_ktime_get_ns();
 	return 0;
 }
 
@@ -97,15 +103,17 @@ int sys_enter_fsync(struct trace_event_raw_sys_enter *ctx)
 SEC("tracepoint")
 int sys_enter_open(struct trace_event_raw_sys_enter *ctx)
 {
-	__u64 id = bpf_get_current_pid_tgid();
-	__u32 tid = (__u32)id;
-	struct sys_start start = {};
+	struct sys_start *start;
 
-	if (!is_tracked(id >> 32))
+	if (!is_tracked(bpf_get_current_pid_tgid() >> 32))
 		return 0;
-	start.op = IOT_OP_OPEN;
-	start.ts_ns = bpf_ktime_get_ns();
-	bpf_map_update_elem(&sys_starts, &tid, &start, BPF_ANY);
+	start = sys_start_of_current(true);
+	if (!start)
+		return 0;
+	start->op = IOT_OP_OPEN;
+	start->target = IOT_TARGET_OTHER;
+	start->file.dev = 0;
+	start->ts_ns = bpf_ktime_get_ns();
 	return 0;
 }
 
@@ -138,13 +146,12 @@ SEC("tracepoint")
 int sys_exit_io(struct trace_event_raw_sys_exit *ctx)
 {
 	__u64 id = bpf_get_current_pid_tgid();
-	__u32 tid = (__u32)id;
-	struct sys_start *start = bpf_map_lookup_elem(&sys_starts, &tid);
+	struct sys_start *start = sys_start_of_current(false);
 	struct hist_key key = {};
 	__u64 latency_ns, bytes;
 	long ret;
 
-	if (!start)
+	if (!start || !start->ts_ns)
 		return 0;
 	latency_ns = bpf_ktime_get_ns() - start->ts_ns;
 	ret = ctx->ret;
@@ -162,7 +169,7 @@ int sys_exit_io(struct trace_event_raw_sys_exit *ctx)
 		if (iot_config.slow_ns && latency_ns >= iot_config.slow_ns)
 			emit_slow(start, id, latency_ns, bytes);
 	}
-	bpf_map_delete_elem(&sys_starts, &tid);
+	start->ts_ns = 0;
 	return 0;
 }
 
@@ -171,15 +178,14 @@ SEC("tracepoint")
 int sys_exit_open(struct trace_event_raw_sys_exit *ctx)
 {
 	__u64 id = bpf_get_current_pid_tgid();
-	__u32 tid = (__u32)id;
-	struct sys_start *start = bpf_map_lookup_elem(&sys_starts, &tid);
+	struct sys_start *start = sys_start_of_current(false);
 	struct file_key fk = {};
 	struct file_id fid;
 	struct file *file;
 	struct inode *inode;
 	long fd = ctx->ret;
 
-	if (!start)
+	if (!start || !start->ts_ns)
 		return 0;
 	if (fd >= 0 && start->op == IOT_OP_OPEN && (file = fd_file((int)fd))) {
 		inode = BPF_CORE_READ(file, f_inode);
@@ -193,6 +199,6 @@ int sys_exit_open(struct trace_event_raw_sys_exit *ctx)
 			file_op_add(&fk, bpf_ktime_get_ns() - start->ts_ns, 0);
 		}
 	}
-	bpf_map_delete_elem(&sys_starts, &tid);
+	start->ts_ns = 0;
 	return 0;
 }
