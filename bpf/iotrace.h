@@ -79,7 +79,7 @@ struct file_id {
 	__u64 ino;
 };
 
-/* Key of the `file_stats` and `file_max` maps. */
+/* Key of the `file_stats` map. */
 struct file_key {
 	__u32 tgid;
 	__u32 dev;
@@ -95,6 +95,8 @@ struct file_stat {
 	__u64 latency_sum_ns;
 	__u64 pages_missed;  /* pages this process brought into the page cache (reads, mmap faults) */
 	__u64 pages_dirtied; /* pages this process dirtied (buffered writes, shared mmap) */
+	__u64 latency_max_ns; /* the slowest operation of interval max_epoch */
+	__u64 max_epoch;      /* user space advances the interval number (max_epoch in .data.epoch) */
 };
 
 enum iot_event_kind {

@@ -52,14 +52,6 @@ struct {
 	__type(value, struct file_stat);
 } file_stats SEC(".maps");
 
-/* Slowest operation per file key since user space last read (and deleted) it. */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, MAX_FILES);
-	__type(key, struct file_key);
-	__type(value, __u64);
-} file_max SEC(".maps");
-
 /* Who last dirtied pages of a file: writeback by flusher threads is charged to it. */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
@@ -150,22 +142,27 @@ static __always_inline struct file_stat *file_stat_of(const struct file_key *key
 	return bpf_map_lookup_elem(&file_stats, key);
 }
 
+/* The interval number, advanced by user space once per interval (tracer/loader.py). */
+volatile __u64 max_epoch SEC(".data.epoch") = 0;
+
 /* Per-file accounting of one completed operation. */
 static __always_inline void file_op_add(const struct file_key *key, __u64 latency_ns, __u64 bytes)
 {
 	struct file_stat *st = file_stat_of(key);
-	__u64 *max;
+	__u64 epoch = max_epoch;
 
 	if (!st)
 		return;
 	__sync_fetch_and_add(&st->ops, 1);
 	__sync_fetch_and_add(&st->bytes, bytes);
 	__sync_fetch_and_add(&st->latency_sum_ns, latency_ns);
-	max = bpf_map_lookup_elem(&file_max, key);
-	if (!max)
-		bpf_map_update_elem(&file_max, key, &latency_ns, BPF_NOEXIST);
-	else if (latency_ns > *max)
-		*max = latency_ns; /* racy by design: a max, not a count */
+	/* racy by design (a max, not a count): the first op of an interval restarts it */
+	if (st->max_epoch != epoch) {
+		st->max_epoch = epoch;
+		st->latency_max_ns = latency_ns;
+	} else if (latency_ns > st->latency_max_ns) {
+		st->latency_max_ns = latency_ns;
+	}
 }
 
 /* Two 16-byte task names (zero-padded) are equal: two 8-byte compares, no per-byte branches

@@ -23,7 +23,8 @@ int main(void) {
     S(hist); O(hist, count); O(hist, bytes);
     S(iot_proc_event); O(iot_proc_event, kind); O(iot_proc_event, pid); O(iot_proc_event, ppid);
     O(iot_proc_event, exit_code); O(iot_proc_event, ts_ns); O(iot_proc_event, comm);
-    S(iot_config);
+    S(iot_config); S(file_key); S(file_stat); S(iot_file_event); S(iot_slow_event);
+    S(thread_time); S(tracked_info); O(iot_file_event, names); O(thread_time, comm);
     printf("IOT_MAX_SLOTS %d\nIOT_COMM_LEN %d\n", IOT_MAX_SLOTS, IOT_COMM_LEN);
     printf("IOT_LAYER_SYSCALL %d\nIOT_LAYER_BLOCK %d\nIOT_LAYER_BLOCK_QUEUE %d\n",
            IOT_LAYER_SYSCALL, IOT_LAYER_BLOCK, IOT_LAYER_BLOCK_QUEUE);
@@ -64,6 +65,17 @@ def test_proc_event_layout(c_layout):
     assert c_layout["iot_proc_event"] == abi.PROC_EVENT.size
     assert [c_layout[f"iot_proc_event.{f}"] for f in ("kind", "pid", "ppid", "exit_code",
                                                        "ts_ns", "comm")] == [0, 4, 8, 12, 16, 24]
+
+
+def test_other_records(c_layout):
+    assert c_layout["file_key"] == abi.FILE_KEY.size
+    assert c_layout["file_stat"] == abi.FILE_STAT.size
+    assert c_layout["iot_file_event"] == abi.FILE_EVENT_SIZE
+    assert c_layout["iot_file_event.names"] == abi.FILE_EVENT_HEAD.size
+    assert c_layout["iot_slow_event"] == abi.SLOW_EVENT.size
+    assert c_layout["thread_time"] == abi.THREAD_TIME.size
+    assert c_layout["thread_time.comm"] == abi.THREAD_TIME.size - abi.COMM_LEN
+    assert c_layout["tracked_info"] == abi.TRACKED_INFO.size
 
 
 def test_constants(c_layout):

@@ -92,6 +92,8 @@ def test_files_paths_and_exact_counts(tmp_path, tmpfs):
     gone = per_file(files, pid, f"{spec['deleted']} (deleted)", "read")
     assert (gone.ops, gone.bytes) == (spec["deleted_reads"], spec["deleted_reads"] * PAGE)
 
+    busy = files[files.ops > 0]  # the slowest op of each row's interval, at most their sum
+    assert (busy.latency_max_ns > 0).all() and (busy.latency_max_ns <= busy.latency_sum_ns).all()
     rows = files[files.pid == pid].drop_duplicates("path").set_index("path")
     assert rows.loc[str(spec["before"]), "path_source"] == "kernel"
     # A 100-byte component is cut by the kernel (64-byte slots): /proc/PID/fd if still open,

@@ -52,8 +52,9 @@ TRACKED_INFO = struct.Struct("<II")
 THREAD_TIME = struct.Struct(f"<IB3xQ4Q4Q{COMM_LEN}s")
 # struct file_key: tgid, dev, ino, op
 FILE_KEY = struct.Struct("<IIQB7x")
-# struct file_stat: ops, bytes, latency_sum_ns, pages_missed, pages_dirtied
-FILE_STAT = struct.Struct("<5Q")
+# struct file_stat: ops, bytes, latency_sum_ns, pages_missed, pages_dirtied, latency_max_ns,
+# max_epoch
+FILE_STAT = struct.Struct("<7Q")
 # struct iot_file_event: kind, pid, dev, fd, ino, depth, flags, fstype (names follow)
 FILE_EVENT_HEAD = struct.Struct(f"<IIIiQII{FSTYPE_LEN}s")
 FILE_EVENT_SIZE = FILE_EVENT_HEAD.size + PATH_DEPTH * NAME_LEN

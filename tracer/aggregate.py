@@ -56,7 +56,7 @@ class Reading:
 
     hists: dict[bytes, bytes]
     file_stats: dict[bytes, bytes] = field(default_factory=dict)
-    file_max: dict[bytes, int] = field(default_factory=dict)
+    epoch: int = 0  # the per-file maximum's interval that this reading closes
     threads: dict[int, bytes] = field(default_factory=dict)  # by thread id
     monotonic_ns: int = 0  # when it was read (CLOCK_MONOTONIC, the kernel's clock)
 
@@ -100,7 +100,7 @@ class Aggregator:
             total = self.totals.get(series)
             self.totals[series] = delta.copy() if total is None else total + delta
             rows.extend(self._rows(series, delta, ts_ns))
-        file_rows = self._file_rows(reading.file_stats, reading.file_max, ts_ns)
+        file_rows = self._file_rows(reading.file_stats, reading.epoch, ts_ns)
         thread_rows = self._thread_rows(reading.threads, reading.monotonic_ns, ts_ns)
         interval_ns = ts_ns - self.last_ts_ns if self.last_ts_ns else 0
         self.last_ts_ns = ts_ns
@@ -138,10 +138,11 @@ class Aggregator:
         for tid in tids:
             self.prev_threads.pop(tid, None)
 
-    def _file_rows(self, stats: dict[bytes, bytes], maxes: dict[bytes, int], ts_ns: int) -> list[dict]:
+    def _file_rows(self, stats: dict[bytes, bytes], epoch: int, ts_ns: int) -> list[dict]:
         rows = []
         for rkey, rval in stats.items():
-            cur = abi.FILE_STAT.unpack(rval)
+            *cur, max_ns, max_epoch = abi.FILE_STAT.unpack(rval)
+            cur = tuple(cur)
             prev = self.prev_files.get(rkey)
             delta = cur if prev is None else tuple(c - p for c, p in zip(cur, prev, strict=True))
             if min(delta) < 0:  # recreated since
@@ -161,7 +162,8 @@ class Aggregator:
                 "role": proc.role if proc else None, "path": info.path,
                 "path_source": info.path_source, "fs_type": info.fs_type, "device": info.device,
                 "inode": key.ino, "op": key.op, "ops": ops, "bytes": nbytes,
-                "latency_sum_ns": lat_sum, "latency_max_ns": maxes.get(rkey, 0),
+                "latency_sum_ns": lat_sum,
+                "latency_max_ns": max_ns if ops and max_epoch in (epoch, epoch + 1) else 0,
                 "pages_missed": missed, "pages_dirtied": dirtied, "cache_hit_pct": hit,
             })
             t = self.file_totals.setdefault((key.pid, key.dev, key.ino), FileTotals())

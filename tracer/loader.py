@@ -34,7 +34,7 @@ SYSCALL_EXITS = {
     "sys_exit_open": SYSCALLS["sys_enter_open"],
 }
 OBJECTS = ("proc", "syscall", "pagecache", "block", "sched")  # proc first: it makes the shared maps
-SHARED_MAPS = ("tracked", "hists", "events", "events_lost", "files_seen", "file_stats", "file_max",
+SHARED_MAPS = ("tracked", "hists", "events", "events_lost", "files_seen", "file_stats",
                "dirtier", "sys_starts", "threads")
 # Test and debugging knob: comma-separated fallbacks to force on a kernel that has the better
 # path, so the fallbacks are exercised too: "raw_tp" (no tp_btf), "no_block_io_start".
@@ -87,7 +87,7 @@ class Probes:
         self.hists: Map | None = None
         self.file_stats: Map | None = None
         self.threads: Map | None = None
-        self.file_max: Map | None = None
+        self.epoch: Map | None = None
         self._lost: Map | None = None
 
     # -- load ---------------------------------------------------------------------------------
@@ -128,7 +128,8 @@ class Probes:
         self.threads = Map(shared["threads"], abi.TGID.size, abi.THREAD_TIME.size)
         self.hists = Map(shared["hists"], abi.HIST_KEY.size, abi.HIST_SIZE)
         self.file_stats = Map(shared["file_stats"], abi.FILE_KEY.size, abi.FILE_STAT.size)
-        self.file_max = Map(shared["file_max"], abi.FILE_KEY.size, 8)
+        self.epoch = Map(self.objects["syscall"].map_fd(".data.epoch"), 4, 8)
+        self.max_epoch = 0
         ncpu = _libbpf.num_possible_cpus()
         self._lost = Map(shared["events_lost"], 4, 8 * ncpu)
 
@@ -221,14 +222,14 @@ class Probes:
         assert self.file_stats is not None
         return dict(self.file_stats.items())
 
-    def take_file_max(self) -> dict[bytes, int]:
-        """Slowest operation per file key since the last call (read, then deleted)."""
-        assert self.file_max is not None
-        out = {}
-        for k, v in self.file_max.items():
-            out[k] = int.from_bytes(v, "little")
-            self.file_max.delete(k)
-        return out
+    def next_epoch(self) -> int:
+        """Starts a new interval for the per-file maximum latency; returns the one that ended
+        (file_stat.latency_max_ns belongs to it when file_stat.max_epoch equals it, or the new
+        one for an operation that completed since)."""
+        assert self.epoch is not None
+        self.max_epoch += 1
+        self.epoch.update(b"\0\0\0\0", self.max_epoch.to_bytes(8, "little"))
+        return self.max_epoch - 1
 
     def delete_file_stats(self, keys: list[bytes]) -> None:
         assert self.file_stats is not None

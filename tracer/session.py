@@ -337,9 +337,9 @@ class Session:
         for proc in self.processes.alive():
             if _gone(proc.pid):  # died before it was tracked, or its exit event was lost
                 self.processes.mark_gone(proc.pid)
-        reading = Reading(self.probes.read_hists(), self.probes.read_file_stats(),
-                          self.probes.take_file_max(), self.probes.read_threads(),
-                          time.monotonic_ns())
+        epoch = self.probes.next_epoch()
+        reading = Reading(self.probes.read_hists(), self.probes.read_file_stats(), epoch,
+                          self.probes.read_threads(), time.monotonic_ns())
         now_ns = self.clock.to_utc_ns(reading.monotonic_ns)
         snap = self.aggregator.interval(reading, now_ns)
         devices, system = self.proc.sample(now_ns)
