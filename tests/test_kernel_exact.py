@@ -298,3 +298,22 @@ def test_prometheus_histogram_counts_the_reads(iowork, data_file, tmp_path):
     assert count == N
     buckets = [s.value for s in reads if s.name.endswith("_bucket")]
     assert buckets == sorted(buckets) and buckets[-1] == N
+
+
+def test_block_read_bytes_agree_with_proc_pid_io(data_file, tmp_path):
+    """iotop's number: /proc/PID/io read_bytes (bytes this process made the block layer read)
+    equals the block read bytes iotrace charged to it, for a process doing direct I/O."""
+    code = ("import mmap,os,sys\n"
+            "fd = os.open(sys.argv[1], os.O_RDONLY | os.O_DIRECT); buf = mmap.mmap(-1, 4096)\n"
+            "for i in range(200): os.preadv(fd, [buf], (1000 + 5 * i) * 4096)\n"
+            "io = dict(l.split(': ') for l in open('/proc/self/io').read().splitlines())\n"
+            "open(sys.argv[2], 'w').write(io['read_bytes'])\n")
+    report = tmp_path / "read_bytes"
+    out = tmp_path / "trace"
+    r = run_iotrace("-o", str(out), "--", sys.executable, "-c", code, str(data_file),
+                    str(report))
+    assert r.returncode == 0, r.stderr
+    lat = pd.read_parquet(out / "latency")
+    main = pd.read_parquet(out / "processes").query("role == 'main'").pid.iloc[0]
+    traced = lat[(lat.pid == main) & (lat.layer == "block") & (lat.op == "read")]["bytes"].sum()
+    assert int(report.read_text()) == traced >= 200 * 4096

@@ -230,3 +230,26 @@ def test_files_seen_only_through_page_faults_get_their_path(iowork, tmp_path):
     mine = files[files.path == str(binary)]
     assert mine.pages_missed.sum() > 0 and set(mine.path_source) == {"inode"}
     assert mine.ops.sum() == 0
+
+
+def test_redact_paths_everywhere(iowork, tmp_path):
+    """--redact-paths: no path component survives in the trace or the summary; the trace
+    directory is private (0700)."""
+    data = tmp_path / "secret-dataset.bin"
+    make_file(data, 64)
+    warm(data)
+    out = tmp_path / "trace"
+    r = run_iotrace("-o", str(out), "--redact-paths", "--", str(iowork), str(data),
+                    "--cached", "5")
+    assert r.returncode == 0, r.stderr
+    assert oct(out.stat().st_mode & 0o777) == "0o700"
+    files = pd.read_parquet(out / "files")
+    reads = files[files.op == "read"]
+    assert reads["ops"].sum() == 5
+    for path in files.path:
+        assert all(len(c) == 10 and int(c, 16) >= 0 for c in path.strip("/").split("/")), path
+    secret = "secret-dataset"
+    procs = pd.read_parquet(out / "processes")
+    assert not procs.cmdline.str.contains(secret).any()
+    assert secret not in r.stdout + r.stderr
+    assert secret not in (out / "meta.json").read_text()

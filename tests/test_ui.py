@@ -401,3 +401,18 @@ def test_live_view_in_tmux():
         subprocess.run(["tmux", "-L", sock, "kill-server"], capture_output=True, timeout=10)
         if socket_path:
             Path(socket_path).unlink(missing_ok=True)
+
+
+def test_gpu_pane_only_when_sampling(state):
+    from dataclasses import replace
+
+    from tracer.ui.view import GpuPane
+
+    assert text(GpuPane(state)) == []  # no NVML rows: no pane
+    rows = [{"ts": 0, "gpu": 0, "name": "H200", "util_pct": u, "mem_util_pct": 20.0}
+            for u in (90.0, 0.0, 0.0, 70.0)]
+    s = ViewState(targets="x", interval_s=1.0)
+    s.update(replace(snapshot(1), gpu=rows), loop_rows(1), findings())
+    lines = text(GpuPane(s))
+    assert lines[0].strip() == "gpu (NVML)"
+    assert lines[-1].split() == ["0", "H200", "40", "20", "50", "4"]

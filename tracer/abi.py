@@ -9,8 +9,6 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-import numpy as np
-
 MAX_SLOTS = 40  # IOT_MAX_SLOTS
 COMM_LEN = 16  # IOT_COMM_LEN
 PATH_DEPTH = 32  # IOT_PATH_DEPTH
@@ -192,8 +190,12 @@ def decode_hist_key(raw: bytes) -> HistKey:
                    TARGETS.get(target), ATTRIBUTIONS.get(attr))
 
 
-def decode_hist(raw: bytes) -> np.ndarray:
-    """(2, MAX_SLOTS) uint64 array: row 0 operation counts, row 1 bytes, per log2 ns slot."""
+def decode_hist(raw: bytes):
+    """(2, MAX_SLOTS) uint64 numpy array: row 0 operation counts, row 1 bytes, per log2 ns
+    slot. (numpy is imported here, not at module load: the loader imports this module before
+    it attaches, and attach time counts.)"""
+    import numpy as np
+
     return np.frombuffer(raw, dtype="<u8").reshape(2, MAX_SLOTS).copy()
 
 

@@ -48,6 +48,7 @@ class Snapshot:
     threads: list[dict] = field(default_factory=list)  # rows of the `threads` table
     devices: list[dict] = field(default_factory=list)  # rows of `devices` (iostat -x)
     system: dict | None = None  # the row of `system` (dstat)
+    gpu: list[dict] = field(default_factory=list)  # rows of `gpu` (NVML samples), when sampling
 
 
 @dataclass(frozen=True)

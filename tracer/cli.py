@@ -85,6 +85,9 @@ def trace_parser() -> argparse.ArgumentParser:
                         "a terminal)")
     p.add_argument("--csv", metavar="FILE",
                    help="also write per-interval system, device and process numbers as CSV")
+    p.add_argument("--redact-paths", action="store_true",
+                   help="hash file paths (each component) in every output: the trace, the "
+                        "summary, the live view")
     p.add_argument("--version", action="version", version=f"iotrace {__version__}")
     return p
 
@@ -98,7 +101,7 @@ def prepare_output(path: str | None) -> Path:
         if out.exists() and any(out.iterdir()):
             raise UsageError(f"output directory {out} is not empty: choose a new -o DIR or "
                              "remove it")
-        out.mkdir(parents=True, exist_ok=True)
+        out.mkdir(mode=0o700, parents=True, exist_ok=True)  # paths can be sensitive
         probe = out / ".iotrace-write-test"
         probe.write_bytes(b"")
         probe.unlink()
@@ -180,6 +183,7 @@ def cmd_trace(argv: list[str]) -> int:
                         match=args.match, prometheus=listen,
                         tui=sys.stdout.isatty() and not args.no_tui,
                         csv=Path(args.csv) if args.csv else None, gpu=args.gpu,
+                        redact_paths=args.redact_paths,
                         argv=["iotrace", *argv])
     return run_trace(opts)
 

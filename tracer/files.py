@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from tracer.abi import NAME_LEN, FileEvent, dev_major_minor
 from tracer.devices import device_name
+from tracer.redact import Redactor
 
 KERNEL, INODE, PROC_FD, PROC_MAPS, LOOKUP, TRUNCATED, UNKNOWN = (
     "kernel", "inode", "proc_fd", "proc_maps", "lookup", "truncated", "unknown")
@@ -127,8 +128,9 @@ def _from_proc(pid: int, dev: int, ino: int) -> tuple[str, str] | None:
 
 
 class FileTable:
-    def __init__(self) -> None:
+    def __init__(self, redactor: Redactor | None = None) -> None:
         self.by_id: dict[tuple[int, int], FileInfo] = {}
+        self.redact = redactor or Redactor(False)
 
     def on_event(self, ev: FileEvent) -> FileInfo:
         path, source = ev.path, KERNEL
@@ -145,7 +147,7 @@ class FileTable:
                 path, source = "..." + path, TRUNCATED
         if ev.deleted and not path.endswith(" (deleted)"):
             path += " (deleted)"
-        info = FileInfo(path, source, ev.fs_type, device_name(ev.dev))
+        info = FileInfo(self.redact.path(path), source, ev.fs_type, device_name(ev.dev))
         self.by_id[(ev.dev, ev.ino)] = info
         return info
 
@@ -157,7 +159,7 @@ class FileTable:
             return info
         found = _from_proc(pid, dev, ino) if pid else None
         if found:
-            info = FileInfo(found[0], found[1], _fs_type(dev), device_name(dev))
+            info = FileInfo(self.redact.path(found[0]), found[1], _fs_type(dev), device_name(dev))
             self.by_id[(dev, ino)] = info
             return info
         return FileInfo(f"(inode {ino} on {device_name(dev)})", UNKNOWN, _fs_type(dev),

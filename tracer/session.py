@@ -9,21 +9,22 @@ signal keeps what was collected.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import os
 import re
 import signal
 import socket
 import sys
+import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 import psutil
 
 from tracer import abi, gpu
-from tracer.aggregate import PAGE_SIZE, Aggregator, Reading, Snapshot
 from tracer.clock import Clock
 from tracer.diagnose import Diagnosis, add_gpu_evidence
 from tracer.errors import EXIT_HOST, EXIT_OK, EXIT_USAGE, TraceFailure
@@ -32,12 +33,29 @@ from tracer.host import tracing_problem
 from tracer.loader import HostCannotTrace, Probes
 from tracer.processes import ProcessTable
 from tracer.procfs import ProcSampler
+from tracer.redact import Redactor
 from tracer.roles import ELASTIC_COMM, WORKER_COMM
-from tracer.sinks.csv import CsvSink
-from tracer.sinks.parquet import TraceWriter
-from tracer.sinks.prometheus import PrometheusSink
-from tracer.summary import render_summary
-from tracer.ui import LinePrinter, LiveView
+
+if TYPE_CHECKING:
+    from tracer.aggregate import Snapshot
+    from tracer.sinks.csv import CsvSink
+    from tracer.sinks.parquet import TraceWriter
+    from tracer.sinks.prometheus import PrometheusSink
+    from tracer.ui import LinePrinter, LiveView
+
+# Imported while the BPF objects load (a thread), so that they do not delay attaching.
+HEAVY_MODULES = ("tracer.aggregate", "tracer.sinks.parquet", "tracer.sinks.csv",
+                 "tracer.sinks.prometheus", "tracer.ui", "tracer.summary")
+
+
+def _preload() -> threading.Thread:
+    def run() -> None:
+        for name in HEAVY_MODULES:
+            importlib.import_module(name)
+
+    t = threading.Thread(target=run, name="iotrace-preload", daemon=True)
+    t.start()
+    return t
 
 POLL_MS = 100  # ring-buffer wait; bounds how late a signal or an exit is noticed
 FINDINGS_EVERY_S = 10.0  # during a run, verdicts over the last window are written this often
@@ -59,6 +77,7 @@ class TraceOptions:
     csv: Path | None = None  # per-interval numbers as CSV (dstat --output)
     gpu: str = "auto"  # --gpu auto|off|0,2
     command_output: Path | None = None  # the started command's stdout+stderr go there
+    redact_paths: bool = False  # hash paths (and path-like command words) in every output
     roll_s: float = 5.0
     argv: list[str] = field(default_factory=lambda: list(sys.argv))
 
@@ -137,13 +156,14 @@ class Session:
         self.opts, self.out, self.err = opts, out, err
         self.clock = Clock()
         self.processes = ProcessTable(self.clock)
-        self.files = FileTable()
-        self.aggregator = Aggregator(self.processes, self.files)
+        self.redact = Redactor(opts.redact_paths)
+        self.files = FileTable(self.redact)
+        self.aggregator = None  # made once attached (tracer.aggregate imports numpy)
         self.probes = Probes(slow_ns=int(opts.slow_ms * 1e6), auto_discover=opts.auto)
         self.match = re.compile(opts.match) if opts.match else None
         self._scanned: set[int] = set()
         self.proc = ProcSampler()
-        self.diagnosis = Diagnosis(page_size=PAGE_SIZE)
+        self.diagnosis = Diagnosis(page_size=os.sysconf("SC_PAGE_SIZE"))
         self._last_findings_ns = 0
         self.findings: list = []  # the current verdicts (last window), for live sinks
         self.prometheus: PrometheusSink | None = None
@@ -167,6 +187,7 @@ class Session:
         problem = tracing_problem()
         if problem:
             raise TraceFailure(problem, EXIT_HOST)
+        preload = _preload()
         start_ns = self.clock.now_ns()
         try:
             self.probes.load()
@@ -194,27 +215,36 @@ class Session:
         if source is not None:
             self.gpu = gpu.GpuMonitor(source)
         if self.opts.prometheus:
+            from tracer.sinks.prometheus import PrometheusSink
+
             self.prometheus = PrometheusSink()
             try:
                 self.prometheus.start(*self.opts.prometheus)
             except OSError as e:
                 raise TraceFailure(str(e), EXIT_USAGE) from None
             print(f"Serving metrics on {self.prometheus.url}", file=self.err, flush=True)
-        self.writer = TraceWriter(self.opts.output, self._meta(start_ns), roll_s=self.opts.roll_s)
-        self.aggregator.last_ts_ns = self.clock.now_ns()  # the first interval starts now
-        self.proc.sample(self.aggregator.last_ts_ns)  # primes the /proc counters
         if self.opts.auto:
             what = "PyTorch training jobs as they appear (--auto)"
             if self.processes.by_pid:
                 what += f", now PID {' '.join(map(str, sorted(self.processes.by_pid)))}"
         elif self.opts.command:
-            what = " ".join(self.opts.command)
+            what = " ".join(self.redact.argv(self.opts.command))
         else:
             what = "PID " + " ".join(map(str, self.opts.pids))
         if self.child:
             self.child.release()  # programs are attached: the command is traced from its exec
         print(f"Tracing I/O of {what} and its descendants... Hit Ctrl-C to end.",
               file=self.err, flush=True)
+        preload.join()
+        from tracer.aggregate import Aggregator
+        from tracer.sinks.csv import CsvSink
+        from tracer.sinks.parquet import TraceWriter
+        from tracer.ui import LinePrinter, LiveView
+
+        self.aggregator = Aggregator(self.processes, self.files)
+        self.writer = TraceWriter(self.opts.output, self._meta(start_ns), roll_s=self.opts.roll_s)
+        self.aggregator.last_ts_ns = self.clock.now_ns()  # the first interval starts now
+        self.proc.sample(self.aggregator.last_ts_ns)  # primes the /proc counters
         if self.opts.csv:
             try:
                 self.csv = CsvSink(self.opts.csv, interval_s=self.opts.interval_s)
@@ -235,8 +265,9 @@ class Session:
             boot_id = None
         return {
             "host": socket.gethostname(), "kernel": os.uname().release, "boot_id": boot_id,
-            "command_line": self.opts.argv,
-            "targets": {"pids": self.opts.pids, "command": self.opts.command},
+            "command_line": self.redact.argv(self.opts.argv),
+            "targets": {"pids": self.opts.pids, "command": self.redact.argv(self.opts.command)},
+            "redacted_paths": self.redact.enabled,
             "clocks": self.clock.meta(), "start_ns": start_ns, "stop_ns": None,
             "interval_s": self.opts.interval_s, "hooks": self.probes.features,
             "unavailable": [k for k, v in self.probes.features.items() if v == "missing"]
@@ -338,6 +369,8 @@ class Session:
             if _gone(proc.pid):  # died before it was tracked, or its exit event was lost
                 self.processes.mark_gone(proc.pid)
         epoch = self.probes.next_epoch()
+        from tracer.aggregate import Reading
+
         reading = Reading(self.probes.read_hists(), self.probes.read_file_stats(), epoch,
                           self.probes.read_threads(), time.monotonic_ns())
         now_ns = self.clock.to_utc_ns(reading.monotonic_ns)
@@ -359,6 +392,7 @@ class Session:
         idle: list[dict] = []
         if self.gpu:
             gpu_rows, idle = self.gpu.interval(snap.ts_ns, loop_rows, self.processes.owners())
+            snap = dataclasses.replace(snap, gpu=gpu_rows)
             self.writer.add("gpu", gpu_rows)
             self.writer.add("gpu_idle", idle)
             self.gpu_rows.extend(gpu_rows)
@@ -401,7 +435,9 @@ class Session:
             proc = self.processes.get(pid)
             if proc and not proc.written:
                 self.processes.fill_cmdline(proc)
-                rows.append(proc.row())
+                row = proc.row()
+                row["cmdline"] = self.redact.cmdline(row["cmdline"])
+                rows.append(row)
                 proc.written = True
         self.writer.add("processes", rows)
 
@@ -433,6 +469,8 @@ class Session:
                   f"{lost} events lost.")
         if self.gpu_note:
             header += f"\n{self.gpu_note}."
+        from tracer.summary import render_summary
+
         return render_summary(self.aggregator.totals, self.processes, header,
                               self.aggregator.file_totals, self.files, findings)
 

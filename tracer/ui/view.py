@@ -415,6 +415,36 @@ class DevicePane:
         return t
 
 
+class GpuPane:
+    """NVML utilisation per GPU over the last interval, with its idle share (shown when --gpu
+    sampling is on)."""
+
+    def __init__(self, state: ViewState):
+        self.state = state
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        last = self.state.last
+        rows = getattr(last, "gpu", None) or [] if last else []
+        if not rows:
+            return
+        t = Table(box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), pad_edge=False, show_edge=False,
+                  title="gpu (NVML)", title_justify="left", title_style="bold")
+        for name, justify in (("GPU", "left"), ("name", "left"), ("util%", "right"),
+                              ("mem%", "right"), ("idle%", "right"), ("samples", "right")):
+            t.add_column(name, justify=justify)
+        by_gpu: dict[int, list[dict]] = {}
+        for r in rows:
+            by_gpu.setdefault(r["gpu"], []).append(r)
+        for g, rs in sorted(by_gpu.items()):
+            util = sum(r["util_pct"] for r in rs) / len(rs)
+            mem = [r["mem_util_pct"] for r in rs if r.get("mem_util_pct") is not None]
+            idle = 100 * sum(1 for r in rs if r["util_pct"] <= 5) / len(rs)
+            t.add_row(str(g), str(rs[0].get("name", "")), f"{util:.0f}",
+                      f"{sum(mem) / len(mem):.0f}" if mem else "-",
+                      Text(f"{idle:.0f}", style="bold red" if idle >= 50 else ""), str(len(rs)))
+        yield t
+
+
 SYSTEM_HEAD = ("  time   |usr sys idl wai| used  cach| recv  send| read  writ")
 SYSTEM_GROUPS = ("--time-- ---cpu-usage--- --memory--- ---net---- ---disk---")
 
@@ -463,7 +493,8 @@ def render_view(state: ViewState, width: int | None = None, console: Console | N
             middle = [_side_by_side(hist, Group(system, devices))]
         elif w[hist] + 1 + w[system] <= width:
             middle = [_side_by_side(hist, system), devices]
-    return Group(Header(state), FindingPane(state), ProcessPane(state), *middle, FilesPane(state))
+    return Group(Header(state), FindingPane(state), ProcessPane(state), GpuPane(state), *middle,
+                 FilesPane(state))
 
 
 def _side_by_side(left, right) -> Table:
