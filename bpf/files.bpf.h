@@ -91,44 +91,53 @@ static long path_walk_step(__u32 i, void *ctx)
 	return 0;
 }
 
-/* Page-cache misses show files that no syscall touched (mmap, executables): their path from
- * the inode's first dentry up to the file system's root, sent once. */
-static __always_inline void inode_first_sight(struct inode *inode, const struct file_id *id,
-					      __u32 tgid)
+/* Claims (s_dev, inode) in files_seen and sends its path to user space: the names met by the
+ * walk `w`, which the caller has pointed at the file's dentry. */
+static __always_inline void send_path(const struct file_id *id, struct inode *inode, int fd,
+				      __u32 tgid, __u32 flags, struct path_walk *w)
 {
 	struct iot_file_event *e;
-	struct path_walk w = {};
-	struct hlist_node *alias;
 	__u32 zero = 0;
 	__u8 one = 1;
 
-	if (bpf_map_lookup_elem(&files_seen, id))
-		return;
-	alias = BPF_CORE_READ(inode, i_dentry.first);
-	if (!alias)
-		return;
 	if (bpf_map_update_elem(&files_seen, id, &one, BPF_NOEXIST))
-		return;
+		return; /* another CPU is sending it */
 	e = bpf_map_lookup_elem(&file_scratch, &zero);
 	if (!e)
 		return;
 	e->kind = IOT_EVENT_FILE;
 	e->pid = tgid;
 	e->dev = id->dev;
-	e->fd = -1;
+	e->fd = fd;
 	e->ino = id->ino;
-	e->flags = IOT_FILE_FS_ROOT | (BPF_CORE_READ(inode, i_nlink) == 0 ? IOT_FILE_DELETED : 0);
+	e->flags = flags | (BPF_CORE_READ(inode, i_nlink) == 0 ? IOT_FILE_DELETED : 0);
 	bpf_probe_read_kernel_str(e->fstype, sizeof(e->fstype),
 				  BPF_CORE_READ(inode, i_sb, s_type, name));
-	w.dentry = (void *)alias - bpf_core_field_offset(struct dentry, d_u.d_alias);
-	bpf_loop(IOT_PATH_DEPTH + 16, path_walk_step, &w, 0);
-	e->depth = w.depth;
-	if (!w.done)
+	bpf_loop(IOT_PATH_DEPTH + 16, path_walk_step, w, 0);
+	e->depth = w->depth;
+	if (!w->done)
 		e->flags |= IOT_FILE_TRUNCATED;
 	if (bpf_ringbuf_output(&events, e, sizeof(*e), 0)) {
 		count_lost_event();
-		bpf_map_delete_elem(&files_seen, id);
+		bpf_map_delete_elem(&files_seen, id); /* try again next time */
 	}
+}
+
+/* Page-cache misses show files that no syscall touched (mmap, executables): their path from
+ * the inode's first dentry up to the file system's root, sent once. */
+static __always_inline void inode_first_sight(struct inode *inode, const struct file_id *id,
+					      __u32 tgid)
+{
+	struct path_walk w = {};
+	struct hlist_node *alias;
+
+	if (bpf_map_lookup_elem(&files_seen, id))
+		return;
+	alias = BPF_CORE_READ(inode, i_dentry.first);
+	if (!alias)
+		return;
+	w.dentry = (void *)alias - bpf_core_field_offset(struct dentry, d_u.d_alias);
+	send_path(id, inode, -1, tgid, IOT_FILE_FS_ROOT, &w);
 }
 
 /* Sends the path of `file` to user space the first time this (s_dev, inode) is seen: the names
@@ -138,41 +147,16 @@ static __always_inline void file_first_sight(struct file *file, const struct fil
 					     __u32 tgid)
 {
 	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
-	struct iot_file_event *e;
 	struct path_walk w = {};
-	struct inode *inode;
-	__u32 zero = 0;
-	__u8 one = 1;
 
 	if (bpf_map_lookup_elem(&files_seen, id))
 		return;
-	if (bpf_map_update_elem(&files_seen, id, &one, BPF_NOEXIST))
-		return; /* another CPU is sending it */
-	e = bpf_map_lookup_elem(&file_scratch, &zero);
-	if (!e)
-		return;
-	inode = BPF_CORE_READ(file, f_inode);
-	e->kind = IOT_EVENT_FILE;
-	e->pid = tgid;
-	e->dev = id->dev;
-	e->fd = fd;
-	e->ino = id->ino;
-	e->flags = BPF_CORE_READ(inode, i_nlink) == 0 ? IOT_FILE_DELETED : 0;
-	bpf_probe_read_kernel_str(e->fstype, sizeof(e->fstype),
-				  BPF_CORE_READ(inode, i_sb, s_type, name));
 	w.dentry = BPF_CORE_READ(file, f_path.dentry);
 	w.vfsmnt = BPF_CORE_READ(file, f_path.mnt);
 	w.mnt = (void *)w.vfsmnt - bpf_core_field_offset(struct mount, mnt);
 	w.root_dentry = BPF_CORE_READ(task, fs, root.dentry);
 	w.root_mnt = BPF_CORE_READ(task, fs, root.mnt);
-	bpf_loop(IOT_PATH_DEPTH + 16, path_walk_step, &w, 0);
-	e->depth = w.depth;
-	if (!w.done)
-		e->flags |= IOT_FILE_TRUNCATED;
-	if (bpf_ringbuf_output(&events, e, sizeof(*e), 0)) {
-		count_lost_event();
-		bpf_map_delete_elem(&files_seen, id); /* try again next time */
-	}
+	send_path(id, BPF_CORE_READ(file, f_inode), fd, tgid, 0, &w);
 }
 
 #endif /* FILES_BPF_H */
