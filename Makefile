@@ -6,8 +6,9 @@ ARCH := $(shell uname -m | sed -e 's/x86_64/x86/' -e 's/aarch64/arm64/')
 BPF_SRC := $(wildcard bpf/*.bpf.c)
 BPF_OBJ := $(patsubst bpf/%.bpf.c,tracer/bpf/%.bpf.o,$(BPF_SRC))
 WORKLOADS := tests/workloads/bin/iowork scripts/bin/pread_loop
-APT_PKGS := clang llvm libbpf-dev libbpf1 bpftool make gcc libc6-dev python3-venv tmux util-linux
-NEED_CMDS := clang bpftool cc tmux
+APT_PKGS := clang llvm libbpf-dev libbpf1 bpftool make gcc libc6-dev python3-venv tmux util-linux \
+	chromium-headless-shell
+NEED_CMDS := clang bpftool cc tmux chromium-headless-shell
 
 .PHONY: run test build deps venv clean lint
 

@@ -414,8 +414,9 @@ class _Timeline:
                 max(max(s, e) for s, e, _ in self._items))
 
     def events(self, zero: int) -> list[dict]:
-        """Every event, times in µs since `zero` (ns); metadata first, then by time. Slices and
-        counters before `zero` are left out (counted in `dropped`), slices across it cut."""
+        """Every event, times in µs since `zero` (ns); metadata first, then by time. What lies
+        before `zero` is left out (counted in `dropped`): slices that end by then, and counter
+        values but the last, which moves to `zero`; slices across `zero` start there."""
         out = list(self._meta)
         if self.single is not None:
             out[:0] = [
@@ -427,14 +428,30 @@ class _Timeline:
                  "args": {"sort_index": (1 << 29) - 1}},
             ]
         self.dropped = 0
-        for start, end, event in sorted(self._items, key=lambda i: (i[0], -i[1])):
-            if (end if end >= 0 else start) < zero:
+        items = sorted(self._items, key=lambda i: (i[0], -i[1]))
+        # A counter's last value before zero still holds at zero: it moves there (unless the
+        # counter has a value at zero itself); the earlier ones are left out.
+        at_zero = {(e["pid"], e["name"]) for s, end, e in items if end < 0 and s == zero}
+        last_before: dict[tuple, int] = {}
+        for i, (s, end, e) in enumerate(items):
+            if end < 0 and s < zero and (e["pid"], e["name"]) not in at_zero:
+                last_before[(e["pid"], e["name"])] = i
+        keep = set(last_before.values())
+        for i, (start, end, event) in enumerate(items):
+            if end < 0 and start < zero and i not in keep:
+                self.dropped += 1
+                continue
+            if end >= 0 and start < zero and end <= zero:  # a slice over before zero
                 self.dropped += 1
                 continue
             start = max(start, zero)
-            timed = {"ph": event["ph"], "ts": _us(start - zero)}
+            ts = _us(start - zero)
+            timed = {"ph": event["ph"], "ts": ts}
             if end >= 0:
-                timed["dur"] = _us(end - start)
+                # The duration as the reader will see it: end minus start, each as read back.
+                # Both are exact below about 100 days from zero; beyond, times are rounded
+                # (floats of µs since 1970 hold about 0.25 µs) but still never break nesting.
+                timed["dur"] = _us(max(0, _read_ns(_us(end - zero)) - _read_ns(ts)))
             timed.update((k, v) for k, v in event.items() if k != "ph")
             out.append(timed)
         return out
@@ -451,6 +468,11 @@ def _us(ns: int) -> int | float:
             break
         us = math.nextafter(us, math.inf)
     return us
+
+
+def _read_ns(us: int | float) -> int:
+    """What Perfetto's importer reads for a JSON time `us` (µs): integer nanoseconds."""
+    return int(us * 1000.0) if isinstance(us, float) else us * 1000
 
 
 def _collect(trace: Trace, timeline: _Timeline) -> None:
@@ -698,7 +720,8 @@ def read_kineto(path: str | os.PathLike[str]) -> dict:
     except UnicodeDecodeError:
         raise KinetoError(f"{str(p)!r} is not a JSON file (not UTF-8 text); {hint}") from None
     except json.JSONDecodeError as e:
-        cut = " (the file is cut short)" if e.pos >= len(text.rstrip()) else ""
+        at_end = e.pos >= len(text.rstrip()) or e.msg.startswith("Unterminated string")
+        cut = " (the file is cut short)" if at_end and text.strip() else ""
         raise KinetoError(f"{str(p)!r} is not valid JSON{cut}: {e.msg} at line {e.lineno} "
                           f"column {e.colno}; {hint}") from None
     if isinstance(doc, list):
