@@ -338,10 +338,11 @@ def test_summary_is_the_report_text(hand: Path) -> None:
     assert SHARD in text
 
 
-def test_summary_of_a_damaged_trace_raises_trace_error(hand: Path) -> None:
+def test_summary_of_a_trace_with_no_usable_segment_raises_trace_error(hand: Path) -> None:
     trace = load(hand)
-    (hand / "latency" / "part-00000.parquet").write_bytes(b"garbage")
-    with pytest.raises(TraceError, match="cannot read table 'latency'"):
+    for seg in (hand / "latency").glob("part-*.parquet"):
+        seg.write_bytes(b"garbage")
+    with pytest.raises(TraceError, match="table 'latency'.*nothing left to load"):
         trace.summary()
 
 
@@ -374,11 +375,13 @@ def test_repr_html_shows_findings_latency_and_files(hand: Path) -> None:
     assert "98.3 us" in page  # the workers' p50 (98304 ns)
 
 
-def test_repr_html_of_a_damaged_trace_says_so(hand: Path) -> None:
+def test_repr_html_of_a_damaged_trace_loads_the_rest(hand: Path) -> None:
     trace = load(hand)
     (hand / "latency" / "part-00001.parquet").write_bytes(b"garbage")
-    page = trace._repr_html_()
-    assert "cannot read table" in page
+    with pytest.warns(UserWarning, match="skipped 1 unusable segment"):
+        page = trace._repr_html_()
+    assert "<table" in page
+    assert [p.name for p, _ in trace.damaged["latency"]] == ["part-00001.parquet"]
 
 
 # -- HTML report -----------------------------------------------------------------------------

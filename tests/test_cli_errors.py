@@ -131,3 +131,9 @@ def test_report_json_and_html_of_a_bad_directory(tmp_path):
     one_line_error(run_iotrace("report", str(tmp_path / "none"), "--json"), USAGE)
     one_line_error(run_iotrace("report", str(tmp_path / "none"), "--html", str(tmp_path / "x.html")),
                    USAGE)
+
+
+def test_export_bad_input(tmp_path):
+    one_line_error(run_iotrace("export", str(tmp_path / "none"), "--perfetto",
+                               str(tmp_path / "o.json")), USAGE)
+    one_line_error(run_iotrace("export", str(tmp_path)), USAGE, "--perfetto")

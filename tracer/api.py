@@ -68,6 +68,8 @@ class Trace:
         self.directory = directory
         self.meta = meta
         self._cache: dict[str, pd.DataFrame] = {}
+        # table -> [(segment, why it was skipped)] for the tables read so far
+        self.damaged: dict[str, list[tuple[Path, str]]] = {}
 
     @property
     def tables(self) -> list[str]:
@@ -93,15 +95,39 @@ class Trace:
                 )
             frame = TABLES[name].empty_table().to_pandas()
         else:
-            try:
-                frame = pd.read_parquet(folder)
-            except (pa.ArrowException, OSError) as e:
-                raise TraceError(
-                    f"cannot read table {name!r} from {str(folder)!r}: {e}; a segment may be "
-                    f"damaged: move the part-*.parquet files that fail to read out of the folder"
-                ) from e
+            frame = self._read_segments(name, folder)
         self._cache[name] = frame
         return frame
+
+    def _read_segments(self, name: str, folder: Path) -> pd.DataFrame:
+        """Every usable segment of a table; the unusable ones (damaged, cut short, foreign) are
+        skipped, listed in `trace.damaged[name]` and reported in one warning line."""
+        import warnings
+
+        import pyarrow.parquet as pq
+
+        from tracer.segments import segment_problems
+
+        columns = TABLES[name].names if name in TABLES else None
+        bad = dict(segment_problems(folder, name, columns)) if name in TABLES else {}
+        tables = []
+        for seg in sorted(folder.glob(_SEGMENT_GLOB)):
+            if seg in bad:
+                continue
+            try:
+                tables.append(pq.read_table(seg))
+            except (pa.ArrowException, OSError) as e:
+                bad[seg] = f"damaged data ({' '.join(str(e).split())[:120]})"
+        if bad:
+            self.damaged[name] = sorted(bad.items())
+            first, reason = self.damaged[name][0]
+            msg = (f"table {name!r} of {str(self.directory)!r}: skipped {len(bad)} unusable "
+                   f"segment(s) of {len(bad) + len(tables)} ({first.name}: {reason}); the rest "
+                   "is loaded")
+            if not tables:
+                raise TraceError(msg.replace("; the rest is loaded", ": nothing left to load"))
+            warnings.warn(msg, stacklevel=3)
+        return pa.concat_tables(tables, promote_options="permissive").to_pandas()
 
     def __getattr__(self, name: str) -> pd.DataFrame:
         """``trace.latency`` is ``trace["latency"]``."""

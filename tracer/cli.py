@@ -12,18 +12,19 @@ import re
 import shutil
 import sys
 import time
+import warnings
 from pathlib import Path
 
 from tracer import __version__
 from tracer.errors import EXIT_BUG, EXIT_HOST, EXIT_OK, EXIT_USAGE, TraceFailure
 from tracer.host import tracing_problem
 
-SUBCOMMANDS = ("doctor", "demo", "report")
+SUBCOMMANDS = ("doctor", "demo", "report", "export")
 
 USAGE = """\
 iotrace --pid PID [PID ...] [options]     attach to running processes and their descendants
 iotrace [options] -- CMD [ARG ...]         start CMD and trace it from its first instruction
-iotrace doctor | iotrace demo | iotrace report DIR"""
+iotrace doctor | iotrace demo | iotrace report DIR | iotrace export DIR --perfetto OUT.json"""
 
 
 class UsageError(Exception):
@@ -245,13 +246,42 @@ def cmd_report(argv: list[str]) -> int:
     return EXIT_OK
 
 
+def cmd_export(argv: list[str]) -> int:
+    p = _Parser(prog="iotrace export", description=(
+        "Write a trace as Chrome trace JSON for ui.perfetto.dev / chrome://tracing, optionally "
+        "merged into a PyTorch profiler (Kineto) trace."))
+    p.add_argument("directory", metavar="DIR")
+    p.add_argument("--perfetto", required=True, metavar="OUT.json",
+                   help="the Chrome trace JSON to write (.json.gz: compressed)")
+    p.add_argument("--merge", metavar="KINETO.json",
+                   help="add iotrace's tracks into this torch.profiler trace, aligned by wall clock")
+    args = p.parse_args(argv)
+    from tracer.api import TraceError, load
+    from tracer.perfetto import KinetoError, export_perfetto
+
+    try:
+        path = export_perfetto(load(args.directory), args.perfetto, merge=args.merge)
+    except (TraceError, KinetoError) as e:
+        raise UsageError(str(e)) from None
+    except OSError as e:
+        raise UsageError(f"cannot write {args.perfetto}: {e.strerror or e}") from None
+    print(f"Perfetto trace written to {path}", file=sys.stderr)
+    return EXIT_OK
+
+
+def _one_line_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    print(f"iotrace: warning: {message}", file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    warnings.showwarning = _one_line_warning
     try:
         head = _split_command(argv)[0]
         if head and head[0] in SUBCOMMANDS:
-            return {"doctor": cmd_doctor, "demo": cmd_demo, "report": cmd_report}[head[0]](
-                argv[1:])
+            commands = {"doctor": cmd_doctor, "demo": cmd_demo, "report": cmd_report,
+                        "export": cmd_export}
+            return commands[head[0]](argv[1:])
         return cmd_trace(argv)
     except UsageError as e:
         print(f"iotrace: error: {e}", file=sys.stderr)

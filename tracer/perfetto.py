@@ -57,11 +57,9 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import pandas as pd
-import pyarrow as pa
-import pyarrow.parquet as pq
 
 from tracer.api import Trace, TraceError, load
-from tracer.schema import SCHEMA_VERSION, SCHEMA_VERSION_KEY, TABLES
+from tracer.segments import _first_line, segment_problems
 
 IOTRACE_PID = 0x7A00_0000
 """pid of the ``iotrace`` process in a merged trace (Linux PIDs stay below 2^22)."""
@@ -166,87 +164,6 @@ def export_perfetto(
 
 
 # -- reading the trace -------------------------------------------------------------------------
-
-
-def segment_problems(
-    folder: str | os.PathLike[str], table: str, columns: Iterable[str] | None = None,
-    read_data: bool = False,
-) -> list[tuple[Path, str]]:
-    """The segments (``part-*.parquet``) of table `table` in `folder` that cannot be used, and why.
-
-    A segment is listed when it is empty, not Parquet or cut short (no readable footer), written
-    with another schema version, or foreign: it lacks one of `columns` (default: every column of
-    the table in `tracer.schema.TABLES`) or has one with another type (dictionary-encoded and
-    plain strings count as the same). With `read_data`, every segment is also read in full,
-    which finds damaged data pages (slower: reads the whole table). Returns ``(path, reason)``
-    pairs in segment order; an empty list when all are fine.
-    """
-    schema = TABLES[table]
-    wanted = [schema.field(c) for c in (schema.names if columns is None else columns)]
-    problems: list[tuple[Path, str]] = []
-    for path in sorted(Path(folder).glob("part-*.parquet")):
-        reason = _segment_problem(path, wanted, read_data)
-        if reason:
-            problems.append((path, reason))
-    return problems
-
-
-def _segment_problem(path: Path, wanted: list[pa.Field], read_data: bool) -> str | None:
-    try:
-        size = path.stat().st_size
-        if size == 0:
-            return "empty file"
-        found = pq.read_schema(path)
-    except (pa.ArrowException, OSError) as e:
-        if isinstance(e, OSError) and not isinstance(e, pa.ArrowException) and e.strerror:
-            return f"cannot open: {e.strerror}"
-        return _not_parquet(path, e)
-    version = (found.metadata or {}).get(SCHEMA_VERSION_KEY)
-    if version is not None and version != str(SCHEMA_VERSION).encode():
-        return (f"written with schema version {version.decode(errors='replace')}, "
-                f"not {SCHEMA_VERSION}")
-    missing = [f.name for f in wanted if f.name not in found.names]
-    if missing:
-        return f"not an iotrace segment of this table: no column {', '.join(missing)}"
-    for f in wanted:
-        got = found.field(f.name).type
-        if not _same_type(got, f.type):
-            return f"not an iotrace segment of this table: column {f.name} is {got}, not {f.type}"
-    if read_data:
-        try:
-            pq.read_table(path, columns=[f.name for f in wanted])
-        except (pa.ArrowException, OSError) as e:
-            return f"damaged data ({_first_line(e)})"
-    return None
-
-
-def _not_parquet(path: Path, error: BaseException) -> str:
-    try:
-        with open(path, "rb") as f:
-            head = f.read(4)
-            f.seek(max(0, path.stat().st_size - 4))
-            tail = f.read(4)
-    except OSError:
-        return f"unreadable ({_first_line(error)})"
-    if head != b"PAR1":
-        return "not a Parquet file"
-    if tail != b"PAR1":
-        return "cut short: no Parquet footer (truncated)"
-    return f"damaged Parquet footer ({_first_line(error)})"
-
-
-def _first_line(error: BaseException) -> str:
-    text = " ".join(str(error).split())
-    return text[:200]
-
-
-def _same_type(got: pa.DataType, want: pa.DataType) -> bool:
-    def stringish(t: pa.DataType) -> bool:
-        if pa.types.is_dictionary(t):
-            t = t.value_type
-        return pa.types.is_string(t) or pa.types.is_large_string(t)
-
-    return got == want or (stringish(got) and stringish(want))
 
 
 def _table(trace: Trace, name: str) -> pd.DataFrame:
