@@ -317,3 +317,20 @@ def test_block_read_bytes_agree_with_proc_pid_io(data_file, tmp_path):
     main = pd.read_parquet(out / "processes").query("role == 'main'").pid.iloc[0]
     traced = lat[(lat.pid == main) & (lat.layer == "block") & (lat.op == "read")]["bytes"].sum()
     assert int(report.read_text()) == traced >= 200 * 4096
+
+
+def test_pid_namespace_view(iowork, data_file, tmp_path):
+    """A process in its own PID namespace (`unshare --pid --fork`, as in a container): BPF
+    charges its host PID, and `processes` also gives the PID the container sees (NSpid)."""
+    prime(iowork, data_file)
+    out = tmp_path / "trace"
+    script = f"{iowork} {data_file} --direct 20 && sleep 0.5"
+    r = run_iotrace("-o", str(out), "--", "unshare", "--pid", "--fork", "sh", "-c", script)
+    assert r.returncode == 0, r.stderr
+    procs = pd.read_parquet(out / "processes").set_index("pid")
+    lat = pd.read_parquet(out / "latency")
+    readers = lat[(lat.layer == "block") & (lat.op == "read")].groupby("pid")["count"].sum()
+    (reader,) = readers[readers == 20].index  # the iowork process, by its host PID
+    shell = procs.loc[reader, "ppid"]
+    assert procs.loc[shell, "ns_pid"] == 1  # the namespace's first process sees itself as 1
+    assert procs.loc[reader, "ns_pid"] == 2 and reader != 2

@@ -29,6 +29,7 @@ class Process:
     pin_tids: set[int] = field(default_factory=set)  # its pin-memory threads (pt_data_pin)
     worker_generation: int | None = None
     worker_index: int | None = None
+    ns_pid: int | None = None  # the PID inside its own PID namespace (containers)
 
     @property
     def role(self) -> str:
@@ -42,7 +43,21 @@ class Process:
         return {"pid": self.pid, "ppid": self.ppid, "comm": self.comm, "role": self.role,
                 "cmdline": self.cmdline, "first_seen": self.first_seen_ns,
                 "exit": self.exit_ns, "exit_code": self.exit_code,
-                "worker_generation": self.worker_generation, "worker_index": self.worker_index}
+                "worker_generation": self.worker_generation, "worker_index": self.worker_index,
+                "ns_pid": self.ns_pid}
+
+
+def ns_pid(pid: int, proc: str = "/proc") -> int | None:
+    """The PID as the process's own PID namespace numbers it: the last field of NSpid in
+    /proc/PID/status ("NSpid:\t48213\t1" for the first process of a container)."""
+    try:
+        with open(f"{proc}/{pid}/status") as f:
+            for line in f:
+                if line.startswith("NSpid:"):
+                    return int(line.split()[-1])
+    except (OSError, ValueError):
+        pass
+    return None
 
 
 def _cmdline(pid: int) -> str:
@@ -64,6 +79,7 @@ class ProcessTable:
         p = psutil.Process(pid)
         with p.oneshot():
             proc = Process(pid, p.ppid(), p.name(), is_target, _cmdline(pid), self.clock.now_ns())
+        proc.ns_pid = ns_pid(pid)
         self.by_pid[pid] = proc
         return proc
 
@@ -79,10 +95,12 @@ class ProcessTable:
         proc = self.by_pid.get(ev.pid)
         if ev.kind == abi.EVENT_FORK:
             self.by_pid[ev.pid] = Process(ev.pid, ev.ppid, ev.comm, False, "", ts)
+            self.by_pid[ev.pid].ns_pid = ns_pid(ev.pid)
         elif proc is None:
             return
         elif ev.kind == abi.EVENT_EXEC:
             proc.comm = ev.comm
+            proc.ns_pid = ns_pid(ev.pid) or proc.ns_pid
             proc.cmdline = _cmdline(ev.pid) or proc.cmdline
         elif ev.kind == abi.EVENT_EXIT:
             proc.exit_ns, proc.exit_code = ts, ev.exit_code

@@ -59,6 +59,9 @@ TABLES: dict[str, pa.Schema] = {
         # without persistent_workers) and the index in it (fork order); null for others.
         _field("worker_generation", pa.int32(), nullable=True),
         _field("worker_index", pa.int32(), nullable=True),
+        # `pid` is the host's (what BPF sees); this is the PID inside the process's own PID
+        # namespace (a container's view, from NSpid), null when it could not be read
+        _field("ns_pid", pa.int32(), nullable=True),
     ),
     # One row per non-empty latency histogram bucket per process per interval; the sum of `count`
     # over an interval is exactly the number of operations completed in it.
