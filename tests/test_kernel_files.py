@@ -253,3 +253,35 @@ def test_redact_paths_everywhere(iowork, tmp_path):
     assert not procs.cmdline.str.contains(secret).any()
     assert secret not in r.stdout + r.stderr
     assert secret not in (out / "meta.json").read_text()
+
+
+def test_report_recomputes_gpu_idle_offline(tmp_path):
+    """A real trace of a CPU job plus an NVML stream recorded elsewhere (constructed here):
+    `iotrace report` finds the idle span, gives its cause from the loop's state, writes
+    DIR/gpu_idle, and puts the GPU sentence into the findings and the spans into --json."""
+    from tracer.schema import table_from_rows
+    from tracer.sinks.parquet import write_segment
+
+    out = tmp_path / "trace"
+    busy = "import time\nt = time.time()\nwhile time.time() - t < 4: sum(range(10000))\n"
+    r = run_iotrace("-o", str(out), "-i", "0.5", "--", sys.executable, "-c", busy)
+    assert r.returncode == 0, r.stderr
+    loop = pd.read_parquet(out / "loop")
+    t0 = int(loop.ts.min().value) - int(loop.interval_ns.iloc[0])
+    t1 = int(loop.ts.max().value)
+    period = 100_000_000  # a sample every 100 ms: busy, then idle for 1 s in the middle
+    ts = range(t0 + period, t1, period)
+    mid = (t0 + t1) // 2
+    rows = [{"ts": t, "gpu": 0, "uuid": "GPU-x", "name": "H200", "sample_period_ns": period,
+             "util_pct": 0.0 if mid - 500_000_000 < t <= mid + 500_000_000 else 97.0}
+            for t in ts]
+    write_segment(out / "gpu", table_from_rows("gpu", rows))
+    js = run_iotrace("report", str(out), "--json")
+    assert js.returncode == 0, js.stderr
+    spans = json.loads(js.stdout)["gpu_idle"]
+    assert len(spans) == 1 and spans[0]["gpu"] == 0
+    assert abs(spans[0]["duration_ns"] - 1_000_000_000) <= 2 * period
+    assert spans[0]["cause"] == "compute"  # the loop was busy on the CPU meanwhile
+    assert len(pd.read_parquet(out / "gpu_idle")) == 1
+    text = run_iotrace("report", str(out)).stdout
+    assert "GPU 0 idle" in text

@@ -226,9 +226,11 @@ def cmd_report(argv: list[str]) -> int:
 
     from tracer.api import TraceError, load
     from tracer.html import summary_json, write_html
+    from tracer.report import recompute_gpu
 
     try:
         trace = load(args.directory)
+        gpu = recompute_gpu(trace)  # DIR/gpu_idle from DIR/gpu, as the text report does
         if args.html:
             try:
                 path = write_html(trace, args.html)
@@ -239,7 +241,11 @@ def cmd_report(argv: list[str]) -> int:
                                  "path") from None
             print(f"Report written to {path}", file=sys.stderr)  # stdout stays pure for --json
         if args.json:
-            json.dump(summary_json(trace), sys.stdout, indent=2, allow_nan=False)
+            summary = summary_json(trace)
+            if gpu is not None:
+                summary["gpu_idle"] = json.loads(trace["gpu_idle"].to_json(orient="records",
+                                                                           date_unit="ns"))
+            json.dump(summary, sys.stdout, indent=2, allow_nan=False)
             print()
     except TraceError as e:
         raise UsageError(str(e)) from None

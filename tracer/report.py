@@ -89,6 +89,39 @@ def diagnose_trace(trace: Trace, processes: ProcessTable) -> Diagnosis:
     return d
 
 
+def recompute_gpu(trace: Trace, write: bool = True) -> tuple[list[dict], list[dict]] | None:
+    """With a `gpu` table: the idle spans and their causes again, from the saved NVML samples
+    and the training loop's states (so a trace recorded on a GPU host, or an NVML stream
+    recorded separately and dropped into DIR/gpu, can be analysed anywhere). Offline there is
+    no process list per GPU: the GPU belongs to the single `main` process (with several, pid
+    is null and the cause `unknown`). Writes DIR/gpu_idle (replacing it) unless `write` is
+    False. Returns (gpu_idle rows, gpu rows), or None without a gpu table."""
+    from tracer import gpu
+    from tracer.schema import table_from_rows
+    from tracer.sinks.parquet import write_segment
+
+    gpu_df = trace["gpu"]
+    if gpu_df.empty:
+        return None
+    gpu_rows = [_plain_row(r) for r in _as_records(gpu_df)]
+    loop_rows = [_plain_row(r) for r in _as_records(trace["loop"])]
+    idle = gpu.analyse(gpu_rows, loop_rows)
+    if write:
+        write_segment(trace.directory / "gpu_idle", table_from_rows("gpu_idle", idle), replace=True)
+        trace._cache.pop("gpu_idle", None)
+    return idle, gpu_rows
+
+
+def _as_records(df: pd.DataFrame) -> list[dict]:
+    df = df.astype({c: object for c in df.columns if isinstance(df[c].dtype, pd.CategoricalDtype)})
+    return df.astype(object).where(df.notna(), None).to_dict("records")
+
+
+def _plain_row(r: dict) -> dict:
+    """Timestamps as int ns (what the live session passes), everything else as is."""
+    return {k: (_ns(v) if isinstance(v, pd.Timestamp) else v) for k, v in r.items()}
+
+
 def report(directory: str, out: TextIO) -> int:
     try:
         trace = load(directory)
@@ -101,6 +134,11 @@ def report(directory: str, out: TextIO) -> int:
                                            r.role == "main", str(r.cmdline), _ns(r.first_seen))
     file_totals, file_table = file_totals_from_files(files)
     findings = diagnose_trace(trace, procs).findings()
+    gpu = recompute_gpu(trace)
+    if gpu is not None:
+        from tracer.diagnose import add_gpu_evidence
+
+        add_gpu_evidence(findings, *gpu)
     lost = trace.meta.get("events_lost", 0)
     header = (f"Trace {directory}: {len(procs.by_pid)} processes "
               f"({trace.meta.get('stop_reason')}); {lost} events lost.")

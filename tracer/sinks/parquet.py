@@ -74,6 +74,25 @@ def _write_atomic(path: Path, write: Callable[[BinaryIO], object]) -> None:
     _fsync_dir(path.parent)
 
 
+def write_segment(folder: Path, data: pa.Table, replace: bool = False) -> Path:
+    """Writes `data` as one segment of the table in `folder` (created if missing). With
+    `replace`, it becomes the table's only segment: part-00000 is written atomically over the
+    first, then the other segments are removed (a reader sees the old table or the new one,
+    never none; `iotrace report` rewriting `gpu_idle` uses this)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    parts = sorted(p for p in folder.iterdir() if _PART_RE.fullmatch(p.name))
+    number = 0 if replace else (int(_PART_RE.fullmatch(parts[-1].name)[1]) + 1 if parts else 0)
+    path = folder / segment_name(number)
+    _write_atomic(path, lambda f: pq.write_table(data, f, compression="zstd",
+                                                 row_group_size=max(1, data.num_rows)))
+    if replace:
+        for p in parts:
+            if p != path:
+                p.unlink(missing_ok=True)
+        _fsync_dir(folder)
+    return path
+
+
 class TraceWriter:
     """Writes the tables of one trace as rolled Parquet segments, plus ``meta.json``.
 
