@@ -10,6 +10,8 @@
 #    matmul load (busy 2 s, paused 1.5 s, busy 1.5 s; run by whichever python has torch with CUDA,
 #    skipped when none has) and prints the calibrated NVML clock, the rows and the idle spans; the
 #    pause must come out as an idle span on the load's GPU, the busy phases must not.
+# 3. iotrace end to end (root, BPF objects built, torch with CUDA): a CUDA training loop with a
+#    starved DataLoader (idle spans attributed to data wait), then a healthy one (little idle).
 # Prints PASS/FAIL/SKIP lines; exits 1 if anything failed.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
@@ -224,5 +226,47 @@ EOF
 live=$?
 [ -n "$LOADPID" ] && { wait "$LOADPID" || { echo "load failed:"; tail -5 "$WORK/load.err"; }; }
 [ "$live" -ne 0 ] && fail=1
+
+# -- 3. iotrace end to end: a starved DataLoader, then a healthy run -------------------------------
+# A CUDA training loop whose one DataLoader worker runs a heavy CPU transform (the GPU waits for
+# batches), then one with two workers and heavy GPU compute. iotrace --gpu auto traces each; the
+# starved run must have GPU idle spans mostly attributed to data wait, the healthy one must not.
+IOTRACE_OK=""
+if [ -n "$LOADPY" ] && [ "$(id -u)" -eq 0 ] && has "$LOADPY" "import tracer.cli, pyarrow, psutil, rich" \
+    && ls tracer/bpf/*.bpf.o >/dev/null 2>&1; then IOTRACE_OK=1; fi
+if [ -z "$IOTRACE_OK" ]; then
+    echo "SKIP iotrace end to end: needs root, built BPF objects (make build) and a python with torch+CUDA and iotrace's dependencies"
+else
+    DATA="$WORK/data"
+    "$LOADPY" -c "from tracer.workloads.dataset import make_dataset as m; m('$DATA', 96, 192)" >/dev/null
+    run_case() {  # name, expect (starved|healthy), training args...
+        local name=$1 expect=$2; shift 2
+        timeout 240 "$LOADPY" -m tracer.cli --gpu auto --no-tui -o "$WORK/$name" -- \
+            "$LOADPY" -m tracer.workloads.train --data "$DATA" --device cuda "$@" \
+            > "$WORK/$name.out" 2> "$WORK/$name.err" || { echo "FAIL $name: iotrace exited $?"; tail -3 "$WORK/$name.err"; return 1; }
+        "$LOADPY" - "$WORK/$name" "$expect" <<'PYEOF'
+import sys
+import pandas as pd
+import tracer
+t = tracer.load(sys.argv[1]); expect = sys.argv[2]
+gpu, idle = t["gpu"], t["gpu_idle"]
+if gpu.empty:
+    print(f"FAIL {expect}: no NVML samples in the trace"); sys.exit(1)
+span_s = (gpu.ts.max() - gpu.ts.min()).total_seconds() or 1
+idle_s = idle.duration_ns.sum() / 1e9 if not idle.empty else 0.0
+by_cause = (idle.groupby("cause", observed=True).duration_ns.sum() / 1e9).to_dict() if not idle.empty else {}
+wait = sum(v for k, v in by_cause.items() if k in ("data_wait_io", "data_wait_cpu", "sync_loading"))
+print(f"      {expect}: GPU idle {100 * idle_s / span_s:.0f} % of {span_s:.1f} s; by cause {by_cause}")
+print("      leading finding:", t.findings.kind.iloc[0] if not t.findings.empty else None)
+if expect == "starved":
+    ok = idle_s > 0.2 * span_s and wait >= 0.5 * idle_s
+else:
+    ok = idle_s < 0.2 * span_s
+print(f"{'PASS' if ok else 'FAIL'} iotrace {expect} run"); sys.exit(0 if ok else 1)
+PYEOF
+    }
+    run_case starved starved --num-workers 1 --transform heavy --transform-rounds 20 --epochs 1 || fail=1
+    run_case healthy healthy --num-workers 2 --persistent-workers --compute heavy --compute-rounds 200 --epochs 1 || fail=1
+fi
 echo "gpu_check: $([ $fail -eq 0 ] && echo PASS || echo FAIL)"
 exit $fail

@@ -134,8 +134,10 @@ def ballast(total_mb: int, model: nn.Module, optimizer: torch.optim.Optimizer) -
 def warm_up(model: nn.Module, dataset: FileDataset) -> None:
     """One step and one transform on random data, before the handshake: the code they run (pages of
     libtorch, FFT kernels) is read from disk now, not during the training that is measured."""
+    device = next(model.parameters()).device
     x = torch.rand(2, 3, 2 * POOLED, 2 * POOLED)
-    nn.CrossEntropyLoss()(model(x), torch.zeros(2, dtype=torch.long)).backward()
+    nn.CrossEntropyLoss()(model(x.to(device)),
+                          torch.zeros(2, dtype=torch.long, device=device)).backward()
     model.zero_grad(set_to_none=True)
     if dataset.transform == "heavy":
         dataset._heavy(x[0])
@@ -172,6 +174,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--transform", choices=["none", "heavy"], default="none")
     p.add_argument("--transform-rounds", type=int, default=4, help="rounds of the heavy transform")
     p.add_argument("--compute", choices=["light", "heavy"], default="light")
+    p.add_argument("--device", choices=["cpu", "cuda", "auto"], default="cpu",
+                   help="where the model trains (auto: cuda when available); the data pipeline "
+                        "stays on the CPU, as in real jobs")
     p.add_argument("--compute-rounds", type=int, default=4, help="forward/backward passes per heavy step")
     p.add_argument("--epochs", type=int, default=1)
     p.add_argument("--steps-per-epoch", type=int, default=0, help="0: until the dataset is consumed")
@@ -211,7 +216,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: no sample files in {data}", file=sys.stderr)
         return 2
     dataset = FileDataset(paths, args.transform, args.transform_rounds)
-    model = Model(args.compute)
+    if args.device == "auto":
+        args.device = "cuda" if torch.cuda.is_available() else "cpu"
+    model = Model(args.compute).to(args.device)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     ckpt_dir = Path(args.checkpoint_dir) if args.checkpoint_dir else None
     extra: dict[str, torch.Tensor] = {}
@@ -287,6 +294,7 @@ def train(
         t0 = time.perf_counter()
         n = 0
         for x, y in loader:
+            x, y = x.to(args.device, non_blocking=True), y.to(args.device, non_blocking=True)
             for _ in range(rounds):
                 optimizer.zero_grad(set_to_none=True)
                 loss = loss_fn(model(x), y)
