@@ -15,12 +15,8 @@ from collections.abc import Callable, Iterator
 LIBBPF_ENV = "IOTRACE_LIBBPF"  # overrides the library path (tests, unusual installs)
 DEFAULT_LIBBPF = "libbpf.so.1"
 
-# enum bpf_attach_type (include/uapi/linux/bpf.h)
-BPF_TRACE_RAW_TP = 23
 # enum bpf_map_type
 BPF_MAP_TYPE_RINGBUF = 27
-# enum bpf_prog_type
-BPF_PROG_TYPE_TRACEPOINT = 5
 # flags of bpf_map_update_elem
 BPF_ANY = 0
 # enum libbpf_print_level
@@ -86,12 +82,10 @@ def lib() -> ctypes.CDLL:
     _sig(so.ring_buffer__new, vp, i, RING_SAMPLE_FN, vp, vp)
     _sig(so.ring_buffer__poll, i, vp, i)
     _sig(so.ring_buffer__free, None, vp)
-    _sig(so.libbpf_find_vmlinux_btf_id, i, cp, i)
     _sig(so.btf__load_vmlinux_btf, vp)
     _sig(so.btf__find_by_name_kind, i, vp, cp, u32)
     _sig(so.libbpf_probe_bpf_map_type, i, i, vp)
     _sig(so.libbpf_num_possible_cpus, i)
-    _sig(so.libbpf_probe_bpf_prog_type, i, i, vp)
     _libc.vsnprintf.restype = i
     _libc.vsnprintf.argtypes = [cp, ctypes.c_size_t, cp, vp]
     so.libbpf_set_print(_print_cb)
@@ -316,7 +310,3 @@ def num_possible_cpus() -> int:
 
 def probe_ringbuf() -> bool:
     return lib().libbpf_probe_bpf_map_type(BPF_MAP_TYPE_RINGBUF, None) == 1
-
-
-def probe_tracepoint_programs() -> bool:
-    return lib().libbpf_probe_bpf_prog_type(BPF_PROG_TYPE_TRACEPOINT, None) == 1

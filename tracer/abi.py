@@ -141,7 +141,7 @@ def decode_thread_time(tid: int, raw: bytes, now_ns: int) -> ThreadTime:
     tgid, state, since, oncpu, runnable, sleep, iowait, w0, w1, w2, w3, comm = (
         THREAD_TIME.unpack_from(raw))
     times = [oncpu, runnable, sleep, iowait]
-    if state < 4 and now_ns > since:
+    if THREAD_STATES.get(state, "dead") != "dead" and now_ns > since:
         times[state] += now_ns - since
     return ThreadTime(tgid, tid, _cstr(comm), *times, (w0, w1, w2, w3))
 

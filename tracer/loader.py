@@ -163,10 +163,6 @@ class Probes:
         assert self.tracked is not None
         self.tracked.update(abi.TGID.pack(pid), abi.TRACKED_INFO.pack(root, 0))
 
-    def tracked_pids(self) -> set[int]:
-        assert self.tracked is not None
-        return {abi.TGID.unpack(k)[0] for k in self.tracked.all_keys()}
-
     def attach(self) -> None:
         """Attaches every loaded program; raises HostCannotTrace on failure (nothing stays)."""
         try:

@@ -1,0 +1,109 @@
+"""What iotrace costs a real PyTorch DataLoader job, and what the tracer itself burns.
+
+    .venv/bin/python scripts/bench_dataloader.py [--rounds 5] [--epochs 3]
+
+1. Steps per second of a real training job (tracer.workloads.train: 2 DataLoader workers
+   reading 96 files of 192 KiB from the page cache, a light model), untraced and traced by
+   `iotrace -- ...`, paired in the same invocation, the order alternating per round. The job
+   prints `epoch E steps N seconds T`; steps/s is the sum of steps over the sum of seconds
+   (epochs only: start-up and torch's import are not in it).
+2. The tracer's own CPU (user + system, from wait4) per second of tracing, for that job and
+   for a page-cache pread loop doing several hundred thousand syscalls per second.
+
+Prints a table; writes nothing else. Timings are never asserted anywhere (they are noisy on
+2 vCPUs): read docs/benchmarks.md for what was measured and how.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PY = sys.executable
+EPOCH = re.compile(r"epoch \d+ steps (\d+) seconds ([0-9.]+)")
+
+
+def run_with_cpu(argv: list[str]) -> tuple[str, float, float]:
+    """Like run(), with the CPU of the top process only (the tracer, not the traced job)."""
+    t0 = time.monotonic()
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                            cwd=ROOT)
+    out = proc.stdout.read()
+    # The tracer's own rusage: wait4 on it alone. Its children's CPU goes to cutime, not here.
+    _, _, usage = os.wait4(proc.pid, 0)
+    return out, time.monotonic() - t0, usage.ru_utime + usage.ru_stime
+
+
+def steps_per_s(out: str) -> float:
+    pairs = [(int(s), float(t)) for s, t in EPOCH.findall(out)]
+    if not pairs:
+        raise SystemExit(f"no epoch lines in the job's output:\n{out[-2000:]}")
+    return sum(s for s, _ in pairs) / sum(t for _, t in pairs)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--epochs", type=int, default=3)
+    p.add_argument("--seconds", type=float, default=5, help="length of the pread loop")
+    args = p.parse_args()
+    from tracer.workloads.dataset import hold, make_dataset
+
+    data = Path(tempfile.gettempdir()) / "iotrace-bench-dataloader"
+    paths = make_dataset(data, 96, 192)
+    keep = hold(paths)  # warm and kept mapped: page-cache reads for the whole run
+    job = [PY, "-m", "tracer.workloads.train", "--data", str(data), "--num-workers", "2",
+           "--persistent-workers", "--batch-size", "8", "--epochs", str(args.epochs)]
+    iotrace = [PY, "-m", "tracer.cli", "--no-tui", "-o"]
+    plain, traced, tracer_cpu = [], [], []
+    try:
+        for r in range(args.rounds):
+            order = ("plain", "traced") if r % 2 == 0 else ("traced", "plain")
+            for mode in order:
+                if mode == "plain":
+                    out, _, _ = run_with_cpu(job)
+                    plain.append(steps_per_s(out))
+                else:
+                    with tempfile.TemporaryDirectory() as d:
+                        out, wall, cpu = run_with_cpu([*iotrace, f"{d}/t", "--", *job])
+                    traced.append(steps_per_s(out))
+                    tracer_cpu.append(cpu / wall)
+            print(f"round {r + 1}: untraced {plain[-1]:.1f} steps/s, traced {traced[-1]:.1f} "
+                  f"steps/s, tracer CPU {100 * tracer_cpu[-1]:.1f} % of a core", flush=True)
+    finally:
+        keep.close()
+    ratios = [t / u for t, u in zip(traced, plain, strict=True)]
+    print(f"\nDataLoader job: untraced median {statistics.median(plain):.1f} steps/s, traced "
+          f"{statistics.median(traced):.1f}; traced/untraced per round "
+          f"{' '.join(f'{x:.3f}' for x in ratios)}; median {statistics.median(ratios):.3f} "
+          f"({100 * (1 - statistics.median(ratios)):+.1f} % fewer steps/s)")
+    print(f"tracer CPU while tracing the job: median {100 * statistics.median(tracer_cpu):.1f} % "
+          "of one core (whole run, start-up and final write included)")
+
+    loop = ROOT / "scripts/bin/pread_loop"
+    if not loop.exists():
+        subprocess.run(["make", "-s", "scripts/bin/pread_loop"], cwd=ROOT, check=True)
+    bench = Path("/var/tmp/iotrace-bench.dat")
+    if not bench.exists():
+        with open(bench, "wb") as f:
+            f.write(os.urandom(1 << 20))
+    with tempfile.TemporaryDirectory() as d:
+        out, wall, cpu = run_with_cpu([*iotrace, f"{d}/t", "--", str(loop), str(bench),
+                                       str(args.seconds)])
+    ops = int(re.search(r"ops=(\d+)", out)[1])
+    print(f"pread loop: {ops / args.seconds / 1000:.0f} k syscalls/s traced; tracer CPU "
+          f"{100 * cpu / wall:.1f} % of one core over {wall:.1f} s (start-up and final write "
+          "included)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
