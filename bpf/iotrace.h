@@ -198,6 +198,8 @@ struct iot_proc_event {
 	__s32 exit_code;
 	__u64 ts_ns; /* bpf_ktime_get_ns(): CLOCK_MONOTONIC */
 	char comm[IOT_COMM_LEN];
+	__u32 ns_pid; /* fork/exec: the PID in the process's own PID namespace (containers) */
+	__u32 pad;
 };
 
 #endif /* IOTRACE_H */

@@ -8,6 +8,19 @@
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
+/* The task's PID as its own (innermost) PID namespace numbers it: pid->numbers[pid->level]. */
+static __always_inline __u32 ns_pid_of(struct task_struct *task)
+{
+	struct pid *pid = BPF_CORE_READ(task, thread_pid);
+	unsigned int level = BPF_CORE_READ(pid, level);
+	struct upid up = {};
+
+	if (level > 31)
+		return 0;
+	bpf_probe_read_kernel(&up, sizeof(up), &pid->numbers[level]);
+	return up.nr;
+}
+
 static __always_inline void emit(__u32 kind, __u32 pid, __u32 ppid, __s32 exit_code,
 				 struct task_struct *task)
 {
@@ -23,6 +36,8 @@ static __always_inline void emit(__u32 kind, __u32 pid, __u32 ppid, __s32 exit_c
 	e->exit_code = exit_code;
 	e->ts_ns = bpf_ktime_get_ns();
 	BPF_CORE_READ_STR_INTO(&e->comm, task, comm);
+	e->ns_pid = kind == IOT_EVENT_EXIT ? 0 : ns_pid_of(task);
+	e->pad = 0;
 	bpf_ringbuf_submit(e, 0);
 }
 
@@ -98,6 +113,8 @@ static __always_inline int handle_rename(struct task_struct *task, const char *c
 		e->exit_code = 0;
 		e->ts_ns = bpf_ktime_get_ns();
 		__builtin_memcpy(e->comm, name, sizeof(name));
+		e->ns_pid = 0;
+		e->pad = 0;
 		bpf_ringbuf_submit(e, 0);
 		return 0;
 	}
@@ -117,6 +134,8 @@ static __always_inline int handle_rename(struct task_struct *task, const char *c
 	e->exit_code = 0;
 	e->ts_ns = bpf_ktime_get_ns();
 	__builtin_memcpy(e->comm, name, sizeof(name));
+	e->ns_pid = 0;
+	e->pad = 0;
 	bpf_ringbuf_submit(e, 0);
 	return 0;
 }

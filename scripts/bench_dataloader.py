@@ -32,14 +32,25 @@ EPOCH = re.compile(r"epoch \d+ steps (\d+) seconds ([0-9.]+)")
 
 
 def run_with_cpu(argv: list[str]) -> tuple[str, float, float]:
-    """Like run(), with the CPU of the top process only (the tracer, not the traced job)."""
+    """(stdout, wall seconds, CPU seconds of the top process's own threads). wait4's rusage would
+    add the children it reaped (the traced job), so the CPU is read from /proc/PID/stat
+    (utime + stime, not cutime/cstime) every 100 ms; the last reading before exit counts."""
+    hz = os.sysconf("SC_CLK_TCK")
     t0 = time.monotonic()
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                            cwd=ROOT)
-    out = proc.stdout.read()
-    # The tracer's own rusage: wait4 on it alone. Its children's CPU goes to cutime, not here.
-    _, _, usage = os.wait4(proc.pid, 0)
-    return out, time.monotonic() - t0, usage.ru_utime + usage.ru_stime
+    with tempfile.TemporaryFile("w+") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.DEVNULL, text=True, cwd=ROOT)
+        cpu = 0.0
+        while proc.poll() is None:
+            try:
+                with open(f"/proc/{proc.pid}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+                cpu = (int(fields[11]) + int(fields[12])) / hz  # utime, stime (fields 14, 15)
+            except (OSError, IndexError):
+                pass
+            time.sleep(0.1)
+        wall = time.monotonic() - t0
+        out.seek(0)
+        return out.read(), wall, cpu
 
 
 def steps_per_s(out: str) -> float:

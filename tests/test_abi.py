@@ -23,6 +23,7 @@ int main(void) {
     S(hist); O(hist, count); O(hist, bytes);
     S(iot_proc_event); O(iot_proc_event, kind); O(iot_proc_event, pid); O(iot_proc_event, ppid);
     O(iot_proc_event, exit_code); O(iot_proc_event, ts_ns); O(iot_proc_event, comm);
+    O(iot_proc_event, ns_pid);
     S(iot_config); S(file_key); S(file_stat); S(iot_file_event); S(iot_slow_event);
     S(thread_time); S(tracked_info); O(iot_file_event, names); O(thread_time, comm);
     printf("IOT_MAX_SLOTS %d\nIOT_COMM_LEN %d\n", IOT_MAX_SLOTS, IOT_COMM_LEN);
@@ -64,7 +65,8 @@ def test_hist_layout(c_layout):
 def test_proc_event_layout(c_layout):
     assert c_layout["iot_proc_event"] == abi.PROC_EVENT.size
     assert [c_layout[f"iot_proc_event.{f}"] for f in ("kind", "pid", "ppid", "exit_code",
-                                                       "ts_ns", "comm")] == [0, 4, 8, 12, 16, 24]
+                                                       "ts_ns", "comm", "ns_pid")] == [
+        0, 4, 8, 12, 16, 24, 40]
 
 
 def test_other_records(c_layout):
@@ -98,6 +100,6 @@ def test_decode_round_trip():
     key = abi.decode_hist_key(raw)
     assert key == abi.HistKey(1234, (254 << 20) | 16, "block", "read", None, "readahead")
     assert abi.dev_major_minor(key.dev) == (254, 16)
-    ev = abi.decode_proc_event(abi.PROC_EVENT.pack(3, 10, 0, 7, 99, b"python3\0garbage!"))
+    ev = abi.decode_proc_event(abi.PROC_EVENT.pack(3, 10, 0, 7, 99, b"python3\0garbage!", 0))
     assert (ev.kind, ev.pid, ev.exit_code, ev.ts_ns, ev.comm) == (abi.EVENT_EXIT, 10, 7, 99,
                                                                    "python3")

@@ -41,8 +41,8 @@ CONFIG = struct.Struct("<BBB5xQ")
 HIST_KEY = struct.Struct("<IIBBBB")
 # struct hist: u64 count[MAX_SLOTS]; u64 bytes[MAX_SLOTS]
 HIST_SIZE = 2 * 8 * MAX_SLOTS
-# struct iot_proc_event: kind, pid, ppid, exit_code, ts_ns, comm
-PROC_EVENT = struct.Struct(f"<IIIiQ{COMM_LEN}s")
+# struct iot_proc_event: kind, pid, ppid, exit_code, ts_ns, comm, ns_pid
+PROC_EVENT = struct.Struct(f"<IIIiQ{COMM_LEN}sI4x")
 # tracked map: u32 tgid -> struct tracked_info {root, flags}
 TGID = struct.Struct("<I")
 TRACKED_INFO = struct.Struct("<II")
@@ -81,6 +81,7 @@ class ProcEvent:
     exit_code: int
     ts_ns: int  # CLOCK_MONOTONIC
     comm: str
+    ns_pid: int = 0  # fork/exec: the PID in its own PID namespace; 0 when not sent
 
 
 @dataclass(frozen=True)
@@ -200,8 +201,8 @@ def decode_hist(raw: bytes):
 
 
 def decode_proc_event(raw: bytes) -> ProcEvent:
-    kind, pid, ppid, code, ts, comm = PROC_EVENT.unpack_from(raw)
-    return ProcEvent(kind, pid, ppid, code, ts, _cstr(comm))
+    kind, pid, ppid, code, ts, comm, ns_pid = PROC_EVENT.unpack_from(raw)
+    return ProcEvent(kind, pid, ppid, code, ts, _cstr(comm), ns_pid)
 
 
 def slot_bounds_ns(slot: int) -> tuple[int, int]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import errno
 import os
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from tracer import _libbpf, abi
@@ -188,9 +189,16 @@ class Probes:
                 self.links.append(prog.attach_tracepoint("syscalls", tp))
 
     def detach(self) -> None:
-        for link in self.links:
-            link.destroy()
-        self.links.clear()
+        """Destroys every link. Each close waits for an RCU grace period in the kernel (about
+        50 ms here), so they are closed from a few threads at once (ctypes releases the GIL):
+        detaching 38 links takes one or two grace periods instead of 38."""
+        links, self.links = self.links, []
+        if len(links) <= 1:
+            for link in links:
+                link.destroy()
+            return
+        with ThreadPoolExecutor(max_workers=min(16, len(links))) as pool:
+            list(pool.map(Link.destroy, links))
 
     # -- reading ----------------------------------------------------------------------------------
     def read_hists(self) -> dict[bytes, bytes]:

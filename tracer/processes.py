@@ -95,12 +95,12 @@ class ProcessTable:
         proc = self.by_pid.get(ev.pid)
         if ev.kind == abi.EVENT_FORK:
             self.by_pid[ev.pid] = Process(ev.pid, ev.ppid, ev.comm, False, "", ts)
-            self.by_pid[ev.pid].ns_pid = ns_pid(ev.pid)
+            self.by_pid[ev.pid].ns_pid = ev.ns_pid or ns_pid(ev.pid)
         elif proc is None:
             return
         elif ev.kind == abi.EVENT_EXEC:
             proc.comm = ev.comm
-            proc.ns_pid = ns_pid(ev.pid) or proc.ns_pid
+            proc.ns_pid = ev.ns_pid or proc.ns_pid
             proc.cmdline = _cmdline(ev.pid) or proc.cmdline
         elif ev.kind == abi.EVENT_EXIT:
             proc.exit_ns, proc.exit_code = ts, ev.exit_code

@@ -443,8 +443,10 @@ class Session:
 
     # -- stop -----------------------------------------------------------------------------------------
     def finish(self) -> str:
-        """Detaches, takes the last snapshot, closes the trace; returns the summary text."""
-        self.probes.detach()
+        """Takes the last snapshot, closes the trace; returns the summary text. The programs
+        stay attached until close() (detaching waits for the kernel: about a second), so the
+        summary comes first; what completes after this last read is not in the trace, as
+        with any stop."""
         self.probes.poll_events(0)
         self._finishing = True
         findings = []
