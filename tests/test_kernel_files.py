@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -285,3 +286,44 @@ def test_report_recomputes_gpu_idle_offline(tmp_path):
     assert len(pd.read_parquet(out / "gpu_idle")) == 1
     text = run_iotrace("report", str(out)).stdout
     assert "GPU 0 idle" in text
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")
+def test_live_view_of_a_real_trace_in_tmux(tmp_path):
+    """iotrace itself on a terminal (tmux): the live view shows its panes and a finding while
+    the job runs, `q` stops it, and the summary lands in the normal scrollback."""
+    sock = f"iotrace-{os.getpid()}"
+    out = tmp_path / "trace"
+    job = ("import time\nfor i in range(40):\n    open('/etc/services', 'rb').read()\n"
+           "    time.sleep(0.2)\n")
+    (tmp_path / "job.py").write_text(job)
+    # (pytest exports COLUMNS/LINES, which rich would take over the terminal's real size)
+    cmd = (f"cd {ROOT} && env -u COLUMNS -u LINES {' '.join(IOTRACE)} -o {out} -i 0.5 -- "
+           f"{sys.executable} "
+           f"{tmp_path / 'job.py'}; sleep 30")
+
+    def tmux(*args):
+        return subprocess.run(["tmux", "-L", sock, *args], capture_output=True, text=True,
+                              check=True, timeout=10).stdout
+
+    tmux("-f", "/dev/null", "new-session", "-d", "-s", "live", "-x", "150", "-y", "50", cmd)
+    tmux("set-option", "-t", "live", "window-size", "manual")  # detached: keep 150x50
+    tmux("resize-window", "-t", "live", "-x", "150", "-y", "50")
+    try:
+        screen, deadline = "", time.monotonic() + 20
+        while time.monotonic() < deadline and "devices (iostat -x)" not in screen:
+            time.sleep(0.3)
+            screen = tmux("capture-pane", "-p", "-t", "live")
+        assert "devices (iostat -x)" in screen, screen
+        for pane in ("finding", "READ", "system (dstat)", "top files", "/etc/services"):
+            assert pane in screen, (pane, screen)
+        tmux("send-keys", "-t", "live", "q")
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and "Trace written to" not in screen:
+            time.sleep(0.3)
+            screen = tmux("capture-pane", "-p", "-t", "live", "-S", "-")
+        assert "Trace written to" in screen and "Findings" in screen, screen
+        assert (out / "meta.json").exists()
+        assert json.loads((out / "meta.json").read_text())["stop_reason"] == "q"
+    finally:
+        subprocess.run(["tmux", "-L", sock, "kill-server"], capture_output=True, check=False)
