@@ -82,6 +82,26 @@ static __always_inline int handle_exit(struct task_struct *task)
 	return 0;
 }
 
+/* A RENAME or DISCOVER record: a name and two ids (see enum iot_event_kind). */
+static __always_inline void emit_name(__u32 kind, __u32 pid, __u32 other, const char *name)
+{
+	struct iot_proc_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+
+	if (!e) {
+		count_lost_event();
+		return;
+	}
+	e->kind = kind;
+	e->pid = pid;
+	e->ppid = other;
+	e->exit_code = 0;
+	e->ts_ns = bpf_ktime_get_ns();
+	__builtin_memcpy(e->comm, name, IOT_COMM_LEN);
+	e->ns_pid = 0;
+	e->pad = 0;
+	bpf_ringbuf_submit(e, 0);
+}
+
 /* PyTorch names its DataLoader workers and pin-memory thread (prctl PR_SET_NAME). */
 static __always_inline int handle_rename(struct task_struct *task, const char *comm)
 {
@@ -89,7 +109,6 @@ static __always_inline int handle_rename(struct task_struct *task, const char *c
 	static const char elastic[IOT_COMM_LEN] = "pt_elastic";
 	__u32 tgid = BPF_CORE_READ(task, tgid), pid = BPF_CORE_READ(task, pid);
 	struct tracked_info *info = bpf_map_lookup_elem(&tracked, &tgid);
-	struct iot_proc_event *e;
 	char name[IOT_COMM_LEN] = {};
 	bool is_worker, is_elastic;
 
@@ -102,20 +121,7 @@ static __always_inline int handle_rename(struct task_struct *task, const char *c
 		/* --auto: a training job shows itself by starting DataLoader workers or torchrun */
 		if (!is_worker && !is_elastic)
 			return 0;
-		e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
-		if (!e) {
-			count_lost_event();
-			return 0;
-		}
-		e->kind = IOT_EVENT_DISCOVER;
-		e->pid = tgid;
-		e->ppid = BPF_CORE_READ(task, real_parent, tgid);
-		e->exit_code = 0;
-		e->ts_ns = bpf_ktime_get_ns();
-		__builtin_memcpy(e->comm, name, sizeof(name));
-		e->ns_pid = 0;
-		e->pad = 0;
-		bpf_ringbuf_submit(e, 0);
+		emit_name(IOT_EVENT_DISCOVER, tgid, BPF_CORE_READ(task, real_parent, tgid), name);
 		return 0;
 	}
 	if (is_worker && pid == tgid)
@@ -123,20 +129,7 @@ static __always_inline int handle_rename(struct task_struct *task, const char *c
 	struct thread_time *t = bpf_map_lookup_elem(&threads, &pid);
 	if (t)
 		__builtin_memcpy(t->comm, name, sizeof(name));
-	e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
-	if (!e) {
-		count_lost_event();
-		return 0;
-	}
-	e->kind = IOT_EVENT_RENAME;
-	e->pid = tgid;
-	e->ppid = pid;
-	e->exit_code = 0;
-	e->ts_ns = bpf_ktime_get_ns();
-	__builtin_memcpy(e->comm, name, sizeof(name));
-	e->ns_pid = 0;
-	e->pad = 0;
-	bpf_ringbuf_submit(e, 0);
+	emit_name(IOT_EVENT_RENAME, tgid, pid, name);
 	return 0;
 }
 
