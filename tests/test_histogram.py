@@ -99,3 +99,22 @@ def test_summary_names_process_layer_and_percentiles():
     text = render_summary({series: h}, procs, "header")
     assert "pid 5 train (main)" in text
     assert "block read on vda (direct): 20 ops, 80.0 KiB, p50 98.3 us, p99 130 us" in text
+
+
+def test_idle_file_keys_are_dropped_and_counted_afresh():
+    """A per-file key untouched for N intervals is handed back for deletion; if the file is
+    read again, the recreated key counts from zero: nothing is counted twice or lost."""
+    agg = Aggregator(ProcessTable(Clock()))
+    key = abi.FILE_KEY.pack(7, 1, 42, 0)
+
+    def stat(ops):
+        return abi.FILE_STAT.pack(ops, 4096 * ops, 1000 * ops, 0, 0, 10, 0)
+
+    rows = agg.interval(Reading({}, {key: stat(5)}), ts_ns=1).files
+    assert [r["ops"] for r in rows] == [5]
+    for t in range(2, 5):
+        assert agg.interval(Reading({}, {key: stat(5)}), ts_ns=t).files == []
+    assert agg.idle_file_keys(3) == [key] and agg.idle_file_keys(4) == []
+    agg.forget(agg.idle_file_keys(3))  # the session deletes it from the kernel map too
+    rows = agg.interval(Reading({}, {key: stat(2)}), ts_ns=9).files  # recreated by the kernel
+    assert [r["ops"] for r in rows] == [2]

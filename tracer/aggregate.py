@@ -80,6 +80,7 @@ class Aggregator:
         self.prev: dict[bytes, np.ndarray] = {}
         self.prev_files: dict[bytes, tuple[int, ...]] = {}
         self.prev_threads: dict[int, tuple[int, ...]] = {}
+        self.file_idle: dict[bytes, int] = {}  # intervals since a file key last changed
         self.totals: dict[Series, np.ndarray] = {}  # whole-trace sums, for the summary
         self.file_totals: dict[tuple[int, int, int], FileTotals] = {}  # (pid, dev, ino)
         self.last_ts_ns: int | None = None
@@ -136,6 +137,7 @@ class Aggregator:
         for k in raw_keys:
             self.prev.pop(k, None)
             self.prev_files.pop(k, None)
+            self.file_idle.pop(k, None)
         for tid in tids:
             self.prev_threads.pop(tid, None)
 
@@ -151,7 +153,9 @@ class Aggregator:
             self.prev_files[rkey] = cur
             ops, nbytes, lat_sum, missed, dirtied = delta
             if not (ops or missed or dirtied):
+                self.file_idle[rkey] = self.file_idle.get(rkey, 0) + 1
                 continue
+            self.file_idle.pop(rkey, None)
             key = abi.decode_file_key(rkey)
             info = self.files.get(key.dev, key.ino, key.pid)
             proc = self.processes.get(key.pid)
@@ -174,6 +178,12 @@ class Aggregator:
             t.pages_missed += missed
             t.pages_dirtied += dirtied
         return rows
+
+    def idle_file_keys(self, intervals: int) -> list[bytes]:
+        """File keys unchanged for `intervals` intervals: the session deletes them from the
+        kernel map (and forgets them), so that a job reading millions of files keeps the map
+        bounded. A file read again later starts a fresh key, counted from zero."""
+        return [k for k, n in self.file_idle.items() if n >= intervals]
 
     def on_slow(self, ev: abi.SlowEvent, ts_ns: int) -> None:
         """A slow operation from the ring buffer (`ts_ns`: its start, UTC)."""

@@ -18,7 +18,7 @@ in this order, into:
 from __future__ import annotations
 
 import json
-from collections import defaultdict
+from collections import defaultdict, deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -52,6 +52,7 @@ class Thresholds:
 
 
 THRESHOLDS = Thresholds()
+MAX_INTERVALS = 3600
 
 ADVICE = {
     "sync_loading": "Load batches in parallel: DataLoader(num_workers=4 or more, pin_memory=True, "
@@ -140,7 +141,9 @@ class _Interval:
 class Diagnosis:
     thresholds: Thresholds = THRESHOLDS
     page_size: int = 4096
-    intervals: list[_Interval] = field(default_factory=list)
+    # The last MAX_INTERVALS intervals (an hour at -i 1): memory stays bounded on runs of days;
+    # the verdicts at the end of a longer trace cover its last hour (`loop` has every interval).
+    intervals: deque[_Interval] = field(default_factory=lambda: deque(maxlen=MAX_INTERVALS))
     written_total: dict[tuple[int, str], int] = field(default_factory=lambda: defaultdict(int))
     workers_seen: set[int] = field(default_factory=set)  # main pids that had workers
 

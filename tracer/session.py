@@ -59,6 +59,7 @@ def _preload() -> threading.Thread:
 
 POLL_MS = 100  # ring-buffer wait; bounds how late a signal or an exit is noticed
 FINDINGS_EVERY_S = 10.0  # during a run, verdicts over the last window are written this often
+FILE_IDLE_INTERVALS = 30  # per-file kernel counters untouched this long are dropped
 GPU_ROWS_KEPT = 500_000  # NVML samples kept in memory for the findings' GPU evidence (~1 day, 1 GPU)
 
 
@@ -410,6 +411,10 @@ class Session:
             self.lines.write(snap, loop_rows, self.findings)
         if self.csv:
             self.csv.write(snap, loop_rows)
+        quiet = self.aggregator.idle_file_keys(FILE_IDLE_INTERVALS)
+        if quiet:  # bounded kernel map for jobs that read millions of files
+            self.probes.delete_file_stats(quiet)
+            self.aggregator.forget(quiet)
         if self._forget_next:
             gone = self._forget_next
             stale = [k for k in reading.hists if abi.HIST_KEY.unpack_from(k)[0] in gone]
