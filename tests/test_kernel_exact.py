@@ -87,8 +87,9 @@ def test_command_mode_exact_counts(iowork, data_file, tmp_path, force):
     assert f"Trace written to {out}" in r.stdout
     hooks = json.loads((out / "meta.json").read_text())["hooks"]
     kind = "raw_tp" if "raw_tp" in force else "tp_btf"
-    assert hooks["block_rq_issue"] == hooks["sched_process_fork"] == kind
-    assert hooks["block_io_start"] == ("missing" if "no_block_io_start" in force else kind)
+    assert hooks["sched_process_fork"] == hooks["block_rq_complete"] == kind
+    assert hooks["block_rq_issue"] == "raw_tp"  # reads task storage: raw_tp first (loader.py)
+    assert hooks["block_io_start"] == ("missing" if "no_block_io_start" in force else "raw_tp")
     check_trace(out)
     # `iotrace report` renders the same summary from the trace alone (header aside).
     rep = run_iotrace("report", str(out))

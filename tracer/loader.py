@@ -37,6 +37,12 @@ SYSCALL_EXITS = {
 OBJECTS = ("proc", "syscall", "pagecache", "block", "sched")  # proc first: it makes the shared maps
 SHARED_MAPS = ("tracked", "hists", "events", "events_lost", "files_seen", "file_stats",
                "dirtier", "sys_starts", "threads")
+# Tracepoints whose programs read the in-flight syscall from task-local storage. A tp_btf
+# program gets the storage through a trylock that fails (NULL) when a syscall program holding
+# it on the same CPU was preempted (syscall tracepoints are preemptible on 6.x); raw_tp
+# programs take it unconditionally. So these use raw_tp even where tp_btf exists.
+RAW_TP_FIRST = frozenset({"block_io_start", "block_rq_insert", "block_rq_issue",
+                          "mm_filemap_add_to_page_cache"})
 # Test and debugging knob: comma-separated fallbacks to force on a kernel that has the better
 # path, so the fallbacks are exercised too: "raw_tp" (no tp_btf), "no_block_io_start".
 FORCE_ENV = "IOTRACE_FORCE"
@@ -143,7 +149,8 @@ class Probes:
             if not sec.startswith(("tp_btf/", "raw_tp/")):
                 continue
             tp = _tracepoint_of(sec)
-            btf = _libbpf.has_btf_tracepoint(tp) and "raw_tp" not in force
+            btf = (_libbpf.has_btf_tracepoint(tp) and "raw_tp" not in force
+                   and tp not in RAW_TP_FIRST)
             exists = _libbpf.has_btf_tracepoint(tp) or os.path.exists(
                 f"{TRACEFS}/events/block/{tp}") or not tp.startswith("block_io_")
             if tp == "block_io_start" and "no_block_io_start" in force:
