@@ -64,11 +64,7 @@ def file_totals_from_files(files: pd.DataFrame) -> tuple[dict, FileTable]:
 def _records(df: pd.DataFrame) -> dict[int, list[dict]]:
     """Rows by interval end (ns), as plain dicts with str/None for the dictionary columns."""
     out: dict[int, list[dict]] = {}
-    if df.empty:
-        return out
-    df = df.astype({c: object for c in df.columns if isinstance(df[c].dtype, pd.CategoricalDtype)})
-    df = df.astype(object).where(df.notna(), None)
-    for rec in df.to_dict("records"):
+    for rec in _as_records(df):
         out.setdefault(_ns(rec["ts"]), []).append(rec)
     return out
 
@@ -113,6 +109,9 @@ def recompute_gpu(trace: Trace, write: bool = True) -> tuple[list[dict], list[di
 
 
 def _as_records(df: pd.DataFrame) -> list[dict]:
+    """Rows as plain dicts: str/None for the dictionary columns, None for missing values."""
+    if df.empty:
+        return []
     df = df.astype({c: object for c in df.columns if isinstance(df[c].dtype, pd.CategoricalDtype)})
     return df.astype(object).where(df.notna(), None).to_dict("records")
 
