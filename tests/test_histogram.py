@@ -118,3 +118,18 @@ def test_idle_file_keys_are_dropped_and_counted_afresh():
     agg.forget(agg.idle_file_keys(3))  # the session deletes it from the kernel map too
     rows = agg.interval(Reading({}, {key: stat(2)}), ts_ns=9).files  # recreated by the kernel
     assert [r["ops"] for r in rows] == [2]
+
+
+def test_rows_of_a_process_not_registered_yet_are_valid():
+    """Counters of a just-forked process can be read before its fork record: its rows say
+    `child` (a traced descendant) and fit the strict schema."""
+    from tracer.schema import table_from_rows
+
+    agg = Aggregator(ProcessTable(Clock()))
+    fkey = abi.FILE_KEY.pack(99, 1, 42, 0)
+    hkey = abi.HIST_KEY.pack(99, 0, 1, 0, 1, 0)
+    snap = agg.interval(Reading({hkey: hist_bytes({12: 1}, {12: 4096})},
+                                {fkey: abi.FILE_STAT.pack(1, 4096, 1000, 0, 0, 1000, 0)}), ts_ns=1)
+    assert {r["role"] for r in snap.latency + snap.files} == {"child"}
+    assert table_from_rows("latency", snap.latency).num_rows == 1
+    assert table_from_rows("files", snap.files).num_rows == 1

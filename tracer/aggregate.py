@@ -16,8 +16,15 @@ from tracer import abi
 from tracer.devices import device_name
 from tracer.files import FileTable
 from tracer.processes import ProcessTable
+from tracer.roles import CHILD
 
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
+
+
+def role_of_pid(proc) -> str:
+    """A process's role; one not in the table yet (its fork event still in the ring buffer) is
+    a traced descendant: every target is registered before tracing starts."""
+    return proc.role if proc else CHILD
 
 
 class Series(NamedTuple):
@@ -125,7 +132,7 @@ class Aggregator:
             woken = dict(zip(abi.WAKERS, delta[4:], strict=True))
             rows.append({
                 "ts": ts_ns, "pid": t.pid, "tid": tid, "comm": t.comm,
-                "role": proc.role if proc else None, "oncpu_ns": delta[0],
+                "role": role_of_pid(proc), "oncpu_ns": delta[0],
                 "runnable_ns": delta[1], "sleep_ns": delta[2], "iowait_ns": delta[3],
                 "woken_by_worker_ns": woken["worker"], "woken_by_pin_ns": woken["pin"],
                 "woken_by_own_ns": woken["own"], "woken_by_other_ns": woken["other"],
@@ -164,7 +171,7 @@ class Aggregator:
                 hit = max(0.0, 1.0 - missed * PAGE_SIZE / nbytes) * 100.0
             rows.append({
                 "ts": ts_ns, "pid": key.pid, "comm": proc.comm if proc else "",
-                "role": proc.role if proc else None, "path": info.path,
+                "role": role_of_pid(proc), "path": info.path,
                 "path_source": info.path_source, "fs_type": info.fs_type, "device": info.device,
                 "inode": key.ino, "op": key.op, "ops": ops, "bytes": nbytes,
                 "latency_sum_ns": lat_sum,
@@ -192,7 +199,7 @@ class Aggregator:
         device = device_name(ev.dev)  # syscall: the file system's device; block: the disk
         self.pending_events.append({
             "ts": ts_ns, "pid": ev.pid, "tid": ev.tid,
-            "comm": ev.comm or (proc.comm if proc else ""), "role": proc.role if proc else None,
+            "comm": ev.comm or (proc.comm if proc else ""), "role": role_of_pid(proc),
             "layer": ev.layer, "op": ev.op, "path": path, "device": device, "offset": ev.offset,
             "bytes": ev.bytes, "latency_ns": ev.latency_ns,
         })
@@ -200,7 +207,7 @@ class Aggregator:
     def _rows(self, key: Series, delta: np.ndarray, ts_ns: int) -> list[dict]:
         proc = self.processes.get(key.pid)
         comm = proc.comm if proc else ""
-        role = proc.role if proc else None
+        role = role_of_pid(proc)
         out = []
         for slot in np.flatnonzero(delta[0]):
             # Page-cache misses have no latency: their one slot is reported as [0, 0].

@@ -374,6 +374,9 @@ class Session:
 
         reading = Reading(self.probes.read_hists(), self.probes.read_file_stats(), epoch,
                           self.probes.read_threads(), time.monotonic_ns())
+        # A process forks before it does I/O, so its FORK record is in the ring buffer before
+        # its counters are in the maps just read: take the records now, the rows get its name.
+        self.probes.poll_events(0)
         now_ns = self.clock.to_utc_ns(reading.monotonic_ns)
         snap = self.aggregator.interval(reading, now_ns)
         devices, system = self.proc.sample(now_ns)
