@@ -385,9 +385,10 @@ class Session:
         for table in ("latency", "files", "events", "threads", "devices"):
             self.writer.add(table, getattr(snap, table))
         self.writer.add("system", [snap.system] if snap.system else [])
+        owners = self.processes.owners()  # pid -> its main process, for the loop and the GPUs
         loop_rows = self.diagnosis.add(
             snap.ts_ns, snap.interval_ns, snap.threads, snap.files, snap.latency, snap.devices,
-            self.processes.owners())
+            owners)
         self.writer.add("loop", loop_rows)
         self.findings = self.diagnosis.findings(self.diagnosis.thresholds.window_s)
         if not self._finishing and snap.ts_ns - self._last_findings_ns >= FINDINGS_EVERY_S * 1e9:
@@ -395,7 +396,7 @@ class Session:
             self.writer.add("findings", [f.row(snap.ts_ns) for f in self.findings])
         idle: list[dict] = []
         if self.gpu:
-            gpu_rows, idle = self.gpu.interval(snap.ts_ns, loop_rows, self.processes.owners())
+            gpu_rows, idle = self.gpu.interval(snap.ts_ns, loop_rows, owners)
             snap = dataclasses.replace(snap, gpu=gpu_rows)
             self.writer.add("gpu", gpu_rows)
             self.writer.add("gpu_idle", idle)

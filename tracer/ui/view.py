@@ -318,19 +318,27 @@ def histogram_lines(counts: Sequence[int], bar_width: int = HIST_BAR) -> list[st
     return lines
 
 
-class HistogramPane:
-    """biolatency-style histogram of the selected layer and role over the window."""
+class _SizedPane:
+    """A pane that renders one renderable, `body()`, and reports its width (so the layout can
+    put panes side by side when they fit)."""
 
     def __init__(self, state: ViewState):
         self.state = state
 
+    def body(self):
+        raise NotImplementedError
+
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
-        yield self.panel()
+        yield self.body()
 
     def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
-        return Measurement.get(console, options, self.panel())
+        return Measurement.get(console, options, self.body())
 
-    def panel(self) -> Panel:
+
+class HistogramPane(_SizedPane):
+    """biolatency-style histogram of the selected layer and role over the window."""
+
+    def body(self) -> Panel:
         s = self.state
         counts, by_op = s.layer_histogram()
         n = sum(counts)
@@ -385,19 +393,10 @@ class FilesPane:
         yield t
 
 
-class DevicePane:
+class DevicePane(_SizedPane):
     """`iostat -x` columns per disk for the last interval (tracer.procfs has the formulas)."""
 
-    def __init__(self, state: ViewState):
-        self.state = state
-
-    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
-        yield self.table()
-
-    def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
-        return Measurement.get(console, options, self.table())
-
-    def table(self) -> Table | Text:
+    def body(self) -> Table | Text:
         last = self.state.last
         devices = sorted(last.devices, key=lambda d: d["device"]) if last else []
         if not devices:
@@ -458,20 +457,11 @@ def system_line(row: dict) -> str:
     return f"{clock(row['ts'])}|{cpu}|{b[0]} {b[1]}|{b[2]} {b[3]}|{b[4]} {b[5]}"
 
 
-class SystemPane:
+class SystemPane(_SizedPane):
     """`dstat -cmnd`: cpu usr/sys/idl/wai, memory used/cache, net recv/send, disk read/write,
     one line per interval of the window, newest last."""
 
-    def __init__(self, state: ViewState):
-        self.state = state
-
-    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
-        yield self.panel()
-
-    def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
-        return Measurement.get(console, options, self.panel())
-
-    def panel(self) -> Panel:
+    def body(self) -> Panel:
         rows = [snap.system for snap in self.state.snapshots if snap.system]
         lines = [SYSTEM_GROUPS, SYSTEM_HEAD] + [system_line(r) for r in rows]
         if not rows:
