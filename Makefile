@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 ARCH := $(shell uname -m | sed -e 's/x86_64/x86/' -e 's/aarch64/arm64/')
 BPF_SRC := $(wildcard bpf/*.bpf.c)
 BPF_OBJ := $(patsubst bpf/%.bpf.c,tracer/bpf/%.bpf.o,$(BPF_SRC))
-WORKLOADS := tests/workloads/bin/iowork scripts/bin/pread_loop
+WORKLOADS := tests/workloads/bin/iowork scripts/bin/pread_loop scripts/bin/bench_floor.bpf.o
 APT_PKGS := clang llvm libbpf-dev libbpf1 bpftool make gcc libc6-dev python3-venv tmux util-linux \
 	chromium-headless-shell
 NEED_CMDS := clang bpftool cc tmux chromium-headless-shell
@@ -55,6 +55,10 @@ tests/workloads/bin/iowork: tests/workloads/iowork.c
 scripts/bin/pread_loop: scripts/pread_loop.c
 	@mkdir -p $(dir $@)
 	cc -O2 -static -Wall -Wextra -o $@ $<
+
+scripts/bin/bench_floor.bpf.o: scripts/bench_floor.bpf.c build/vmlinux.h
+	@mkdir -p $(dir $@)
+	clang -g -O2 -Wall -target bpf -D__TARGET_ARCH_$(ARCH) -Ibuild -c $< -o $@
 
 lint: venv
 	$(VENV)/bin/ruff check tracer tests scripts

@@ -1,9 +1,14 @@
 // SPDX-License-Identifier: GPL-2.0 OR BSD-3-Clause
 /*
  * Syscall layer: latency and bytes of read/write/fsync family syscalls per (process, op, fd kind),
- * per file for regular files, and slow operations as events. One enter program per kind of
- * syscall and one exit program; the loader attaches each to the syscall tracepoints of its kind
- * (tracer/loader.py: SYSCALLS), so only I/O syscalls pay anything.
+ * per file for regular files, openat per file, and slow operations as events.
+ *
+ * One program on the raw sys_enter tracepoint and one on raw sys_exit. They run for every
+ * syscall of every process, so the syscall number is checked first (a few compares) and the
+ * rest runs only for the I/O syscalls of traced processes. Per traced call this costs about
+ * half what a pair of classic per-syscall tracepoints (sys_enter_pread64, ...) costs, because
+ * those build a perf record before the program runs (docs/benchmarks.md). Kernel memory is read
+ * with plain loads through BTF-typed pointers rather than bpf_probe_read_kernel() calls.
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -20,9 +25,112 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #define S_IFBLK 0060000
 #define S_IFIFO 0010000
 
+/* Syscall numbers of the native ABI (a raw tracepoint sees numbers, not names). */
+#if defined(__TARGET_ARCH_x86)
+enum {
+	NR_read = 0, NR_write = 1, NR_pread64 = 17, NR_pwrite64 = 18, NR_readv = 19, NR_writev = 20,
+	NR_fsync = 74, NR_fdatasync = 75, NR_openat = 257, NR_preadv = 295, NR_pwritev = 296,
+	NR_preadv2 = 327, NR_pwritev2 = 328,
+};
+#define TS_COMPAT 0x0002 /* thread_info.status: a 32-bit syscall, numbered differently */
+#elif defined(__TARGET_ARCH_arm64)
+enum {
+	NR_openat = 56, NR_read = 63, NR_write = 64, NR_readv = 65, NR_writev = 66, NR_pread64 = 67,
+	NR_pwrite64 = 68, NR_preadv = 69, NR_pwritev = 70, NR_fsync = 82, NR_fdatasync = 83,
+	NR_preadv2 = 286, NR_pwritev2 = 287,
+};
+#else
+#error "syscall numbers: only x86 and arm64 are known"
+#endif
+
+#define POSITIONAL 0x80 /* flag on an op: the offset is the 4th argument, not the file position */
+
+/* The op of syscall `nr`, with POSITIONAL where it applies; 0xff for syscalls not traced. */
+static __always_inline __u8 op_of_syscall(long nr)
+{
+	switch (nr) {
+	case NR_read: case NR_readv:
+		return IOT_OP_READ;
+	case NR_pread64: case NR_preadv: case NR_preadv2:
+		return IOT_OP_READ | POSITIONAL;
+	case NR_write: case NR_writev:
+		return IOT_OP_WRITE;
+	case NR_pwrite64: case NR_pwritev: case NR_pwritev2:
+		return IOT_OP_WRITE | POSITIONAL;
+	case NR_fsync: case NR_fdatasync:
+		return IOT_OP_FSYNC;
+	case NR_openat:
+		return IOT_OP_OPEN;
+	default:
+		return 0xff;
+	}
+}
+
+/* A 32-bit process on a 64-bit kernel numbers its syscalls differently: not traced here
+ * (the classic syscall tracepoints skip those calls as well). */
+static __always_inline bool compat_syscall(struct task_struct *task)
+{
+#ifdef TS_COMPAT
+	return task->thread_info.status & TS_COMPAT;
+#else
+	return false;
+#endif
+}
+
+/* Argument `n` (0-based) of the syscall being entered. `regs` is the task's user registers,
+ * cast read-only so fields are plain loads. */
+static __always_inline unsigned long syscall_arg(struct pt_regs *regs, int n)
+{
+#if defined(__TARGET_ARCH_x86)
+	switch (n) {
+	case 0: return regs->di;
+	case 3: return regs->r10;
+	default: return 0;
+	}
+#else
+	return n < 6 ? regs->regs[n] : 0;
+#endif
+}
+
+/* The number of the syscall returning: sys_exit passes its return value, not its number. */
+static __always_inline long syscall_nr(struct pt_regs *regs)
+{
+#if defined(__TARGET_ARCH_x86)
+	return regs->orig_ax;
+#else
+	return regs->syscallno;
+#endif
+}
+
+extern void *bpf_rdonly_cast(const void *obj, __u32 btf_id) __ksym;
+
+static __always_inline struct pt_regs *user_regs(struct bpf_raw_tracepoint_args *ctx)
+{
+	return bpf_rdonly_cast((void *)ctx->args[0], bpf_core_type_id_kernel(struct pt_regs));
+}
+
+/* The struct file behind fd `fd` of `task`, NULL if none. Plain loads: the fd array is read
+ * through a read-only cast of its slot to a struct whose first field is a struct file *. */
+static __always_inline struct file *fd_file_of(struct task_struct *task, int fd)
+{
+	struct files_struct *files = task->files;
+	struct fdtable *fdt;
+	struct kiocb *slot;
+
+	if (!files || fd < 0)
+		return NULL;
+	fdt = files->fdt;
+	if (!fdt || (unsigned int)fd >= fdt->max_fds)
+		return NULL;
+	slot = bpf_rdonly_cast((void *)fdt->fd + fd * sizeof(struct file *) -
+				       bpf_core_field_offset(struct kiocb, ki_filp),
+			       bpf_core_type_id_kernel(struct kiocb));
+	return slot->ki_filp;
+}
+
 static __always_inline __u8 target_of(struct inode *inode)
 {
-	umode_t mode = BPF_CORE_READ(inode, i_mode) & S_IFMT;
+	umode_t mode = inode->i_mode & S_IFMT;
 
 	if (mode == S_IFREG || mode == S_IFBLK)
 		return IOT_TARGET_FILE;
@@ -33,92 +141,72 @@ static __always_inline __u8 target_of(struct inode *inode)
 	return IOT_TARGET_OTHER;
 }
 
-/* `positional`: the offset is the 4th argument (pread64, preadv, preadv2, pwrite...);
- * otherwise it is the file position. */
-static __always_inline int handle_enter(struct trace_event_raw_sys_enter *ctx, __u8 op,
-					bool positional)
+SEC("raw_tp/sys_enter")
+int sys_enter(struct bpf_raw_tracepoint_args *ctx)
 {
-	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
-	int fd = (int)ctx->args[0];
+	__u8 op = op_of_syscall(ctx->args[1]);
+	struct task_struct *task;
 	struct sys_start *start;
+	struct pt_regs *regs;
 	struct file *file;
 	struct inode *inode;
+	__u32 tgid;
+	int fd;
 
-	if (!is_tracked(tgid))
+	if (op == 0xff)
 		return 0;
-	start = sys_start_of_current(true);
-	if (!start)
+	task = bpf_get_current_task_btf();
+	/* A thread with a record belongs to a traced process: `tracked` drops a process only
+	 * once all its threads are gone. Others are looked up, and get a record if traced. */
+	start = bpf_task_storage_get(&sys_starts, task, 0, 0);
+	if (!start) {
+		tgid = task->tgid;
+		if (!is_tracked(tgid) || compat_syscall(task))
+			return 0;
+		start = bpf_task_storage_get(&sys_starts, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+		if (!start)
+			return 0;
+	} else if (compat_syscall(task)) {
 		return 0;
-	start->op = op;
-	start->target = IOT_TARGET_OTHER;
-	start->file.dev = 0;
-	file = fd_file(fd);
-	if (file) {
-		inode = BPF_CORE_READ(file, f_inode);
-		start->target = target_of(inode);
-		if (start->target == IOT_TARGET_FILE) {
-			inode_id(inode, &start->file);
-			start->offset = positional ? ctx->args[3] : BPF_CORE_READ(file, f_pos);
-			if (start->file.ino != start->last_sent.ino ||
-			    start->file.dev != start->last_sent.dev) {
-				file_first_sight(file, &start->file, fd, tgid);
-				start->last_sent = start->file;
-			}
-		}
 	}
-	start->ts_ns = bpf_ktime_get_ns();
+#ifdef E1
 	return 0;
-}
-
-SEC("tracepoint")
-int sys_enter_read(struct trace_event_raw_sys_enter *ctx)
-{
-	return handle_enter(ctx, IOT_OP_READ, false);
-}
-
-SEC("tracepoint")
-int sys_enter_pread(struct trace_event_raw_sys_enter *ctx)
-{
-	return handle_enter(ctx, IOT_OP_READ, true);
-}
-
-SEC("tracepoint")
-int sys_enter_write(struct trace_event_raw_sys_enter *ctx)
-{
-	return handle_enter(ctx, IOT_OP_WRITE, false);
-}
-
-SEC("tracepoint")
-int sys_enter_pwrite(struct trace_event_raw_sys_enter *ctx)
-{
-	return handle_enter(ctx, IOT_OP_WRITE, true);
-}
-
-SEC("tracepoint")
-int sys_enter_fsync(struct trace_event_raw_sys_enter *ctx)
-{
-	return handle_enter(ctx, IOT_OP_FSYNC, false);
-}
-
-SEC("tracepoint")
-int sys_enter_open(struct trace_event_raw_sys_enter *ctx)
-{
-	struct sys_start *start;
-
-	if (!is_tracked(bpf_get_current_pid_tgid() >> 32))
-		return 0;
-	start = sys_start_of_current(true);
-	if (!start)
-		return 0;
-	start->op = IOT_OP_OPEN;
+#endif
+	start->op = op & ~POSITIONAL;
 	start->target = IOT_TARGET_OTHER;
 	start->file.dev = 0;
+	if (op == IOT_OP_OPEN) /* the file is known at exit, from the returned fd */
+		goto out;
+#ifdef E2
+	goto out;
+#endif
+	regs = user_regs(ctx);
+	fd = (int)syscall_arg(regs, 0);
+	file = fd_file_of(task, fd);
+	if (!file)
+		goto out;
+	inode = file->f_inode;
+	start->target = target_of(inode);
+	if (start->target != IOT_TARGET_FILE)
+		goto out;
+	start->file.dev = inode->i_sb->s_dev;
+	start->file.pad = 0;
+	start->file.ino = inode->i_ino;
+	start->offset = op & POSITIONAL ? syscall_arg(regs, 3) : file->f_pos;
+#ifdef E3
+	goto out;
+#endif
+	if (start->file.ino != start->last_sent.ino || start->file.dev != start->last_sent.dev) {
+		file_first_sight(file, &start->file, fd, task->tgid);
+		start->last_sent = start->file;
+	}
+out:
 	start->ts_ns = bpf_ktime_get_ns();
 	return 0;
 }
 
-static __always_inline void emit_slow(const struct sys_start *start, __u64 id, __u64 latency_ns,
-				      __u64 bytes)
+static __always_inline void emit_slow(const struct sys_start *start, struct task_struct *task,
+				      __u64 latency_ns, __u64 bytes)
 {
 	struct iot_slow_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
 
@@ -127,8 +215,8 @@ static __always_inline void emit_slow(const struct sys_start *start, __u64 id, _
 		return;
 	}
 	e->kind = IOT_EVENT_SLOW;
-	e->pid = id >> 32;
-	e->tid = (__u32)id;
+	e->pid = task->tgid;
+	e->tid = task->pid;
 	e->dev = start->file.dev;
 	e->ino = start->file.ino;
 	e->file_dev = start->file.dev;
@@ -142,62 +230,70 @@ static __always_inline void emit_slow(const struct sys_start *start, __u64 id, _
 	bpf_ringbuf_submit(e, 0);
 }
 
-SEC("tracepoint")
-int sys_exit_io(struct trace_event_raw_sys_exit *ctx)
+/* openat: counted per file only, once its file is known from the returned fd. */
+static __always_inline void open_done(struct task_struct *task, long fd, __u64 latency_ns)
 {
-	__u64 id = bpf_get_current_pid_tgid();
-	struct sys_start *start = sys_start_of_current(false);
-	struct hist_key key = {};
-	__u64 latency_ns, bytes;
-	long ret;
-
-	if (!start || !start->ts_ns)
-		return 0;
-	latency_ns = bpf_ktime_get_ns() - start->ts_ns;
-	ret = ctx->ret;
-	bytes = ret > 0 && start->op != IOT_OP_FSYNC ? (__u64)ret : 0;
-	key.tgid = id >> 32;
-	key.layer = IOT_LAYER_SYSCALL;
-	key.op = start->op;
-	key.target = start->target;
-	hist_add(&key, latency_ns, bytes, 1);
-	if (start->target == IOT_TARGET_FILE) {
-		struct file_key fk = {
-			.tgid = key.tgid, .dev = start->file.dev, .ino = start->file.ino, .op = start->op,
-		};
-		file_op_add(&fk, latency_ns, bytes);
-		if (iot_config.slow_ns && latency_ns >= iot_config.slow_ns)
-			emit_slow(start, id, latency_ns, bytes);
-	}
-	start->ts_ns = 0;
-	return 0;
-}
-
-/* openat: the file is known only at exit, from the returned fd. Counted per file only. */
-SEC("tracepoint")
-int sys_exit_open(struct trace_event_raw_sys_exit *ctx)
-{
-	__u64 id = bpf_get_current_pid_tgid();
-	struct sys_start *start = sys_start_of_current(false);
 	struct file_key fk = {};
 	struct file_id fid;
 	struct file *file;
 	struct inode *inode;
-	long fd = ctx->ret;
 
+	if (fd < 0 || !(file = fd_file_of(task, (int)fd)))
+		return;
+	inode = file->f_inode;
+	if (target_of(inode) != IOT_TARGET_FILE)
+		return;
+	fid.dev = inode->i_sb->s_dev;
+	fid.pad = 0;
+	fid.ino = inode->i_ino;
+	file_first_sight(file, &fid, (int)fd, task->tgid);
+	fk.tgid = task->tgid;
+	fk.dev = fid.dev;
+	fk.ino = fid.ino;
+	fk.op = IOT_OP_OPEN;
+	file_op_add(&fk, latency_ns, 0);
+}
+
+/* Every syscall's exit: other syscalls than the traced ones return after two loads and a few
+ * compares; then only threads with a syscall in flight (ts_ns set by sys_enter) go on. */
+SEC("raw_tp/sys_exit")
+int sys_exit(struct bpf_raw_tracepoint_args *ctx)
+{
+	struct task_struct *task;
+	struct sys_start *start;
+	struct hist_key key = {};
+	__u64 latency_ns, bytes;
+	long ret = ctx->args[1];
+
+	if (op_of_syscall(syscall_nr(user_regs(ctx))) == 0xff)
+		return 0;
+	task = bpf_get_current_task_btf();
+	start = bpf_task_storage_get(&sys_starts, task, 0, 0);
 	if (!start || !start->ts_ns)
 		return 0;
-	if (fd >= 0 && start->op == IOT_OP_OPEN && (file = fd_file((int)fd))) {
-		inode = BPF_CORE_READ(file, f_inode);
-		if (target_of(inode) == IOT_TARGET_FILE) {
-			inode_id(inode, &fid);
-			file_first_sight(file, &fid, (int)fd, id >> 32);
-			fk.tgid = id >> 32;
-			fk.dev = fid.dev;
-			fk.ino = fid.ino;
-			fk.op = IOT_OP_OPEN;
-			file_op_add(&fk, bpf_ktime_get_ns() - start->ts_ns, 0);
-		}
+	latency_ns = bpf_ktime_get_ns() - start->ts_ns;
+	if (start->op == IOT_OP_OPEN) {
+		start->ts_ns = 0;
+		open_done(task, ret, latency_ns);
+		return 0;
+	}
+	bytes = ret > 0 && start->op != IOT_OP_FSYNC ? (__u64)ret : 0;
+	key.tgid = task->tgid;
+	key.layer = IOT_LAYER_SYSCALL;
+	key.op = start->op;
+	key.target = start->target;
+#ifndef NO_HIST
+	hist_add(&key, latency_ns, bytes, 1);
+#endif
+	if (start->target == IOT_TARGET_FILE) {
+		struct file_key fk = {
+			.tgid = key.tgid, .dev = start->file.dev, .ino = start->file.ino, .op = start->op,
+		};
+#ifndef NO_FILE
+		file_op_add(&fk, latency_ns, bytes);
+#endif
+		if (iot_config.slow_ns && latency_ns >= iot_config.slow_ns)
+			emit_slow(start, task, latency_ns, bytes);
 	}
 	start->ts_ns = 0;
 	return 0;

@@ -6,13 +6,15 @@
  *     cc -O2 -static -Wall -Wextra -o scripts/bin/pread_loop scripts/pread_loop.c
  *
  * Usage:
- *     pread_loop FILE SECONDS [--direct]
+ *     pread_loop FILE SECONDS [--direct | --other]
  *
  * Does 4 KiB pread64() calls for SECONDS seconds (a decimal number > 0):
  *   - default: buffered reads cycling over the 4 KiB pages of the first 1 MiB
  *     of FILE (page-cache hits after the first pass);
  *   - --direct: O_DIRECT reads at random 4 KiB-aligned offsets across FILE,
- *     into a 4096-aligned buffer.
+ *     into a 4096-aligned buffer;
+ *   - --other: no I/O at all, getppid() calls instead: what a syscall that is not traced
+ *     pays while a tracer is attached (FILE is opened all the same).
  * Then prints one line on stdout:
  *     ops=<count> seconds=<elapsed> ns_per_op=<elapsed ns / count>
  *
@@ -49,14 +51,14 @@ static double now(void)
 
 static void usage(void)
 {
-	fprintf(stderr, "usage: pread_loop FILE SECONDS [--direct]\n");
+	fprintf(stderr, "usage: pread_loop FILE SECONDS [--direct | --other]\n");
 	exit(2);
 }
 
 int main(int argc, char **argv)
 {
 	const char *path = NULL, *secs_arg = NULL;
-	int direct = 0, fd;
+	int direct = 0, other = 0, fd;
 	double seconds, start, end, elapsed;
 	struct stat st;
 	uint64_t ops = 0, pages, rng;
@@ -66,6 +68,8 @@ int main(int argc, char **argv)
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--direct"))
 			direct = 1;
+		else if (!strcmp(argv[i], "--other"))
+			other = 1;
 		else if (!strncmp(argv[i], "--", 2))
 			usage(); /* unknown option */
 		else if (!path)
@@ -75,7 +79,7 @@ int main(int argc, char **argv)
 		else
 			usage();
 	}
-	if (!path || !secs_arg)
+	if (!path || !secs_arg || (direct && other))
 		usage();
 	errno = 0;
 	seconds = strtod(secs_arg, &endp);
@@ -118,6 +122,13 @@ int main(int argc, char **argv)
 			page = rng % pages;
 		} else {
 			page = ops % pages;
+		}
+		if (other) {
+			getppid();
+			ops++;
+			if ((ops & check_mask) == 0 && now() >= end)
+				break;
+			continue;
 		}
 		n = pread(fd, buf, PAGE, (off_t)(page * PAGE));
 		if (n != PAGE) {

@@ -20,20 +20,6 @@ BPF_DIR = Path(__file__).parent / "bpf"
 PAGE_SHIFT = (os.sysconf("SC_PAGE_SIZE") - 1).bit_length()
 TRACEFS = "/sys/kernel/tracing"
 
-# Syscall tracepoints of each enter program of syscall.bpf.c; one exit program takes them all.
-# Syscall tracepoints of each enter program of syscall.bpf.c, and of the two exit programs.
-SYSCALLS = {
-    "sys_enter_read": ("read", "readv"),
-    "sys_enter_pread": ("pread64", "preadv", "preadv2"),
-    "sys_enter_write": ("write", "writev"),
-    "sys_enter_pwrite": ("pwrite64", "pwritev", "pwritev2"),
-    "sys_enter_fsync": ("fsync", "fdatasync"),
-    "sys_enter_open": ("openat",),
-}
-SYSCALL_EXITS = {
-    "sys_exit_io": tuple(n for k, names in SYSCALLS.items() if k != "sys_enter_open" for n in names),
-    "sys_exit_open": SYSCALLS["sys_enter_open"],
-}
 OBJECTS = ("proc", "syscall", "pagecache", "block", "sched")  # proc first: it makes the shared maps
 SHARED_MAPS = ("tracked", "hists", "events", "events_lost", "files_seen", "file_stats",
                "dirtier", "sys_starts", "threads")
@@ -42,7 +28,7 @@ SHARED_MAPS = ("tracked", "hists", "events", "events_lost", "files_seen", "file_
 # it on the same CPU was preempted (syscall tracepoints are preemptible on 6.x); raw_tp
 # programs take it unconditionally. So these use raw_tp even where tp_btf exists.
 RAW_TP_FIRST = frozenset({"block_io_start", "block_rq_insert", "block_rq_issue",
-                          "mm_filemap_add_to_page_cache"})
+                          "mm_filemap_add_to_page_cache", "sys_enter", "sys_exit"})
 # Test and debugging knob: comma-separated fallbacks to force on a kernel that has the better
 # path, so the fallbacks are exercised too: "raw_tp" (no tp_btf), "no_block_io_start".
 FORCE_ENV = "IOTRACE_FORCE"
@@ -174,26 +160,14 @@ class Probes:
     def attach(self) -> None:
         """Attaches every loaded program; raises HostCannotTrace on failure (nothing stays)."""
         try:
-            for name, obj in self.objects.items():
+            for obj in self.objects.values():
                 for prog in obj.programs():
                     if not prog.autoload:
                         continue
-                    if name == "syscall":
-                        self._attach_syscall(prog)
-                    else:
-                        self.links.append(prog.attach())
+                    self.links.append(prog.attach())
         except LibbpfError as e:
             self.detach()
             raise HostCannotTrace(f"cannot attach: {e}") from None
-
-    def _attach_syscall(self, prog) -> None:
-        if prog.name in SYSCALL_EXITS:
-            points = [f"sys_exit_{n}" for n in SYSCALL_EXITS[prog.name]]
-        else:
-            points = [f"sys_enter_{n}" for n in SYSCALLS[prog.name]]
-        for tp in points:
-            if os.path.exists(f"{TRACEFS}/events/syscalls/{tp}"):  # e.g. no preadv2 on old kernels
-                self.links.append(prog.attach_tracepoint("syscalls", tp))
 
     def detach(self) -> None:
         """Destroys every link. Each close waits for an RCU grace period in the kernel (about
