@@ -331,7 +331,7 @@ class Probes:
             return str(e)
         except LibbpfError as e:
             if e.errno == errno.EPERM:
-                return "BPF_ENABLE_STATS needs CAP_SYS_ADMIN (run as root)"
+                return "BPF_ENABLE_STATS needs CAP_SYS_ADMIN"
             if e.errno == errno.EINVAL:
                 return "this kernel has no BPF_ENABLE_STATS (Linux 5.8+)"
             return str(e)
