@@ -12,8 +12,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tracer import __version__
-from tracer.aggregate import Snapshot
 from tracer.abi import MAP_FULL_MAPS
+from tracer.aggregate import Snapshot
 from tracer.diagnose import KINDS, STATES, Finding
 from tracer.selfcost import ProgramCost, SelfCost, TracerCpu
 from tracer.sinks.prometheus import DEFAULT_HOST, DEFAULT_PORT, LE_BOUNDS_NS, PrometheusSink, parse_listen

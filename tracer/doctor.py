@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from typing import TextIO
 
 from tracer import _libbpf
-from tracer.host import btf_path, btf_problem, privilege_problem
 from tracer.histogram import format_ns
+from tracer.host import btf_path, btf_problem, privilege_problem
 from tracer.loader import (
     BPF_DIR,
     OBJECTS,
