@@ -85,6 +85,9 @@ def test_own_cost_of_a_known_workload(iowork, data_file, tmp_path, stats_sysctl)
     rep = run_iotrace("report", str(out))
     assert rep.returncode == 0, rep.stderr
     assert block in rep.stdout
+    js = run_iotrace("report", str(out), "--json")
+    assert js.returncode == 0, js.stderr
+    assert json.loads(js.stdout)["self_cost"] == cost
 
 
 def test_map_full_drops_counted_exactly(iowork, data_file, tmp_path):
