@@ -98,7 +98,7 @@ static __always_inline int start_request(struct request *rq)
 	} else {
 		return 0;
 	}
-	bpf_map_update_elem(&rq_starts, &key, &s, BPF_ANY);
+	count_map_full(IOT_MAP_RQ_STARTS, bpf_map_update_elem(&rq_starts, &key, &s, BPF_ANY));
 	return 0;
 }
 

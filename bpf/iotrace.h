@@ -202,4 +202,15 @@ struct iot_proc_event {
 	__u32 pad;
 };
 
+/* Index of the `map_full` counters: inserts refused because a hash map was full (-E2BIG).
+ * files_seen and dirtier are LRU maps: they evict their oldest entry instead of refusing. */
+enum iot_map {
+	IOT_MAP_TRACKED = 0,
+	IOT_MAP_HISTS = 1,
+	IOT_MAP_FILE_STATS = 2,
+	IOT_MAP_THREADS = 3,
+	IOT_MAP_RQ_STARTS = 4, /* block.bpf.c: requests in flight */
+	IOT_MAPS = 5,
+};
+
 #endif /* IOTRACE_H */

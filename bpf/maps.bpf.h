@@ -68,6 +68,29 @@ struct {
 	__type(value, __u64);
 } events_lost SEC(".maps");
 
+/* Inserts refused because the map was full, per CPU, by enum iot_map. Never silent either:
+ * user space reports the sums (a refused insert loses that operation's counts). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, IOT_MAPS);
+	__type(key, __u32);
+	__type(value, __u64);
+} map_full SEC(".maps");
+
+#define IOT_E2BIG 7 /* bpf_map_update_elem() returns -E2BIG when a hash map is full */
+
+/* Counts a refused insert into map `idx` (enum iot_map) when `err` says the map was full. */
+static __always_inline void count_map_full(__u32 idx, long err)
+{
+	__u64 *n;
+
+	if (err != -IOT_E2BIG)
+		return;
+	n = bpf_map_lookup_elem(&map_full, &idx);
+	if (n)
+		*n += 1;
+}
+
 /* A syscall in flight (syscall.bpf.c); the block layer reads it to learn which file a request
  * submitted from inside that syscall belongs to. */
 struct sys_start {
@@ -119,7 +142,8 @@ static __always_inline void hist_add(const struct hist_key *key, __u64 latency_n
 	__u32 slot;
 
 	if (!h) {
-		bpf_map_update_elem(&hists, key, &zero_hist, BPF_NOEXIST);
+		count_map_full(IOT_MAP_HISTS,
+			       bpf_map_update_elem(&hists, key, &zero_hist, BPF_NOEXIST));
 		h = bpf_map_lookup_elem(&hists, key);
 		if (!h)
 			return;
@@ -138,7 +162,8 @@ static __always_inline struct file_stat *file_stat_of(const struct file_key *key
 
 	if (st)
 		return st;
-	bpf_map_update_elem(&file_stats, key, &zero_file_stat, BPF_NOEXIST);
+	count_map_full(IOT_MAP_FILE_STATS,
+		       bpf_map_update_elem(&file_stats, key, &zero_file_stat, BPF_NOEXIST));
 	return bpf_map_lookup_elem(&file_stats, key);
 }
 

@@ -53,7 +53,7 @@ static __always_inline int handle_fork(struct task_struct *parent, struct task_s
 	if (!pinfo)
 		return 0;
 	cinfo.root = pinfo->root ? pinfo->root : ptgid;
-	bpf_map_update_elem(&tracked, &ctgid, &cinfo, BPF_ANY);
+	count_map_full(IOT_MAP_TRACKED, bpf_map_update_elem(&tracked, &ctgid, &cinfo, BPF_ANY));
 	emit(IOT_EVENT_FORK, ctgid, ptgid, 0, child);
 	return 0;
 }

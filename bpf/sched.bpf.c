@@ -55,7 +55,7 @@ static __always_inline struct thread_time *thread_of(struct task_struct *task, _
 	fresh.state = state;
 	fresh.since_ns = now;
 	BPF_CORE_READ_STR_INTO(&fresh.comm, task, comm);
-	bpf_map_update_elem(&threads, &tid, &fresh, BPF_NOEXIST);
+	count_map_full(IOT_MAP_THREADS, bpf_map_update_elem(&threads, &tid, &fresh, BPF_NOEXIST));
 	return NULL; /* nothing to account before first sight */
 }
 

@@ -33,6 +33,9 @@ int main(void) {
            IOT_OP_OTHER);
     printf("IOT_TARGET_PIPE %d\nIOT_ATTR_READAHEAD %d\nIOT_EVENT_EXIT %d\n", IOT_TARGET_PIPE,
            IOT_ATTR_READAHEAD, IOT_EVENT_EXIT);
+    printf("IOT_MAP_TRACKED %d\nIOT_MAP_HISTS %d\nIOT_MAP_FILE_STATS %d\nIOT_MAP_THREADS %d\n"
+           "IOT_MAP_RQ_STARTS %d\nIOT_MAPS %d\n", IOT_MAP_TRACKED, IOT_MAP_HISTS,
+           IOT_MAP_FILE_STATS, IOT_MAP_THREADS, IOT_MAP_RQ_STARTS, IOT_MAPS);
     return 0;
 }
 """
@@ -93,6 +96,9 @@ def test_constants(c_layout):
     assert abi.TARGETS[c_layout["IOT_TARGET_PIPE"]] == "pipe"
     assert abi.ATTRIBUTIONS[c_layout["IOT_ATTR_READAHEAD"]] == "readahead"
     assert c_layout["IOT_EVENT_EXIT"] == abi.EVENT_EXIT
+    assert c_layout["IOT_MAPS"] == len(abi.MAP_FULL_MAPS)
+    for i, name in enumerate(abi.MAP_FULL_MAPS):
+        assert c_layout[f"IOT_MAP_{name.upper()}"] == i
 
 
 def test_decode_round_trip():

@@ -454,7 +454,8 @@ def test_summary_json(hand: Path) -> None:
     text = json.dumps(s, allow_nan=False)  # strict JSON: no NaN, no numpy types
     assert json.loads(text) == s
     assert set(s) == {"schema_version", "tool_version", "directory", "host", "kernel", "targets",
-                      "start", "stop", "duration_s", "stop_reason", "events_lost", "roles",
+                      "start", "stop", "duration_s", "stop_reason", "events_lost", "self_cost",
+                      "roles",
                       "processes", "latency", "pagecache", "loop", "top_files", "findings"}
     assert s["schema_version"] == SCHEMA_VERSION and s["host"] == "gpu-node-1"
     assert s["targets"] == {"pids": [MAIN], "command": []}

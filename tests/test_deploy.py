@@ -13,6 +13,7 @@ import pytest
 
 from tracer.aggregate import Snapshot
 from tracer.diagnose import Finding
+from tracer.selfcost import ProgramCost, SelfCost, TracerCpu
 from tracer.sinks.prometheus import DEFAULT_PORT, PrometheusSink, parse_listen
 
 yaml = pytest.importorskip("yaml", reason="PyYAML is needed to read the deployment files")
@@ -59,7 +60,9 @@ def exported_names() -> set[str]:
             "target": "file" if layer == "syscall" else None, "device": "vda", "attribution": None,
             "bucket_lo_ns": 1 << 14, "bucket_hi_ns": 1 << 15, "count": 1, "bytes": 4096}
            for layer in ("syscall", "block", "block_queue")]
-    sink.update(Snapshot(10**18, 10**9, lat), [{"compute_ns": 10**9}],
+    cost = SelfCost((ProgramCost("block", "p", "tp_btf/block_rq_issue", 10, 5000, 0),), 0,
+                    {"hists": 0}, TracerCpu(1.0, 0.5, 2.0, 25.0, 25.0, 1 << 27))
+    sink.update(Snapshot(10**18, 10**9, lat, cost=cost), [{"compute_ns": 10**9}],
                 [Finding("sync_loading", 50, 1, "x", {})],
                 [{"gpu": 0, "cause": "sync_loading", "duration_ns": 10**9}], 1)
     return {s.name for fam in sink.registry.collect() for s in fam.samples}

@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -167,6 +168,7 @@ def _held_prog_ids(pid: int) -> set[int]:
 
 @pytest.mark.parametrize("how", ["SIGINT", "SIGTERM", "SIGKILL"])
 def test_stop_by_signal_leaves_nothing_attached(tmp_path, how):
+    stats_before = Path("/proc/sys/kernel/bpf_stats_enabled").read_text()
     sleeper = subprocess.Popen(["sleep", "60"])
     out = tmp_path / "trace"
     tracer = subprocess.Popen([*IOTRACE, "--pid", str(sleeper.pid), "-o", str(out), "-i", "0.2"],
@@ -187,6 +189,8 @@ def test_stop_by_signal_leaves_nothing_attached(tmp_path, how):
         while mine & _prog_ids() and time.monotonic() < deadline:
             time.sleep(0.1)
         assert not (mine & _prog_ids())  # every one of its programs is gone
+        # BPF stats were held by an fd, not the sysctl: the kernel gave them back, even on -9.
+        assert Path("/proc/sys/kernel/bpf_stats_enabled").read_text() == stats_before
         assert (out / "meta.json").exists()
     finally:
         sleeper.kill()
@@ -288,6 +292,7 @@ def test_prometheus_histogram_counts_the_reads(iowork, data_file, tmp_path):
             count, buckets = _scrape_block_reads(port)
         time.sleep(1.0)  # a few more intervals: anything else read by now is in both
         count, buckets = _scrape_block_reads(port)
+        own = _scrape_self(port)
     finally:
         os.killpg(tracer.pid, signal.SIGINT)
         tracer.communicate(timeout=30)
@@ -297,6 +302,29 @@ def test_prometheus_histogram_counts_the_reads(iowork, data_file, tmp_path):
     in_trace = lat[(lat.layer == "block") & (lat.op == "read")]["count"].sum()
     assert count == in_trace >= N
     assert buckets == sorted(buckets) and buckets[-1] == count
+    # iotrace's own cost: the block programs ran for each read, in measurable time.
+    runs, secs = own["iotrace_self_bpf_runs_total"], own["iotrace_self_bpf_run_seconds_total"]
+    assert sum(v for (obj, _), v in runs.items() if obj == "block") >= 2 * N
+    assert all(secs[k] > 0 for k, v in runs.items() if v)
+    assert own["iotrace_self_bpf_stats_enabled"][()] == 1
+    assert set(own["iotrace_self_map_full_drops_total"].values()) == {0}
+    assert own["iotrace_self_cpu_seconds_total"][()] > 0
+    assert own["iotrace_self_peak_resident_memory_bytes"][()] > 10 << 20
+
+
+def _scrape_self(port: int) -> dict[str, dict[tuple, float]]:
+    """The iotrace_self_* samples: {name: {label values: value}}."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    out: dict[str, dict[tuple, float]] = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            if s.name.startswith("iotrace_self_"):
+                out.setdefault(s.name, {})[tuple(s.labels.values())] = s.value
+    return out
 
 
 def _scrape_block_reads(port: int) -> tuple[float, list[float]]:

@@ -12,13 +12,16 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tracer import __version__
+from tracer.abi import MAP_FULL_MAPS
 from tracer.aggregate import Snapshot
 from tracer.diagnose import KINDS, STATES, Finding
+from tracer.selfcost import ProgramCost, SelfCost, TracerCpu
 from tracer.sinks.prometheus import DEFAULT_HOST, DEFAULT_PORT, LE_BOUNDS_NS, PrometheusSink, parse_listen
 
 S = 10**9
 OPEN_HI = (1 << 63) - 1
-ALLOWED_LABELS = {"device", "op", "role", "layer", "state", "gpu", "cause", "kind", "version", "le"}
+ALLOWED_LABELS = {"device", "op", "role", "layer", "state", "gpu", "cause", "kind", "version", "le",
+                  "object", "program", "map"}
 PATH = "/data/imagenet/train/n01440764/secret.JPEG"
 
 
@@ -40,6 +43,16 @@ def row(layer: str, op: str, slot: int | None, count: int, nbytes: int, *, pid: 
 VDA_READS = [[(16, 10)], [(20, 5), (39, 2)], [(3, 3), (16, 4)]]
 
 
+def cost(i: int) -> SelfCost:
+    """iotrace's own cost after interval i (cumulative): two programs, file_stats full once."""
+    progs = (ProgramCost("block", "rq_complete_btf", "tp_btf/block_rq_complete", 100 * (i + 1),
+                         50_000 * (i + 1), 0),
+             ProgramCost("syscall", "enter_x", "tracepoint", 1000 * (i + 1), 300_000 * (i + 1),
+                         i))
+    tracer = TracerCpu(0.5 + 0.1 * i, 0.4, float(i + 1), 10.0, 10.0, (100 + i) << 20)
+    return SelfCost(progs, [0, 5, 3][i], {"file_stats": 7 * i, "hists": 0}, tracer)
+
+
 def intervals() -> list[tuple[Snapshot, list[dict], list, list[dict], int]]:
     """Three intervals: (snapshot, loop rows, findings, gpu_idle rows, events lost)."""
     out = []
@@ -59,7 +72,8 @@ def intervals() -> list[tuple[Snapshot, list[dict], list, list[dict], int]]:
         ]
         snap = Snapshot(t0 + (i + 1) * S, S, lat,
                         files=[{"ts": 0, "pid": 4242, "path": PATH, "op": "read", "ops": 1, "bytes": 1}],
-                        events=[{"ts": 0, "pid": 4242, "path": PATH, "latency_ns": 10**8}])
+                        events=[{"ts": 0, "pid": 4242, "path": PATH, "latency_ns": 10**8}],
+                        cost=cost(i))
         loop = [{"ts": snap.ts_ns, "pid": 4242, "interval_ns": S, "data_wait_io_ns": 600_000_000,
                  "data_wait_cpu_ns": 0, "sync_loading_ns": 0, "checkpoint_ns": 0,
                  "compute_ns": 300_000_000, "other_ns": 100_000_000, "state": "data_wait_io"}]
@@ -213,6 +227,22 @@ def test_loop_gpu_findings_lost(scrapes):
     assert all(val(smp, "iotrace_findings", kind=k) == 0 for k in KINDS)  # none in the last
 
 
+def test_self_cost(scrapes):
+    """iotrace_self_*: the cumulative readings of the last interval, every map named."""
+    smp = samples(scrapes[-1])
+    assert val(smp, "iotrace_self_bpf_runs_total", object="block", program="rq_complete_btf") == 300
+    assert val(smp, "iotrace_self_bpf_run_seconds_total", object="syscall",
+               program="enter_x") == pytest.approx(900e-6)
+    assert val(smp, "iotrace_self_bpf_recursion_misses_total", object="syscall",
+               program="enter_x") == 2
+    assert val(smp, "iotrace_self_bpf_stats_enabled") == 1
+    assert val(smp, "iotrace_self_map_full_drops_total", map="file_stats") == 14
+    assert {dict(lab)["map"] for (n, lab) in smp if n == "iotrace_self_map_full_drops_total"} == \
+        set(MAP_FULL_MAPS)
+    assert val(smp, "iotrace_self_cpu_seconds_total") == pytest.approx(0.7)
+    assert val(smp, "iotrace_self_peak_resident_memory_bytes") == 102 << 20
+
+
 def test_types_and_help(scrapes):
     fams = families(scrapes[-1])
     want = {"iotrace_block_io_latency_seconds": "histogram", "iotrace_syscall_io_latency_seconds":
@@ -220,7 +250,11 @@ def test_types_and_help(scrapes):
             "iotrace_read_bytes": "counter", "iotrace_written_bytes": "counter",
             "iotrace_training_loop_seconds": "counter", "iotrace_gpu_idle_seconds": "counter",
             "iotrace_findings": "gauge", "iotrace_events_lost": "counter", "iotrace_build_info": "gauge",
-            "iotrace_last_update_timestamp_seconds": "gauge"}
+            "iotrace_last_update_timestamp_seconds": "gauge",
+            "iotrace_self_bpf_runs": "counter", "iotrace_self_bpf_run_seconds": "counter",
+            "iotrace_self_bpf_recursion_misses": "counter", "iotrace_self_bpf_stats_enabled": "gauge",
+            "iotrace_self_map_full_drops": "counter", "iotrace_self_cpu_seconds": "counter",
+            "iotrace_self_peak_resident_memory_bytes": "gauge"}
     for name, kind in want.items():
         assert fams[name].type == kind, name
         assert fams[name].documentation, name

@@ -4,6 +4,7 @@ drives the real live view in tmux."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import os
 import shlex
@@ -19,6 +20,7 @@ from rich.console import Console
 from ui_snapshots import SEC, findings, loop_rows, snapshot
 
 from tracer.aggregate import Snapshot
+from tracer.selfcost import SelfCost, TracerCpu
 from tracer.sinks.csv import CsvSink
 from tracer.ui import stats
 from tracer.ui.fmt import dstat_bytes, short_ns
@@ -78,6 +80,17 @@ def test_header(state):
         "1 main, 2 dataloader_worker, 1 child  sort: read  layer: syscall  q quit, s sort, "
         "l layer, r role",
     ]
+
+
+def test_header_says_the_tracers_own_cpu(state):
+    """With the snapshot's own-cost reading: the tracer's CPU over the last interval, and
+    map-full drops only when there are some."""
+    last = state.snapshots[-1]
+    tracer = TracerCpu(1.0, 0.5, 2.0, 25.0, 3.14, 1 << 27)
+    state.snapshots[-1] = dataclasses.replace(last, cost=SelfCost((), 3, {"hists": 0}, tracer))
+    assert text(Header(state))[0].endswith("events lost 3   own CPU 3.1 %")
+    state.snapshots[-1] = dataclasses.replace(last, cost=SelfCost((), 3, {"hists": 7}, tracer))
+    assert text(Header(state), width=140)[0].endswith("own CPU 3.1 %   map-full drops 7")
 
 
 def test_finding_pane_shows_the_leading_finding_and_its_advice(state):

@@ -11,6 +11,7 @@ import ctypes.util
 import errno
 import os
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 LIBBPF_ENV = "IOTRACE_LIBBPF"  # overrides the library path (tests, unusual installs)
 DEFAULT_LIBBPF = "libbpf.so.1"
@@ -21,6 +22,15 @@ BPF_MAP_TYPE_RINGBUF = 27
 BPF_ANY = 0
 # enum libbpf_print_level
 LIBBPF_WARN, LIBBPF_INFO, LIBBPF_DEBUG = 0, 1, 2
+# enum bpf_stats_type
+BPF_STATS_RUN_TIME = 0
+# struct bpf_prog_info (include/uapi/linux/bpf.h): offsets of the fields read here. The kernel
+# fills as much of the buffer as it knows: run_time_ns/run_cnt since 5.1, recursion_misses 5.12.
+PROG_INFO_SIZE = 232  # through attach_btf_id, 8-aligned (Linux 6.x); a larger kernel struct is cut
+PROG_INFO_NAME = 64  # char name[16] (BPF_OBJ_NAME_LEN), the kernel's truncated program name
+PROG_INFO_RUN_TIME_NS = 192
+PROG_INFO_RUN_CNT = 200
+PROG_INFO_RECURSION_MISSES = 208
 
 
 class LibbpfError(OSError):
@@ -70,6 +80,12 @@ def lib() -> ctypes.CDLL:
     _sig(so.bpf_program__autoload, ctypes.c_bool, vp)
     _sig(so.bpf_program__attach, vp, vp)
     _sig(so.bpf_program__attach_tracepoint, vp, vp, cp, cp)
+    _sig(so.bpf_program__fd, i, vp)
+    _sig(so.bpf_map__set_max_entries, i, vp, u32)
+    _sig(so.bpf_map__max_entries, u32, vp)
+    _sig(so.bpf_enable_stats, i, i)
+    # libbpf 1.1 (Debian 12) has no bpf_prog_get_info_by_fd (1.2+): the generic call does it.
+    _sig(so.bpf_obj_get_info_by_fd, i, i, vp, ctypes.POINTER(u32))
     _sig(so.bpf_link__destroy, i, vp)
     _sig(so.bpf_map__fd, i, vp)
     _sig(so.bpf_map__reuse_fd, i, vp, i)
@@ -152,6 +168,11 @@ class Program:
     def autoload(self, on: bool) -> None:
         _check_rc(lib().bpf_program__set_autoload(self._ptr, on), f"set_autoload {self.name}")
 
+    @property
+    def fd(self) -> int:
+        """The loaded program's fd (owned by its object)."""
+        return _check_rc(lib().bpf_program__fd(self._ptr), f"fd of program {self.name}")
+
     def attach(self) -> Link:
         return Link(_check_ptr(lib().bpf_program__attach(self._ptr), f"attach {self.name}"))
 
@@ -202,6 +223,13 @@ class BpfObject:
     def reuse_map(self, name: str, fd: int) -> None:
         """Makes this object use an existing map (shared between objects) instead of its own."""
         _check_rc(lib().bpf_map__reuse_fd(self._map(name), fd), f"reuse map {name}")
+
+    def set_max_entries(self, name: str, n: int) -> None:
+        """Resizes map `name` before load (shared maps: in the object that creates them)."""
+        _check_rc(lib().bpf_map__set_max_entries(self._map(name), n), f"resize map {name}")
+
+    def max_entries(self, name: str) -> int:
+        return lib().bpf_map__max_entries(self._map(name))
 
     def set_config(self, config: bytes) -> None:
         """Writes the object's `const volatile struct iot_config config` (section .rodata.config)
@@ -284,6 +312,39 @@ class RingBuffer:
         if self._ptr:
             lib().ring_buffer__free(self._ptr)
             self._ptr = None
+
+
+@dataclass(frozen=True)
+class ProgStats:
+    """What the kernel counted for one program while BPF stats were on (cumulative)."""
+
+    run_cnt: int
+    run_time_ns: int
+    recursion_misses: int | None  # None: the kernel predates the field (< 5.12)
+
+
+def prog_stats(fd: int) -> ProgStats:
+    """run_cnt, run_time_ns and recursion_misses of a loaded program, from BPF_OBJ_GET_INFO_BY_FD
+    (all 0 unless BPF stats are enabled: see enable_stats)."""
+    buf = ctypes.create_string_buffer(PROG_INFO_SIZE)
+    size = ctypes.c_uint32(PROG_INFO_SIZE)
+    _check_rc(lib().bpf_obj_get_info_by_fd(fd, buf, ctypes.byref(size)), "BPF_OBJ_GET_INFO_BY_FD")
+    raw = buf.raw
+
+    def u64(off: int) -> int | None:
+        return int.from_bytes(raw[off:off + 8], "little") if size.value >= off + 8 else None
+
+    return ProgStats(u64(PROG_INFO_RUN_CNT) or 0, u64(PROG_INFO_RUN_TIME_NS) or 0,
+                     u64(PROG_INFO_RECURSION_MISSES))
+
+
+def enable_stats() -> int:
+    """Turns on the kernel's run-time statistics of every BPF program (BPF_ENABLE_STATS with
+    BPF_STATS_RUN_TIME) and returns an fd: they stay on while it is open, and the kernel turns
+    them back off when the last such fd closes (also when the process is killed), unless
+    kernel.bpf_stats_enabled was set by sysctl. Raises LibbpfError (EPERM without
+    CAP_SYS_ADMIN, EINVAL before Linux 5.8)."""
+    return _check_rc(lib().bpf_enable_stats(BPF_STATS_RUN_TIME), "BPF_ENABLE_STATS")
 
 
 BTF_KIND_TYPEDEF = 8

@@ -34,6 +34,8 @@ THREAD_STATES = {0: "oncpu", 1: "runnable", 2: "sleep", 3: "iowait", 4: "dead"}
 WAKERS = ("own", "worker", "pin", "other")
 # enum iot_file_flags
 FILE_TRUNCATED, FILE_DELETED, FILE_FS_ROOT = 1, 2, 4
+# enum iot_map: the maps whose refused inserts `map_full` counts, by index (IOT_MAPS of them)
+MAP_FULL_MAPS = ("tracked", "hists", "file_stats", "threads", "rq_starts")
 
 # struct iot_config: have_io_start, page_shift, auto_discover, slow_ns
 CONFIG = struct.Struct("<BBB5xQ")

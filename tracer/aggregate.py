@@ -17,6 +17,7 @@ from tracer.devices import device_name
 from tracer.files import FileTable
 from tracer.processes import ProcessTable
 from tracer.roles import CHILD
+from tracer.selfcost import SelfCost
 
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 
@@ -56,6 +57,7 @@ class Snapshot:
     devices: list[dict] = field(default_factory=list)  # rows of `devices` (iostat -x)
     system: dict | None = None  # the row of `system` (dstat)
     gpu: list[dict] = field(default_factory=list)  # rows of `gpu` (NVML samples), when sampling
+    cost: SelfCost | None = None  # iotrace's own cost so far (the session adds it)
 
 
 @dataclass(frozen=True)

@@ -502,6 +502,11 @@ def overview_html(trace: Trace, top: int = 10) -> str:
     if host:
         facts.append(("Host", host))
     facts.append(("Events lost", str(meta.get("events_lost", 0))))
+    if isinstance(meta.get("self_cost"), dict):
+        from tracer.selfcost import SelfCost, render_self_cost
+
+        line = render_self_cost(SelfCost.from_meta(meta["self_cost"]), top=0)[1]
+        facts.append(("iotrace's own cost", line.split(": ", 1)[1]))
     parts = [f'<div class="iotrace-overview"><h3>iotrace trace <code>{esc(str(trace.directory))}'
              f"</code></h3>", _html_table(["", ""], facts)]
 

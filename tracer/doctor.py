@@ -7,8 +7,20 @@ from dataclasses import dataclass
 from typing import TextIO
 
 from tracer import _libbpf
+from tracer.histogram import format_ns
 from tracer.host import btf_path, btf_problem, privilege_problem
-from tracer.loader import BPF_DIR, OBJECTS, TRACEFS, HostCannotTrace, Probes, ensure_tracefs
+from tracer.loader import (
+    BPF_DIR,
+    OBJECTS,
+    TRACEFS,
+    BadSetting,
+    HostCannotTrace,
+    Probes,
+    ensure_tracefs,
+)
+
+SELF_CALLS = 20_000  # page-cache pread64 calls the doctor traces of itself to measure the cost
+SELF_TOP = 4  # programs named in that line
 
 
 @dataclass
@@ -44,6 +56,63 @@ def _nvml_check() -> Check:
         pynvml.nvmlShutdown()
 
 
+def _load_attach_checks() -> list[Check]:
+    """Loads and attaches the programs, tracking the doctor itself; with BPF stats, measures
+    what tracing costs a page-cache pread64."""
+    try:
+        probes = Probes()
+    except BadSetting as e:
+        return [Check("load+attach", False, str(e))]
+    checks = []
+    try:
+        probes.load()
+        unavailable = probes.enable_stats()
+        probes.track(os.getpid())
+        probes.attach()
+        n = len(probes.links)
+        checks.append(Check("load+attach", True, f"{n} programs attached and detached; "
+                            f"block_io_start: {probes.features.get('block_io_start')}"))
+        if unavailable:
+            checks.append(Check("BPF stats", None, f"per-program cost unavailable: {unavailable}"))
+        else:
+            before = "" if probes.stats_before is None else (
+                f"; kernel.bpf_stats_enabled stays {probes.stats_before}")
+            checks.append(Check("BPF stats", True, "per-program run counts and times, on while "
+                                f"iotrace runs (BPF_ENABLE_STATS){before}"))
+            checks.append(_measure_self(probes))
+    except HostCannotTrace as e:
+        checks.append(Check("load+attach", False, str(e)))
+    finally:
+        probes.close()
+    return checks
+
+
+def _program_times(probes: Probes) -> dict[str, tuple[int, int]]:
+    return {f"{obj}/{name}": (st.run_cnt, st.run_time_ns)
+            for obj, name, _, st in probes.program_stats()}
+
+
+def _measure_self(probes: Probes, calls: int = SELF_CALLS) -> Check:
+    """`calls` pread64 of a cached page by this (tracked) process: the BPF time they added,
+    per call and per program. Programs run for the whole host, so others' work adds a little."""
+    fd = os.open(BPF_DIR / f"{OBJECTS[0]}.bpf.o", os.O_RDONLY)
+    try:
+        os.pread(fd, 4096, 0)  # cached from here on
+        before = _program_times(probes)
+        for _ in range(calls):
+            os.pread(fd, 4096, 0)
+        after = _program_times(probes)
+    finally:
+        os.close(fd)
+    delta = {k: (after[k][0] - before.get(k, (0, 0))[0], after[k][1] - before.get(k, (0, 0))[1])
+             for k in after}
+    ran = sorted(((k, n, ns) for k, (n, ns) in delta.items() if n > 0), key=lambda r: -r[2])
+    total_ns = sum(ns for _, _, ns in ran)
+    per_prog = ", ".join(f"{k} {ns / n:.0f} ns/run" for k, n, ns in ran[:SELF_TOP])
+    return Check("own cost", True, f"{calls} traced page-cache pread64: "
+                 f"{format_ns(total_ns / calls)} of BPF per call ({per_prog})")
+
+
 def run_checks() -> list[Check]:
     checks = []
     problem = privilege_problem()
@@ -74,17 +143,7 @@ def run_checks() -> list[Check]:
         checks.append(Check("BPF objects", not missing, f"{BPF_DIR}" if not missing else
                             f"missing {', '.join(missing)}: run 'make build'"))
         if all(c.ok for c in checks):
-            probes = Probes()
-            try:
-                probes.load()
-                probes.attach()
-                n = len(probes.links)
-                checks.append(Check("load+attach", True, f"{n} programs attached and detached; "
-                                    f"block_io_start: {probes.features.get('block_io_start')}"))
-            except HostCannotTrace as e:
-                checks.append(Check("load+attach", False, str(e)))
-            finally:
-                probes.close()
+            checks.extend(_load_attach_checks())
     checks.append(Check("kprobes/fentry", None, "not used: iotrace needs only tracepoints"))
     checks.append(_nvml_check())
     return checks

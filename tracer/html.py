@@ -379,7 +379,8 @@ def summary_json(trace: Trace, top: int = 10) -> dict:
 
     Keys: ``schema_version``, ``tool_version``, ``directory``, ``host``, ``kernel``,
     ``targets`` ({pids, command}), ``start``/``stop`` (ISO 8601 UTC), ``duration_s``,
-    ``stop_reason``, ``events_lost``, ``roles`` (processes per role), ``processes`` (pid, ppid,
+    ``stop_reason``, ``events_lost``, ``self_cost`` (what tracing cost, as meta.json has it;
+    null for traces without it), ``roles`` (processes per role), ``processes`` (pid, ppid,
     comm, role, cmdline, exit_code), ``latency`` (one entry per process and histogram series:
     pid, comm, role, layer, op, target, device, attribution, what, count, bytes, p50_ns,
     p99_ns; layers syscall, block_queue, block), ``pagecache`` (pages missed per process),
@@ -430,6 +431,7 @@ def summary_json(trace: Trace, top: int = 10) -> dict:
         "duration_s": trace.duration_s,
         "stop_reason": meta.get("stop_reason"),
         "events_lost": meta.get("events_lost"),
+        "self_cost": meta.get("self_cost"),
         "roles": role_counts(trace),
         "processes": processes,
         "latency": latency,

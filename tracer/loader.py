@@ -14,7 +14,15 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from tracer import _libbpf, abi
-from tracer._libbpf import BpfObject, LibbpfError, LibbpfMissing, Link, Map, RingBuffer
+from tracer._libbpf import (
+    BpfObject,
+    LibbpfError,
+    LibbpfMissing,
+    Link,
+    Map,
+    ProgStats,
+    RingBuffer,
+)
 
 BPF_DIR = Path(__file__).parent / "bpf"
 PAGE_SHIFT = (os.sysconf("SC_PAGE_SIZE") - 1).bit_length()
@@ -22,7 +30,11 @@ TRACEFS = "/sys/kernel/tracing"
 
 OBJECTS = ("proc", "syscall", "pagecache", "block", "sched")  # proc first: it makes the shared maps
 SHARED_MAPS = ("tracked", "hists", "events", "events_lost", "files_seen", "file_stats",
-               "dirtier", "sys_starts", "threads")
+               "dirtier", "sys_starts", "threads", "map_full")
+# The object that creates each map whose refused inserts `map_full` counts (abi.MAP_FULL_MAPS):
+# shared maps are made by the first object, the others by their own.
+MAP_OWNERS = {name: "proc" for name in abi.MAP_FULL_MAPS} | {"rq_starts": "block"}
+STATS_SYSCTL = "/proc/sys/kernel/bpf_stats_enabled"
 # Tracepoints whose programs read the in-flight syscall from task-local storage. A tp_btf
 # program gets the storage through a trylock that fails (NULL) when a syscall program holding
 # it on the same CPU was preempted (syscall tracepoints are preemptible on 6.x); raw_tp
@@ -32,6 +44,29 @@ RAW_TP_FIRST = frozenset({"block_io_start", "block_rq_insert", "block_rq_issue",
 # Test and debugging knob: comma-separated fallbacks to force on a kernel that has the better
 # path, so the fallbacks are exercised too: "raw_tp" (no tp_btf), "no_block_io_start".
 FORCE_ENV = "IOTRACE_FORCE"
+# Test and debugging knob: "MAP=N[,MAP=N]" sizes maps of abi.MAP_FULL_MAPS (max_entries), e.g.
+# "file_stats=1" to see refused inserts counted as map-full drops.
+MAP_SIZES_ENV = "IOTRACE_MAP_SIZES"
+
+
+class BadSetting(ValueError):
+    """An IOTRACE_* setting of the environment is malformed (one line for the user)."""
+
+
+def map_sizes_from_env(text: str | None = None) -> dict[str, int]:
+    """Parses IOTRACE_MAP_SIZES ("file_stats=1,hists=64"); raises BadSetting."""
+    text = os.environ.get(MAP_SIZES_ENV, "") if text is None else text
+    sizes: dict[str, int] = {}
+    for item in filter(None, (t.strip() for t in text.split(","))):
+        name, _, n = item.partition("=")
+        if name not in MAP_OWNERS:
+            raise BadSetting(f"{MAP_SIZES_ENV}: no map {name!r} can be sized; give "
+                             f"MAP=N with MAP one of {', '.join(MAP_OWNERS)}")
+        if not n.isdigit() or int(n) < 1:
+            raise BadSetting(f"{MAP_SIZES_ENV}: {item!r}: the size must be a whole number of "
+                             "entries, at least 1")
+        sizes[name] = int(n)
+    return sizes
 
 
 class HostCannotTrace(RuntimeError):
@@ -68,8 +103,12 @@ def _tracepoint_of(section: str) -> str:
 class Probes:
     """iotrace's BPF programs and maps, loaded into the kernel."""
 
-    def __init__(self, bpf_dir: Path = BPF_DIR, slow_ns: int = 0, auto_discover: bool = False):
+    def __init__(self, bpf_dir: Path = BPF_DIR, slow_ns: int = 0, auto_discover: bool = False,
+                 map_sizes: dict[str, int] | None = None):
+        """`map_sizes`: max_entries of maps of abi.MAP_FULL_MAPS (default: IOTRACE_MAP_SIZES,
+        which raises BadSetting when malformed)."""
         self.bpf_dir = bpf_dir
+        self.map_sizes = map_sizes_from_env() if map_sizes is None else map_sizes
         self.slow_ns = slow_ns
         self.auto_discover = auto_discover
         self.objects: dict[str, BpfObject] = {}
@@ -82,6 +121,10 @@ class Probes:
         self.threads: Map | None = None
         self.epoch: Map | None = None
         self._lost: Map | None = None
+        self._map_full: Map | None = None
+        self._stats_fd: int | None = None
+        self.stats_before: int | None = None  # kernel.bpf_stats_enabled before enable_stats()
+        self.max_entries: dict[str, int] = {}  # of the maps whose refused inserts are counted
 
     # -- load ---------------------------------------------------------------------------------
     def load(self) -> None:
@@ -107,6 +150,11 @@ class Probes:
                                                int(self.auto_discover), self.slow_ns))
                 for m, fd in shared.items():
                     obj.reuse_map(m, fd)
+                for m, owner in MAP_OWNERS.items():
+                    if owner == name:
+                        if m in self.map_sizes:
+                            obj.set_max_entries(m, self.map_sizes[m])
+                        self.max_entries[m] = obj.max_entries(m)
                 obj.load()
                 if not shared:
                     shared = {m: obj.map_fd(m) for m in SHARED_MAPS}
@@ -125,6 +173,7 @@ class Probes:
         self.max_epoch = 0
         ncpu = _libbpf.num_possible_cpus()
         self._lost = Map(shared["events_lost"], 4, 8 * ncpu)
+        self._map_full = Map(shared["map_full"], 4, 8 * ncpu)
 
     def _choose_programs(self, obj: BpfObject) -> None:
         """Keeps the tp_btf twin of each program where the kernel's BTF has the tracepoint,
@@ -227,6 +276,55 @@ class Probes:
         raw = self._lost.lookup(b"\0\0\0\0")
         return sum(int.from_bytes(raw[i:i + 8], "little") for i in range(0, len(raw), 8)) if raw else 0
 
+    def map_full_drops(self) -> dict[str, int]:
+        """Inserts the kernel refused because a map was full, by map (abi.MAP_FULL_MAPS),
+        cumulative, summed over CPUs: each is an operation whose counts were lost."""
+        assert self._map_full is not None
+        out = {}
+        for i, name in enumerate(abi.MAP_FULL_MAPS):
+            raw = self._map_full.lookup(i.to_bytes(4, "little")) or b""
+            out[name] = sum(int.from_bytes(raw[j:j + 8], "little") for j in range(0, len(raw), 8))
+        return out
+
+    # -- own cost -------------------------------------------------------------------------------
+    def enable_stats(self) -> str | None:
+        """Turns on the kernel's per-program run counts and times for as long as these probes
+        are open (the kernel restores kernel.bpf_stats_enabled when they close, even on kill
+        -9). Returns None, or why per-program cost is unavailable."""
+        try:
+            with open(STATS_SYSCTL) as f:
+                self.stats_before = int(f.read().strip() or 0)
+        except (OSError, ValueError):
+            self.stats_before = None
+        if self._stats_fd is not None:
+            return None
+        try:
+            _libbpf.lib()
+            self._stats_fd = _libbpf.enable_stats()
+        except LibbpfMissing as e:
+            return str(e)
+        except LibbpfError as e:
+            if e.errno == errno.EPERM:
+                return "BPF_ENABLE_STATS needs CAP_SYS_ADMIN"
+            if e.errno == errno.EINVAL:
+                return "this kernel has no BPF_ENABLE_STATS (Linux 5.8+)"
+            return str(e)
+        return None
+
+    @property
+    def stats_enabled(self) -> bool:
+        return self._stats_fd is not None
+
+    def program_stats(self) -> list[tuple[str, str, str, ProgStats]]:
+        """(object, program name, section, cumulative stats) of every loaded program. Counts
+        are since load, and only while stats were on (elsewhere, all 0)."""
+        out = []
+        for obj_name, obj in self.objects.items():
+            for prog in obj.programs():
+                if prog.autoload:
+                    out.append((obj_name, prog.name, prog.section, _libbpf.prog_stats(prog.fd)))
+        return out
+
     def open_events(self, on_event: Callable[[bytes], None]) -> None:
         """`on_event(raw)` runs for every ring-buffer record during poll_events()."""
         fd = self.objects["proc"].map_fd("events")
@@ -244,3 +342,6 @@ class Probes:
         for obj in self.objects.values():
             obj.close()
         self.objects.clear()
+        if self._stats_fd is not None:
+            os.close(self._stats_fd)  # the kernel restores bpf_stats_enabled
+            self._stats_fd = None

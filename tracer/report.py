@@ -20,6 +20,7 @@ from tracer.diagnose import Diagnosis
 from tracer.errors import EXIT_USAGE, TraceFailure
 from tracer.files import FileInfo, FileTable
 from tracer.processes import Process, ProcessTable
+from tracer.selfcost import SelfCost
 from tracer.summary import render_summary
 
 
@@ -144,6 +145,8 @@ def report(directory: str, out: TextIO) -> int:
     for note in trace.meta.get("unavailable") or []:
         if note.startswith("GPU sampling off"):
             header += f"\n{note}."
+    saved = trace.meta.get("self_cost")
+    cost = SelfCost.from_meta(saved) if isinstance(saved, dict) else None
     print(render_summary(totals_from_latency(latency), procs, header, file_totals, file_table,
-                         findings), file=out)
+                         findings, cost), file=out)
     return 0

@@ -30,11 +30,12 @@ from tracer.diagnose import Diagnosis, add_gpu_evidence
 from tracer.errors import EXIT_HOST, EXIT_OK, EXIT_USAGE, TraceFailure
 from tracer.files import FileTable
 from tracer.host import tracing_problem
-from tracer.loader import HostCannotTrace, Probes
+from tracer.loader import BadSetting, HostCannotTrace, Probes
 from tracer.processes import ProcessTable
 from tracer.procfs import ProcSampler
 from tracer.redact import Redactor
 from tracer.roles import ELASTIC_COMM, WORKER_COMM
+from tracer.selfcost import ProgramCost, SelfCost, TracerMeter
 
 if TYPE_CHECKING:
     from tracer.aggregate import Snapshot
@@ -160,7 +161,12 @@ class Session:
         self.redact = Redactor(opts.redact_paths)
         self.files = FileTable(self.redact)
         self.aggregator = None  # made once attached (tracer.aggregate imports numpy)
-        self.probes = Probes(slow_ns=int(opts.slow_ms * 1e6), auto_discover=opts.auto)
+        try:
+            self.probes = Probes(slow_ns=int(opts.slow_ms * 1e6), auto_discover=opts.auto)
+        except BadSetting as e:
+            raise TraceFailure(str(e), EXIT_USAGE) from None
+        self.meter: TracerMeter | None = None  # the tracer's own CPU, from when tracing starts
+        self.stats_unavailable: str | None = None  # why BPF programs' costs are not counted
         self.match = re.compile(opts.match) if opts.match else None
         self._scanned: set[int] = set()
         self.proc = ProcSampler()
@@ -194,6 +200,7 @@ class Session:
             self.probes.load()
         except HostCannotTrace as e:
             raise TraceFailure(str(e), EXIT_HOST) from None
+        self.stats_unavailable = self.probes.enable_stats()
         self.probes.open_events(self.on_event)
         if self.opts.command:
             self.command_log = self.opts.command_output or (
@@ -232,10 +239,14 @@ class Session:
             what = " ".join(self.redact.argv(self.opts.command))
         else:
             what = "PID " + " ".join(map(str, self.opts.pids))
+        self.meter = TracerMeter()
         if self.child:
             self.child.release()  # programs are attached: the command is traced from its exec
         print(f"Tracing I/O of {what} and its descendants... Hit Ctrl-C to end.",
               file=self.err, flush=True)
+        if self.stats_unavailable:
+            print(f"iotrace: per-program cost unavailable: {self.stats_unavailable}",
+                  file=self.err, flush=True)
         preload.join()
         from tracer.aggregate import Aggregator
         from tracer.sinks.csv import CsvSink
@@ -273,7 +284,7 @@ class Session:
             "interval_s": self.opts.interval_s, "hooks": self.probes.features,
             "unavailable": [k for k, v in self.probes.features.items() if v == "missing"]
             + ([self.gpu_note] if self.gpu_note else []),
-            "events_lost": 0,
+            "events_lost": 0, "self_cost": None,
         }
 
     def add_target(self, pid: int) -> None:
@@ -405,7 +416,9 @@ class Session:
             for note in self.gpu.take_notes():
                 if not self.view:
                     print(f"iotrace: {note}", file=self.err, flush=True)
-        lost = self.probes.events_lost()
+        cost = self.self_cost()
+        snap = dataclasses.replace(snap, cost=cost)
+        lost = cost.events_lost
         if self.prometheus:
             self.prometheus.update(snap, loop_rows, self.findings, gpu_idle_rows=idle,
                                    events_lost=lost)
@@ -436,6 +449,18 @@ class Session:
         self.writer.maybe_roll()
         return snap
 
+    def self_cost(self, advance: bool = True) -> SelfCost:
+        """iotrace's own cost so far (`advance`: a new interval starts for the CPU share)."""
+        assert self.meter is not None
+        programs = ()
+        if self.probes.stats_enabled:
+            programs = tuple(ProgramCost(obj, name, sec, st.run_cnt, st.run_time_ns,
+                                         st.recursion_misses)
+                             for obj, name, sec, st in self.probes.program_stats())
+        return SelfCost(programs, self.probes.events_lost(), self.probes.map_full_drops(),
+                        self.meter.read(advance), self.stats_unavailable,
+                        self.probes.stats_before, dict(self.probes.max_entries))
+
     def _write_processes(self, pids) -> None:
         assert self.writer is not None
         self.processes.number_workers()
@@ -460,6 +485,7 @@ class Session:
         self._finishing = True
         findings = []
         self.final_findings = findings
+        cost = None
         if self.writer:
             snap = self.tick()
             self._write_processes(list(self.processes.by_pid))
@@ -472,9 +498,10 @@ class Session:
                 self.writer.update_meta(gpu=self.gpu.meta())
             self.writer.add("findings", [f.row(snap.ts_ns) for f in findings])
             self.final_findings = findings
+            cost = self.self_cost(advance=False)
             self.writer.close(stop_ns=self.clock.now_ns(), stop_reason=self.stop_reason,
-                              events_lost=self.probes.events_lost())
-        lost = self.probes.events_lost()
+                              events_lost=cost.events_lost, self_cost=cost.meta())
+        lost = cost.events_lost if cost else self.probes.events_lost()
         n = len(self.processes.by_pid)
         header = (f"Traced {n} process{'es' if n != 1 else ''} ({self.stop_reason or 'stopped'}); "
                   f"{lost} events lost.")
@@ -483,7 +510,7 @@ class Session:
         from tracer.summary import render_summary
 
         return render_summary(self.aggregator.totals, self.processes, header,
-                              self.aggregator.file_totals, self.files, findings)
+                              self.aggregator.file_totals, self.files, findings, cost)
 
     def close_view(self) -> None:
         """Leaves the live view's screen so that what follows goes to normal scrollback."""

@@ -11,6 +11,7 @@ from tracer.diagnose import Finding, render_findings
 from tracer.files import FileTable
 from tracer.histogram import format_bytes, format_ns, percentile_ns, render
 from tracer.processes import ProcessTable
+from tracer.selfcost import SelfCost, render_self_cost
 
 HISTOGRAM_MIN_OPS = 10  # fewer operations get their one summary line only
 TOP_FILES = 10
@@ -52,9 +53,10 @@ def render_top_files(file_totals: Mapping[tuple[int, int, int], FileTotals], fil
 
 def render_summary(totals: Mapping[Series, np.ndarray], processes: ProcessTable,
                    header: str, file_totals: Mapping[tuple[int, int, int], FileTotals] | None = None,
-                   files: FileTable | None = None, findings: list[Finding] | None = None) -> str:
+                   files: FileTable | None = None, findings: list[Finding] | None = None,
+                   cost: SelfCost | None = None) -> str:
     """Text for the terminal (and `iotrace report`): one block per process, one histogram per
-    layer/op/target, most operations first within a process."""
+    layer/op/target, most operations first within a process; iotrace's own cost last."""
     lines = [header]
     by_pid: dict[int, list[tuple[Series, np.ndarray]]] = {}
     for key, h in totals.items():
@@ -86,4 +88,6 @@ def render_summary(totals: Mapping[Series, np.ndarray], processes: ProcessTable,
     if file_totals:
         lines.extend(render_top_files(file_totals, files or FileTable()))
     lines.extend(render_findings(findings or []))
+    if cost is not None:
+        lines.extend(render_self_cost(cost))
     return "\n".join(lines)

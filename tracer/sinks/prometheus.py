@@ -16,13 +16,21 @@ Metrics (base units; docs/prometheus.md has the full description and example que
   iotrace_gpu_idle_seconds_total{gpu,cause}          counter
   iotrace_findings{kind}                             gauge, severity 0-100 (0: not found now)
   iotrace_events_lost_total                          counter
+  iotrace_self_bpf_runs_total{object,program}        counter, runs of each of iotrace's BPF programs
+  iotrace_self_bpf_run_seconds_total{object,program} counter, their time in the kernel
+  iotrace_self_bpf_recursion_misses_total{object,program}  counter
+  iotrace_self_bpf_stats_enabled                     gauge, 1 while the kernel counts the above
+  iotrace_self_map_full_drops_total{map}             counter, inserts refused by a full map
+  iotrace_self_cpu_seconds_total                     counter, the tracer process's CPU
+  iotrace_self_peak_resident_memory_bytes            gauge, the tracer process's peak RSS
   iotrace_last_update_timestamp_seconds              gauge, end of the last interval (Unix time)
   iotrace_build_info{version}                        gauge, always 1
 plus the standard process_* metrics of the iotrace process itself (its CPU and memory).
 
 Labels stay bounded: device is the kernel's name (as node_exporter's `device`, so queries join on
-it), role/op/layer/state/cause/kind come from fixed vocabularies, gpu is an NVML index. Never a
-PID, comm, path or command line.
+it), role/op/layer/state/cause/kind/map come from fixed vocabularies, gpu is an NVML index,
+object/program name iotrace's own BPF programs (a fixed set per version). Never a PID, comm,
+path or command line.
 
 Histograms come from the kernel's log2 slots: slot i holds [2^i, 2^(i+1)) ns, so bucket bounds
 are the slots' upper bounds in seconds. Only the bounds from 2^9 ns (512 ns) to 2^35 ns (34.4 s)
@@ -48,6 +56,7 @@ from prometheus_client.core import (
 from prometheus_client.utils import floatToGoString
 
 from tracer import __version__
+from tracer.abi import MAP_FULL_MAPS
 from tracer.diagnose import KINDS, STATES
 
 DEFAULT_HOST = "127.0.0.1"
@@ -121,6 +130,14 @@ class _State:
         self.findings = dict.fromkeys(KINDS, 0)
         self.events_lost = 0
         self.last_ts_ns = 0
+        # iotrace's own cost (snapshot.cost), cumulative: (object, program) -> counts
+        self.bpf_runs: dict[tuple[str, str], int] = {}
+        self.bpf_run_ns: dict[tuple[str, str], int] = {}
+        self.bpf_recursion_misses: dict[tuple[str, str], int] = {}
+        self.bpf_stats_enabled = 0
+        self.map_full = dict.fromkeys(MAP_FULL_MAPS, 0)
+        self.cpu_s = 0.0
+        self.peak_rss_bytes = 0
 
     def copy(self) -> _State:
         s = _State()
@@ -132,6 +149,13 @@ class _State:
         s.findings = dict(self.findings)
         s.events_lost = self.events_lost
         s.last_ts_ns = self.last_ts_ns
+        s.bpf_runs = dict(self.bpf_runs)
+        s.bpf_run_ns = dict(self.bpf_run_ns)
+        s.bpf_recursion_misses = dict(self.bpf_recursion_misses)
+        s.bpf_stats_enabled = self.bpf_stats_enabled
+        s.map_full = dict(self.map_full)
+        s.cpu_s = self.cpu_s
+        s.peak_rss_bytes = self.peak_rss_bytes
         return s
 
 
@@ -178,6 +202,7 @@ class PrometheusSink:
         gpu_idle_rows  `gpu_idle` rows of spans that ended in this interval, each span once
         events_lost    the ring buffer's cumulative lost-event count (Probes.events_lost());
                        the counter never goes down, whatever is passed
+        snapshot.cost, when set (tracer.selfcost.SelfCost), gives the iotrace_self_* metrics.
         """
         severity: dict[str, int] = {}
         for f in findings:
@@ -196,6 +221,24 @@ class PrometheusSink:
             s.findings = dict.fromkeys(s.findings, 0) | severity  # kinds once seen stay, at 0
             s.events_lost = max(s.events_lost, int(events_lost or 0))
             s.last_ts_ns = max(s.last_ts_ns, int(snapshot.ts_ns))
+            cost = getattr(snapshot, "cost", None)
+            if cost is not None:
+                self._add_cost(s, cost)
+
+    @staticmethod
+    def _add_cost(s: _State, cost) -> None:
+        """Cumulative readings: kept as the maximum seen, so a counter never goes down."""
+        s.bpf_stats_enabled = int(cost.stats_unavailable is None)
+        for p in cost.programs:
+            key = (_label(p.object), _label(p.name))
+            s.bpf_runs[key] = max(s.bpf_runs.get(key, 0), p.run_cnt)
+            s.bpf_run_ns[key] = max(s.bpf_run_ns.get(key, 0), p.run_time_ns)
+            s.bpf_recursion_misses[key] = max(s.bpf_recursion_misses.get(key, 0),
+                                              p.recursion_misses or 0)
+        for name, n in cost.map_full_drops.items():
+            s.map_full[name] = max(s.map_full.get(name, 0), n)
+        s.cpu_s = max(s.cpu_s, cost.tracer.cpu_s)
+        s.peak_rss_bytes = max(s.peak_rss_bytes, cost.tracer.peak_rss_bytes)
 
     @staticmethod
     def _add_latency(s: _State, row: dict) -> None:
@@ -339,6 +382,8 @@ def _families(s: _State) -> Iterator[Metric]:
     fam.add_metric([], s.events_lost)
     yield fam
 
+    yield from _self_families(s)
+
     yield GaugeMetricFamily(
         "iotrace_last_update_timestamp_seconds",
         "End of the last interval folded in, in seconds since the Unix epoch (0 before the "
@@ -348,6 +393,50 @@ def _families(s: _State) -> Iterator[Metric]:
                             labels=("version",))
     fam.add_metric([__version__], 1)
     yield fam
+
+
+def _self_families(s: _State) -> Iterator[Metric]:
+    """iotrace's own cost: its BPF programs, refused map inserts, the tracer process."""
+    per_program = (
+        ("iotrace_self_bpf_runs_total", s.bpf_runs, 1,
+         "Runs of each of iotrace's BPF programs since they were loaded (the kernel's run_cnt; "
+         "counted while BPF stats are on, see iotrace_self_bpf_stats_enabled). Programs run "
+         "for every process on the host and return at once for untraced ones."),
+        ("iotrace_self_bpf_run_seconds_total", s.bpf_run_ns, 1e9,
+         "Time spent in each of iotrace's BPF programs, in seconds (the kernel's run_time_ns); "
+         "divided by the runs, the cost of one run."),
+        ("iotrace_self_bpf_recursion_misses_total", s.bpf_recursion_misses, 1,
+         "Runs of each of iotrace's BPF programs the kernel skipped because the program was "
+         "already running on that CPU (what they would have counted is missing)."),
+    )
+    for name, table, scale, doc in per_program:
+        fam = CounterMetricFamily(name, doc, labels=("object", "program"))
+        for (obj, prog), v in sorted(table.items()):
+            fam.add_metric([obj, prog], v / scale)
+        yield fam
+    yield GaugeMetricFamily(
+        "iotrace_self_bpf_stats_enabled",
+        "1 while the kernel counts iotrace's BPF programs' runs and time (BPF_ENABLE_STATS, "
+        "held by iotrace and undone when it exits), 0 when it could not turn them on.",
+        value=s.bpf_stats_enabled)
+    fam = CounterMetricFamily(
+        "iotrace_self_map_full_drops_total",
+        "Inserts the kernel refused because one of iotrace's maps was full, by map: each is an "
+        "operation (or process, thread, block request) whose counts are missing.",
+        labels=("map",))
+    for m, n in sorted(s.map_full.items()):
+        fam.add_metric([m], n)
+    yield fam
+    fam = CounterMetricFamily(
+        "iotrace_self_cpu_seconds_total",
+        "CPU time (user + system) of the iotrace process, every thread, since it started: the "
+        "reading, aggregating and writing that tracing costs besides the BPF programs.")
+    fam.add_metric([], s.cpu_s)
+    yield fam
+    yield GaugeMetricFamily(
+        "iotrace_self_peak_resident_memory_bytes",
+        "Peak resident memory of the iotrace process, in bytes (getrusage ru_maxrss).",
+        value=s.peak_rss_bytes)
 
 
 def _join(host: str, port: int) -> str:

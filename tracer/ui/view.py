@@ -207,6 +207,11 @@ class Header:
             ("iotrace", "bold"), "  ", (s.targets or "-", "bold cyan"),
             f"   elapsed {elapsed(s.elapsed_s)}   interval {s.interval_s:g} s   events lost ",
             (str(s.events_lost), "bold red" if s.events_lost else ""))
+        cost = getattr(s.last, "cost", None)
+        if cost is not None and cost.tracer.interval_cpu_pct is not None:
+            line1.append(f"   own CPU {cost.tracer.interval_cpu_pct:.1f} %")
+            if cost.drops:
+                line1.append(f"   map-full drops {cost.drops}", "bold red")
         counts = s.role_counts()
         roles = ", ".join(f"{counts[r]} {r or '?'}" for r in (*stats.ROLES, None) if counts.get(r))
         line2 = Text(f"{roles or 'no process yet'}  sort: {s.sort}  layer: {s.layer}  "

@@ -1,0 +1,152 @@
+"""iotrace's own cost, for real: BPF stats held for the run and given back, per-program counts
+against a workload with known I/O (iowork, as in test_kernel_exact), refused inserts of a map
+made tiny counted exactly, and the same numbers in meta.json, the summary and `iotrace report`."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+
+import pandas as pd
+import pytest
+from test_kernel_exact import K, M, N, P, S, prime, workload_args
+
+from conftest import IOTRACE, ROOT, needs_root, run_iotrace
+from tracer.selfcost import SelfCost, render_self_cost
+
+pytestmark = [needs_root, pytest.mark.kernel]
+
+STATS_SYSCTL = "/proc/sys/kernel/bpf_stats_enabled"
+
+
+def sysctl() -> int:
+    with open(STATS_SYSCTL) as f:
+        return int(f.read())
+
+
+def set_sysctl(value: int) -> None:
+    with open(STATS_SYSCTL, "w") as f:
+        f.write(str(value))
+
+
+@pytest.fixture
+def stats_sysctl(request):
+    """Sets kernel.bpf_stats_enabled to the test's value for the test, restores it after. It is
+    host-wide: a host where someone else turned it on is left alone (that case is skipped)."""
+    want, original = request.param, sysctl()
+    if original and not want:
+        pytest.skip("kernel.bpf_stats_enabled is 1 on this host (someone else's): not turned off")
+    set_sysctl(want)
+    try:
+        yield want
+    finally:
+        set_sysctl(original)
+
+
+def summed(programs: list[dict], field: str, **where) -> int:
+    return sum(p[field] for p in programs if all(where[k](p[k]) for k in where))
+
+
+@pytest.mark.parametrize("stats_sysctl", [0, 1], indirect=True)
+def test_own_cost_of_a_known_workload(iowork, data_file, tmp_path, stats_sysctl):
+    prime(iowork, data_file)
+    out = tmp_path / "trace"
+    r = run_iotrace("-o", str(out), "--", str(iowork), *workload_args(data_file))
+    assert r.returncode == 0, r.stderr
+    assert sysctl() == stats_sysctl  # given back as it was: BPF_ENABLE_STATS, not the sysctl
+    meta = json.loads((out / "meta.json").read_text())
+    cost = meta["self_cost"]
+    assert cost["bpf_stats"] == {"enabled": True, "unavailable": None,
+                                 "previous_sysctl": stats_sysctl}
+    progs = cost["programs"]
+    # Every syscall of the workload ran an enter and an exit program (and other processes'
+    # syscalls run them too: they return at once for untraced ones).
+    syscalls = N + M + K + 2 * P + 2 * S
+    assert summed(progs, "run_cnt", object=lambda o: o == "syscall") >= 2 * syscalls
+    # Each of the N + K O_DIRECT reads is one block request that completed.
+    complete = summed(progs, "run_cnt", section=lambda s: s.endswith("/block_rq_complete"))
+    assert complete >= N + K
+    for p in progs:
+        if p["run_cnt"]:
+            assert p["run_time_ns"] > 0 and p["ns_per_run"] > 0, p
+    assert cost["totals"]["run_cnt"] == summed(progs, "run_cnt")
+    assert cost["totals"]["run_time_ns"] == summed(progs, "run_time_ns")
+    assert cost["map_full_drops"] == dict.fromkeys(cost["map_full_drops"], 0)
+    assert set(cost["map_full_drops"]) == {"tracked", "hists", "file_stats", "threads", "rq_starts"}
+    assert cost["events_lost"] == meta["events_lost"] == 0
+    tracer = cost["tracer"]
+    assert tracer["cpu_seconds"] > tracer["setup_cpu_seconds"] > 0
+    assert tracer["cpu_pct"] > 0 and tracer["peak_rss_bytes"] > 10 << 20
+    # The summary says what meta.json holds, and `iotrace report` says it again.
+    block = "\n".join(render_self_cost(SelfCost.from_meta(cost)))
+    assert block in r.stdout
+    rep = run_iotrace("report", str(out))
+    assert rep.returncode == 0, rep.stderr
+    assert block in rep.stdout
+    js = run_iotrace("report", str(out), "--json")
+    assert js.returncode == 0, js.stderr
+    assert json.loads(js.stdout)["self_cost"] == cost
+
+
+def test_map_full_drops_counted_exactly(iowork, data_file, tmp_path):
+    """file_stats holds one entry: the workload's first file operation (its open of the data
+    file) takes it; every later operation on a new (process, file, op) is refused and counted:
+    the parent's N + M reads and the child's K."""
+    prime(iowork, data_file)
+    out = tmp_path / "trace"
+    r = run_iotrace("-o", str(out), "--", str(iowork), *workload_args(data_file),
+                    env={**os.environ, "IOTRACE_MAP_SIZES": "file_stats=1"})
+    assert r.returncode == 0, r.stderr
+    cost = json.loads((out / "meta.json").read_text())["self_cost"]
+    files = pd.read_parquet(out / "files")
+    assert cost["map_entries"]["file_stats"] == 1
+    assert cost["map_full_drops"] == {"tracked": 0, "hists": 0, "file_stats": N + M + K,
+                                      "threads": 0, "rq_starts": 0}, files.to_string()
+    assert set(files.op) == {"open"}  # the one entry the map held
+    assert f"{N + M + K} map-full drops (file_stats {N + M + K}:" in r.stdout
+    # The histograms are another map: they lost nothing.
+    lat = pd.read_parquet(out / "latency")
+    reads = lat[(lat.layer == "syscall") & (lat.op == "read") & (lat.target == "file")]
+    assert int(reads["count"].sum()) == N + M + K
+
+
+def test_bad_map_sizes_setting_is_one_line(tmp_path):
+    r = run_iotrace("-o", str(tmp_path / "t"), "--", "true",
+                    env={**os.environ, "IOTRACE_MAP_SIZES": "events=4"})
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.strip().splitlines() == [
+        "iotrace: error: IOTRACE_MAP_SIZES: no map 'events' can be sized; give MAP=N with MAP "
+        "one of tracked, hists, file_stats, threads, rq_starts"]
+
+
+@pytest.mark.skipif(shutil.which("setpriv") is None, reason="needs setpriv (util-linux)")
+def test_without_cap_sys_admin_the_trace_goes_on(iowork, data_file, tmp_path):
+    """Root without CAP_SYS_ADMIN (CAP_BPF and CAP_PERFMON are enough to trace) cannot turn
+    BPF stats on: the trace carries on and says why per-program cost is missing."""
+    before = sysctl()
+    out = tmp_path / "trace"
+    r = subprocess.run(["setpriv", "--bounding-set=-sys_admin", *IOTRACE, "-o", str(out), "--",
+                        str(iowork), str(data_file), "--cached", "10"],
+                       capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    why = "per-program cost unavailable: BPF_ENABLE_STATS needs CAP_SYS_ADMIN"
+    assert r.stderr.splitlines()[1] == f"iotrace: {why}"
+    assert f"iotrace's own cost: {why}; tracer " in r.stdout
+    cost = json.loads((out / "meta.json").read_text())["self_cost"]
+    assert cost["bpf_stats"]["enabled"] is False and cost["programs"] == []
+    assert cost["tracer"]["cpu_seconds"] > 0
+    assert sysctl() == before
+
+
+def test_doctor_measures_its_own_cost():
+    before = sysctl()
+    r = run_iotrace("doctor")
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = {ln[6:21].strip(): ln[22:] for ln in r.stdout.splitlines() if ln[:4].strip()}
+    assert lines["BPF stats"].startswith("per-program run counts and times")
+    own = lines["own cost"]
+    assert own.startswith("20000 traced page-cache pread64: ")
+    assert "of BPF per call (syscall/" in own and " ns/run" in own
+    assert sysctl() == before

@@ -1,0 +1,116 @@
+"""iotrace's own cost: the summary block, meta.json's self_cost and its round trip (no kernel)."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from tracer.loader import BadSetting, map_sizes_from_env
+from tracer.selfcost import (
+    ProgramCost,
+    SelfCost,
+    TracerCpu,
+    TracerMeter,
+    format_count,
+    render_self_cost,
+)
+
+PROGRAMS = (
+    ProgramCost("syscall", "enter_a", "tracepoint", 20_000, 12_180_000, 0),
+    ProgramCost("syscall", "exit_b", "tracepoint", 20_024, 4_723_000, 0),
+    ProgramCost("block", "rq_complete_btf", "tp_btf/block_rq_complete", 1_140, 703_000, 0),
+    ProgramCost("sched", "switch_btf", "tp_btf/sched_switch", 2_880, 1_080_000, 1),
+    ProgramCost("proc", "fork_btf", "tp_btf/sched_process_fork", 0, 0, None),  # never ran
+)
+TRACER = TracerCpu(cpu_s=0.68, setup_cpu_s=0.46, tracing_s=7.1, cpu_pct=3.14159,
+                   interval_cpu_pct=2.0, peak_rss_bytes=137 << 20)
+
+
+def cost(**kw) -> SelfCost:
+    args = dict(programs=PROGRAMS, events_lost=0, map_full_drops={"hists": 0, "file_stats": 0},
+                tracer=TRACER, stats_before=0, map_entries={"hists": 16384, "file_stats": 65536})
+    return SelfCost(**(args | kw))
+
+
+def test_totals():
+    c = cost()
+    assert c.run_cnt == 44_044
+    assert c.run_time_ns == 18_686_000
+    assert c.ns_per_run == pytest.approx(18_686_000 / 44_044)
+    assert [p.name for p in c.top_programs(3)] == ["enter_a", "exit_b", "switch_btf"]
+    assert PROGRAMS[-1].ns_per_run is None
+
+
+def test_summary_block():
+    assert render_self_cost(cost(), top=3) == [
+        "",
+        "iotrace's own cost: BPF 44 k runs, 18.7 ms (424 ns/run avg); tracer 3.1 % of one core "
+        "(0.68 s CPU, 0.46 s of it start-up), peak RSS 137.0 MiB; 0 events lost, 0 map-full drops.",
+        "  program               runs      time  ns/run",
+        "  syscall/enter_a       20 k   12.2 ms     609",
+        "  syscall/exit_b        20 k   4.72 ms     236",
+        "  sched/switch_btf    2.88 k   1.08 ms     375",
+    ]
+
+
+def test_summary_block_names_full_maps_and_missing_stats():
+    lines = render_self_cost(cost(programs=(), events_lost=2,
+                                  map_full_drops={"hists": 0, "file_stats": 490},
+                                  stats_unavailable="BPF_ENABLE_STATS needs CAP_SYS_ADMIN"))
+    assert lines[1] == (
+        "iotrace's own cost: per-program cost unavailable: BPF_ENABLE_STATS needs CAP_SYS_ADMIN; "
+        "tracer 3.1 % of one core (0.68 s CPU, 0.46 s of it start-up), peak RSS 137.0 MiB; "
+        "2 events lost, 490 map-full drops (file_stats 490: counts of those operations are "
+        "missing).")
+    assert len(lines) == 2  # no program table
+
+
+def test_meta_is_json_and_round_trips():
+    c = cost(events_lost=3, map_full_drops={"hists": 1, "file_stats": 2})
+    meta = json.loads(json.dumps(c.meta(), allow_nan=False))
+    assert meta["totals"] == {"run_cnt": 44_044, "run_time_ns": 18_686_000, "ns_per_run": 424.3}
+    assert meta["programs"][0] == {"object": "syscall", "name": "enter_a", "section": "tracepoint",
+                                   "run_cnt": 20_000, "run_time_ns": 12_180_000,
+                                   "ns_per_run": 609.0, "recursion_misses": 0}
+    assert meta["bpf_stats"] == {"enabled": True, "unavailable": None, "previous_sysctl": 0}
+    assert meta["tracer"]["peak_rss_bytes"] == 137 << 20
+    back = SelfCost.from_meta(meta)
+    # What `iotrace report` renders from meta.json is what the live run printed.
+    assert render_self_cost(back) == render_self_cost(c)
+    assert back.map_full_drops == {"hists": 1, "file_stats": 2}
+    assert back.map_entries == c.map_entries
+
+
+def test_format_count():
+    assert [format_count(n) for n in (0, 999, 1000, 12_345, 4_560_000, 1.2e9)] == [
+        "0", "999", "1 k", "12.3 k", "4.56 M", "1.2 G"]
+
+
+def test_meter_counts_this_process_cpu():
+    meter = TracerMeter()
+    end = time.process_time() + 0.05
+    while time.process_time() < end:  # burn 50 ms of CPU
+        pass
+    r = meter.read()
+    assert r.cpu_s >= r.setup_cpu_s + 0.05
+    assert r.cpu_pct is not None and r.cpu_pct > 10  # mostly on CPU while measured
+    assert r.peak_rss_bytes > 10 << 20
+    assert r.tracing_s >= 0.05
+
+
+@pytest.mark.parametrize("text, want", [
+    ("", {}), ("file_stats=1", {"file_stats": 1}), (" hists=64 , threads=8", {"hists": 64, "threads": 8}),
+])
+def test_map_sizes_setting(text, want):
+    assert map_sizes_from_env(text) == want
+
+
+@pytest.mark.parametrize("text, says", [
+    ("events=4", "no map 'events' can be sized"), ("file_stats=0", "at least 1"),
+    ("file_stats", "at least 1"), ("hists=x", "whole number"),
+])
+def test_map_sizes_setting_rejects(text, says):
+    with pytest.raises(BadSetting, match=says):
+        map_sizes_from_env(text)
