@@ -53,13 +53,18 @@ def summed(programs: list[dict], field: str, **where) -> int:
 def test_own_cost_of_a_known_workload(iowork, data_file, tmp_path, stats_sysctl):
     prime(iowork, data_file)
     out = tmp_path / "trace"
-    r = run_iotrace("-o", str(out), "--", str(iowork), *workload_args(data_file))
+    r = run_iotrace("-o", str(out), "--bpf-stats", "always", "--", str(iowork),
+                    *workload_args(data_file))
     assert r.returncode == 0, r.stderr
     assert sysctl() == stats_sysctl  # given back as it was: BPF_ENABLE_STATS, not the sysctl
     meta = json.loads((out / "meta.json").read_text())
     cost = meta["self_cost"]
-    assert cost["bpf_stats"] == {"enabled": True, "unavailable": None,
-                                 "previous_sysctl": stats_sysctl}
+    stats = cost["bpf_stats"]
+    assert {k: stats[k] for k in ("enabled", "unavailable", "previous_sysctl", "mode")} == {
+        "enabled": True, "unavailable": None, "previous_sysctl": stats_sysctl, "mode": "always"}
+    # always: counted from load to the end, so at least the whole tracing time
+    assert stats["seconds_counted"] >= cost["tracer"]["tracing_seconds"] > 0
+    assert stats["cpu_pct"] > 0
     progs = cost["programs"]
     # Every syscall of the workload ran an enter and an exit program (and other processes'
     # syscalls run them too: they return at once for untraced ones).
@@ -88,6 +93,28 @@ def test_own_cost_of_a_known_workload(iowork, data_file, tmp_path, stats_sysctl)
     js = run_iotrace("report", str(out), "--json")
     assert js.returncode == 0, js.stderr
     assert json.loads(js.stdout)["self_cost"] == cost
+
+
+def test_sampled_stats_count_one_interval_in_ten(tmp_path):
+    """The default: the kernel counts the programs' runs during the first interval of every 10,
+    so the counts cover about a tenth of the run, and the summary says so."""
+    loop = ROOT / "scripts" / "bin" / "pread_loop"
+    if not loop.exists():
+        pytest.skip("scripts/bin/pread_loop is not built (make scripts/bin/pread_loop)")
+    data = tmp_path / "data"
+    data.write_bytes(os.urandom(1 << 20))
+    out = tmp_path / "trace"
+    r = run_iotrace("-o", str(out), "-i", "0.1", "--", str(loop), str(data), "2.5")
+    assert r.returncode == 0, r.stderr
+    cost = json.loads((out / "meta.json").read_text())["self_cost"]
+    stats, tracing_s = cost["bpf_stats"], cost["tracer"]["tracing_seconds"]
+    assert stats["mode"] == "sampled" and stats["enabled"] is True
+    assert 0 < stats["seconds_counted"] < 0.5 * tracing_s, (stats, tracing_s)
+    sys_runs = summed(cost["programs"], "run_cnt", object=lambda o: o == "syscall")
+    preads = int(r.stdout.split("ops=")[1].split()[0])
+    assert 0 < sys_runs < 2 * preads  # both programs ran for some of the preads, not all
+    share = round(100 * min(1.0, stats["seconds_counted"] / tracing_s))
+    assert f"counted ({share} % of the run, sampled)" in r.stdout
 
 
 def test_map_full_drops_counted_exactly(iowork, data_file, tmp_path):

@@ -30,7 +30,8 @@ TRACER = TracerCpu(cpu_s=0.68, setup_cpu_s=0.46, tracing_s=7.1, cpu_pct=3.14159,
 
 def cost(**kw) -> SelfCost:
     args = dict(programs=PROGRAMS, events_lost=0, map_full_drops={"hists": 0, "file_stats": 0},
-                tracer=TRACER, stats_before=0, map_entries={"hists": 16384, "file_stats": 65536})
+                tracer=TRACER, stats_before=0, map_entries={"hists": 16384, "file_stats": 65536},
+                stats_seconds=7.2, stats_mode="always")
     return SelfCost(**(args | kw))
 
 
@@ -46,13 +47,25 @@ def test_totals():
 def test_summary_block():
     assert render_self_cost(cost(), top=3) == [
         "",
-        "iotrace's own cost: BPF 44 k runs, 18.7 ms (424 ns/run avg); tracer 3.1 % of one core "
-        "(0.68 s CPU, 0.46 s of it start-up), peak RSS 137.0 MiB; 0 events lost, 0 map-full drops.",
+        "iotrace's own cost: BPF 44 k runs, 18.7 ms (424 ns/run avg) in 7.2 s counted = 0.26 % "
+        "of one CPU; tracer 3.1 % of one core (0.68 s CPU, 0.46 s of it start-up), peak RSS "
+        "137.0 MiB; 0 events lost, 0 map-full drops.",
         "  program               runs      time  ns/run",
         "  syscall/enter_a       20 k   12.2 ms     609",
         "  syscall/exit_b        20 k   4.72 ms     236",
         "  sched/switch_btf    2.88 k   1.08 ms     375",
     ]
+
+
+def test_summary_block_sampled():
+    """--bpf-stats sampled: the counts cover part of the run, and the line says which part;
+    the CPU share is over the time counted (18.7 ms in 0.71 s)."""
+    line = render_self_cost(cost(stats_seconds=0.71, stats_mode="sampled"), top=0)[1]
+    assert line.startswith("iotrace's own cost: BPF 44 k runs, 18.7 ms (424 ns/run avg) in 0.7 s "
+                           "counted (10 % of the run, sampled) = 2.63 % of one CPU; tracer ")
+    meta = cost(stats_seconds=0.71, stats_mode="sampled").meta()["bpf_stats"]
+    assert meta["mode"] == "sampled" and meta["seconds_counted"] == 0.71
+    assert meta["cpu_pct"] == 2.6
 
 
 def test_summary_block_names_full_maps_and_missing_stats():
@@ -74,7 +87,8 @@ def test_meta_is_json_and_round_trips():
     assert meta["programs"][0] == {"object": "syscall", "name": "enter_a", "section": "tracepoint",
                                    "run_cnt": 20_000, "run_time_ns": 12_180_000,
                                    "ns_per_run": 609.0, "recursion_misses": 0}
-    assert meta["bpf_stats"] == {"enabled": True, "unavailable": None, "previous_sysctl": 0}
+    assert meta["bpf_stats"] == {"enabled": True, "unavailable": None, "previous_sysctl": 0,
+                                 "mode": "always", "seconds_counted": 7.2, "cpu_pct": 0.3}
     assert meta["tracer"]["peak_rss_bytes"] == 137 << 20
     back = SelfCost.from_meta(meta)
     # What `iotrace report` renders from meta.json is what the live run printed.

@@ -89,6 +89,11 @@ def trace_parser() -> argparse.ArgumentParser:
     p.add_argument("--redact-paths", action="store_true",
                    help="hash file paths (each component) in every output: the trace, the "
                         "summary, the live view")
+    p.add_argument("--bpf-stats", choices=("sampled", "always", "off"), default="sampled",
+                   help="count iotrace's own BPF programs' runs and time (the kernel's BPF stats): "
+                        "during one interval in 10 (sampled, the default), the whole run "
+                        "(always: exact counts, but the kernel's clock reads add about 80 ns "
+                        "to every program run), or not at all")
     p.add_argument("--version", action="version", version=f"iotrace {__version__}")
     return p
 
@@ -184,7 +189,7 @@ def cmd_trace(argv: list[str]) -> int:
                         match=args.match, prometheus=listen,
                         tui=sys.stdout.isatty() and not args.no_tui,
                         csv=Path(args.csv) if args.csv else None, gpu=args.gpu,
-                        redact_paths=args.redact_paths,
+                        redact_paths=args.redact_paths, bpf_stats=args.bpf_stats,
                         argv=["iotrace", *argv])
     return run_trace(opts)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import os
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -123,6 +124,8 @@ class Probes:
         self._lost: Map | None = None
         self._map_full: Map | None = None
         self._stats_fd: int | None = None
+        self._stats_since: float | None = None  # monotonic time stats were last turned on
+        self._stats_s = 0.0  # seconds they were on before that
         self.stats_before: int | None = None  # kernel.bpf_stats_enabled before enable_stats()
         self.max_entries: dict[str, int] = {}  # of the maps whose refused inserts are counted
 
@@ -301,6 +304,7 @@ class Probes:
         try:
             _libbpf.lib()
             self._stats_fd = _libbpf.enable_stats()
+            self._stats_since = time.monotonic()
         except LibbpfMissing as e:
             return str(e)
         except LibbpfError as e:
@@ -311,9 +315,23 @@ class Probes:
             return str(e)
         return None
 
+    def pause_stats(self) -> None:
+        """Turns the per-program statistics off again (enable_stats turns them back on): the
+        kernel's two clock reads per program run cost more than some of the programs do."""
+        if self._stats_fd is not None:
+            os.close(self._stats_fd)
+            self._stats_fd = None
+            self._stats_s += time.monotonic() - self._stats_since
+
     @property
     def stats_enabled(self) -> bool:
         return self._stats_fd is not None
+
+    @property
+    def stats_seconds(self) -> float:
+        """Seconds the per-program statistics have been on so far (what the counts cover)."""
+        on = time.monotonic() - self._stats_since if self._stats_fd is not None else 0.0
+        return self._stats_s + on
 
     def program_stats(self) -> list[tuple[str, str, str, ProgStats]]:
         """(object, program name, section, cumulative stats) of every loaded program. Counts
@@ -342,6 +360,4 @@ class Probes:
         for obj in self.objects.values():
             obj.close()
         self.objects.clear()
-        if self._stats_fd is not None:
-            os.close(self._stats_fd)  # the kernel restores bpf_stats_enabled
-            self._stats_fd = None
+        self.pause_stats()  # closing the fd: the kernel restores bpf_stats_enabled

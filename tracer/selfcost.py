@@ -16,6 +16,13 @@ from dataclasses import dataclass, field
 from tracer.histogram import format_bytes, format_ns
 
 TOP_PROGRAMS = 5  # programs listed in the summary, most time first
+# --bpf-stats: "sampled" (default) counts the programs' runs during one interval in
+# STATS_EVERY, "always" during the whole run, "off" never. The kernel reads the clock twice per
+# program run while it counts (about 80 ns per run on the 2-vCPU VMs of docs/benchmarks.md,
+# more than iotrace's syscall programs take), so counting all the time would double the cost
+# it reports; one interval in ten gives the same ns per run and rates at a tenth of that.
+STATS_MODES = ("sampled", "always", "off")
+STATS_EVERY = 10
 
 
 @dataclass(frozen=True)
@@ -88,6 +95,23 @@ class SelfCost:
     stats_unavailable: str | None = None  # why there are no per-program counts; None: counted
     stats_before: int | None = None  # kernel.bpf_stats_enabled before the run (restored after)
     map_entries: dict[str, int] = field(default_factory=dict)  # max_entries by map
+    stats_seconds: float = 0.0  # seconds the kernel counted the programs' runs (see STATS_MODES)
+    stats_mode: str = "always"
+
+    @property
+    def bpf_cpu_pct(self) -> float | None:
+        """BPF programs' time while counted, as % of one CPU: the share of the host's CPU that
+        iotrace's kernel side takes (every CPU's runs together)."""
+        if self.stats_unavailable is not None or self.stats_seconds <= 0:
+            return None
+        return 100.0 * self.run_time_ns / 1e9 / self.stats_seconds
+
+    @property
+    def counted_share(self) -> float | None:
+        """The part of the tracing time the counts cover (1.0: all of it)."""
+        if self.tracer.tracing_s <= 0:
+            return None
+        return min(1.0, self.stats_seconds / self.tracer.tracing_s)
 
     @property
     def run_cnt(self) -> int:
@@ -116,7 +140,9 @@ class SelfCost:
         return {
             "bpf_stats": {"enabled": self.stats_unavailable is None,
                           "unavailable": self.stats_unavailable,
-                          "previous_sysctl": self.stats_before},
+                          "previous_sysctl": self.stats_before, "mode": self.stats_mode,
+                          "seconds_counted": round(self.stats_seconds, 6),
+                          "cpu_pct": _round(self.bpf_cpu_pct)},
             "programs": [
                 {"object": p.object, "name": p.name, "section": p.section, "run_cnt": p.run_cnt,
                  "run_time_ns": p.run_time_ns, "ns_per_run": _round(p.ns_per_run),
@@ -150,7 +176,8 @@ class SelfCost:
         return cls(programs, int(d.get("events_lost") or 0),
                    {str(k): int(v) for k, v in (d.get("map_full_drops") or {}).items()}, tracer,
                    unavailable, stats.get("previous_sysctl"),
-                   {str(k): int(v) for k, v in (d.get("map_entries") or {}).items()})
+                   {str(k): int(v) for k, v in (d.get("map_entries") or {}).items()},
+                   float(stats.get("seconds_counted") or 0), str(stats.get("mode") or "always"))
 
 
 def _round(v: float | None) -> float | None:
@@ -173,9 +200,14 @@ def render_self_cost(cost: SelfCost, top: int = TOP_PROGRAMS) -> list[str]:
     """The summary's block: one line of totals, then the programs that took most time."""
     t = cost.tracer
     if cost.stats_unavailable is None:
-        avg = cost.ns_per_run
+        avg, share, counted = cost.ns_per_run, cost.bpf_cpu_pct, cost.counted_share
         bpf = (f"BPF {format_count(cost.run_cnt)} runs, {format_ns(cost.run_time_ns)}"
-               + (f" ({avg:.0f} ns/run avg)" if avg is not None else ""))
+               + (f" ({avg:.0f} ns/run avg)" if avg is not None else "")
+               + f" in {cost.stats_seconds:.1f} s counted")
+        if counted is not None and counted < 0.995:
+            bpf += f" ({counted * 100:.0f} % of the run, {cost.stats_mode})"
+        if share is not None:
+            bpf += f" = {share:.2f} % of one CPU"
     else:
         bpf = f"per-program cost unavailable: {cost.stats_unavailable}"
     drops = f"{cost.drops} map-full drops"

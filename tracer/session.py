@@ -35,7 +35,7 @@ from tracer.processes import ProcessTable
 from tracer.procfs import ProcSampler
 from tracer.redact import Redactor
 from tracer.roles import ELASTIC_COMM, WORKER_COMM
-from tracer.selfcost import ProgramCost, SelfCost, TracerMeter
+from tracer.selfcost import STATS_EVERY, ProgramCost, SelfCost, TracerMeter
 
 if TYPE_CHECKING:
     from tracer.aggregate import Snapshot
@@ -80,6 +80,7 @@ class TraceOptions:
     gpu: str = "auto"  # --gpu auto|off|0,2
     command_output: Path | None = None  # the started command's stdout+stderr go there
     redact_paths: bool = False  # hash paths (and path-like command words) in every output
+    bpf_stats: str = "sampled"  # count BPF programs' runs: sampled|always|off (selfcost.STATS_MODES)
     roll_s: float = 5.0
     argv: list[str] = field(default_factory=lambda: list(sys.argv))
 
@@ -167,6 +168,7 @@ class Session:
             raise TraceFailure(str(e), EXIT_USAGE) from None
         self.meter: TracerMeter | None = None  # the tracer's own CPU, from when tracing starts
         self.stats_unavailable: str | None = None  # why BPF programs' costs are not counted
+        self._intervals = 0  # intervals ended so far
         self.match = re.compile(opts.match) if opts.match else None
         self._scanned: set[int] = set()
         self.proc = ProcSampler()
@@ -200,7 +202,10 @@ class Session:
             self.probes.load()
         except HostCannotTrace as e:
             raise TraceFailure(str(e), EXIT_HOST) from None
-        self.stats_unavailable = self.probes.enable_stats()
+        if self.opts.bpf_stats == "off":
+            self.stats_unavailable = "not counted (--bpf-stats off)"
+        else:
+            self.stats_unavailable = self.probes.enable_stats()
         self.probes.open_events(self.on_event)
         if self.opts.command:
             self.command_log = self.opts.command_output or (
@@ -244,7 +249,7 @@ class Session:
             self.child.release()  # programs are attached: the command is traced from its exec
         print(f"Tracing I/O of {what} and its descendants... Hit Ctrl-C to end.",
               file=self.err, flush=True)
-        if self.stats_unavailable:
+        if self.stats_unavailable and self.opts.bpf_stats != "off":
             print(f"iotrace: per-program cost unavailable: {self.stats_unavailable}",
                   file=self.err, flush=True)
         preload.join()
@@ -417,6 +422,7 @@ class Session:
                 if not self.view:
                     print(f"iotrace: {note}", file=self.err, flush=True)
         cost = self.self_cost()
+        self._cycle_stats()
         snap = dataclasses.replace(snap, cost=cost)
         lost = cost.events_lost
         if self.prometheus:
@@ -449,17 +455,29 @@ class Session:
         self.writer.maybe_roll()
         return snap
 
+    def _cycle_stats(self) -> None:
+        """--bpf-stats sampled: the kernel counts the programs' runs during the first interval
+        of every STATS_EVERY (an interval has just ended)."""
+        self._intervals += 1
+        if self.opts.bpf_stats != "sampled" or self.stats_unavailable is not None:
+            return
+        if self._intervals % STATS_EVERY == 0:
+            self.probes.enable_stats()
+        else:
+            self.probes.pause_stats()
+
     def self_cost(self, advance: bool = True) -> SelfCost:
         """iotrace's own cost so far (`advance`: a new interval starts for the CPU share)."""
         assert self.meter is not None
         programs = ()
-        if self.probes.stats_enabled:
+        if self.stats_unavailable is None:
             programs = tuple(ProgramCost(obj, name, sec, st.run_cnt, st.run_time_ns,
                                          st.recursion_misses)
                              for obj, name, sec, st in self.probes.program_stats())
         return SelfCost(programs, self.probes.events_lost(), self.probes.map_full_drops(),
                         self.meter.read(advance), self.stats_unavailable,
-                        self.probes.stats_before, dict(self.probes.max_entries))
+                        self.probes.stats_before, dict(self.probes.max_entries),
+                        self.probes.stats_seconds, self.opts.bpf_stats)
 
     def _write_processes(self, pids) -> None:
         assert self.writer is not None

@@ -19,7 +19,8 @@ Metrics (base units; docs/prometheus.md has the full description and example que
   iotrace_self_bpf_runs_total{object,program}        counter, runs of each of iotrace's BPF programs
   iotrace_self_bpf_run_seconds_total{object,program} counter, their time in the kernel
   iotrace_self_bpf_recursion_misses_total{object,program}  counter
-  iotrace_self_bpf_stats_enabled                     gauge, 1 while the kernel counts the above
+  iotrace_self_bpf_stats_enabled                     gauge, 1 when the kernel counts the above
+  iotrace_self_bpf_stats_seconds_total               counter, seconds they were counted
   iotrace_self_map_full_drops_total{map}             counter, inserts refused by a full map
   iotrace_self_cpu_seconds_total                     counter, the tracer process's CPU
   iotrace_self_peak_resident_memory_bytes            gauge, the tracer process's peak RSS
@@ -135,6 +136,7 @@ class _State:
         self.bpf_run_ns: dict[tuple[str, str], int] = {}
         self.bpf_recursion_misses: dict[tuple[str, str], int] = {}
         self.bpf_stats_enabled = 0
+        self.bpf_stats_s = 0.0
         self.map_full = dict.fromkeys(MAP_FULL_MAPS, 0)
         self.cpu_s = 0.0
         self.peak_rss_bytes = 0
@@ -153,6 +155,7 @@ class _State:
         s.bpf_run_ns = dict(self.bpf_run_ns)
         s.bpf_recursion_misses = dict(self.bpf_recursion_misses)
         s.bpf_stats_enabled = self.bpf_stats_enabled
+        s.bpf_stats_s = self.bpf_stats_s
         s.map_full = dict(self.map_full)
         s.cpu_s = self.cpu_s
         s.peak_rss_bytes = self.peak_rss_bytes
@@ -229,6 +232,7 @@ class PrometheusSink:
     def _add_cost(s: _State, cost) -> None:
         """Cumulative readings: kept as the maximum seen, so a counter never goes down."""
         s.bpf_stats_enabled = int(cost.stats_unavailable is None)
+        s.bpf_stats_s = max(s.bpf_stats_s, cost.stats_seconds)
         for p in cost.programs:
             key = (_label(p.object), _label(p.name))
             s.bpf_runs[key] = max(s.bpf_runs.get(key, 0), p.run_cnt)
@@ -416,9 +420,17 @@ def _self_families(s: _State) -> Iterator[Metric]:
         yield fam
     yield GaugeMetricFamily(
         "iotrace_self_bpf_stats_enabled",
-        "1 while the kernel counts iotrace's BPF programs' runs and time (BPF_ENABLE_STATS, "
-        "held by iotrace and undone when it exits), 0 when it could not turn them on.",
+        "1 when iotrace has the kernel count its BPF programs' runs and time (BPF_ENABLE_STATS, "
+        "held by iotrace and undone when it exits; by default during one interval in 10, see "
+        "iotrace_self_bpf_stats_seconds_total), 0 when it could not or was told not to.",
         value=s.bpf_stats_enabled)
+    fam = CounterMetricFamily(
+        "iotrace_self_bpf_stats_seconds_total",
+        "Seconds during which the kernel counted iotrace's BPF programs (iotrace --bpf-stats): "
+        "rate(iotrace_self_bpf_run_seconds_total) / rate(this) is the share of one CPU they "
+        "take.")
+    fam.add_metric([], s.bpf_stats_s)
+    yield fam
     fam = CounterMetricFamily(
         "iotrace_self_map_full_drops_total",
         "Inserts the kernel refused because one of iotrace's maps was full, by map: each is an "
