@@ -59,26 +59,28 @@ static __always_inline struct thread_time *thread_of(struct task_struct *task, _
 	return NULL; /* nothing to account before first sight */
 }
 
-static __always_inline int handle_switch(bool preempt, struct task_struct *prev,
-					 struct task_struct *next)
+/* One context switch. The ids and the state of `prev` come from the caller: plain loads in the
+ * tp_btf program, CO-RE probe reads in the raw_tp one. This runs on every switch of the host,
+ * so untraced ones cost two `tracked` lookups and nothing else. */
+static __always_inline int handle_switch(bool preempt, struct task_struct *prev, __u32 prev_tgid,
+					 __u32 prev_tid, unsigned int state,
+					 struct task_struct *next, __u32 next_tgid, __u32 next_tid)
 {
-	__u32 prev_tgid = BPF_CORE_READ(prev, tgid), next_tgid = BPF_CORE_READ(next, tgid);
 	__u64 now;
-	struct thread_time *t;
-	unsigned int state;
+	struct thread_time *t = NULL;
 	__u8 new_state;
-
 	bool prev_tracked = is_tracked(prev_tgid);
-	__u32 prev_tid = BPF_CORE_READ(prev, pid);
 
 	/* A dying thread's process has already left `tracked` (sched_process_exit comes first):
 	 * its entry still gets its last switch, which marks it dead. */
-	t = prev_tracked ? NULL : bpf_map_lookup_elem(&threads, &prev_tid);
+	if (!prev_tracked && !preempt && (state & TASK_DEAD))
+		t = bpf_map_lookup_elem(&threads, &prev_tid);
 	if (!prev_tracked && !t && !is_tracked(next_tgid))
 		return 0;
 	now = bpf_ktime_get_ns();
 	if (prev_tracked || t) {
-		state = preempt ? TASK_RUNNING : task_state(prev);
+		if (preempt)
+			state = TASK_RUNNING;
 		new_state = state == TASK_RUNNING ? IOT_THREAD_RUNNABLE
 			    : (state & TASK_DEAD) ? IOT_THREAD_DEAD
 			    : (state & TASK_UNINTERRUPTIBLE) ? IOT_THREAD_IOWAIT : IOT_THREAD_SLEEP;
@@ -91,7 +93,7 @@ static __always_inline int handle_switch(bool preempt, struct task_struct *prev,
 		}
 	}
 	if (is_tracked(next_tgid)) {
-		t = thread_of(next, BPF_CORE_READ(next, pid), next_tgid, IOT_THREAD_ONCPU, now);
+		t = thread_of(next, next_tid, next_tgid, IOT_THREAD_ONCPU, now);
 		if (t) {
 			add_state_time(t, now - t->since_ns); /* runnable (or a wakeup we missed) */
 			t->state = IOT_THREAD_ONCPU;
@@ -120,16 +122,14 @@ static __always_inline __u8 waker_of(__u32 woken_tgid)
 }
 
 /* sched_waking runs in the waker's context (sched_wakeup may run later on the target CPU). */
-static __always_inline int handle_waking(struct task_struct *p)
+static __always_inline int handle_waking(__u32 tgid, __u32 tid)
 {
-	__u32 tgid = BPF_CORE_READ(p, tgid), tid;
 	struct thread_time *t;
 	__u64 now, d;
 	__u8 waker;
 
 	if (!is_tracked(tgid))
 		return 0;
-	tid = BPF_CORE_READ(p, pid);
 	t = bpf_map_lookup_elem(&threads, &tid);
 	if (!t || (t->state != IOT_THREAD_SLEEP && t->state != IOT_THREAD_IOWAIT))
 		return 0;
@@ -146,23 +146,29 @@ static __always_inline int handle_waking(struct task_struct *p)
 SEC("tp_btf/sched_switch")
 int BPF_PROG(switch_btf, bool preempt, struct task_struct *prev, struct task_struct *next)
 {
-	return handle_switch(preempt, prev, next);
+	struct task_struct___old *old = (void *)prev;
+	unsigned int state = bpf_core_field_exists(prev->__state) ? prev->__state : old->state;
+
+	return handle_switch(preempt, prev, prev->tgid, prev->pid, state, next, next->tgid,
+			     next->pid);
 }
 
 SEC("raw_tp/sched_switch")
 int BPF_PROG(switch_raw, bool preempt, struct task_struct *prev, struct task_struct *next)
 {
-	return handle_switch(preempt, prev, next);
+	return handle_switch(preempt, prev, BPF_CORE_READ(prev, tgid), BPF_CORE_READ(prev, pid),
+			     task_state(prev), next, BPF_CORE_READ(next, tgid),
+			     BPF_CORE_READ(next, pid));
 }
 
 SEC("tp_btf/sched_waking")
 int BPF_PROG(waking_btf, struct task_struct *p)
 {
-	return handle_waking(p);
+	return handle_waking(p->tgid, p->pid);
 }
 
 SEC("raw_tp/sched_waking")
 int BPF_PROG(waking_raw, struct task_struct *p)
 {
-	return handle_waking(p);
+	return handle_waking(BPF_CORE_READ(p, tgid), BPF_CORE_READ(p, pid));
 }
