@@ -95,21 +95,21 @@ def test_own_cost_of_a_known_workload(iowork, data_file, tmp_path, stats_sysctl)
     assert json.loads(js.stdout)["self_cost"] == cost
 
 
-def test_sampled_stats_count_one_interval_in_ten(tmp_path):
-    """The default: the kernel counts the programs' runs during the first interval of every 10,
-    so the counts cover about a tenth of the run, and the summary says so."""
+def test_sampled_stats_count_a_tenth_of_each_interval(tmp_path):
+    """The default: the kernel counts the programs' runs during the first tenth of every
+    interval, so the counts cover about a tenth of the run, and the summary says so."""
     loop = ROOT / "scripts" / "bin" / "pread_loop"
     if not loop.exists():
         pytest.skip("scripts/bin/pread_loop is not built (make scripts/bin/pread_loop)")
     data = tmp_path / "data"
     data.write_bytes(os.urandom(1 << 20))
     out = tmp_path / "trace"
-    r = run_iotrace("-o", str(out), "-i", "0.1", "--", str(loop), str(data), "2.5")
+    r = run_iotrace("-o", str(out), "-i", "0.5", "--", str(loop), str(data), "2.5")
     assert r.returncode == 0, r.stderr
     cost = json.loads((out / "meta.json").read_text())["self_cost"]
     stats, tracing_s = cost["bpf_stats"], cost["tracer"]["tracing_seconds"]
     assert stats["mode"] == "sampled" and stats["enabled"] is True
-    assert 0 < stats["seconds_counted"] < 0.5 * tracing_s, (stats, tracing_s)
+    assert 0.05 * tracing_s < stats["seconds_counted"] < 0.3 * tracing_s, (stats, tracing_s)
     sys_runs = summed(cost["programs"], "run_cnt", object=lambda o: o == "syscall")
     preads = int(r.stdout.split("ops=")[1].split()[0])
     assert 0 < sys_runs < 2 * preads  # both programs ran for some of the preads, not all

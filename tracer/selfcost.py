@@ -16,13 +16,14 @@ from dataclasses import dataclass, field
 from tracer.histogram import format_bytes, format_ns
 
 TOP_PROGRAMS = 5  # programs listed in the summary, most time first
-# --bpf-stats: "sampled" (default) counts the programs' runs during one interval in
-# STATS_EVERY, "always" during the whole run, "off" never. The kernel reads the clock twice per
-# program run while it counts (about 80 ns per run on the 2-vCPU VMs of docs/benchmarks.md,
-# more than iotrace's syscall programs take), so counting all the time would double the cost
-# it reports; one interval in ten gives the same ns per run and rates at a tenth of that.
+# --bpf-stats: "sampled" (default) counts the programs' runs during the first STATS_SHARE of
+# every interval, "always" during the whole run, "off" never. The kernel reads the clock twice
+# per program run while it counts (about 80 ns per run on the 2-vCPU VMs of
+# docs/benchmarks.md, more than iotrace's syscall programs take), so counting all the time
+# would double the cost it reports; a tenth of every interval gives the same ns per run and
+# rates, at a tenth of that, and from the first interval on.
 STATS_MODES = ("sampled", "always", "off")
-STATS_EVERY = 10
+STATS_SHARE = 0.1
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,7 @@ from tracer.processes import ProcessTable
 from tracer.procfs import ProcSampler
 from tracer.redact import Redactor
 from tracer.roles import ELASTIC_COMM, WORKER_COMM
-from tracer.selfcost import STATS_EVERY, ProgramCost, SelfCost, TracerMeter
+from tracer.selfcost import STATS_SHARE, ProgramCost, SelfCost, TracerMeter
 
 if TYPE_CHECKING:
     from tracer.aggregate import Snapshot
@@ -168,7 +168,7 @@ class Session:
             raise TraceFailure(str(e), EXIT_USAGE) from None
         self.meter: TracerMeter | None = None  # the tracer's own CPU, from when tracing starts
         self.stats_unavailable: str | None = None  # why BPF programs' costs are not counted
-        self._intervals = 0  # intervals ended so far
+        self._stats_off_at: float | None = None  # --bpf-stats sampled: when to stop counting
         self.match = re.compile(opts.match) if opts.match else None
         self._scanned: set[int] = set()
         self.proc = ProcSampler()
@@ -206,6 +206,8 @@ class Session:
             self.stats_unavailable = "not counted (--bpf-stats off)"
         else:
             self.stats_unavailable = self.probes.enable_stats()
+            if self.opts.bpf_stats == "sampled":
+                self.probes.pause_stats()  # it could be turned on: the loop samples from here
         self.probes.open_events(self.on_event)
         if self.opts.command:
             self.command_log = self.opts.command_output or (
@@ -363,11 +365,16 @@ class Session:
     def loop(self) -> None:
         started = time.monotonic()
         next_tick = started + self.opts.interval_s
+        self._sample_stats(started)
         while not self.stop_reason:
             now = time.monotonic()
-            wait_ms = int(max(0.0, min(next_tick - now, POLL_MS / 1000)) * 1000)
+            until = min(next_tick, self._stats_off_at or next_tick)
+            wait_ms = int(max(0.0, min(until - now, POLL_MS / 1000)) * 1000)
             self.probes.poll_events(wait_ms)
             now = time.monotonic()
+            if self._stats_off_at is not None and now >= self._stats_off_at:
+                self.probes.pause_stats()
+                self._stats_off_at = None
             if self.opts.duration_s is not None and now - started >= self.opts.duration_s:
                 self.request_stop("duration")
             if now >= next_tick:
@@ -422,7 +429,7 @@ class Session:
                 if not self.view:
                     print(f"iotrace: {note}", file=self.err, flush=True)
         cost = self.self_cost()
-        self._cycle_stats()
+        self._sample_stats(time.monotonic())
         snap = dataclasses.replace(snap, cost=cost)
         lost = cost.events_lost
         if self.prometheus:
@@ -455,16 +462,13 @@ class Session:
         self.writer.maybe_roll()
         return snap
 
-    def _cycle_stats(self) -> None:
-        """--bpf-stats sampled: the kernel counts the programs' runs during the first interval
-        of every STATS_EVERY (an interval has just ended)."""
-        self._intervals += 1
+    def _sample_stats(self, now: float) -> None:
+        """--bpf-stats sampled: an interval starts; the kernel counts the programs' runs for
+        its first STATS_SHARE (the loop turns the counting off again)."""
         if self.opts.bpf_stats != "sampled" or self.stats_unavailable is not None:
             return
-        if self._intervals % STATS_EVERY == 0:
-            self.probes.enable_stats()
-        else:
-            self.probes.pause_stats()
+        self.probes.enable_stats()
+        self._stats_off_at = now + STATS_SHARE * self.opts.interval_s
 
     def self_cost(self, advance: bool = True) -> SelfCost:
         """iotrace's own cost so far (`advance`: a new interval starts for the CPU share)."""

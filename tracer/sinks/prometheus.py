@@ -421,7 +421,7 @@ def _self_families(s: _State) -> Iterator[Metric]:
     yield GaugeMetricFamily(
         "iotrace_self_bpf_stats_enabled",
         "1 when iotrace has the kernel count its BPF programs' runs and time (BPF_ENABLE_STATS, "
-        "held by iotrace and undone when it exits; by default during one interval in 10, see "
+        "held by iotrace and undone when it exits; by default during the first tenth of every interval, see "
         "iotrace_self_bpf_stats_seconds_total), 0 when it could not or was told not to.",
         value=s.bpf_stats_enabled)
     fam = CounterMetricFamily(
