@@ -25,8 +25,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import re
+import resource
 import statistics
 import subprocess
 import sys
