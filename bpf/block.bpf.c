@@ -22,6 +22,8 @@ struct rq_start {
 	struct file_id file; /* dev 0: unknown */
 	__u32 tgid;
 	__u32 data_len;
+	__u32 dev; /* the disk, read once when the request starts */
+	__u8 op;
 	__u8 attribution;
 };
 
@@ -43,13 +45,15 @@ static __always_inline __u8 rq_op(__u32 cmd_flags)
 	}
 }
 
+/* `rq` is a kernel_view() of the request. */
 static __always_inline __u32 rq_dev(struct request *rq)
 {
-	struct gendisk *disk = rq_disk(rq);
+	struct request_queue *q = rq->q;
+	struct gendisk *disk = q ? q->disk : NULL;
 
 	if (!disk)
 		return 0;
-	return ((__u32)BPF_CORE_READ(disk, major) << 20) | (__u32)BPF_CORE_READ(disk, first_minor);
+	return ((__u32)disk->major << 20) | (__u32)disk->first_minor;
 }
 
 /* The file that the request's first page caches; false for anonymous pages (O_DIRECT buffers)
@@ -74,8 +78,9 @@ static __always_inline bool rq_page_file(struct request *rq, struct file_id *id)
 
 static __always_inline int start_request(struct request *rq)
 {
+	struct request *r = kernel_view(rq, struct request);
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
-	__u32 flags = BPF_CORE_READ(rq, cmd_flags);
+	__u32 flags = r->cmd_flags;
 	__u64 key = (__u64)rq;
 	struct rq_start s = {};
 	struct sys_start *sys;
@@ -98,6 +103,8 @@ static __always_inline int start_request(struct request *rq)
 	} else {
 		return 0;
 	}
+	s.dev = rq_dev(r);
+	s.op = rq_op(flags);
 	count_map_full(IOT_MAP_RQ_STARTS, bpf_map_update_elem(&rq_starts, &key, &s, BPF_ANY));
 	return 0;
 }
@@ -120,7 +127,7 @@ static __always_inline int handle_issue(struct request *rq)
 	__u64 key = (__u64)rq;
 	struct rq_start *s = bpf_map_lookup_elem(&rq_starts, &key);
 
-	if (!s && !iot_config.have_io_start && !BPF_CORE_READ(rq, q, elevator)) {
+	if (!s && !iot_config.have_io_start && !kernel_view(rq, struct request)->q->elevator) {
 		/* Without block_io_start, a request issued directly (no I/O scheduler, so maybe no
 		 * insert) is first seen here, in the submitter's context. With a scheduler every
 		 * request is inserted first, and issue may run in anyone's context: no guess then. */
@@ -130,11 +137,11 @@ static __always_inline int handle_issue(struct request *rq)
 	if (!s)
 		return 0;
 	s->issue_ns = bpf_ktime_get_ns();
-	s->data_len = BPF_CORE_READ(rq, __data_len);
+	s->data_len = kernel_view(rq, struct request)->__data_len;
 	if (s->insert_ns) {
 		struct hist_key k = {
-			.tgid = s->tgid, .dev = rq_dev(rq), .layer = IOT_LAYER_BLOCK_QUEUE,
-			.op = rq_op(BPF_CORE_READ(rq, cmd_flags)), .attribution = s->attribution,
+			.tgid = s->tgid, .dev = s->dev, .layer = IOT_LAYER_BLOCK_QUEUE,
+			.op = s->op, .attribution = s->attribution,
 		};
 		hist_add(&k, s->issue_ns - s->insert_ns, s->data_len, 1);
 		s->insert_ns = 0; /* a requeued request is counted once in the queue */
@@ -177,8 +184,8 @@ static __always_inline int handle_complete(struct request *rq)
 		return 0;
 	if (s->issue_ns) {
 		struct hist_key k = {
-			.tgid = s->tgid, .dev = rq_dev(rq), .layer = IOT_LAYER_BLOCK,
-			.op = rq_op(BPF_CORE_READ(rq, cmd_flags)), .attribution = s->attribution,
+			.tgid = s->tgid, .dev = s->dev, .layer = IOT_LAYER_BLOCK,
+			.op = s->op, .attribution = s->attribution,
 		};
 		latency_ns = bpf_ktime_get_ns() - s->issue_ns;
 		hist_add(&k, latency_ns, s->data_len, 1);

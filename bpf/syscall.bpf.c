@@ -15,6 +15,7 @@
 #include <bpf/bpf_core_read.h>
 #include <bpf/bpf_tracing.h>
 #include "maps.bpf.h"
+#include "core_fixes.bpf.h"
 #include "files.bpf.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
@@ -102,11 +103,9 @@ static __always_inline long syscall_nr(struct pt_regs *regs)
 #endif
 }
 
-extern void *bpf_rdonly_cast(const void *obj, __u32 btf_id) __ksym;
-
 static __always_inline struct pt_regs *user_regs(struct bpf_raw_tracepoint_args *ctx)
 {
-	return bpf_rdonly_cast((void *)ctx->args[0], bpf_core_type_id_kernel(struct pt_regs));
+	return kernel_view(ctx->args[0], struct pt_regs);
 }
 
 /* The struct file behind fd `fd` of `task`, NULL if none. Plain loads: the fd array is read
@@ -122,9 +121,8 @@ static __always_inline struct file *fd_file_of(struct task_struct *task, int fd)
 	fdt = files->fdt;
 	if (!fdt || (unsigned int)fd >= fdt->max_fds)
 		return NULL;
-	slot = bpf_rdonly_cast((void *)fdt->fd + fd * sizeof(struct file *) -
-				       bpf_core_field_offset(struct kiocb, ki_filp),
-			       bpf_core_type_id_kernel(struct kiocb));
+	slot = kernel_view((void *)fdt->fd + fd * sizeof(struct file *) -
+				   bpf_core_field_offset(struct kiocb, ki_filp), struct kiocb);
 	return slot->ki_filp;
 }
 

@@ -89,6 +89,9 @@ def ensure_tracefs() -> None:
 def _load_failure_reason(log: list[str]) -> str:
     """The verifier's one-line reason from libbpf's messages (the line before 'processed N insns'),
     else libbpf's last message; IOTRACE_DEBUG=1 shows everything."""
+    if any("bpf_rdonly_cast" in msg for msg in log):
+        return ("this kernel has no bpf_rdonly_cast kfunc, which the syscall programs read kernel "
+                "memory with: iotrace needs Linux 6.2 or newer")
     for msg in reversed(log):
         lines = msg.splitlines()
         for i, line in enumerate(lines):
