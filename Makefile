@@ -56,9 +56,9 @@ scripts/bin/pread_loop: scripts/pread_loop.c
 	@mkdir -p $(dir $@)
 	cc -O2 -static -Wall -Wextra -o $@ $<
 
-scripts/bin/bench_floor.bpf.o: scripts/bench_floor.bpf.c build/vmlinux.h
+scripts/bin/bench_floor.bpf.o: scripts/bench_floor.bpf.c bpf/bits.bpf.h build/vmlinux.h
 	@mkdir -p $(dir $@)
-	clang -g -O2 -Wall -target bpf -D__TARGET_ARCH_$(ARCH) -Ibuild -c $< -o $@
+	clang -g -O2 -Wall -target bpf -D__TARGET_ARCH_$(ARCH) -Ibuild -Ibpf -c $< -o $@
 
 lint: venv
 	$(VENV)/bin/ruff check tracer tests scripts

@@ -19,6 +19,9 @@ loop once per mode, the order rotating from round to round:
   raw-floor  empty programs on the raw sys_enter/sys_exit tracepoints, where iotrace attaches
              (scripts/bench_floor.bpf.c, loaded by this script: bpftrace 0.17 has no raw
              tracepoints)
+  timing-floor  the least a per-call latency histogram takes there: for the loop's process
+             only, a start time in task-local storage, then the latency into a log2 slot
+             (scripts/bench_floor.bpf.c too)
   strace     strace -f -c -o /dev/null -- ...   (when installed)
   perf-trace perf trace -s -o /dev/null -- ...  (when installed)
 
@@ -79,7 +82,8 @@ BT_ROW = re.compile(r"^\[[^\]\)\n]*[\])][ \t]+(\d+)[ \t]+\|", re.M)
 FLOOR_OBJ = REPO / "scripts" / "bin" / "bench_floor.bpf.o"
 WORKLOADS = [("page-cache pread", []), ("O_DIRECT pread", ["--direct"]),
              ("other syscall", ["--other"])]
-ALL_MODES = ("untraced", "iotrace", "bpftrace", "floor", "raw-floor", "strace", "perf-trace")
+ALL_MODES = ("untraced", "iotrace", "bpftrace", "floor", "raw-floor", "timing-floor", "strace",
+             "perf-trace")
 # The issue's goals: slowdown of the loop under iotrace, by workload.
 SLOWDOWN_GOALS = {"page-cache pread": 1.6, "O_DIRECT pread": 1.03}
 
@@ -394,17 +398,27 @@ def run_command_tracer(argv: list[str], what: str, timeout: float) -> Run:
                wait_ns=tr.wait_ns)
 
 
-def raw_floor_main(loop_argv: list[str]) -> int:
-    """Mode raw-floor, run as `bench_overhead.py --raw-floor-run -- LOOP...`: attaches the
-    empty raw sys_enter/sys_exit programs, runs the loop, detaches."""
+FLOOR_PROGRAMS = {"raw-floor": ("floor_enter", "floor_exit"),
+                  "timing-floor": ("time_enter", "time_exit")}
+
+
+def floor_main(mode: str, loop_argv: list[str]) -> int:
+    """Modes raw-floor and timing-floor, run as `bench_overhead.py --floor-run MODE -- LOOP...`:
+    attaches that pair of scripts/bench_floor.bpf.c, runs the loop (its PID is the timing
+    floor's filter), detaches."""
     sys.path.insert(0, str(REPO))
     from tracer import _libbpf
 
     obj = _libbpf.BpfObject(str(FLOOR_OBJ))
+    for prog in obj.programs():
+        prog.autoload = prog.name in FLOOR_PROGRAMS[mode]
     obj.load()
-    links = [prog.attach() for prog in obj.programs()]
+    links = [prog.attach() for prog in obj.programs() if prog.autoload]
     try:
-        return subprocess.run(loop_argv).returncode
+        loop = subprocess.Popen(loop_argv)
+        bss = _libbpf.Map(obj.map_fd(".bss"), 4, 4)
+        bss.update((0).to_bytes(4, "little"), loop.pid.to_bytes(4, "little"))
+        return loop.wait()
     finally:
         for link in links:
             link.destroy()
@@ -595,7 +609,7 @@ def report(results: dict, modes: list[str], attach: list[Run], info: dict) -> No
         line = f"  {wl}: iotrace {med(ratios):.2f}x ({med(diffs):+.0f} ns/call)"
         if goal:
             line += f" -> {'met' if med(ratios) <= goal else 'NOT met'} (goal <= {goal:.2f}x)"
-        for other in ("bpftrace", "floor", "raw-floor"):
+        for other in ("bpftrace", "floor", "raw-floor", "timing-floor"):
             if other in modes:
                 ovh = med(paired(results[wl][other].runs, base, lambda x: x.ns_per_op)[1])
                 line += f"; {other} {ovh:+.0f}"
@@ -635,8 +649,8 @@ def main(argv: list[str] | None = None) -> int:
                          "`make -C DIR build`) instead of the installed one")
     ap.add_argument("--json", type=Path, help="also write every measurement here")
     ap.add_argument("--keep", action="store_true", help="keep iotrace's trace directories")
-    if argv is None and sys.argv[1:2] == ["--raw-floor-run"]:
-        return raw_floor_main(sys.argv[3:])  # internal: ["--raw-floor-run", "--", LOOP...]
+    if argv is None and sys.argv[1:2] == ["--floor-run"]:
+        return floor_main(sys.argv[2], sys.argv[4:])  # internal: --floor-run MODE -- LOOP...
     args = ap.parse_args(argv)
     if args.seconds <= 0 or args.rounds < 1 or args.attach_reps < 0:
         ap.error("--seconds must be > 0, --rounds >= 1, --attach-reps >= 0")
@@ -700,8 +714,8 @@ def main(argv: list[str] | None = None) -> int:
                         run = run_iotrace(iotrace, loop_argv, timeout, args.keep)
                     elif mode in ("bpftrace", "floor"):
                         run = run_bpftrace(bpftrace, loop_argv, timeout, floor=mode == "floor")
-                    elif mode == "raw-floor":
-                        run = run_command_tracer([sys.executable, __file__, "--raw-floor-run",
+                    elif mode in FLOOR_PROGRAMS:
+                        run = run_command_tracer([sys.executable, __file__, "--floor-run", mode,
                                                   "--", *loop_argv], mode, timeout)
                     elif mode == "strace":
                         run = run_command_tracer([tools["strace"], "-f", "-c", "-o", "/dev/null",
