@@ -171,7 +171,7 @@ static __always_inline void emit_slow(struct request *rq, const struct rq_start 
 	e->bytes = s->data_len;
 	e->latency_ns = latency_ns;
 	__builtin_memset(e->comm, 0, sizeof(e->comm));
-	bpf_ringbuf_submit(e, 0);
+	bpf_ringbuf_submit(e, events_wakeup());
 }
 
 static __always_inline int handle_complete(struct request *rq)

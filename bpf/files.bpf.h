@@ -117,7 +117,9 @@ static __always_inline void send_path(const struct file_id *id, struct inode *in
 	e->depth = w->depth;
 	if (!w->done)
 		e->flags |= IOT_FILE_TRUNCATED;
-	if (bpf_ringbuf_output(&events, e, sizeof(*e), 0)) {
+	/* a cut path is completed from /proc/PID/fd: wake user space while the fd is open */
+	if (bpf_ringbuf_output(&events, e, sizeof(*e),
+			       e->flags & IOT_FILE_TRUNCATED ? BPF_RB_FORCE_WAKEUP : events_wakeup())) {
 		count_lost_event();
 		bpf_map_delete_elem(&files_seen, id); /* try again next time */
 	}

@@ -32,10 +32,24 @@ struct {
 	__type(value, struct hist);
 } hists SEC(".maps");
 
+#define EVENTS_BYTES (1024 * 1024)
+
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 1024 * 1024);
+	__uint(max_entries, EVENTS_BYTES);
 } events SEC(".maps");
+
+/* Flags for submitting the frequent records (file paths, slow operations) to `events`: the
+ * reader is woken only once a quarter of the buffer is in use. It drains the buffer every
+ * 100 ms and at every interval anyway (tracer/session.py); a wakeup per record made a job that
+ * creates files all the time (the shared-memory files of DataLoader batches) wake iotrace
+ * hundreds of times a second. Process records (fork, exec, exit, rename) wake it at once, as
+ * they did: user space reads /proc for them while the process is still there. */
+static __always_inline __u64 events_wakeup(void)
+{
+	return bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= EVENTS_BYTES / 4 ?
+		       BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP;
+}
 
 /* Files whose path was sent (or is being sent) to user space. */
 struct {

@@ -225,7 +225,7 @@ static __always_inline void emit_slow(const struct sys_start *start, struct task
 	e->bytes = bytes;
 	e->latency_ns = latency_ns;
 	bpf_get_current_comm(e->comm, sizeof(e->comm));
-	bpf_ringbuf_submit(e, 0);
+	bpf_ringbuf_submit(e, events_wakeup());
 }
 
 /* openat: counted per file only, once its file is known from the returned fd. */

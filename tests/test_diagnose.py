@@ -106,7 +106,7 @@ def test_window_only_looks_at_recent_intervals():
 def test_loop_rows_add_up_to_the_thread_time():
     d = Diagnosis()
     rows = d.add(S, S, [thread(MAIN, MAIN, "main", oncpu=300 * MS, runnable=100 * MS,
-                               sleep=600 * MS, by_worker=400 * MS),
+                               sleep=600 * MS, by_worker=400 * MS, by_other=200 * MS),
                         thread(WORKER, WORKER, "dataloader_worker", oncpu=500 * MS,
                                iowait=500 * MS)],
                  [file_row(MAIN, "main", "read", 4096, 100 * MS)], [], [], OWNER)

@@ -87,7 +87,7 @@ class Aggregator:
         self.processes = processes
         self.files = files or FileTable()
         self.prev: dict[bytes, np.ndarray] = {}
-        self.prev_files: dict[bytes, tuple[int, ...]] = {}
+        self.prev_files: dict[bytes, bytes] = {}  # raw file_stat values of the last reading
         self.prev_threads: dict[int, tuple[int, ...]] = {}
         self.file_idle: dict[bytes, int] = {}  # intervals since a file key last changed
         self.totals: dict[Series, np.ndarray] = {}  # whole-trace sums, for the summary
@@ -153,13 +153,18 @@ class Aggregator:
     def _file_rows(self, stats: dict[bytes, bytes], epoch: int, ts_ns: int) -> list[dict]:
         rows = []
         for rkey, rval in stats.items():
+            prev_raw = self.prev_files.get(rkey)
+            if rval == prev_raw:  # untouched: most keys of a job that opened many files
+                self.file_idle[rkey] = self.file_idle.get(rkey, 0) + 1
+                continue
+            self.prev_files[rkey] = rval
             *cur, max_ns, max_epoch = abi.FILE_STAT.unpack(rval)
-            cur = tuple(cur)
-            prev = self.prev_files.get(rkey)
-            delta = cur if prev is None else tuple(c - p for c, p in zip(cur, prev, strict=True))
-            if min(delta) < 0:  # recreated since
-                delta = cur
-            self.prev_files[rkey] = cur
+            delta = tuple(cur)
+            if prev_raw is not None:
+                prev = abi.FILE_STAT.unpack(prev_raw)
+                delta = tuple(c - p for c, p in zip(cur, prev, strict=False))
+                if min(delta) < 0:  # recreated since
+                    delta = tuple(cur)
             ops, nbytes, lat_sum, missed, dirtied = delta
             if not (ops or missed or dirtied):
                 self.file_idle[rkey] = self.file_idle.get(rkey, 0) + 1

@@ -49,6 +49,7 @@ class Thresholds:
     saturated_queue_ratio: float = 4.0  # queue time / service time (block_queue vs block p50)
     slow_fs_read_share: float = 0.5  # share of read bytes on a slow file system
     window_s: float = 30.0  # findings during a run cover the last window_s seconds
+    wake_window: int = 5  # intervals of wake-ups that say who ends the loop's sleeps
 
 
 THRESHOLDS = Thresholds()
@@ -146,6 +147,9 @@ class Diagnosis:
     intervals: deque[_Interval] = field(default_factory=lambda: deque(maxlen=MAX_INTERVALS))
     written_total: dict[tuple[int, str], int] = field(default_factory=lambda: defaultdict(int))
     workers_seen: set[int] = field(default_factory=set)  # main pids that had workers
+    # per main pid, the last `wake_window` intervals' (sleep ended by a worker or the pin-memory
+    # thread, sleep ended by anyone), in ns
+    wakes: dict[int, deque] = field(default_factory=dict)
 
     # -- per interval -------------------------------------------------------------------------
     def add(self, ts_ns: int, interval_ns: int, threads: Iterable[dict], files: Iterable[dict],
@@ -196,7 +200,15 @@ class Diagnosis:
             left = total - ns["checkpoint"]
             ns["sync_loading"] = min(own_read[pid], left)
             left -= ns["sync_loading"]
-            wait = min(th["woken_by_worker_ns"] + th["woken_by_pin_ns"], left)
+            # A sleep is credited to its waker when it ends, perhaps an interval or more after
+            # it began, while the sleep itself is counted as it passes: so the loop's sleep in
+            # this interval is split by who ended its sleeps over the last few intervals.
+            data = th["woken_by_worker_ns"] + th["woken_by_pin_ns"]
+            recent = self.wakes.setdefault(pid, deque(maxlen=t.wake_window))
+            recent.append((data, data + th["woken_by_own_ns"] + th["woken_by_other_ns"]))
+            ended = sum(a for _, a in recent)
+            share = sum(d for d, _ in recent) / ended if ended else 0.0
+            wait = min(round(th["sleep_ns"] * share), left)
             io, cpu = worker_io[pid], worker_cpu[pid]
             io_share = io / (io + cpu) if io + cpu else 0.0
             ns["data_wait_io"] = round(wait * io_share)

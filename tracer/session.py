@@ -414,6 +414,8 @@ class Session:
             owners)
         self.writer.add("loop", loop_rows)
         self.findings = self.diagnosis.findings(self.diagnosis.thresholds.window_s)
+        if not self._last_findings_ns:  # the first verdicts once FINDINGS_EVERY_S have passed,
+            self._last_findings_ns = snap.ts_ns - snap.interval_ns  # not after one interval
         if not self._finishing and snap.ts_ns - self._last_findings_ns >= FINDINGS_EVERY_S * 1e9:
             self._last_findings_ns = snap.ts_ns
             self.writer.add("findings", [f.row(snap.ts_ns) for f in self.findings])
