@@ -135,10 +135,12 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as d:
         out, wall, cpu = run_with_cpu([*iotrace, f"{d}/t", "--", str(loop), str(bench),
                                        str(args.seconds)])
+        cost = json.loads(Path(f"{d}/t/meta.json").read_text())["self_cost"]
     ops = int(re.search(r"ops=(\d+)", out)[1])
     print(f"pread loop: {ops / args.seconds / 1000:.0f} k syscalls/s traced; tracer CPU "
-          f"{100 * cpu / wall:.1f} % of one core over {wall:.1f} s (start-up and final write "
-          "included)")
+          f"{cost['tracer']['cpu_pct']:.1f} % of one core while tracing, "
+          f"{100 * cpu / wall:.1f} % over its whole {wall:.1f} s (start-up and final write "
+          f"included); BPF {cost['bpf_stats']['cpu_pct']:.1f} % of one CPU")
     return 0
 
 
