@@ -246,7 +246,6 @@ class Session:
             what = " ".join(self.redact.argv(self.opts.command))
         else:
             what = "PID " + " ".join(map(str, self.opts.pids))
-        self.meter = TracerMeter()
         if self.child:
             self.child.release()  # programs are attached: the command is traced from its exec
         print(f"Tracing I/O of {what} and its descendants... Hit Ctrl-C to end.",
@@ -260,6 +259,9 @@ class Session:
         from tracer.sinks.parquet import TraceWriter
         from tracer.ui import LinePrinter, LiveView
 
+        # The tracer's own CPU from here: the imports above end in the background while the
+        # first interval runs, and are start-up, not the steady cost of tracing.
+        self.meter = TracerMeter()
         self.aggregator = Aggregator(self.processes, self.files)
         self.writer = TraceWriter(self.opts.output, self._meta(start_ns), roll_s=self.opts.roll_s)
         self.aggregator.last_ts_ns = self.clock.now_ns()  # the first interval starts now
