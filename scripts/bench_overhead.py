@@ -628,7 +628,8 @@ def report(results: dict, modes: list[str], attach: list[Run], info: dict) -> No
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--seconds", type=float, default=2.0, help="loop length per run (default 2)")
+    ap.add_argument("--seconds", type=float, default=1.5,
+                    help="loop length per run (default 1.5)")
     ap.add_argument("--rounds", type=int, default=3, help="paired rounds per workload (default 3)")
     ap.add_argument("--attach-reps", type=int, default=5,
                     help="repetitions of the iotrace --pid attach measurement (default 5)")

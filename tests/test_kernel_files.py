@@ -327,3 +327,33 @@ def test_live_view_of_a_real_trace_in_tmux(tmp_path):
         assert json.loads((out / "meta.json").read_text())["stop_reason"] == "q"
     finally:
         subprocess.run(["tmux", "-L", sock, "kill-server"], capture_output=True, check=False)
+
+
+def test_every_traced_syscall_is_counted_by_its_number(tmp_path):
+    """The raw sys_enter/sys_exit programs know syscalls by number (bpf/syscall.bpf.c): each
+    of the vectored and positional variants, and fsync/fdatasync/openat, counted exactly on
+    its file, with its bytes."""
+    data = tmp_path / "v.bin"
+    data.write_bytes(os.urandom(64 * PAGE))
+    warm(data)
+    code = ("import os,sys\n"
+            "fd = os.open(sys.argv[1], os.O_RDWR); b = bytearray(4096); p = bytes(4096)\n"
+            "for i in range(3): os.readv(fd, [b])\n"              # readv
+            "for i in range(5): os.preadv(fd, [b], 0)\n"          # preadv
+            "for i in range(7): os.preadv(fd, [b], 0, os.RWF_HIPRI)\n"  # preadv2
+            "for i in range(2): os.writev(fd, [p])\n"             # writev
+            "for i in range(4): os.pwritev(fd, [p], 8192)\n"      # pwritev
+            "for i in range(6): os.pwritev(fd, [p], 8192, os.RWF_DSYNC)\n"  # pwritev2
+            "for i in range(3): os.fsync(fd)\n"
+            "for i in range(2): os.fdatasync(fd)\n"
+            "for i in range(4): os.close(os.open(sys.argv[1], os.O_RDONLY))\n")
+    out = tmp_path / "trace"
+    r = run_iotrace("-o", str(out), "--", sys.executable, "-c", code, str(data))
+    assert r.returncode == 0, r.stderr
+    files = pd.read_parquet(out / "files")
+    pid = pd.read_parquet(out / "processes").query("role == 'main'").pid.iloc[0]
+    got = {op: per_file(files, pid, data, op) for op in ("read", "write", "fsync", "open")}
+    assert (got["read"].ops, got["read"].bytes) == (3 + 5 + 7, (3 + 5 + 7) * PAGE)
+    assert (got["write"].ops, got["write"].bytes) == (2 + 4 + 6, (2 + 4 + 6) * PAGE)
+    assert got["fsync"].ops == 3 + 2
+    assert got["open"].ops == 1 + 4  # the first open, then four more
