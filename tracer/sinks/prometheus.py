@@ -404,7 +404,8 @@ def _self_families(s: _State) -> Iterator[Metric]:
     per_program = (
         ("iotrace_self_bpf_runs_total", s.bpf_runs, 1,
          "Runs of each of iotrace's BPF programs since they were loaded (the kernel's run_cnt; "
-         "counted while BPF stats are on, see iotrace_self_bpf_stats_enabled). Programs run "
+         "counted only while BPF stats are on, by default the first tenth of every interval: "
+         "see iotrace_self_bpf_stats_seconds_total). Programs run "
          "for every process on the host and return at once for untraced ones."),
         ("iotrace_self_bpf_run_seconds_total", s.bpf_run_ns, 1e9,
          "Time spent in each of iotrace's BPF programs, in seconds (the kernel's run_time_ns); "
