@@ -86,10 +86,11 @@ static __always_inline int start_request(struct request *rq)
 	struct sys_start *sys;
 	__u32 *owner;
 
-	if (is_tracked(tgid)) {
+	/* a thread with an in-flight-syscall record is traced (see sys_enter): no lookup then */
+	sys = sys_start_of_current(false);
+	if (sys || is_tracked(tgid)) {
 		s.tgid = tgid;
 		s.attribution = rq_is_readahead(flags) ? IOT_ATTR_READAHEAD : IOT_ATTR_DIRECT;
-		sys = sys_start_of_current(false);
 		if (sys && sys->ts_ns && sys->file.dev)
 			s.file = sys->file; /* submitted from inside a read/write/fsync of this file */
 		else

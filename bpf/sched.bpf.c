@@ -61,7 +61,7 @@ static __always_inline struct thread_time *thread_of(struct task_struct *task, _
 
 /* One context switch. The ids and the state of `prev` come from the caller: plain loads in the
  * tp_btf program, CO-RE probe reads in the raw_tp one. This runs on every switch of the host,
- * so untraced ones cost two `tracked` lookups and nothing else. */
+ * so untraced ones cost at most two `tracked` lookups and nothing else. */
 static __always_inline int handle_switch(bool preempt, struct task_struct *prev, __u32 prev_tgid,
 					 __u32 prev_tid, unsigned int state,
 					 struct task_struct *next, __u32 next_tgid, __u32 next_tid)
@@ -69,13 +69,15 @@ static __always_inline int handle_switch(bool preempt, struct task_struct *prev,
 	__u64 now;
 	struct thread_time *t = NULL;
 	__u8 new_state;
-	bool prev_tracked = is_tracked(prev_tgid);
+	/* tgid 0 is the idle task, on one side of most switches of a waiting thread */
+	bool prev_tracked = prev_tgid && is_tracked(prev_tgid);
+	bool next_tracked = next_tgid && is_tracked(next_tgid);
 
 	/* A dying thread's process has already left `tracked` (sched_process_exit comes first):
 	 * its entry still gets its last switch, which marks it dead. */
 	if (!prev_tracked && !preempt && (state & TASK_DEAD))
 		t = bpf_map_lookup_elem(&threads, &prev_tid);
-	if (!prev_tracked && !t && !is_tracked(next_tgid))
+	if (!prev_tracked && !t && !next_tracked)
 		return 0;
 	now = bpf_ktime_get_ns();
 	if (prev_tracked || t) {
@@ -92,7 +94,7 @@ static __always_inline int handle_switch(bool preempt, struct task_struct *prev,
 			t->since_ns = now;
 		}
 	}
-	if (is_tracked(next_tgid)) {
+	if (next_tracked) {
 		t = thread_of(next, next_tid, next_tgid, IOT_THREAD_ONCPU, now);
 		if (t) {
 			add_state_time(t, now - t->since_ns); /* runnable (or a wakeup we missed) */
