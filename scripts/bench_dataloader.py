@@ -13,7 +13,10 @@
    time, from the untraced runs). On 2 shared vCPUs the steps/s of identical runs spread by
    more than the 1 % goal, while these CPU shares are steady: (BPF + tracer) / job CPU is
    an upper bound of the slowdown when the job is CPU-bound.
-3. The tracer's own CPU per second of tracing for a page-cache pread loop doing several
+3. The CPU the job itself uses (its process tree, from getrusage in a small wrapper around
+   it), untraced and traced: the BPF programs run in the job's threads, so what tracing costs
+   the job shows up there, and CPU seconds per step are far steadier than steps/s here.
+4. The tracer's own CPU per second of tracing for a page-cache pread loop doing several
    hundred thousand syscalls per second.
 
 Prints a table; writes nothing else. Timings are never asserted anywhere (they are noisy on
@@ -61,6 +64,18 @@ def run_with_cpu(argv: list[str]) -> tuple[str, float, float]:
         return out.read(), wall, cpu
 
 
+# Runs the job and writes its process tree's CPU seconds (user + system) to argv[1].
+JOB_CPU = ("import resource, subprocess, sys\n"
+           "rc = subprocess.run(sys.argv[2:]).returncode\n"
+           "ru = resource.getrusage(resource.RUSAGE_CHILDREN)\n"
+           "open(sys.argv[1], 'w').write(str(ru.ru_utime + ru.ru_stime))\n"
+           "sys.exit(rc)\n")
+
+
+def total_steps(out: str) -> int:
+    return sum(int(s) for s, _ in EPOCH.findall(out))
+
+
 def children_cpu_s() -> float:
     ru = resource.getrusage(resource.RUSAGE_CHILDREN)
     return ru.ru_utime + ru.ru_stime
@@ -88,25 +103,32 @@ def main() -> int:
            "--persistent-workers", "--batch-size", "8", "--epochs", str(args.epochs)]
     iotrace = [PY, "-m", "tracer.cli", "--no-tui", "-o"]
     plain, traced, tracer_cpu, job_cpus, bpf_pct, tracing_pct = [], [], [], [], [], []
+    step_cpu: dict[str, list[float]] = {"plain": [], "traced": []}  # job CPU ms per step
     try:
         for r in range(args.rounds):
             order = ("plain", "traced") if r % 2 == 0 else ("traced", "plain")
             for mode in order:
-                if mode == "plain":
-                    before = children_cpu_s()
-                    out, wall, _ = run_with_cpu(job)
-                    job_cpus.append((children_cpu_s() - before) / wall)
-                    plain.append(steps_per_s(out))
-                else:
-                    with tempfile.TemporaryDirectory() as d:
-                        out, wall, cpu = run_with_cpu([*iotrace, f"{d}/t", "--", *job])
+                with tempfile.TemporaryDirectory() as d:
+                    wrapped = [PY, "-c", JOB_CPU, f"{d}/cpu", *job]
+                    if mode == "plain":
+                        before = children_cpu_s()
+                        out, wall, _ = run_with_cpu(wrapped)
+                        job_cpus.append((children_cpu_s() - before) / wall)
+                        plain.append(steps_per_s(out))
+                    else:
+                        out, wall, cpu = run_with_cpu([*iotrace, f"{d}/t", "--", *wrapped])
                         cost = json.loads(Path(f"{d}/t/meta.json").read_text())["self_cost"]
+                    step_cpu[mode].append(
+                        1000 * float(Path(f"{d}/cpu").read_text()) / total_steps(out))
+                if mode == "traced":
                     traced.append(steps_per_s(out))
                     tracer_cpu.append(cpu / wall)
                     bpf_pct.append(cost["bpf_stats"]["cpu_pct"] or 0.0)
                     tracing_pct.append(cost["tracer"]["cpu_pct"] or 0.0)
             print(f"round {r + 1}: untraced {plain[-1]:.1f} steps/s (job {job_cpus[-1]:.2f} "
-                  f"CPUs), traced {traced[-1]:.1f} steps/s; BPF {bpf_pct[-1]:.2f} % and tracer "
+                  f"CPUs, {step_cpu['plain'][-1]:.2f} ms CPU/step), traced {traced[-1]:.1f} "
+                  f"steps/s ({step_cpu['traced'][-1]:.2f} ms CPU/step); BPF {bpf_pct[-1]:.2f} % "
+                  "and tracer "
                   f"{tracing_pct[-1]:.1f} % of one core while tracing ({100 * tracer_cpu[-1]:.1f} "
                   "% over its whole run)", flush=True)
     finally:
@@ -116,6 +138,12 @@ def main() -> int:
           f"{statistics.median(traced):.1f}; traced/untraced per round "
           f"{' '.join(f'{x:.3f}' for x in ratios)}; median {statistics.median(ratios):.3f} "
           f"({100 * (1 - statistics.median(ratios)):+.1f} % fewer steps/s)")
+    cpu_ratios = [t / u for t, u in zip(step_cpu["traced"], step_cpu["plain"], strict=True)]
+    print(f"job CPU per step (its whole process tree, start-up included): untraced median "
+          f"{statistics.median(step_cpu['plain']):.2f} ms, traced "
+          f"{statistics.median(step_cpu['traced']):.2f} ms; traced/untraced per round "
+          f"{' '.join(f'{x:.3f}' for x in cpu_ratios)}; median "
+          f"{statistics.median(cpu_ratios):.3f}")
     print(f"tracer CPU while tracing the job: median {100 * statistics.median(tracer_cpu):.1f} % "
           "of one core (whole run, start-up and final write included)")
     job_pct = 100 * statistics.median(job_cpus)
