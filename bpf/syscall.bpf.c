@@ -167,17 +167,11 @@ int sys_enter(struct bpf_raw_tracepoint_args *ctx)
 	} else if (compat_syscall(task)) {
 		return 0;
 	}
-#ifdef E1
-	return 0;
-#endif
 	start->op = op & ~POSITIONAL;
 	start->target = IOT_TARGET_OTHER;
 	start->file.dev = 0;
 	if (op == IOT_OP_OPEN) /* the file is known at exit, from the returned fd */
 		goto out;
-#ifdef E2
-	goto out;
-#endif
 	regs = user_regs(ctx);
 	fd = (int)syscall_arg(regs, 0);
 	file = fd_file_of(task, fd);
@@ -191,9 +185,6 @@ int sys_enter(struct bpf_raw_tracepoint_args *ctx)
 	start->file.pad = 0;
 	start->file.ino = inode->i_ino;
 	start->offset = op & POSITIONAL ? syscall_arg(regs, 3) : file->f_pos;
-#ifdef E3
-	goto out;
-#endif
 	if (start->file.ino != start->last_sent.ino || start->file.dev != start->last_sent.dev) {
 		file_first_sight(file, &start->file, fd, task->tgid);
 		start->last_sent = start->file;
@@ -280,16 +271,12 @@ int sys_exit(struct bpf_raw_tracepoint_args *ctx)
 	key.layer = IOT_LAYER_SYSCALL;
 	key.op = start->op;
 	key.target = start->target;
-#ifndef NO_HIST
 	hist_add(&key, latency_ns, bytes, 1);
-#endif
 	if (start->target == IOT_TARGET_FILE) {
 		struct file_key fk = {
 			.tgid = key.tgid, .dev = start->file.dev, .ino = start->file.ino, .op = start->op,
 		};
-#ifndef NO_FILE
 		file_op_add(&fk, latency_ns, bytes);
-#endif
 		if (iot_config.slow_ns && latency_ns >= iot_config.slow_ns)
 			emit_slow(start, task, latency_ns, bytes);
 	}
