@@ -96,6 +96,7 @@ def lib() -> ctypes.CDLL:
     _sig(so.bpf_map_delete_elem, i, i, vp)
     _sig(so.bpf_map_get_next_key, i, i, vp, vp)
     _sig(so.bpf_map_lookup_batch, i, i, vp, vp, vp, vp, ctypes.POINTER(u32), vp)
+    _sig(so.bpf_map_create, i, i, cp, u32, u32, u32, vp)
     _sig(so.ring_buffer__new, vp, i, RING_SAMPLE_FN, vp, vp)
     _sig(so.ring_buffer__poll, i, vp, i)
     _sig(so.ring_buffer__consume, i, vp)
@@ -320,6 +321,16 @@ class Map:
                 return out
             ctypes.memmove(token[0], token[1], len(token[0]))
             first = False
+
+
+BPF_MAP_TYPE_HASH = 1
+
+
+def create_hash_map(key_size: int, value_size: int, max_entries: int) -> Map:
+    """A new BPF hash map of this process (freed when its fd closes): a map to test against."""
+    fd = _check_rc(lib().bpf_map_create(BPF_MAP_TYPE_HASH, b"iotrace_test", key_size, value_size,
+                                        max_entries, None), "bpf_map_create")
+    return Map(fd, key_size, value_size)
 
 
 class RingBuffer:
