@@ -125,10 +125,11 @@ static __always_inline int handle_insert(struct request *rq)
 
 static __always_inline int handle_issue(struct request *rq)
 {
+	struct request *r = kernel_view(rq, struct request);
 	__u64 key = (__u64)rq;
 	struct rq_start *s = bpf_map_lookup_elem(&rq_starts, &key);
 
-	if (!s && !iot_config.have_io_start && !kernel_view(rq, struct request)->q->elevator) {
+	if (!s && !iot_config.have_io_start && !r->q->elevator) {
 		/* Without block_io_start, a request issued directly (no I/O scheduler, so maybe no
 		 * insert) is first seen here, in the submitter's context. With a scheduler every
 		 * request is inserted first, and issue may run in anyone's context: no guess then. */
@@ -138,7 +139,7 @@ static __always_inline int handle_issue(struct request *rq)
 	if (!s)
 		return 0;
 	s->issue_ns = bpf_ktime_get_ns();
-	s->data_len = kernel_view(rq, struct request)->__data_len;
+	s->data_len = r->__data_len;
 	if (s->insert_ns) {
 		struct hist_key k = {
 			.tgid = s->tgid, .dev = s->dev, .layer = IOT_LAYER_BLOCK_QUEUE,

@@ -4,27 +4,16 @@
 #define FILES_BPF_H
 
 #include "maps.bpf.h"
+#include "core_fixes.bpf.h"
 
-/* The struct file behind fd `fd` of the current task, NULL if none. */
-static __always_inline struct file *fd_file(int fd)
-{
-	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
-	struct fdtable *fdt = BPF_CORE_READ(task, files, fdt);
-	struct file **fds;
-	struct file *file = NULL;
-
-	if (!fdt || fd < 0 || (unsigned int)fd >= BPF_CORE_READ(fdt, max_fds))
-		return NULL;
-	fds = BPF_CORE_READ(fdt, fd);
-	bpf_probe_read_kernel(&file, sizeof(file), &fds[fd]);
-	return file;
-}
-
+/* (s_dev, inode number) of `inode`, read with plain loads (any inode pointer, NULL included). */
 static __always_inline void inode_id(struct inode *inode, struct file_id *id)
 {
-	id->dev = BPF_CORE_READ(inode, i_sb, s_dev);
+	struct inode *i = kernel_view(inode, struct inode);
+
+	id->dev = i->i_sb->s_dev;
 	id->pad = 0;
-	id->ino = BPF_CORE_READ(inode, i_ino);
+	id->ino = i->i_ino;
 }
 
 /* First-sight events are built here (2 KiB, too big for the stack), then copied out. */

@@ -184,10 +184,24 @@ static __always_inline struct file_stat *file_stat_of(const struct file_key *key
 /* The interval number, advanced by user space once per interval (tracer/loader.py). */
 volatile __u64 max_epoch SEC(".data.epoch") = 0;
 
-/* Per-file accounting of one completed operation. */
-static __always_inline void file_op_add(const struct file_key *key, __u64 latency_ns, __u64 bytes)
+/* The counters of (process, file, op), made on first use. */
+static __always_inline struct file_stat *file_stat_for(__u32 tgid, const struct file_id *id,
+						       __u8 op)
 {
-	struct file_stat *st = file_stat_of(key);
+	struct file_key key = {};
+
+	key.tgid = tgid;
+	key.dev = id->dev;
+	key.ino = id->ino;
+	key.op = op;
+	return file_stat_of(&key);
+}
+
+/* Per-file accounting of one completed operation. */
+static __always_inline void file_op_add(__u32 tgid, const struct file_id *id, __u8 op,
+					__u64 latency_ns, __u64 bytes)
+{
+	struct file_stat *st = file_stat_for(tgid, id, op);
 	__u64 epoch = max_epoch;
 
 	if (!st)

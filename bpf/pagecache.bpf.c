@@ -17,7 +17,6 @@ static __always_inline int handle_add(struct folio *folio)
 {
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
 	struct hist_key hk = {};
-	struct file_key fk = {};
 	struct file_stat *st;
 	struct sys_start *sys;
 	struct file_id id;
@@ -35,11 +34,7 @@ static __always_inline int handle_add(struct folio *folio)
 	inode_id(host, &id);
 	inode_first_sight(host, &id, tgid);
 	pages = folio_pages(folio);
-	fk.tgid = tgid;
-	fk.dev = id.dev;
-	fk.ino = id.ino;
-	fk.op = IOT_OP_READ;
-	st = file_stat_of(&fk);
+	st = file_stat_for(tgid, &id, IOT_OP_READ);
 	if (st)
 		__sync_fetch_and_add(&st->pages_missed, pages);
 	hk.tgid = tgid;
@@ -52,7 +47,6 @@ static __always_inline int handle_add(struct folio *folio)
 static __always_inline int handle_dirty(struct folio *folio, struct address_space *mapping)
 {
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
-	struct file_key fk = {};
 	struct file_stat *st;
 	struct file_id id;
 
@@ -66,11 +60,7 @@ static __always_inline int handle_dirty(struct folio *folio, struct address_spac
 		return 0;
 	}
 	bpf_map_update_elem(&dirtier, &id, &tgid, BPF_ANY);
-	fk.tgid = tgid;
-	fk.dev = id.dev;
-	fk.ino = id.ino;
-	fk.op = IOT_OP_WRITE;
-	st = file_stat_of(&fk);
+	st = file_stat_for(tgid, &id, IOT_OP_WRITE);
 	if (st)
 		__sync_fetch_and_add(&st->pages_dirtied, folio_pages(folio));
 	return 0;

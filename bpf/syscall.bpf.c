@@ -15,7 +15,6 @@
 #include <bpf/bpf_core_read.h>
 #include <bpf/bpf_tracing.h>
 #include "maps.bpf.h"
-#include "core_fixes.bpf.h"
 #include "files.bpf.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
@@ -181,9 +180,7 @@ int sys_enter(struct bpf_raw_tracepoint_args *ctx)
 	start->target = target_of(inode);
 	if (start->target != IOT_TARGET_FILE)
 		goto out;
-	start->file.dev = inode->i_sb->s_dev;
-	start->file.pad = 0;
-	start->file.ino = inode->i_ino;
+	inode_id(inode, &start->file);
 	start->offset = op & POSITIONAL ? syscall_arg(regs, 3) : file->f_pos;
 	if (start->file.ino != start->last_sent.ino || start->file.dev != start->last_sent.dev) {
 		file_first_sight(file, &start->file, fd, task->tgid);
@@ -222,7 +219,6 @@ static __always_inline void emit_slow(const struct sys_start *start, struct task
 /* openat: counted per file only, once its file is known from the returned fd. */
 static __always_inline void open_done(struct task_struct *task, long fd, __u64 latency_ns)
 {
-	struct file_key fk = {};
 	struct file_id fid;
 	struct file *file;
 	struct inode *inode;
@@ -232,15 +228,9 @@ static __always_inline void open_done(struct task_struct *task, long fd, __u64 l
 	inode = file->f_inode;
 	if (target_of(inode) != IOT_TARGET_FILE)
 		return;
-	fid.dev = inode->i_sb->s_dev;
-	fid.pad = 0;
-	fid.ino = inode->i_ino;
+	inode_id(inode, &fid);
 	file_first_sight(file, &fid, (int)fd, task->tgid);
-	fk.tgid = task->tgid;
-	fk.dev = fid.dev;
-	fk.ino = fid.ino;
-	fk.op = IOT_OP_OPEN;
-	file_op_add(&fk, latency_ns, 0);
+	file_op_add(task->tgid, &fid, IOT_OP_OPEN, latency_ns, 0);
 }
 
 /* Every syscall's exit: other syscalls than the traced ones return after two loads and a few
@@ -273,10 +263,7 @@ int sys_exit(struct bpf_raw_tracepoint_args *ctx)
 	key.target = start->target;
 	hist_add(&key, latency_ns, bytes, 1);
 	if (start->target == IOT_TARGET_FILE) {
-		struct file_key fk = {
-			.tgid = key.tgid, .dev = start->file.dev, .ino = start->file.ino, .op = start->op,
-		};
-		file_op_add(&fk, latency_ns, bytes);
+		file_op_add(key.tgid, &start->file, start->op, latency_ns, bytes);
 		if (iot_config.slow_ns && latency_ns >= iot_config.slow_ns)
 			emit_slow(start, task, latency_ns, bytes);
 	}

@@ -79,7 +79,6 @@ def lib() -> ctypes.CDLL:
     _sig(so.bpf_program__set_autoload, i, vp, ctypes.c_bool)
     _sig(so.bpf_program__autoload, ctypes.c_bool, vp)
     _sig(so.bpf_program__attach, vp, vp)
-    _sig(so.bpf_program__attach_tracepoint, vp, vp, cp, cp)
     _sig(so.bpf_program__fd, i, vp)
     _sig(so.bpf_map__set_max_entries, i, vp, u32)
     _sig(so.bpf_map__max_entries, u32, vp)
@@ -178,10 +177,6 @@ class Program:
 
     def attach(self) -> Link:
         return Link(_check_ptr(lib().bpf_program__attach(self._ptr), f"attach {self.name}"))
-
-    def attach_tracepoint(self, category: str, name: str) -> Link:
-        ptr = lib().bpf_program__attach_tracepoint(self._ptr, category.encode(), name.encode())
-        return Link(_check_ptr(ptr, f"attach {self.name} to {category}:{name}"))
 
 
 class Link:
@@ -314,9 +309,9 @@ class Map:
                                          values, ctypes.byref(count), None)
             if rc < 0 and rc != -errno.ENOENT:  # ENOENT: the last batch (count entries)
                 raise LibbpfError(-rc, f"map lookup batch: {os.strerror(-rc)}")
-            kraw, vraw = keys.raw, values.raw
-            out.extend((kraw[i * ks:(i + 1) * ks], vraw[i * vs:(i + 1) * vs])
-                       for i in range(count.value))
+            got = count.value  # copy out only the filled part of the buffers
+            kraw, vraw = ctypes.string_at(keys, got * ks), ctypes.string_at(values, got * vs)
+            out.extend((kraw[i * ks:(i + 1) * ks], vraw[i * vs:(i + 1) * vs]) for i in range(got))
             if rc < 0:
                 return out
             ctypes.memmove(token[0], token[1], len(token[0]))

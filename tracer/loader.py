@@ -276,34 +276,38 @@ class Probes:
         for k in keys:
             self.file_stats.delete(k)
 
+    @staticmethod
+    def _percpu_sum(m: Map, index: int) -> int:
+        """Slot `index` of a per-CPU array of u64, summed over the CPUs."""
+        raw = m.lookup(index.to_bytes(4, "little")) or b""
+        return sum(int.from_bytes(raw[i:i + 8], "little") for i in range(0, len(raw), 8))
+
     def events_lost(self) -> int:
         """Ring-buffer records dropped because it was full (summed over CPUs)."""
         assert self._lost is not None
-        raw = self._lost.lookup(b"\0\0\0\0")
-        return sum(int.from_bytes(raw[i:i + 8], "little") for i in range(0, len(raw), 8)) if raw else 0
+        return self._percpu_sum(self._lost, 0)
 
     def map_full_drops(self) -> dict[str, int]:
         """Inserts the kernel refused because a map was full, by map (abi.MAP_FULL_MAPS),
         cumulative, summed over CPUs: each is an operation whose counts were lost."""
         assert self._map_full is not None
-        out = {}
-        for i, name in enumerate(abi.MAP_FULL_MAPS):
-            raw = self._map_full.lookup(i.to_bytes(4, "little")) or b""
-            out[name] = sum(int.from_bytes(raw[j:j + 8], "little") for j in range(0, len(raw), 8))
-        return out
+        return {name: self._percpu_sum(self._map_full, i)
+                for i, name in enumerate(abi.MAP_FULL_MAPS)}
 
     # -- own cost -------------------------------------------------------------------------------
     def enable_stats(self) -> str | None:
         """Turns on the kernel's per-program run counts and times for as long as these probes
         are open (the kernel restores kernel.bpf_stats_enabled when they close, even on kill
-        -9). Returns None, or why per-program cost is unavailable."""
-        try:
-            with open(STATS_SYSCTL) as f:
-                self.stats_before = int(f.read().strip() or 0)
-        except (OSError, ValueError):
-            self.stats_before = None
+        -9). Returns None, or why per-program cost is unavailable. Called again after
+        pause_stats() (every interval with --bpf-stats sampled), it only takes a new fd."""
         if self._stats_fd is not None:
             return None
+        if self._stats_since is None:  # the first time: what the host had before iotrace
+            try:
+                with open(STATS_SYSCTL) as f:
+                    self.stats_before = int(f.read().strip() or 0)
+            except (OSError, ValueError):
+                self.stats_before = None
         try:
             _libbpf.lib()
             self._stats_fd = _libbpf.enable_stats()
@@ -325,10 +329,6 @@ class Probes:
             os.close(self._stats_fd)
             self._stats_fd = None
             self._stats_s += time.monotonic() - self._stats_since
-
-    @property
-    def stats_enabled(self) -> bool:
-        return self._stats_fd is not None
 
     @property
     def stats_seconds(self) -> float:
