@@ -385,9 +385,9 @@ def run_iotrace(iotrace: list[str], loop_argv: list[str], timeout: float, keep: 
 FLOOR_PROGRAM = "tracepoint:syscalls:sys_enter_pread64 {} tracepoint:syscalls:sys_exit_pread64 {}"
 
 
-def run_command_tracer(argv: list[str], what: str, timeout: float) -> Run:
-    """A tracer that starts the loop itself and prints nothing we read (strace, perf trace,
-    the raw floor)."""
+def run_command_tracer(argv: list[str], what: str, timeout: float) -> tuple[Run, str]:
+    """A tracer that starts the loop itself (bpftrace -c, strace, perf trace, the floors):
+    the loop's figures, and the tracer's stdout."""
     tr = Tracer(argv, ready_prefix=None)
     rc = tr.wait(timeout)
     wall = time.monotonic() - tr.t0
@@ -395,7 +395,7 @@ def run_command_tracer(argv: list[str], what: str, timeout: float) -> Run:
         raise BenchError(f"{what} exited {rc}: {tr.stderr.strip()[-800:]}")
     ops, ns = parse_loop(tr.stdout, f"{what} run", tr.stderr)
     return Run(ns_per_op=ns, ops=ops, maxrss_kib=tr.maxrss, hwm_kib=tr.hwm, wall_s=wall,
-               wait_ns=tr.wait_ns)
+               wait_ns=tr.wait_ns), tr.stdout
 
 
 FLOOR_PROGRAMS = {"raw-floor": ("floor_enter", "floor_exit"),
@@ -427,15 +427,11 @@ def floor_main(mode: str, loop_argv: list[str]) -> int:
 
 def run_bpftrace(bpftrace: str, loop_argv: list[str], timeout: float, floor: bool = False) -> Run:
     prog = ["-e", FLOOR_PROGRAM] if floor else [str(BT_SCRIPT)]
-    tr = Tracer([bpftrace, "-c", shlex.join(loop_argv), *prog], ready_prefix=None)
-    rc = tr.wait(timeout)
-    wall = time.monotonic() - tr.t0
-    if rc != 0:
-        raise BenchError(f"bpftrace exited {rc}: {tr.stderr.strip()[-800:]}")
-    ops, ns = parse_loop(tr.stdout, "bpftrace run", tr.stderr)
-    rows = BT_ROW.findall(tr.stdout)
-    return Run(ns_per_op=ns, ops=ops, seen=sum(map(int, rows)) if rows else None,
-               maxrss_kib=tr.maxrss, hwm_kib=tr.hwm, wall_s=wall, wait_ns=tr.wait_ns)
+    run, out = run_command_tracer([bpftrace, "-c", shlex.join(loop_argv), *prog], "bpftrace",
+                                  timeout)
+    rows = BT_ROW.findall(out)
+    run.seen = sum(map(int, rows)) if rows else None
+    return run
 
 
 # -- attach time ----------------------------------------------------------------------------------
@@ -543,10 +539,10 @@ def report(results: dict, modes: list[str], attach: list[Run], info: dict) -> No
           + ("on any CPU" if info["loop_cpu"] is None else f"on CPU {info['loop_cpu']} only") + "; "
           f"load average before {info['load_before'][0]:.2f}, after {info['load_after'][0]:.2f}")
     print()
-    head = (f"{'workload':<17} {'mode':<8} {'median ns/op':>12} {'slowdown':>8} "
+    head = (f"{'workload':<17} {'mode':<12} {'median ns/op':>12} {'slowdown':>8} "
             f"{'overhead':>9} {'on-CPU ovh':>10} {'rq wait':>7} {'coverage':>8} "
             f"{'peak RSS':>8} {'wall':>6}")
-    units = (f"{'':<17} {'':<8} {'(loop)':>12} {'':>8} {'ns/call':>9} {'ns/call':>10} "
+    units = (f"{'':<17} {'':<12} {'(loop)':>12} {'':>8} {'ns/call':>9} {'ns/call':>10} "
              f"{'median':>7} {'min':>8} {'MiB':>8} {'s':>6}")
     print(head)
     print(units)
@@ -561,7 +557,7 @@ def report(results: dict, modes: list[str], attach: list[Run], info: dict) -> No
             cov = [x.seen / x.ops for x in runs.values() if x.seen is not None]
             rss = med([peak_kib(x) for x in runs.values()])
             rq = med([x.rq_wait for x in runs.values()])
-            print(f"{wl:<17} {mode:<8} {fmt(med([x.ns_per_op for x in runs.values()]), '12.1f')} "
+            print(f"{wl:<17} {mode:<12} {fmt(med([x.ns_per_op for x in runs.values()]), '12.1f')} "
                   f"{fmt(med(ratios) if traced else None, '7.2f') + ('x' if traced else ' '):>8} "
                   f"{fmt(med(diffs) if traced else None, '+9.0f'):>9} "
                   f"{fmt(med(cpu_diffs) if traced and cpu_diffs else None, '+10.0f'):>10} "
@@ -573,7 +569,7 @@ def report(results: dict, modes: list[str], attach: list[Run], info: dict) -> No
     for wl, _ in WORKLOADS:
         for mode in modes:
             runs = results[wl][mode].runs
-            print(f"  {wl:<17} {mode:<8} " + "  ".join(
+            print(f"  {wl:<17} {mode:<12} " + "  ".join(
                 f"{runs[r].ns_per_op:8.0f} ({pct(runs[r].rq_wait, '.0f')})"
                 + ("*" if runs[r].others else "") for r in sorted(runs)))
     if any(run.others for per in results.values() for cell in per.values()
@@ -716,14 +712,14 @@ def main(argv: list[str] | None = None) -> int:
                     elif mode in ("bpftrace", "floor"):
                         run = run_bpftrace(bpftrace, loop_argv, timeout, floor=mode == "floor")
                     elif mode in FLOOR_PROGRAMS:
-                        run = run_command_tracer([sys.executable, __file__, "--floor-run", mode,
-                                                  "--", *loop_argv], mode, timeout)
+                        run, _ = run_command_tracer([sys.executable, __file__, "--floor-run",
+                                                     mode, "--", *loop_argv], mode, timeout)
                     elif mode == "strace":
-                        run = run_command_tracer([tools["strace"], "-f", "-c", "-o", "/dev/null",
-                                                  "--", *loop_argv], mode, timeout)
+                        run, _ = run_command_tracer([tools["strace"], "-f", "-c", "-o",
+                                                     "/dev/null", "--", *loop_argv], mode, timeout)
                     else:
-                        run = run_command_tracer([tools["perf-trace"], "trace", "-s", "-o",
-                                                  "/dev/null", "--", *loop_argv], mode, timeout)
+                        run, _ = run_command_tracer([tools["perf-trace"], "trace", "-s", "-o",
+                                                     "/dev/null", "--", *loop_argv], mode, timeout)
                     run.others = others
                     results[wl][mode].runs[r] = run
                     print(f"{wl:<18} round {r + 1}/{args.rounds} {mode:<9} "
