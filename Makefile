@@ -38,7 +38,7 @@ build/vmlinux.h:
 
 tracer/bpf/%.bpf.o: bpf/%.bpf.c bpf/*.h build/vmlinux.h
 	@mkdir -p tracer/bpf
-	clang -g -O2 -Wall -target bpf -D__TARGET_ARCH_$(ARCH) -Ibuild -Ibpf -c $< -o $@.tmp
+	clang -g -O2 -Wall -target bpf -mcpu=v3 -D__TARGET_ARCH_$(ARCH) -Ibuild -Ibpf -c $< -o $@.tmp
 	bpftool gen object $@ $@.tmp && rm -f $@.tmp
 
 $(VENV)/.installed: pyproject.toml
@@ -58,7 +58,7 @@ scripts/bin/pread_loop: scripts/pread_loop.c
 
 scripts/bin/bench_floor.bpf.o: scripts/bench_floor.bpf.c bpf/bits.bpf.h build/vmlinux.h
 	@mkdir -p $(dir $@)
-	clang -g -O2 -Wall -target bpf -D__TARGET_ARCH_$(ARCH) -Ibuild -Ibpf -c $< -o $@
+	clang -g -O2 -Wall -target bpf -mcpu=v3 -D__TARGET_ARCH_$(ARCH) -Ibuild -Ibpf -c $< -o $@
 
 lint: venv
 	$(VENV)/bin/ruff check tracer tests scripts

@@ -27,12 +27,94 @@ struct rq_start {
 	__u8 attribution;
 };
 
+/*
+ * Requests in flight, found by the request's address. Most live in `rq_slots`, a table indexed
+ * by a hash of the address: finding one is an array index and a compare, taking or freeing a
+ * slot one compare-and-swap, with no lock and no allocation (a hash-map insert and delete per
+ * request were most of the block programs' cost). A request whose slot is held by another one
+ * in flight goes to `rq_starts`, a hash map, so none is lost.
+ */
+#define RQ_SLOTS 8192 /* a power of two; the loader passes log2 of the size in iot_config */
+
+struct rq_slot {
+	__u64 rq; /* the request holding the slot, 0 when free */
+	struct rq_start s;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, RQ_SLOTS);
+	__type(key, __u32);
+	__type(value, struct rq_slot);
+} rq_slots SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 16384);
 	__type(key, __u64); /* struct request * */
 	__type(value, struct rq_start);
 } rq_starts SEC(".maps");
+
+/* Entries in rq_starts: while none, a request without a slot needs no lookup there. */
+__u64 rq_starts_used = 0;
+
+static __always_inline struct rq_slot *rq_slot_of(__u64 rq)
+{
+	__u32 bits = iot_config.rq_slot_bits;
+	__u32 i = 0;
+
+	if (bits) /* Fibonacci hashing of the address (requests are at least 64 bytes apart) */
+		i = ((rq >> 6) * 0x9E3779B97F4A7C15ull) >> (64 - bits);
+	return bpf_map_lookup_elem(&rq_slots, &i);
+}
+
+/* Where request `rq` keeps its record from now on: its slot when free (or already its own: a
+ * request that was never seen to end), else a new rq_starts entry. Fills it with `s`. */
+static __always_inline void rq_record(__u64 rq, const struct rq_start *s)
+{
+	struct rq_slot *slot = rq_slot_of(rq);
+	__u64 owner;
+	long err;
+
+	if (slot) {
+		owner = __sync_val_compare_and_swap(&slot->rq, 0, rq);
+		if (owner == 0 || owner == rq) {
+			slot->s = *s;
+			return;
+		}
+	}
+	err = bpf_map_update_elem(&rq_starts, &rq, s, BPF_NOEXIST);
+	if (!err)
+		__sync_fetch_and_add(&rq_starts_used, 1);
+	else if (err == -17 /* EEXIST: never seen to end */)
+		bpf_map_update_elem(&rq_starts, &rq, s, BPF_EXIST);
+	else
+		count_map_full(IOT_MAP_RQ_STARTS, err);
+}
+
+/* The record of request `rq`, NULL when it is not traced. */
+static __always_inline struct rq_start *rq_find(__u64 rq)
+{
+	struct rq_slot *slot = rq_slot_of(rq);
+
+	if (slot && slot->rq == rq)
+		return &slot->s;
+	if (!rq_starts_used)
+		return NULL;
+	return bpf_map_lookup_elem(&rq_starts, &rq);
+}
+
+/* Request `rq` ended (completed, or merged into another): its record goes. */
+static __always_inline void rq_forget(__u64 rq)
+{
+	struct rq_slot *slot = rq_slot_of(rq);
+
+	/* a compare-and-swap, not a store: it orders the reads of the record before the release */
+	if (slot && __sync_val_compare_and_swap(&slot->rq, rq, 0) == rq)
+		return;
+	if (rq_starts_used && bpf_map_delete_elem(&rq_starts, &rq) == 0)
+		__sync_fetch_and_sub(&rq_starts_used, 1);
+}
 
 static __always_inline __u8 rq_op(__u32 cmd_flags)
 {
@@ -81,7 +163,6 @@ static __always_inline int start_request(struct request *rq)
 	struct request *r = kernel_view(rq, struct request);
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
 	__u32 flags = r->cmd_flags;
-	__u64 key = (__u64)rq;
 	struct rq_start s = {};
 	struct sys_start *sys;
 	__u32 *owner;
@@ -106,18 +187,17 @@ static __always_inline int start_request(struct request *rq)
 	}
 	s.dev = rq_dev(r);
 	s.op = rq_op(flags);
-	count_map_full(IOT_MAP_RQ_STARTS, bpf_map_update_elem(&rq_starts, &key, &s, BPF_ANY));
+	rq_record((__u64)rq, &s);
 	return 0;
 }
 
 static __always_inline int handle_insert(struct request *rq)
 {
-	__u64 key = (__u64)rq;
 	struct rq_start *s;
 
 	if (!iot_config.have_io_start)
 		start_request(rq);
-	s = bpf_map_lookup_elem(&rq_starts, &key);
+	s = rq_find((__u64)rq);
 	if (s)
 		s->insert_ns = bpf_ktime_get_ns();
 	return 0;
@@ -126,15 +206,14 @@ static __always_inline int handle_insert(struct request *rq)
 static __always_inline int handle_issue(struct request *rq)
 {
 	struct request *r = kernel_view(rq, struct request);
-	__u64 key = (__u64)rq;
-	struct rq_start *s = bpf_map_lookup_elem(&rq_starts, &key);
+	struct rq_start *s = rq_find((__u64)rq);
 
 	if (!s && !iot_config.have_io_start && !r->q->elevator) {
 		/* Without block_io_start, a request issued directly (no I/O scheduler, so maybe no
 		 * insert) is first seen here, in the submitter's context. With a scheduler every
 		 * request is inserted first, and issue may run in anyone's context: no guess then. */
 		start_request(rq);
-		s = bpf_map_lookup_elem(&rq_starts, &key);
+		s = rq_find((__u64)rq);
 	}
 	if (!s)
 		return 0;
@@ -178,8 +257,7 @@ static __always_inline void emit_slow(struct request *rq, const struct rq_start 
 
 static __always_inline int handle_complete(struct request *rq)
 {
-	__u64 key = (__u64)rq;
-	struct rq_start *s = bpf_map_lookup_elem(&rq_starts, &key);
+	struct rq_start *s = rq_find((__u64)rq);
 	__u64 latency_ns;
 
 	if (!s)
@@ -194,14 +272,17 @@ static __always_inline int handle_complete(struct request *rq)
 		if (iot_config.slow_ns && latency_ns >= iot_config.slow_ns)
 			emit_slow(rq, s, &k, latency_ns);
 	}
-	bpf_map_delete_elem(&rq_starts, &key);
+	rq_forget((__u64)rq);
 	return 0;
 }
 
-SEC("tp_btf/block_io_start")
-int BPF_PROG(io_start_btf, struct request *rq)
+/* A request merged into another (the I/O scheduler joined two adjacent ones) never completes:
+ * the one it joined carries its bytes from now on. */
+static __always_inline int handle_merge(struct request *rq)
 {
-	return start_request(rq);
+	if (rq_find((__u64)rq))
+		rq_forget((__u64)rq);
+	return 0;
 }
 
 SEC("raw_tp/block_io_start")
@@ -210,22 +291,10 @@ int BPF_PROG(io_start_raw, struct request *rq)
 	return start_request(rq);
 }
 
-SEC("tp_btf/block_rq_insert")
-int BPF_PROG(rq_insert_btf, struct request *rq)
-{
-	return handle_insert(rq);
-}
-
 SEC("raw_tp/block_rq_insert")
 int BPF_PROG(rq_insert_raw, struct request *rq)
 {
 	return handle_insert(rq);
-}
-
-SEC("tp_btf/block_rq_issue")
-int BPF_PROG(rq_issue_btf, struct request *rq)
-{
-	return handle_issue(rq);
 }
 
 SEC("raw_tp/block_rq_issue")
@@ -234,14 +303,14 @@ int BPF_PROG(rq_issue_raw, struct request *rq)
 	return handle_issue(rq);
 }
 
-SEC("tp_btf/block_rq_complete")
-int BPF_PROG(rq_complete_btf, struct request *rq)
-{
-	return handle_complete(rq);
-}
-
 SEC("raw_tp/block_rq_complete")
 int BPF_PROG(rq_complete_raw, struct request *rq)
 {
 	return handle_complete(rq);
+}
+
+SEC("raw_tp/block_rq_merge")
+int BPF_PROG(rq_merge_raw, struct request *rq)
+{
+	return handle_merge(rq);
 }

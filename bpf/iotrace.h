@@ -52,7 +52,8 @@ struct iot_config {
 	__u8 have_io_start; /* the kernel has the block_io_start tracepoint (6.5+) */
 	__u8 page_shift;    /* log2 of the page size */
 	__u8 auto_discover; /* report untracked processes that start DataLoader workers/torchrun */
-	__u8 pad[5];
+	__u8 rq_slot_bits;  /* log2 of the entries of block.bpf.c's rq_slots */
+	__u8 pad[4];
 	__u64 slow_ns; /* operations at least this slow are sent as events (0: none) */
 };
 

@@ -98,7 +98,8 @@ int main(int argc, char **argv)
 		fprintf(stderr, "pread_loop: fstat %s: %s\n", path, strerror(errno));
 		return 1;
 	}
-	pages = (uint64_t)st.st_size / PAGE;
+	/* a block device (O_DIRECT on a loop device, say) has no st_size: its end is its size */
+	pages = (uint64_t)(S_ISBLK(st.st_mode) ? lseek(fd, 0, SEEK_END) : st.st_size) / PAGE;
 	if (pages == 0) {
 		fprintf(stderr, "pread_loop: %s is smaller than 4096 bytes\n", path);
 		return 2;

@@ -145,7 +145,7 @@ def test_bad_map_sizes_setting_is_one_line(tmp_path):
     assert r.returncode == 2, r.stderr
     assert r.stderr.strip().splitlines() == [
         "iotrace: error: IOTRACE_MAP_SIZES: no map 'events' can be sized; give MAP=N with MAP "
-        "one of tracked, hists, file_stats, threads, rq_starts"]
+        "one of tracked, hists, file_stats, threads, rq_starts, rq_slots"]
 
 
 @pytest.mark.skipif(shutil.which("setpriv") is None, reason="needs setpriv (util-linux)")

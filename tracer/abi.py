@@ -37,8 +37,8 @@ FILE_TRUNCATED, FILE_DELETED, FILE_FS_ROOT = 1, 2, 4
 # enum iot_map: the maps whose refused inserts `map_full` counts, by index (IOT_MAPS of them)
 MAP_FULL_MAPS = ("tracked", "hists", "file_stats", "threads", "rq_starts")
 
-# struct iot_config: have_io_start, page_shift, auto_discover, slow_ns
-CONFIG = struct.Struct("<BBB5xQ")
+# struct iot_config: have_io_start, page_shift, auto_discover, rq_slot_bits, slow_ns
+CONFIG = struct.Struct("<BBBB4xQ")
 # struct hist_key: tgid, dev, layer, op, target, attribution
 HIST_KEY = struct.Struct("<IIBBBB")
 # struct hist: u64 count[MAX_SLOTS]; u64 bytes[MAX_SLOTS]

@@ -35,12 +35,18 @@ SHARED_MAPS = ("tracked", "hists", "events", "events_lost", "files_seen", "file_
 # The object that creates each map whose refused inserts `map_full` counts (abi.MAP_FULL_MAPS):
 # shared maps are made by the first object, the others by their own.
 MAP_OWNERS = {name: "proc" for name in abi.MAP_FULL_MAPS} | {"rq_starts": "block"}
+# The block layer's table of requests in flight (block.bpf.c): a power of two of slots; the
+# requests that find their slot taken go to rq_starts.
+RQ_SLOTS = "rq_slots"
 STATS_SYSCTL = "/proc/sys/kernel/bpf_stats_enabled"
 # Tracepoints whose programs read the in-flight syscall from task-local storage. A tp_btf
 # program gets the storage through a trylock that fails (NULL) when a syscall program holding
 # it on the same CPU was preempted (syscall tracepoints are preemptible on 6.x); raw_tp
-# programs take it unconditionally. So these use raw_tp even where tp_btf exists.
+# programs take it unconditionally. So these use raw_tp even where tp_btf exists. The block
+# programs are raw_tp only: they index a table by the request's address, a number in raw_tp
+# and a pointer that the verifier allows no such arithmetic on in tp_btf.
 RAW_TP_FIRST = frozenset({"block_io_start", "block_rq_insert", "block_rq_issue",
+                          "block_rq_complete", "block_rq_merge",
                           "mm_filemap_add_to_page_cache", "sys_enter", "sys_exit"})
 # Test and debugging knob: comma-separated fallbacks to force on a kernel that has the better
 # path, so the fallbacks are exercised too: "raw_tp" (no tp_btf), "no_block_io_start".
@@ -60,12 +66,14 @@ def map_sizes_from_env(text: str | None = None) -> dict[str, int]:
     sizes: dict[str, int] = {}
     for item in filter(None, (t.strip() for t in text.split(","))):
         name, _, n = item.partition("=")
-        if name not in MAP_OWNERS:
+        if name not in MAP_OWNERS and name != RQ_SLOTS:
             raise BadSetting(f"{MAP_SIZES_ENV}: no map {name!r} can be sized; give "
-                             f"MAP=N with MAP one of {', '.join(MAP_OWNERS)}")
+                             f"MAP=N with MAP one of {', '.join([*MAP_OWNERS, RQ_SLOTS])}")
         if not n.isdigit() or int(n) < 1:
             raise BadSetting(f"{MAP_SIZES_ENV}: {item!r}: the size must be a whole number of "
                              "entries, at least 1")
+        if name == RQ_SLOTS and int(n) & (int(n) - 1):
+            raise BadSetting(f"{MAP_SIZES_ENV}: {item!r}: the size must be a power of two")
         sizes[name] = int(n)
     return sizes
 
@@ -152,8 +160,14 @@ class Probes:
                 self.objects[name] = obj
                 self._choose_programs(obj)
                 have_io_start = self.features.get("block_io_start", "missing") != "missing"
+                rq_slot_bits = 0
+                if name == "block":
+                    if RQ_SLOTS in self.map_sizes:
+                        obj.set_max_entries(RQ_SLOTS, self.map_sizes[RQ_SLOTS])
+                    rq_slot_bits = obj.max_entries(RQ_SLOTS).bit_length() - 1
                 obj.set_config(abi.CONFIG.pack(int(have_io_start), PAGE_SHIFT,
-                                               int(self.auto_discover), self.slow_ns))
+                                               int(self.auto_discover), rq_slot_bits,
+                                               self.slow_ns))
                 for m, fd in shared.items():
                     obj.reuse_map(m, fd)
                 for m, owner in MAP_OWNERS.items():
