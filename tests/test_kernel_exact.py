@@ -112,6 +112,22 @@ def test_command_mode_exact_counts(iowork, data_file, tmp_path, force):
     assert (devices.r_s >= 0).all() and not pd.read_parquet(out / "system").empty
 
 
+def test_no_tracefs_needed(iowork, data_file, tmp_path):
+    """Raw and BTF tracepoints are found by name: in a mount namespace without tracefs (and
+    without debugfs, its older home), iotrace traces the same exact counts, and mounts nothing."""
+    prime(iowork, data_file)
+    out = tmp_path / "trace"
+    argv = " ".join(map(str, [*IOTRACE, "-o", out, "--", iowork, *workload_args(data_file)]))
+    r = subprocess.run(
+        ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+         "umount -l /sys/kernel/tracing 2>/dev/null; umount -l /sys/kernel/debug 2>/dev/null; "
+         f"test ! -e /sys/kernel/tracing/events || exit 99; {argv}; rc=$?; "
+         "test ! -e /sys/kernel/tracing/events || exit 98; exit $rc"],
+        capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    check_trace(out)
+
+
 def test_attach_mode_exact_counts(iowork, data_file, tmp_path):
     prime(iowork, data_file)
     ready_r, ready_w = os.pipe()

@@ -12,11 +12,9 @@ from tracer.host import btf_path, btf_problem, privilege_problem
 from tracer.loader import (
     BPF_DIR,
     OBJECTS,
-    TRACEFS,
     BadSetting,
     HostCannotTrace,
     Probes,
-    ensure_tracefs,
 )
 
 SELF_CALLS = 20_000  # page-cache pread64 calls the doctor traces of itself to measure the cost
@@ -121,20 +119,10 @@ def run_checks() -> list[Check]:
     checks.append(Check("privileges", problem is None, problem or who))
     problem = btf_problem()
     checks.append(Check("BTF", problem is None, problem or btf_path()))
-    if privilege_problem() is None:
-        try:
-            ensure_tracefs()
-            checks.append(Check("tracefs", True, f"mounted at {TRACEFS}"))
-        except HostCannotTrace as e:
-            checks.append(Check("tracefs", False, str(e)))
-    else:
-        ok = os.path.exists(f"{TRACEFS}/events")
-        checks.append(Check("tracefs", ok, TRACEFS if ok else
-                            f"not mounted; run as root to mount it at {TRACEFS}"))
     lib = _libbpf_check()
     checks.append(lib)
     if lib.ok:
-        btf_tp = _libbpf.has_btf_tracepoint("block_rq_issue")
+        btf_tp = _libbpf.has_btf_tracepoint("sched_switch")
         checks.append(Check("tp_btf", True, "tp_btf programs (direct BTF access)" if btf_tp
                             else "no BTF for tracepoints: raw_tp programs used instead"))
         ring = _libbpf.probe_ringbuf()

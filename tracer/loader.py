@@ -27,7 +27,6 @@ from tracer._libbpf import (
 
 BPF_DIR = Path(__file__).parent / "bpf"
 PAGE_SHIFT = (os.sysconf("SC_PAGE_SIZE") - 1).bit_length()
-TRACEFS = "/sys/kernel/tracing"
 
 OBJECTS = ("proc", "syscall", "pagecache", "block", "sched")  # proc first: it makes the shared maps
 SHARED_MAPS = ("tracked", "hists", "events", "events_lost", "files_seen", "file_stats",
@@ -79,19 +78,7 @@ def map_sizes_from_env(text: str | None = None) -> dict[str, int]:
 
 
 class HostCannotTrace(RuntimeError):
-    """This host cannot run iotrace's programs (privilege, BTF, libbpf, tracefs)."""
-
-
-def ensure_tracefs() -> None:
-    """Classic tracepoints need tracefs; mount it where it is missing (we are root by now)."""
-    if os.path.exists(f"{TRACEFS}/events"):
-        return
-    rc = os.system(f"mount -t tracefs nodev {TRACEFS} 2>/dev/null")
-    if rc != 0 or not os.path.exists(f"{TRACEFS}/events"):
-        raise HostCannotTrace(
-            f"tracefs is not mounted at {TRACEFS} and mounting it failed: "
-            f"run 'mount -t tracefs nodev {TRACEFS}' (in a container: -v {TRACEFS}:{TRACEFS})"
-        )
+    """This host cannot run iotrace's programs (privilege, BTF, libbpf)."""
 
 
 def _load_failure_reason(log: list[str]) -> str:
@@ -149,7 +136,6 @@ class Probes:
             raise HostCannotTrace(
                 f"{e}: install libbpf >= 1.0 (Debian: apt-get install libbpf1)"
             ) from None
-        ensure_tracefs()
         shared: dict[str, int] = {}
         try:
             for name in OBJECTS:
@@ -206,8 +192,9 @@ class Probes:
             tp = _tracepoint_of(sec)
             btf = (_libbpf.has_btf_tracepoint(tp) and "raw_tp" not in force
                    and tp not in RAW_TP_FIRST)
-            exists = _libbpf.has_btf_tracepoint(tp) or os.path.exists(
-                f"{TRACEFS}/events/block/{tp}") or not tp.startswith("block_io_")
+            # Every tracepoint of the kernel has its btf_trace_* type in the kernel's BTF, which
+            # iotrace needs anyway; only block_io_start/done are recent (6.5).
+            exists = _libbpf.has_btf_tracepoint(tp) or not tp.startswith("block_io_")
             if tp == "block_io_start" and "no_block_io_start" in force:
                 exists = False
             if not exists:
