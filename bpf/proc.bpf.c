@@ -53,7 +53,7 @@ static __always_inline int handle_fork(struct task_struct *parent, struct task_s
 	if (!pinfo)
 		return 0;
 	cinfo.root = pinfo->root ? pinfo->root : ptgid;
-	count_map_full(IOT_MAP_TRACKED, bpf_map_update_elem(&tracked, &ctgid, &cinfo, BPF_ANY));
+	tracked_add(ctgid, &cinfo);
 	emit(IOT_EVENT_FORK, ctgid, ptgid, 0, child);
 	return 0;
 }
@@ -77,7 +77,7 @@ static __always_inline int handle_exit(struct task_struct *task)
 	 * this tracepoint fires (6.16+ also passes it as `group_dead`, older kernels do not). */
 	if (BPF_CORE_READ(task, signal, live.counter) != 0)
 		return 0;
-	bpf_map_delete_elem(&tracked, &tgid);
+	tracked_remove(tgid);
 	emit(IOT_EVENT_EXIT, tgid, 0, BPF_CORE_READ(task, exit_code), task);
 	return 0;
 }
@@ -179,4 +179,19 @@ SEC("raw_tp/sched_process_exit")
 int BPF_PROG(exit_raw, struct task_struct *task)
 {
 	return handle_exit(task);
+}
+
+/* Run by user space (BPF_PROG_TEST_RUN, tracer/loader.py Probes.track) to start tracing a
+ * process: the `tracked` entry and its bit, set the way the kernel side sets them. */
+struct track_request {
+	__u32 tgid;
+	__u32 root;
+};
+
+SEC("syscall")
+int track(struct track_request *req)
+{
+	struct tracked_info info = { .root = req->root };
+
+	return -tracked_add(req->tgid, &info);
 }

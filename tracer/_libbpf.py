@@ -80,6 +80,7 @@ def lib() -> ctypes.CDLL:
     _sig(so.bpf_program__autoload, ctypes.c_bool, vp)
     _sig(so.bpf_program__attach, vp, vp)
     _sig(so.bpf_program__fd, i, vp)
+    _sig(so.bpf_prog_test_run_opts, i, i, ctypes.POINTER(TestRunOpts))
     _sig(so.bpf_map__set_max_entries, i, vp, u32)
     _sig(so.bpf_map__max_entries, u32, vp)
     _sig(so.bpf_enable_stats, i, i)
@@ -148,6 +149,19 @@ def _check_rc(rc: int, what: str) -> int:
     return rc
 
 
+class TestRunOpts(ctypes.Structure):
+    """struct bpf_test_run_opts (libbpf's bpf.h)."""
+
+    _fields_ = [("sz", ctypes.c_size_t), ("data_in", ctypes.c_void_p),
+                ("data_out", ctypes.c_void_p), ("data_size_in", ctypes.c_uint32),
+                ("data_size_out", ctypes.c_uint32), ("ctx_in", ctypes.c_void_p),
+                ("ctx_out", ctypes.c_void_p), ("ctx_size_in", ctypes.c_uint32),
+                ("ctx_size_out", ctypes.c_uint32), ("retval", ctypes.c_uint32),
+                ("repeat", ctypes.c_int), ("duration", ctypes.c_uint32),
+                ("flags", ctypes.c_uint32), ("cpu", ctypes.c_uint32),
+                ("batch_size", ctypes.c_uint32)]
+
+
 class Program:
     """A program of a BpfObject (owned by it)."""
 
@@ -174,6 +188,15 @@ class Program:
     def fd(self) -> int:
         """The loaded program's fd (owned by its object)."""
         return _check_rc(lib().bpf_program__fd(self._ptr), f"fd of program {self.name}")
+
+    def run(self, ctx: bytes) -> int:
+        """Runs a loaded SEC("syscall") program once on `ctx` (BPF_PROG_TEST_RUN); its return
+        value, as a signed 32-bit number."""
+        buf = ctypes.create_string_buffer(ctx, len(ctx))
+        opts = TestRunOpts(sz=ctypes.sizeof(TestRunOpts), ctx_in=ctypes.addressof(buf),
+                           ctx_size_in=len(ctx))
+        _check_rc(lib().bpf_prog_test_run_opts(self.fd, ctypes.byref(opts)), f"run {self.name}")
+        return ctypes.c_int32(opts.retval).value
 
     def attach(self) -> Link:
         return Link(_check_ptr(lib().bpf_program__attach(self._ptr), f"attach {self.name}"))

@@ -29,7 +29,7 @@ BPF_DIR = Path(__file__).parent / "bpf"
 PAGE_SHIFT = (os.sysconf("SC_PAGE_SIZE") - 1).bit_length()
 
 OBJECTS = ("proc", "syscall", "pagecache", "block", "sched")  # proc first: it makes the shared maps
-SHARED_MAPS = ("tracked", "hists", "events", "events_lost", "files_seen", "file_stats",
+SHARED_MAPS = ("tracked", "tracked_bits", "hists", "events", "events_lost", "files_seen", "file_stats",
                "dirtier", "sys_starts", "threads", "map_full")
 # The object that creates each map whose refused inserts `map_full` counts (abi.MAP_FULL_MAPS):
 # shared maps are made by the first object, the others by their own.
@@ -210,15 +210,16 @@ class Probes:
     # -- tracking and attaching -----------------------------------------------------------------
     def track(self, pid: int, root: int = 0) -> None:
         """Adds a process (TGID) to the in-kernel filter; its future children follow by fork."""
-        assert self.tracked is not None
-        self.tracked.update(abi.TGID.pack(pid), abi.TRACKED_INFO.pack(root, 0))
+        err = self.objects[OBJECTS[0]].program("track").run(abi.TRACK_REQUEST.pack(pid, root))
+        if err:
+            raise LibbpfError(err, f"track {pid}: {os.strerror(err)}")
 
     def attach(self) -> None:
         """Attaches every loaded program; raises HostCannotTrace on failure (nothing stays)."""
         try:
             for obj in self.objects.values():
                 for prog in obj.programs():
-                    if not prog.autoload:
+                    if not prog.autoload or prog.section == "syscall":  # run, not attached
                         continue
                     self.links.append(prog.attach())
         except LibbpfError as e:

@@ -1,0 +1,76 @@
+"""The set of traced processes is kept twice in the kernel: the `tracked` hash map (with each
+process's root and flags) and the `tracked_bits` bitmap that the hot paths test (one bit per
+PID). Both must always say the same, whoever changes them: user space (`Probes.track`),
+fork and exit."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+
+import pytest
+
+from conftest import needs_root
+from tracer import abi
+from tracer._libbpf import Map
+from tracer.loader import Probes
+
+pytestmark = [needs_root, pytest.mark.kernel]
+
+
+@pytest.fixture
+def probes():
+    p = Probes(map_sizes={})
+    p.load()
+    p.attach()
+    try:
+        yield p
+    finally:
+        p.close()
+
+
+def state(probes: Probes, pid: int) -> tuple[bool, int | None]:
+    """(bit set, root in `tracked` or None when absent)."""
+    bits = Map(probes.objects["proc"].map_fd("tracked_bits"), 4, 8)
+    word = int.from_bytes(bits.lookup((pid // 64).to_bytes(4, "little")), "little")
+    info = probes.tracked.lookup(abi.TGID.pack(pid))
+    return bool(word >> (pid % 64) & 1), None if info is None else abi.TRACKED_INFO.unpack(info)[0]
+
+
+def test_bitmap_follows_track_fork_and_exit(probes):
+    shell = subprocess.Popen(["sh", "-c", "read go; sleep 0.2 & echo $!; wait; read done"],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert state(probes, shell.pid) == (False, None)
+        probes.track(shell.pid)
+        assert state(probes, shell.pid) == (True, 0)
+        assert state(probes, os.getpid()) == (False, None)  # nobody else
+        shell.stdin.write("go\n")
+        shell.stdin.flush()
+        child = int(shell.stdout.readline())
+        assert state(probes, child) in ((True, shell.pid), (False, None))  # maybe gone already
+        deadline = time.monotonic() + 10
+        while state(probes, child) != (False, None) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert state(probes, child) == (False, None)  # its exit took both away
+        assert state(probes, shell.pid) == (True, 0)
+    finally:
+        shell.stdin.close()  # `read done` ends: the shell exits
+        shell.wait(timeout=10)
+    assert state(probes, shell.pid) == (False, None)
+
+
+def test_child_seen_in_both_while_alive(probes):
+    """The fork path, caught while the child lives: bit and entry, with the tracked root."""
+    shell = subprocess.Popen(["sh", "-c", "read go; sleep 30 & echo $!; read done; kill $!"],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        probes.track(shell.pid)
+        shell.stdin.write("go\n")
+        shell.stdin.flush()
+        child = int(shell.stdout.readline())
+        assert state(probes, child) == (True, shell.pid)
+    finally:
+        shell.stdin.close()
+        shell.wait(timeout=10)
