@@ -117,6 +117,8 @@ static __always_inline __u8 waker_of(__u32 woken_tgid)
 		bpf_get_current_comm(comm, sizeof(comm));
 		return comm_eq(comm, pin) ? IOT_WAKER_PIN : IOT_WAKER_OWN;
 	}
+	if (!is_tracked(tgid)) /* an interrupt, a kernel thread, another job: no hash lookup */
+		return IOT_WAKER_OTHER;
 	info = bpf_map_lookup_elem(&tracked, &tgid);
 	if (info && (info->flags & IOT_TRACKED_WORKER))
 		return IOT_WAKER_WORKER;
