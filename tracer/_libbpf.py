@@ -10,8 +10,10 @@ import ctypes
 import ctypes.util
 import errno
 import os
+import struct
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from operator import itemgetter
 
 LIBBPF_ENV = "IOTRACE_LIBBPF"  # overrides the library path (tests, unusual installs)
 DEFAULT_LIBBPF = "libbpf.so.1"
@@ -47,6 +49,7 @@ RING_SAMPLE_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p
 _lib: ctypes.CDLL | None = None
 _libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
 _log: list[str] = []  # libbpf's recent messages, for error reports
+_first = itemgetter(0)
 
 
 def _sig(fn, restype, *argtypes):
@@ -311,7 +314,10 @@ class Map:
                 raise LibbpfError(-rc, f"map lookup batch: {os.strerror(-rc)}")
             got = count.value  # copy out only the filled part of the buffers
             kraw, vraw = ctypes.string_at(keys, got * ks), ctypes.string_at(values, got * vs)
-            out.extend((kraw[i * ks:(i + 1) * ks], vraw[i * vs:(i + 1) * vs]) for i in range(got))
+            # split into entries in C (a "Ns" field keeps every byte, trailing zeros too):
+            # half the time of slicing in a Python loop
+            out.extend(zip(map(_first, struct.iter_unpack(f"{ks}s", kraw)),
+                           map(_first, struct.iter_unpack(f"{vs}s", vraw))))
             if rc < 0:
                 return out
             ctypes.memmove(token[0], token[1], len(token[0]))
