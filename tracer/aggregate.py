@@ -162,6 +162,7 @@ class Aggregator:
         for rkey in prev_files.keys() - stats.keys():  # deleted from the kernel map
             active.pop(rkey, None)
         unpack = abi.FILE_STAT.unpack
+        who: dict[int, tuple[str, str]] = {}  # pid -> (comm, role), looked up once per reading
         rows = []
         for rkey, rval in stats.items():
             prev_raw = prev_files.get(rkey)
@@ -181,13 +182,16 @@ class Aggregator:
             active[rkey] = now
             key = abi.decode_file_key(rkey)
             info = self.files.get(key.dev, key.ino, key.pid)
-            proc = self.processes.get(key.pid)
+            comm_role = who.get(key.pid)
+            if comm_role is None:
+                proc = self.processes.get(key.pid)
+                comm_role = who[key.pid] = (proc.comm if proc else "", role_of_pid(proc))
             hit = None
             if key.op == "read" and nbytes:
                 hit = max(0.0, 1.0 - missed * PAGE_SIZE / nbytes) * 100.0
             rows.append({
-                "ts": ts_ns, "pid": key.pid, "comm": proc.comm if proc else "",
-                "role": role_of_pid(proc), "path": info.path,
+                "ts": ts_ns, "pid": key.pid, "comm": comm_role[0],
+                "role": comm_role[1], "path": info.path,
                 "path_source": info.path_source, "fs_type": info.fs_type, "device": info.device,
                 "inode": key.ino, "op": key.op, "ops": ops, "bytes": nbytes,
                 "latency_sum_ns": lat_sum,
