@@ -96,6 +96,7 @@ def lib() -> ctypes.CDLL:
     _sig(so.bpf_map_update_elem, i, i, vp, vp, ctypes.c_uint64)
     _sig(so.bpf_map_lookup_elem, i, i, vp, vp)
     _sig(so.bpf_map_delete_elem, i, i, vp)
+    _sig(so.bpf_map_lookup_and_delete_elem, i, i, vp, vp)
     _sig(so.bpf_map_get_next_key, i, i, vp, vp)
     _sig(so.bpf_map_lookup_batch, i, i, vp, vp, vp, vp, ctypes.POINTER(u32), vp)
     _sig(so.bpf_map_create, i, i, cp, u32, u32, u32, vp)
@@ -268,6 +269,21 @@ class Map:
 
     def delete(self, key: bytes) -> bool:
         return lib().bpf_map_delete_elem(self.fd, key) == 0
+
+    def take(self, key: bytes) -> bytes | None:
+        """Deletes the entry and returns its value at that moment (None: there was none), in one
+        BPF_MAP_LOOKUP_AND_DELETE_ELEM (hash maps: Linux 5.14+), so that nothing added between a
+        read and the delete is lost; older kernels get a lookup, then a delete."""
+        buf = ctypes.create_string_buffer(self.value_size)
+        rc = lib().bpf_map_lookup_and_delete_elem(self.fd, key, buf)
+        if rc == 0:
+            return buf.raw
+        err = -rc if rc != -1 else ctypes.get_errno()
+        if err not in (errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP, 524):  # 524: ENOTSUPP
+            return None  # ENOENT: no such entry
+        value = self.lookup(key)
+        self.delete(key)
+        return value
 
     def all_keys(self) -> list[bytes]:
         out: list[bytes] = []

@@ -71,7 +71,8 @@ def _import_pandas() -> None:
 
 POLL_MS = 100  # ring-buffer wait; bounds how late a signal or an exit is noticed
 FINDINGS_EVERY_S = 10.0  # during a run, verdicts over the last window are written this often
-FILE_IDLE_INTERVALS = 30  # per-file kernel counters untouched this long are dropped
+FILE_IDLE_INTERVALS = 5  # per-file kernel counters untouched this long are dropped (taken
+# with their last counts, so nothing is lost; read again, a file gets a new key)
 GPU_ROWS_KEPT = 500_000  # NVML samples kept in memory for the findings' GPU evidence (~1 day, 1 GPU)
 
 
@@ -409,7 +410,14 @@ class Session:
         epoch = self.probes.next_epoch()
         from tracer.aggregate import Reading
 
-        reading = Reading(self.probes.read_hists(), self.probes.read_file_stats(), epoch,
+        file_stats = self.probes.read_file_stats()
+        # Per-file counters idle for FILE_IDLE_INTERVALS are deleted (a job reading millions of
+        # files keeps the kernel map small, and every interval reads all of it): taken out of
+        # the map with their values, which join this reading, so what came since is counted.
+        quiet = self.aggregator.idle_file_keys(FILE_IDLE_INTERVALS)
+        if quiet:
+            file_stats.update(self.probes.take_file_stats(quiet))
+        reading = Reading(self.probes.read_hists(), file_stats, epoch,
                           self.probes.read_threads(), time.monotonic_ns())
         # A process forks before it does I/O, so its FORK record is in the ring buffer before
         # its counters are in the maps just read: take the records now, the rows get its name.
@@ -457,9 +465,7 @@ class Session:
             self.lines.write(snap, loop_rows, self.findings)
         if self.csv:
             self.csv.write(snap, loop_rows)
-        quiet = self.aggregator.idle_file_keys(FILE_IDLE_INTERVALS)
-        if quiet:  # bounded kernel map for jobs that read millions of files
-            self.probes.delete_file_stats(quiet)
+        if quiet:  # deleted from the kernel map above
             self.aggregator.forget(quiet)
         if self._forget_next:
             gone = self._forget_next
