@@ -59,15 +59,27 @@ def _preload() -> threading.Thread:
     return t
 
 
-def _import_pandas() -> None:
-    """pyarrow imports pandas (where installed) at its first conversion of Python values,
-    which was the first interval's Parquet rows: 0.3 s of CPU counted as tracing, every run.
-    Imported once attached, as start-up (in the preload thread it delays attaching: the two
-    threads share the GIL)."""
-    try:
-        importlib.import_module("pandas")
-    except ImportError:
-        pass
+class LateImport(threading.Thread):
+    """Imports modules in the background once tracing runs, and measures its own CPU, which is
+    start-up (TracerMeter.add_setup). For pandas: pyarrow imports it (where installed) at its
+    first conversion of Python values, the first interval's Parquet rows, which counted 0.3 s
+    of CPU as tracing every run. Not in the preload (it delays attaching: the threads share
+    the GIL), nor in the main thread (ring-buffer records would wait, and the /proc fallback
+    for cut paths needs them taken while the file is open)."""
+
+    def __init__(self, names: tuple[str, ...]):
+        super().__init__(name="iotrace-late-import", daemon=True)
+        self.names = names
+        self.cpu_s = 0.0
+
+    def run(self) -> None:
+        start = time.thread_time()
+        for name in self.names:
+            try:
+                importlib.import_module(name)
+            except ImportError:
+                pass
+        self.cpu_s = time.thread_time() - start
 
 POLL_MS = 100  # ring-buffer wait; bounds how late a signal or an exit is noticed
 FINDINGS_EVERY_S = 10.0  # during a run, verdicts over the last window are written this often
@@ -179,6 +191,7 @@ class Session:
         except BadSetting as e:
             raise TraceFailure(str(e), EXIT_USAGE) from None
         self.meter: TracerMeter | None = None  # the tracer's own CPU, from when tracing starts
+        self.late_import: LateImport | None = None  # start-up imports still running, if any
         self.stats_unavailable: str | None = None  # why BPF programs' costs are not counted
         self._stats_off_at: float | None = None  # --bpf-stats sampled: when to stop counting
         self.match = re.compile(opts.match) if opts.match else None
@@ -266,7 +279,6 @@ class Session:
             print(f"iotrace: per-program cost unavailable: {self.stats_unavailable}",
                   file=self.err, flush=True)
         preload.join()
-        _import_pandas()
         from tracer.aggregate import Aggregator
         from tracer.sinks.csv import CsvSink
         from tracer.sinks.parquet import TraceWriter
@@ -275,6 +287,8 @@ class Session:
         # The tracer's own CPU from here: the imports above end in the background while the
         # first interval runs, and are start-up, not the steady cost of tracing.
         self.meter = TracerMeter()
+        self.late_import = LateImport(("pandas",))
+        self.late_import.start()
         self.aggregator = Aggregator(self.processes, self.files)
         self.writer = TraceWriter(self.opts.output, self._meta(start_ns), roll_s=self.opts.roll_s)
         self.aggregator.last_ts_ns = self.clock.now_ns()  # the first interval starts now
@@ -402,6 +416,10 @@ class Session:
 
     def tick(self) -> Snapshot:
         """One interval: map deltas -> snapshot -> sinks; forget processes gone a while."""
+        if self.late_import is not None:  # (done by now: it takes a fraction of an interval)
+            self.late_import.join()
+            self.meter.add_setup(self.late_import.cpu_s)
+            self.late_import = None
         if self.match:
             self.discover()
         for proc in self.processes.alive():
