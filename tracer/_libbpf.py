@@ -333,7 +333,7 @@ class Map:
             # split into entries in C (a "Ns" field keeps every byte, trailing zeros too):
             # half the time of slicing in a Python loop
             out.extend(zip(map(_first, struct.iter_unpack(f"{ks}s", kraw)),
-                           map(_first, struct.iter_unpack(f"{vs}s", vraw))))
+                           map(_first, struct.iter_unpack(f"{vs}s", vraw)), strict=True))
             if rc < 0:
                 return out
             ctypes.memmove(token[0], token[1], len(token[0]))

@@ -8,6 +8,7 @@ signal keeps what was collected.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import gc
 import importlib
@@ -76,10 +77,8 @@ class LateImport(threading.Thread):
     def run(self) -> None:
         start = time.thread_time()
         for name in self.names:
-            try:
+            with contextlib.suppress(ImportError):
                 importlib.import_module(name)
-            except ImportError:
-                pass
         self.cpu_s = time.thread_time() - start
 
 POLL_MS = 100  # ring-buffer wait; bounds how late a signal or an exit is noticed
