@@ -147,6 +147,30 @@ def test_pipes_and_sockets_never_in_files(iowork, tmp_path):
     assert sys_rows[sys_rows.target == "socket"]["count"].sum() == 6
 
 
+def test_idle_file_counters_dropped_and_read_again_count_exactly(tmp_path):
+    """Per-file counters idle for a few intervals leave the kernel map (taken with their last
+    values) and a file read again gets a new key: bursts of reads with idle gaps longer than
+    that add up exactly."""
+    from tracer.session import FILE_IDLE_INTERVALS
+
+    data = tmp_path / "data.bin"
+    make_file(data, 1)
+    warm(data)
+    interval_s, bursts, reads = 0.2, 3, 7
+    gap_s = (FILE_IDLE_INTERVALS + 3) * interval_s
+    work = (f"import os, time\nfd = os.open({str(data)!r}, os.O_RDONLY)\n"
+            f"for b in range({bursts}):\n"
+            f"    for i in range({reads}): os.pread(fd, {PAGE}, i * {PAGE})\n"
+            f"    time.sleep({gap_s})\n")
+    out = tmp_path / "trace"
+    r = run_iotrace("-i", str(interval_s), "-o", str(out), "--", sys.executable, "-c", work)
+    assert r.returncode == 0, r.stderr
+    files = pd.read_parquet(out / "files")
+    rows = files[(files.path == str(data)) & (files.op == "read")]
+    assert rows.ts.nunique() >= bursts  # one key per burst, each counted when it came
+    assert (rows.ops.sum(), rows.bytes.sum()) == (bursts * reads, bursts * reads * PAGE)
+
+
 def test_slow_events_one_per_operation(iowork, tmp_path):
     """With a threshold of 1 ns every file operation is an event: exactly as many as counted."""
     data = tmp_path / "data.bin"

@@ -35,3 +35,17 @@ def test_batched_read_equals_one_lookup_per_key(n):
         assert dict(m.items()) == dict(items)
     finally:
         os.close(m.fd)
+
+
+def test_take_returns_the_value_as_deleted():
+    """Idle per-file counters leave the kernel map through take(): the value comes back with the
+    delete (what was added after the last read is not lost), and the entry is gone."""
+    m = filled(3)
+    try:
+        key = (1).to_bytes(24, "little")
+        m.update(key, (99).to_bytes(56, "little"))  # counted after the last read
+        assert m.take(key) == (99).to_bytes(56, "little")
+        assert m.lookup(key) is None and len(m.items()) == 2
+        assert m.take(key) is None  # no such entry
+    finally:
+        os.close(m.fd)

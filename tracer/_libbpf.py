@@ -10,8 +10,10 @@ import ctypes
 import ctypes.util
 import errno
 import os
+import struct
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from operator import itemgetter
 
 LIBBPF_ENV = "IOTRACE_LIBBPF"  # overrides the library path (tests, unusual installs)
 DEFAULT_LIBBPF = "libbpf.so.1"
@@ -47,6 +49,7 @@ RING_SAMPLE_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p
 _lib: ctypes.CDLL | None = None
 _libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
 _log: list[str] = []  # libbpf's recent messages, for error reports
+_first = itemgetter(0)
 
 
 def _sig(fn, restype, *argtypes):
@@ -94,6 +97,7 @@ def lib() -> ctypes.CDLL:
     _sig(so.bpf_map_update_elem, i, i, vp, vp, ctypes.c_uint64)
     _sig(so.bpf_map_lookup_elem, i, i, vp, vp)
     _sig(so.bpf_map_delete_elem, i, i, vp)
+    _sig(so.bpf_map_lookup_and_delete_elem, i, i, vp, vp)
     _sig(so.bpf_map_get_next_key, i, i, vp, vp)
     _sig(so.bpf_map_lookup_batch, i, i, vp, vp, vp, vp, ctypes.POINTER(u32), vp)
     _sig(so.bpf_map_create, i, i, cp, u32, u32, u32, vp)
@@ -289,6 +293,21 @@ class Map:
     def delete(self, key: bytes) -> bool:
         return lib().bpf_map_delete_elem(self.fd, key) == 0
 
+    def take(self, key: bytes) -> bytes | None:
+        """Deletes the entry and returns its value at that moment (None: there was none), in one
+        BPF_MAP_LOOKUP_AND_DELETE_ELEM (hash maps: Linux 5.14+), so that nothing added between a
+        read and the delete is lost; older kernels get a lookup, then a delete."""
+        buf = ctypes.create_string_buffer(self.value_size)
+        rc = lib().bpf_map_lookup_and_delete_elem(self.fd, key, buf)
+        if rc == 0:
+            return buf.raw
+        err = -rc if rc != -1 else ctypes.get_errno()
+        if err not in (errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP, 524):  # 524: ENOTSUPP
+            return None  # ENOENT: no such entry
+        value = self.lookup(key)
+        self.delete(key)
+        return value
+
     def all_keys(self) -> list[bytes]:
         out: list[bytes] = []
         cur = ctypes.create_string_buffer(self.key_size)
@@ -334,7 +353,10 @@ class Map:
                 raise LibbpfError(-rc, f"map lookup batch: {os.strerror(-rc)}")
             got = count.value  # copy out only the filled part of the buffers
             kraw, vraw = ctypes.string_at(keys, got * ks), ctypes.string_at(values, got * vs)
-            out.extend((kraw[i * ks:(i + 1) * ks], vraw[i * vs:(i + 1) * vs]) for i in range(got))
+            # split into entries in C (a "Ns" field keeps every byte, trailing zeros too):
+            # half the time of slicing in a Python loop
+            out.extend(zip(map(_first, struct.iter_unpack(f"{ks}s", kraw)),
+                           map(_first, struct.iter_unpack(f"{vs}s", vraw)), strict=True))
             if rc < 0:
                 return out
             ctypes.memmove(token[0], token[1], len(token[0]))

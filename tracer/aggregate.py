@@ -89,7 +89,11 @@ class Aggregator:
         self.prev: dict[bytes, np.ndarray] = {}
         self.prev_files: dict[bytes, bytes] = {}  # raw file_stat values of the last reading
         self.prev_threads: dict[int, tuple[int, ...]] = {}
-        self.file_idle: dict[bytes, int] = {}  # intervals since a file key last changed
+        self.file_intervals = 0  # readings of the per-file counters so far
+        # The reading (file_intervals) in which each file key last gave a row, or before its
+        # first reading: a key's idle intervals are file_intervals minus this, so an
+        # unchanged key costs nothing per interval.
+        self.file_active: dict[bytes, int] = {}
         self.totals: dict[Series, np.ndarray] = {}  # whole-trace sums, for the summary
         self.file_totals: dict[tuple[int, int, int], FileTotals] = {}  # (pid, dev, ino)
         self.last_ts_ns: int | None = None
@@ -146,46 +150,58 @@ class Aggregator:
         for k in raw_keys:
             self.prev.pop(k, None)
             self.prev_files.pop(k, None)
-            self.file_idle.pop(k, None)
+            self.file_active.pop(k, None)
         for tid in tids:
             self.prev_threads.pop(tid, None)
 
     def _file_rows(self, stats: dict[bytes, bytes], epoch: int, ts_ns: int) -> list[dict]:
+        self.file_intervals += 1
+        now = self.file_intervals
+        prev_files, self.prev_files = self.prev_files, dict(stats)
+        active = self.file_active
+        for rkey in prev_files.keys() - stats.keys():  # deleted from the kernel map
+            active.pop(rkey, None)
+        unpack = abi.FILE_STAT.unpack
+        who: dict[int, tuple[str, str]] = {}  # pid -> (comm, role), looked up once per reading
         rows = []
         for rkey, rval in stats.items():
-            prev_raw = self.prev_files.get(rkey)
+            prev_raw = prev_files.get(rkey)
             if rval == prev_raw:  # untouched: most keys of a job that opened many files
-                self.file_idle[rkey] = self.file_idle.get(rkey, 0) + 1
                 continue
-            self.prev_files[rkey] = rval
-            *cur, max_ns, max_epoch = abi.FILE_STAT.unpack(rval)
-            delta = tuple(cur)
-            if prev_raw is not None:
-                prev = abi.FILE_STAT.unpack(prev_raw)
-                delta = tuple(c - p for c, p in zip(cur, prev, strict=False))
-                if min(delta) < 0:  # recreated since
-                    delta = tuple(cur)
-            ops, nbytes, lat_sum, missed, dirtied = delta
+            ops, nbytes, lat_sum, missed, dirtied, max_ns, max_epoch = unpack(rval)
+            if prev_raw is None:
+                active.setdefault(rkey, now - 1)  # idle from its first reading on
+            else:
+                p_ops, p_bytes, p_lat, p_missed, p_dirtied, _, _ = unpack(prev_raw)
+                delta = (ops - p_ops, nbytes - p_bytes, lat_sum - p_lat, missed - p_missed,
+                         dirtied - p_dirtied)
+                if min(delta) >= 0:  # else recreated since: all of it is new
+                    ops, nbytes, lat_sum, missed, dirtied = delta
             if not (ops or missed or dirtied):
-                self.file_idle[rkey] = self.file_idle.get(rkey, 0) + 1
                 continue
-            self.file_idle.pop(rkey, None)
+            active[rkey] = now
             key = abi.decode_file_key(rkey)
             info = self.files.get(key.dev, key.ino, key.pid)
-            proc = self.processes.get(key.pid)
+            comm_role = who.get(key.pid)
+            if comm_role is None:
+                proc = self.processes.get(key.pid)
+                comm_role = who[key.pid] = (proc.comm if proc else "", role_of_pid(proc))
             hit = None
             if key.op == "read" and nbytes:
                 hit = max(0.0, 1.0 - missed * PAGE_SIZE / nbytes) * 100.0
             rows.append({
-                "ts": ts_ns, "pid": key.pid, "comm": proc.comm if proc else "",
-                "role": role_of_pid(proc), "path": info.path,
+                "ts": ts_ns, "pid": key.pid, "comm": comm_role[0],
+                "role": comm_role[1], "path": info.path,
                 "path_source": info.path_source, "fs_type": info.fs_type, "device": info.device,
                 "inode": key.ino, "op": key.op, "ops": ops, "bytes": nbytes,
                 "latency_sum_ns": lat_sum,
                 "latency_max_ns": max_ns if ops and max_epoch in (epoch, epoch + 1) else 0,
                 "pages_missed": missed, "pages_dirtied": dirtied, "cache_hit_pct": hit,
             })
-            t = self.file_totals.setdefault((key.pid, key.dev, key.ino), FileTotals())
+            tkey = (key.pid, key.dev, key.ino)
+            t = self.file_totals.get(tkey)
+            if t is None:
+                t = self.file_totals[tkey] = FileTotals()
             t.ops[key.op] = t.ops.get(key.op, 0) + ops
             t.bytes[key.op] = t.bytes.get(key.op, 0) + nbytes
             t.latency_sum_ns += lat_sum
@@ -197,7 +213,8 @@ class Aggregator:
         """File keys unchanged for `intervals` intervals: the session deletes them from the
         kernel map (and forgets them), so that a job reading millions of files keeps the map
         bounded. A file read again later starts a fresh key, counted from zero."""
-        return [k for k, n in self.file_idle.items() if n >= intervals]
+        last = self.file_intervals - intervals
+        return [k for k, n in self.file_active.items() if n <= last]
 
     def on_slow(self, ev: abi.SlowEvent, ts_ns: int) -> None:
         """A slow operation from the ring buffer (`ts_ns`: its start, UTC)."""

@@ -130,6 +130,7 @@ class _Interval:
     read_bytes: int  # file reads of every traced process
     missed_bytes: int
     files_read: dict[tuple[str, str], int]  # (path, fs_type) -> bytes
+    dirs_read: dict[tuple[str, str], int]  # (directory, fs_type) -> bytes: files_read by folder
     opens: int
     written: dict[int, int]  # main pid -> bytes written to checkpoint-size files
     read_counts: dict[tuple[int, str], list[int]]  # (main pid, role) -> log2 slot counts
@@ -228,10 +229,13 @@ class Diagnosis:
                 queue[slot] += r["count"]
             elif r["layer"] == "block" and r["op"] == "read":
                 service[slot] += r["count"]
+        dirs_read: dict[tuple[str, str], int] = defaultdict(int)
+        for (path, fs), n in files_read.items():
+            dirs_read[(path.rsplit("/", 1)[0] or "/", fs)] += n
         self.intervals.append(_Interval(
             ts_ns, interval_ns, loops, dict(worker_cpu), dict(worker_io), dict(worker_read),
-            read_bytes, missed, dict(files_read), opens, dict(written), read_counts, queue,
-            service, {d["device"]: d["util_pct"] for d in devices}))
+            read_bytes, missed, dict(files_read), dict(dirs_read), opens, dict(written),
+            read_counts, queue, service, {d["device"]: d["util_pct"] for d in devices}))
         return [loop.row() for loop in loops.values()]
 
     # -- verdicts -----------------------------------------------------------------------------
@@ -418,9 +422,9 @@ class Diagnosis:
     def _top_file(ivs: list[_Interval]) -> tuple[str, str] | None:
         """The directory holding most of the bytes read, with its file system type."""
         by_dir: dict[tuple[str, str], int] = defaultdict(int)
-        for iv in ivs:
-            for (path, fs), n in iv.files_read.items():
-                by_dir[(path.rsplit("/", 1)[0] or "/", fs)] += n
+        for iv in ivs:  # (each interval's files summed by folder once, when it was added)
+            for key, n in iv.dirs_read.items():
+                by_dir[key] += n
         if not by_dir:
             return None
         return max(by_dir, key=by_dir.get)

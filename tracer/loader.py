@@ -278,6 +278,13 @@ class Probes:
         for k in keys:
             self.file_stats.delete(k)
 
+    def take_file_stats(self, keys: list[bytes]) -> dict[bytes, bytes]:
+        """Deletes these per-file counters and returns their values as they were deleted
+        (keys that were not there are left out)."""
+        assert self.file_stats is not None
+        taken = {k: self.file_stats.take(k) for k in keys}
+        return {k: v for k, v in taken.items() if v is not None}
+
     @staticmethod
     def _percpu_sum(m: Map, index: int) -> int:
         """Slot `index` of a per-CPU array of u64, summed over the CPUs."""

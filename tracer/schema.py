@@ -16,6 +16,7 @@ version they do not know.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from itertools import repeat
 
 import pyarrow as pa
 
@@ -237,21 +238,31 @@ def table_from_rows(name: str, rows: list[Mapping[str, object]]) -> pa.Table:
     if schema is None:
         raise ValueError(f"unknown table {name!r}; tables: {', '.join(sorted(TABLES))}")
     known = set(schema.names)
-    for i, row in enumerate(rows):
-        unknown = row.keys() - known
-        if unknown:
-            raise ValueError(
-                f"table {name!r}, row {i}: unknown column(s) {', '.join(sorted(unknown))}; "
-                f"columns: {', '.join(schema.names)}"
-            )
+    if not known.issuperset(set().union(*rows)):  # every column any row names, in one pass
+        for i, row in enumerate(rows):
+            unknown = row.keys() - known
+            if unknown:
+                raise ValueError(
+                    f"table {name!r}, row {i}: unknown column(s) {', '.join(sorted(unknown))}; "
+                    f"columns: {', '.join(schema.names)}"
+                )
     arrays = []
     for field in schema:
-        values = [row.get(field.name) for row in rows]
+        column = field.name  # (a pyarrow property: a new str at every access)
+        values = _column(rows, column)
         if not field.nullable and None in values:
             i = values.index(None)
-            raise ValueError(f"table {name!r}, row {i}: column {field.name!r} is required")
+            raise ValueError(f"table {name!r}, row {i}: column {column!r} is required")
         try:
             arrays.append(pa.array(values, type=field.type))
         except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError) as e:
-            raise ValueError(f"table {name!r}, column {field.name!r}: {e}") from e
+            raise ValueError(f"table {name!r}, column {column!r}: {e}") from e
     return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def _column(rows: list[Mapping[str, object]], column: str) -> list[object]:
+    """Each row's value of `column`, None where it has none."""
+    try:
+        return list(map(dict.get, rows, repeat(column)))  # dict rows: the loop runs in C
+    except TypeError:  # a row that is another kind of mapping
+        return [row.get(column) for row in rows]

@@ -8,7 +8,9 @@ signal keeps what was collected.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import gc
 import importlib
 import os
 import re
@@ -58,9 +60,31 @@ def _preload() -> threading.Thread:
     t.start()
     return t
 
+
+class LateImport(threading.Thread):
+    """Imports modules in the background once tracing runs, and measures its own CPU, which is
+    start-up (TracerMeter.add_setup). For pandas: pyarrow imports it (where installed) at its
+    first conversion of Python values, the first interval's Parquet rows, which counted 0.3 s
+    of CPU as tracing every run. Not in the preload (it delays attaching: the threads share
+    the GIL), nor in the main thread (ring-buffer records would wait, and the /proc fallback
+    for cut paths needs them taken while the file is open)."""
+
+    def __init__(self, names: tuple[str, ...]):
+        super().__init__(name="iotrace-late-import", daemon=True)
+        self.names = names
+        self.cpu_s = 0.0
+
+    def run(self) -> None:
+        start = time.thread_time()
+        for name in self.names:
+            with contextlib.suppress(ImportError):
+                importlib.import_module(name)
+        self.cpu_s = time.thread_time() - start
+
 POLL_MS = 100  # ring-buffer wait; bounds how late a signal or an exit is noticed
 FINDINGS_EVERY_S = 10.0  # during a run, verdicts over the last window are written this often
-FILE_IDLE_INTERVALS = 30  # per-file kernel counters untouched this long are dropped
+FILE_IDLE_INTERVALS = 5  # per-file kernel counters untouched this long are dropped (taken
+# with their last counts, so nothing is lost; read again, a file gets a new key)
 GPU_ROWS_KEPT = 500_000  # NVML samples kept in memory for the findings' GPU evidence (~1 day, 1 GPU)
 
 
@@ -167,6 +191,7 @@ class Session:
         except BadSetting as e:
             raise TraceFailure(str(e), EXIT_USAGE) from None
         self.meter: TracerMeter | None = None  # the tracer's own CPU, from when tracing starts
+        self.late_import: LateImport | None = None  # start-up imports still running, if any
         self.stats_unavailable: str | None = None  # why BPF programs' costs are not counted
         self._stats_off_at: float | None = None  # --bpf-stats sampled: when to stop counting
         self.match = re.compile(opts.match) if opts.match else None
@@ -262,6 +287,8 @@ class Session:
         # The tracer's own CPU from here: the imports above end in the background while the
         # first interval runs, and are start-up, not the steady cost of tracing.
         self.meter = TracerMeter()
+        self.late_import = LateImport(("pandas",))
+        self.late_import.start()
         self.aggregator = Aggregator(self.processes, self.files)
         self.writer = TraceWriter(self.opts.output, self._meta(start_ns), roll_s=self.opts.roll_s)
         self.aggregator.last_ts_ns = self.clock.now_ns()  # the first interval starts now
@@ -389,6 +416,13 @@ class Session:
 
     def tick(self) -> Snapshot:
         """One interval: map deltas -> snapshot -> sinks; forget processes gone a while."""
+        if self.late_import is not None:  # (done by now: it takes a fraction of an interval)
+            self.late_import.join()
+            self.meter.add_setup(self.late_import.cpu_s)
+            self.late_import = None
+            # Start-up is over: what the imports made lives as long as the process, so the
+            # garbage collector's full passes need not walk it again (one took 40 ms).
+            gc.freeze()
         if self.match:
             self.discover()
         for proc in self.processes.alive():
@@ -397,7 +431,14 @@ class Session:
         epoch = self.probes.next_epoch()
         from tracer.aggregate import Reading
 
-        reading = Reading(self.probes.read_hists(), self.probes.read_file_stats(), epoch,
+        file_stats = self.probes.read_file_stats()
+        # Per-file counters idle for FILE_IDLE_INTERVALS are deleted (a job reading millions of
+        # files keeps the kernel map small, and every interval reads all of it): taken out of
+        # the map with their values, which join this reading, so what came since is counted.
+        quiet = self.aggregator.idle_file_keys(FILE_IDLE_INTERVALS)
+        if quiet:
+            file_stats.update(self.probes.take_file_stats(quiet))
+        reading = Reading(self.probes.read_hists(), file_stats, epoch,
                           self.probes.read_threads(), time.monotonic_ns())
         # A process forks before it does I/O, so its FORK record is in the ring buffer before
         # its counters are in the maps just read: take the records now, the rows get its name.
@@ -445,9 +486,7 @@ class Session:
             self.lines.write(snap, loop_rows, self.findings)
         if self.csv:
             self.csv.write(snap, loop_rows)
-        quiet = self.aggregator.idle_file_keys(FILE_IDLE_INTERVALS)
-        if quiet:  # bounded kernel map for jobs that read millions of files
-            self.probes.delete_file_stats(quiet)
+        if quiet:  # deleted from the kernel map above
             self.aggregator.forget(quiet)
         if self._forget_next:
             gone = self._forget_next
