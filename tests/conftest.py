@@ -5,9 +5,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tracer.workloads.dataset import hold
 
 ROOT = Path(__file__).resolve().parent.parent
 IOTRACE = [sys.executable, "-m", "tracer.cli"]
@@ -19,12 +22,15 @@ needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="loads BPF programs: n
 
 
 @pytest.fixture(scope="session")
-def iowork() -> Path:
+def iowork() -> Iterator[Path]:
     """The static workload binary (built here when `make test` has not built it)."""
     if not IOWORK.exists() or IOWORK.stat().st_mtime < IOWORK_SRC.stat().st_mtime:
         IOWORK.parent.mkdir(parents=True, exist_ok=True)
         subprocess.run(["cc", "-O2", "-static", "-o", str(IOWORK), str(IOWORK_SRC)], check=True)
-    return IOWORK
+    # Kept mapped for the whole session: reclaim on these VMs evicts file pages idle for a few
+    # seconds, and a traced run that pages its own binary in has more block reads than it asks.
+    with hold([IOWORK]):
+        yield IOWORK
 
 
 @pytest.fixture(scope="session")

@@ -62,6 +62,10 @@ def check_trace(out, parent_pid: int | None = None) -> None:
     # Extra block reads would be page-cache misses (the binary, file system metadata): say which.
     files = pd.read_parquet(out / "files")
     missed = files[files.pages_missed > 0][["pid", "path", "pages_missed"]].to_string()
+    # Fewer would be requests lost in the kernel: say what the kernel reported losing.
+    cost = json.loads((out / "meta.json").read_text())["self_cost"]
+    missed += (f"\nmap-full drops {cost['map_full_drops']}, recursion misses "
+               f"{ {p['name']: p['recursion_misses'] for p in cost['programs'] if p['recursion_misses']} }")
     assert sums(lat, parent, layer="block", op="read") == (N, PAGE * N), missed
     assert sums(lat, parent, layer="block", op="read", attribution="direct") == (N, PAGE * N)
     assert sums(lat, parent, layer="syscall", op="read", target="pipe") == (P, 100 * P)
