@@ -4,10 +4,12 @@ made tiny counted exactly, and the same numbers in meta.json, the summary and `i
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import shutil
 import subprocess
+import sys
 
 import pandas as pd
 import pytest
@@ -177,3 +179,23 @@ def test_doctor_measures_its_own_cost():
     assert own.startswith("20000 traced page-cache pread64: ")
     assert "of BPF per call (syscall/" in own and " ns/run" in own
     assert sysctl() == before
+
+
+def test_tracer_yields_to_the_job(tmp_path):
+    """The tracer's threads run SCHED_BATCH at nice 10 while they trace; the traced command,
+    forked by iotrace, keeps the normal policy and nice 0. /proc/PID/stat fields 19 and 41."""
+    report = tmp_path / "prio"
+    code = ("import os,sys\n"
+            "def prio(pid, tid):\n"
+            "    f = open(f'/proc/{pid}/task/{tid}/stat').read().rsplit(')', 1)[1].split()\n"
+            "    return int(f[16]), int(f[38])  # nice, policy (fields 19 and 41)\n"
+            "me = os.getpid(); tracer = os.getppid()\n"
+            "rows = [('job', *prio(me, me))]\n"
+            "rows += [('tracer', *prio(tracer, t)) for t in os.listdir(f'/proc/{tracer}/task')]\n"
+            "open(sys.argv[1], 'w').write(repr(rows))\n")
+    r = run_iotrace("-o", str(tmp_path / "t"), "--", sys.executable, "-c", code, str(report))
+    assert r.returncode == 0, r.stderr
+    rows = ast.literal_eval(report.read_text())
+    assert rows[0] == ("job", 0, os.SCHED_OTHER)
+    tracer = rows[1:]
+    assert tracer and all(row == ("tracer", 10, os.SCHED_BATCH) for row in tracer), tracer

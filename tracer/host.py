@@ -45,3 +45,20 @@ def btf_problem() -> str | None:
 def tracing_problem() -> str | None:
     """The first reason this host cannot trace (checked before anything is loaded)."""
     return privilege_problem() or btf_problem()
+
+
+TRACER_NICE = 10  # the tracer's niceness while it traces (SCHED_BATCH too): see yield_to_job
+
+
+def yield_to_job() -> None:
+    """Makes every thread of this process give way to the traced job on a busy CPU: SCHED_BATCH
+    (the tracer waking does not preempt a running task) at nice 10 (the job, waking, preempts
+    the tracer at once). On 2 CPUs the tracer otherwise took the CPU of an O_DIRECT loop just
+    as its reads completed (3.6 % of the loop's time spent waiting for its CPU, against 0.3 %
+    untraced). Threads started later inherit it; the traced command, forked before, does not."""
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            os.sched_setscheduler(int(tid), os.SCHED_BATCH, os.sched_param(0))
+            os.setpriority(os.PRIO_PROCESS, int(tid), TRACER_NICE)
+        except OSError:  # a thread that just ended; or no permission: keep the default
+            pass

@@ -31,7 +31,7 @@ from tracer.clock import Clock
 from tracer.diagnose import Diagnosis, add_gpu_evidence
 from tracer.errors import EXIT_HOST, EXIT_OK, EXIT_USAGE, TraceFailure
 from tracer.files import FileTable
-from tracer.host import tracing_problem
+from tracer.host import tracing_problem, yield_to_job
 from tracer.loader import BadSetting, HostCannotTrace, Probes
 from tracer.processes import ProcessTable
 from tracer.procfs import ProcSampler
@@ -244,6 +244,7 @@ class Session:
             self.add_target(pid)
         if self.opts.auto:
             self.discover()
+        yield_to_job()  # after the command is forked: it keeps the normal priority
         try:
             self.probes.attach()
         except HostCannotTrace as e:
