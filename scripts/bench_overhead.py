@@ -81,13 +81,7 @@ BT_ROW = re.compile(r"^\[[^\]\)\n]*[\])][ \t]+(\d+)[ \t]+\|", re.M)
 
 FLOOR_OBJ = REPO / "scripts" / "bin" / "bench_floor.bpf.o"
 WORKLOADS = [("page-cache pread", []), ("O_DIRECT pread", ["--direct"]),
-             ("O_DIRECT loopdev", ["--direct"]), ("other syscall", ["--other"])]
-WORKLOAD_CHOICES = {"cached": "page-cache pread", "direct": "O_DIRECT pread",
-                    "loopdev": "O_DIRECT loopdev", "other": "other syscall"}
-# The loop device's backing file, in RAM: a block device whose requests take microseconds
-# and vary little, so that the block path's per-request cost shows above the noise.
-LOOPDEV_BACKING = Path("/dev/shm/iotrace-bench-loopdev.img")
-LOOPDEV_SIZE = 64 << 20
+             ("other syscall", ["--other"])]
 ALL_MODES = ("untraced", "iotrace", "bpftrace", "floor", "raw-floor", "timing-floor", "strace",
              "perf-trace")
 # The issue's goals: slowdown of the loop under iotrace, by workload.
@@ -167,28 +161,6 @@ def ensure_data_file(path: Path) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
-
-
-def loopdev_attach() -> str:
-    """A loop device over a file in /dev/shm, filled with data; returns its path."""
-    losetup = shutil.which("losetup")
-    if not losetup:
-        raise BenchError("the loopdev workload needs losetup (util-linux)")
-    with open(LOOPDEV_BACKING, "wb") as f:
-        for _ in range(LOOPDEV_SIZE // (1 << 20)):
-            f.write(os.urandom(1 << 20))
-    r = subprocess.run([losetup, "--find", "--show", str(LOOPDEV_BACKING)], capture_output=True,
-                       text=True)
-    if r.returncode != 0:
-        LOOPDEV_BACKING.unlink(missing_ok=True)
-        raise BenchError(f"losetup: {r.stderr.strip()} (skip it with --workload)")
-    return r.stdout.strip()
-
-
-def loopdev_detach(dev: str | None) -> None:
-    if dev:
-        subprocess.run(["losetup", "--detach", dev], check=False)
-    LOOPDEV_BACKING.unlink(missing_ok=True)
 
 
 def warm(path: Path) -> None:
@@ -638,16 +610,6 @@ def report(results: dict, modes: list[str], attach: list[Run], info: dict) -> No
                 ovh = med(paired(results[wl][other].runs, base, lambda x: x.ns_per_op)[1])
                 line += f"; {other} {ovh:+.0f}"
         print(line)
-    disk, fast = results.get(WORKLOAD_CHOICES["direct"]), results.get(WORKLOAD_CHOICES["loopdev"])
-    if disk and fast:
-        # The programs do the same work per request on either device; the loop device's small
-        # spread shows what that work adds, which set against the disk's read time gives the
-        # slowdown the disk's own noise hides.
-        added = med(paired(fast["iotrace"].runs, fast["untraced"].runs, lambda x: x.ns_per_op)[1])
-        base = med([r.ns_per_op for r in disk["untraced"].runs.values()])
-        print(f"  O_DIRECT pread, from the loop device: iotrace adds {added:+.0f} ns per request; "
-              f"on the disk's {base:.0f} ns per read that is {1 + added / base:.3f}x -> "
-              + ("met" if 1 + added / base <= SLOWDOWN_GOALS["O_DIRECT pread"] else "NOT met"))
     if "bpftrace" in modes and info["loop_cpu"] in (None, 0):
         print("  (loop " + ("unpinned" if info["loop_cpu"] is None else "on CPU 0")
               + ": bpftrace pays extra on CPU 0, where its perf event is; compare with --cpu 1)")
@@ -675,9 +637,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--modes", default=",".join(ALL_MODES),
                     help="comma-separated modes to run (default: all; those whose tool is not "
                          "installed are skipped with a note): " + ", ".join(ALL_MODES))
-    ap.add_argument("--workload", choices=[*WORKLOAD_CHOICES, "all"], default="all",
-                    help="loopdev: O_DIRECT reads of a loop device over a file in /dev/shm, "
-                         "the block path's cost per request with little noise (default: all)")
+    ap.add_argument("--workload", choices=["cached", "direct", "other", "all"], default="all")
     ap.add_argument("--quiet-wait", type=float, default=30.0, metavar="S",
                     help="before each run, wait up to S s for other tracers' BPF programs to "
                          "go (default 30); runs with them loaded are flagged")
@@ -698,17 +658,15 @@ def main(argv: list[str] | None = None) -> int:
 
     global WORKLOADS
     if args.workload != "all":
-        WORKLOADS = [w for w in WORKLOADS if w[0] == WORKLOAD_CHOICES[args.workload]]
+        flag = {"cached": [], "direct": ["--direct"], "other": ["--other"]}[args.workload]
+        WORKLOADS = [w for w in WORKLOADS if w[1] == flag]
     wanted = [m for m in args.modes.split(",") if m]
     if set(wanted) - set(ALL_MODES) or not {"untraced", "iotrace"} <= set(wanted):
         ap.error(f"--modes: choose among {', '.join(ALL_MODES)}, untraced and iotrace included")
 
-    loopdev = None
     try:
         ensure_built()
         ensure_data_file(args.file)
-        if any(wl == WORKLOAD_CHOICES["loopdev"] for wl, _ in WORKLOADS):
-            loopdev = loopdev_attach()
         iotrace = find_iotrace(args.iotrace_src)
         taskset = shutil.which("taskset")
         if args.cpu is not None and not taskset:
@@ -738,8 +696,7 @@ def main(argv: list[str] | None = None) -> int:
 
         results = {wl: {m: Cell() for m in modes} for wl, _ in WORKLOADS}
         for wl, extra in WORKLOADS:
-            target = loopdev if wl == WORKLOAD_CHOICES["loopdev"] else args.file
-            loop_argv = [str(LOOP), str(target), f"{args.seconds:g}", *extra]
+            loop_argv = [str(LOOP), str(args.file), f"{args.seconds:g}", *extra]
             if args.cpu is not None:
                 loop_argv = [taskset, "-c", str(args.cpu), *loop_argv]
             for r in range(args.rounds):
@@ -775,8 +732,6 @@ def main(argv: list[str] | None = None) -> int:
     except (BenchError, subprocess.CalledProcessError, subprocess.TimeoutExpired) as e:
         print(f"bench_overhead: {e}", file=sys.stderr)
         return 1
-    finally:
-        loopdev_detach(loopdev)
 
     report(results, modes, attach, info)
     if args.json:
