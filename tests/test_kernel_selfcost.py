@@ -182,10 +182,11 @@ def test_doctor_measures_its_own_cost():
 
 
 def test_tracer_yields_to_the_job(tmp_path):
-    """The tracer's threads run SCHED_BATCH at nice 10 while they trace; the traced command,
+    """The tracer's threads run SCHED_BATCH at nice 10 once they trace; the traced command,
     forked by iotrace, keeps the normal policy and nice 0. /proc/PID/stat fields 19 and 41."""
     report = tmp_path / "prio"
-    code = ("import os,sys\n"
+    code = ("import os,sys,time\n"
+            "time.sleep(0.5)  # the tracer lowers its priority once it says `Tracing`\n"
             "def prio(pid, tid):\n"
             "    f = open(f'/proc/{pid}/task/{tid}/stat').read().rsplit(')', 1)[1].split()\n"
             "    return int(f[16]), int(f[38])  # nice, policy (fields 19 and 41)\n"

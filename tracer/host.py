@@ -55,7 +55,9 @@ def yield_to_job() -> None:
     (the tracer waking does not preempt a running task) at nice 10 (the job, waking, preempts
     the tracer at once). On 2 CPUs the tracer otherwise took the CPU of an O_DIRECT loop just
     as its reads completed (3.6 % of the loop's time spent waiting for its CPU, against 0.3 %
-    untraced). Threads started later inherit it; the traced command, forked before, does not."""
+    untraced). Called once attached: attaching runs at the normal priority, so that a busy
+    host does not delay it. Threads started later inherit it; the traced command, forked
+    before, does not."""
     for tid in os.listdir("/proc/self/task"):
         try:
             os.sched_setscheduler(int(tid), os.SCHED_BATCH, os.sched_param(0))

@@ -244,7 +244,6 @@ class Session:
             self.add_target(pid)
         if self.opts.auto:
             self.discover()
-        yield_to_job()  # after the command is forked: it keeps the normal priority
         try:
             self.probes.attach()
         except HostCannotTrace as e:
@@ -279,6 +278,9 @@ class Session:
         if self.stats_unavailable and self.opts.bpf_stats != "off":
             print(f"iotrace: per-program cost unavailable: {self.stats_unavailable}",
                   file=self.err, flush=True)
+        # From here on the tracer gives way to the job (the command, forked above, keeps the
+        # normal priority); attaching ran at the normal one, so as not to delay it.
+        yield_to_job()
         preload.join()
         from tracer.aggregate import Aggregator
         from tracer.sinks.csv import CsvSink
