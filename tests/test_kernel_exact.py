@@ -96,6 +96,7 @@ def test_command_mode_exact_counts(iowork, data_file, tmp_path, force):
     assert hooks["block_rq_issue"] == "raw_tp"  # reads task storage: raw_tp first (loader.py)
     assert hooks["block_rq_complete"] == hooks["block_rq_merge"] == "raw_tp"  # raw_tp only
     assert hooks["block_io_start"] == ("missing" if "no_block_io_start" in force else "raw_tp")
+    assert hooks["block_io_done"] == hooks["block_io_start"]  # both came in 6.5
     check_trace(out)
     # `iotrace report` renders the same summary from the trace alone (header aside).
     rep = run_iotrace("report", str(out))
@@ -300,8 +301,10 @@ def test_prometheus_histogram_counts_the_reads(iowork, data_file, tmp_path):
         port = s.getsockname()[1]
     out = tmp_path / "trace"
     script = f"{iowork} {data_file} --direct {N} && sleep 8"  # the sleep keeps the trace open
-    tracer = subprocess.Popen([*IOTRACE, "-o", str(out), "-i", "0.3", "--prometheus",
-                               f"127.0.0.1:{port}", "--", "sh", "-c", script], cwd=ROOT,
+    # --bpf-stats always: the reads take a few ms, which a sampled tenth of an interval misses
+    tracer = subprocess.Popen([*IOTRACE, "-o", str(out), "-i", "0.3", "--bpf-stats", "always",
+                               "--prometheus", f"127.0.0.1:{port}", "--", "sh", "-c", script],
+                              cwd=ROOT,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                               start_new_session=True)
     try:

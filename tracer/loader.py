@@ -45,7 +45,7 @@ STATS_SYSCTL = "/proc/sys/kernel/bpf_stats_enabled"
 # programs are raw_tp only: they index a table by the request's address, a number in raw_tp
 # and a pointer that the verifier allows no such arithmetic on in tp_btf.
 RAW_TP_FIRST = frozenset({"block_io_start", "block_rq_insert", "block_rq_issue",
-                          "block_rq_complete", "block_rq_merge",
+                          "block_rq_complete", "block_rq_merge", "block_io_done",
                           "mm_filemap_add_to_page_cache", "sys_enter", "sys_exit"})
 # Test and debugging knob: comma-separated fallbacks to force on a kernel that has the better
 # path, so the fallbacks are exercised too: "raw_tp" (no tp_btf), "no_block_io_start".
@@ -195,7 +195,7 @@ class Probes:
             # Every tracepoint of the kernel has its btf_trace_* type in the kernel's BTF, which
             # iotrace needs anyway; only block_io_start/done are recent (6.5).
             exists = _libbpf.has_btf_tracepoint(tp) or not tp.startswith("block_io_")
-            if tp == "block_io_start" and "no_block_io_start" in force:
+            if tp.startswith("block_io_") and "no_block_io_start" in force:  # both are 6.5+
                 exists = False
             if not exists:
                 self.features[tp] = "missing"
