@@ -80,12 +80,16 @@ def _fs_type(dev: int, mountinfo: str = "/proc/self/mountinfo") -> str:
 def _by_lookup(ev: FileEvent) -> str | None:
     """Finds a path whose long components the kernel cut at NAME_LEN - 1 bytes: each cut name
     is matched as a prefix inside the process's root (/proc/PID/root), and the one candidate
-    with the same device and inode wins."""
+    with the same device and inode wins. A process already gone has no /proc/PID/root: then
+    the tracer's own root is searched, which the inode check keeps exact (a chrooted process's
+    file is then not found, rather than found wrong)."""
     if len(ev.names) == 0:
         return None
     parts = [glob.escape(n) + ("*" if len(n.encode()) >= NAME_LEN - 1 else "")
              for n in reversed(ev.names)]
     root = f"/proc/{ev.pid}/root"
+    if not os.path.exists(root):
+        root = ""
     want_dev = os.makedev(*dev_major_minor(ev.dev))
     for candidate in glob.glob(root + "/" + "/".join(parts)):
         try:
