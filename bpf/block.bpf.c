@@ -86,7 +86,7 @@ static __always_inline void rq_record(__u64 rq, const struct rq_start *s)
 	err = bpf_map_update_elem(&rq_starts, &rq, s, BPF_NOEXIST);
 	if (!err)
 		__sync_fetch_and_add(&rq_starts_used, 1);
-	else if (err == -17 /* EEXIST: never seen to end */)
+	else if (err == -IOT_EEXIST) /* a request never seen to end */
 		bpf_map_update_elem(&rq_starts, &rq, s, BPF_EXIST);
 	else
 		count_map_full(IOT_MAP_RQ_STARTS, err);

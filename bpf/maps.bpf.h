@@ -106,6 +106,7 @@ struct {
 } map_full SEC(".maps");
 
 #define IOT_E2BIG 7 /* bpf_map_update_elem() returns -E2BIG when a hash map is full */
+#define IOT_EEXIST 17 /* ... and -EEXIST for BPF_NOEXIST on a key that is there */
 
 /* Counts a refused insert into map `idx` (enum iot_map) when `err` says the map was full. */
 static __always_inline void count_map_full(__u32 idx, long err)
@@ -157,10 +158,17 @@ struct {
 static const struct hist zero_hist;
 static const struct file_stat zero_file_stat;
 
-static __always_inline bool is_tracked(__u32 tgid)
+/* The word of `tracked_bits` that holds `tgid`'s bit (1ull << tgid % 64). */
+static __always_inline __u64 *tracked_word(__u32 tgid)
 {
 	__u32 word = tgid / 64;
-	__u64 *bits = bpf_map_lookup_elem(&tracked_bits, &word);
+
+	return bpf_map_lookup_elem(&tracked_bits, &word);
+}
+
+static __always_inline bool is_tracked(__u32 tgid)
+{
+	__u64 *bits = tracked_word(tgid);
 
 	return bits && (*bits & (1ull << (tgid % 64)));
 }
@@ -168,8 +176,7 @@ static __always_inline bool is_tracked(__u32 tgid)
 /* Starts tracing process `tgid`; the error of the `tracked` insert (counted when full). */
 static __always_inline long tracked_add(__u32 tgid, const struct tracked_info *info)
 {
-	__u32 word = tgid / 64;
-	__u64 *bits = bpf_map_lookup_elem(&tracked_bits, &word);
+	__u64 *bits = tracked_word(tgid);
 	long err = bpf_map_update_elem(&tracked, &tgid, info, BPF_ANY);
 
 	count_map_full(IOT_MAP_TRACKED, err);
@@ -180,8 +187,7 @@ static __always_inline long tracked_add(__u32 tgid, const struct tracked_info *i
 
 static __always_inline void tracked_remove(__u32 tgid)
 {
-	__u32 word = tgid / 64;
-	__u64 *bits = bpf_map_lookup_elem(&tracked_bits, &word);
+	__u64 *bits = tracked_word(tgid);
 
 	if (bits)
 		__sync_fetch_and_and(bits, ~(1ull << (tgid % 64)));

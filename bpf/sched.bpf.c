@@ -61,7 +61,7 @@ static __always_inline struct thread_time *thread_of(struct task_struct *task, _
 
 /* One context switch. The ids and the state of `prev` come from the caller: plain loads in the
  * tp_btf program, CO-RE probe reads in the raw_tp one. This runs on every switch of the host,
- * so untraced ones cost at most two `tracked` lookups and nothing else. */
+ * so untraced ones cost at most two bit tests (is_tracked) and nothing else. */
 static __always_inline int handle_switch(bool preempt, struct task_struct *prev, __u32 prev_tgid,
 					 __u32 prev_tid, unsigned int state,
 					 struct task_struct *next, __u32 next_tgid, __u32 next_tid)

@@ -364,23 +364,30 @@ def _scrape_block_reads(port: int) -> tuple[float, list[float]]:
     return count, [s.value for s in reads if s.name.endswith("_bucket")]
 
 
+def traced_block_reads(code: str, data_file, tmp_path, env=None) -> tuple[pd.DataFrame, int]:
+    """Runs Python `code` (sys.argv[1]: the data file) under iotrace, tracing into
+    tmp_path/trace; (the block read rows charged to it, its /proc/PID/io read_bytes at the end)."""
+    code += ("io = dict(l.split(': ') for l in open('/proc/self/io').read().splitlines())\n"
+             "open(sys.argv[2], 'w').write(io['read_bytes'])\n")
+    report = tmp_path / "read_bytes"
+    out = tmp_path / "trace"
+    r = run_iotrace("-o", str(out), "--", sys.executable, "-c", code, str(data_file),
+                    str(report), env=env)
+    assert r.returncode == 0, r.stderr
+    lat = pd.read_parquet(out / "latency")
+    main = pd.read_parquet(out / "processes").query("role == 'main'").pid.iloc[0]
+    return (lat[(lat.pid == main) & (lat.layer == "block") & (lat.op == "read")],
+            int(report.read_text()))
+
+
 def test_block_read_bytes_agree_with_proc_pid_io(data_file, tmp_path):
     """iotop's number: /proc/PID/io read_bytes (bytes this process made the block layer read)
     equals the block read bytes iotrace charged to it, for a process doing direct I/O."""
     code = ("import mmap,os,sys\n"
             "fd = os.open(sys.argv[1], os.O_RDONLY | os.O_DIRECT); buf = mmap.mmap(-1, 4096)\n"
-            "for i in range(200): os.preadv(fd, [buf], (1000 + 5 * i) * 4096)\n"
-            "io = dict(l.split(': ') for l in open('/proc/self/io').read().splitlines())\n"
-            "open(sys.argv[2], 'w').write(io['read_bytes'])\n")
-    report = tmp_path / "read_bytes"
-    out = tmp_path / "trace"
-    r = run_iotrace("-o", str(out), "--", sys.executable, "-c", code, str(data_file),
-                    str(report))
-    assert r.returncode == 0, r.stderr
-    lat = pd.read_parquet(out / "latency")
-    main = pd.read_parquet(out / "processes").query("role == 'main'").pid.iloc[0]
-    traced = lat[(lat.pid == main) & (lat.layer == "block") & (lat.op == "read")]["bytes"].sum()
-    assert int(report.read_text()) == traced >= 200 * 4096
+            "for i in range(200): os.preadv(fd, [buf], (1000 + 5 * i) * 4096)\n")
+    blk, read_bytes = traced_block_reads(code, data_file, tmp_path)
+    assert read_bytes == blk["bytes"].sum() >= 200 * 4096
 
 
 @pytest.mark.parametrize("slots", ["", "rq_slots=1"])
@@ -396,20 +403,12 @@ def test_concurrent_block_reads_all_counted(data_file, tmp_path, slots):
             "    buf = mmap.mmap(-1, 4096)\n"
             f"    for i in range({reads}): os.preadv(fd, [buf], (2000 + 7 * ({reads} * t + i)) * 4096)\n"
             f"ts = [threading.Thread(target=run, args=(t,)) for t in range({threads})]\n"
-            "[t.start() for t in ts]; [t.join() for t in ts]\n"
-            "io = dict(l.split(': ') for l in open('/proc/self/io').read().splitlines())\n"
-            "open(sys.argv[2], 'w').write(io['read_bytes'])\n")
-    report = tmp_path / "read_bytes"
-    out = tmp_path / "trace"
-    r = run_iotrace("-o", str(out), "--", sys.executable, "-c", code, str(data_file),
-                    str(report), env={**os.environ, "IOTRACE_MAP_SIZES": slots})
-    assert r.returncode == 0, r.stderr
-    lat = pd.read_parquet(out / "latency")
-    main = pd.read_parquet(out / "processes").query("role == 'main'").pid.iloc[0]
-    blk = lat[(lat.pid == main) & (lat.layer == "block") & (lat.op == "read")]
-    assert int(report.read_text()) == blk["bytes"].sum() >= threads * reads * PAGE
+            "[t.start() for t in ts]; [t.join() for t in ts]\n")
+    blk, read_bytes = traced_block_reads(code, data_file, tmp_path,
+                                         env={**os.environ, "IOTRACE_MAP_SIZES": slots})
+    assert read_bytes == blk["bytes"].sum() >= threads * reads * PAGE
     assert blk["count"].sum() >= threads * reads
-    cost = json.loads((out / "meta.json").read_text())["self_cost"]
+    cost = json.loads((tmp_path / "trace" / "meta.json").read_text())["self_cost"]
     assert cost["map_full_drops"]["rq_starts"] == 0
 
 

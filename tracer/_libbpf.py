@@ -50,6 +50,8 @@ _lib: ctypes.CDLL | None = None
 _libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
 _log: list[str] = []  # libbpf's recent messages, for error reports
 _first = itemgetter(0)
+# What a kernel answers for a map operation it does not have (524: the kernel-internal ENOTSUPP)
+_UNSUPPORTED = (errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP, 524)
 
 
 def _sig(fn, restype, *argtypes):
@@ -302,7 +304,7 @@ class Map:
         if rc == 0:
             return buf.raw
         err = -rc if rc != -1 else ctypes.get_errno()
-        if err not in (errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP, 524):  # 524: ENOTSUPP
+        if err not in _UNSUPPORTED:
             return None  # ENOENT: no such entry
         value = self.lookup(key)
         self.delete(key)
@@ -329,7 +331,7 @@ class Map:
         try:
             return self._items_batched()
         except LibbpfError as e:
-            if e.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP, 524):  # ENOTSUPP
+            if e.errno not in _UNSUPPORTED:
                 raise
         out = []
         for k in self.all_keys():
