@@ -53,7 +53,9 @@ struct iot_config {
 	__u8 page_shift;    /* log2 of the page size */
 	__u8 auto_discover; /* report untracked processes that start DataLoader workers/torchrun */
 	__u8 rq_slot_bits;  /* log2 of the entries of block.bpf.c's rq_slots */
-	__u8 pad[4];
+	__u8 hist_slot_bits; /* log2 of the entries of hist_slots (maps.bpf.h) */
+	__u8 file_slot_bits; /* log2 of the entries of file_slots (maps.bpf.h) */
+	__u8 pad[2];
 	__u64 slow_ns; /* operations at least this slow are sent as events (0: none) */
 };
 
@@ -98,6 +100,43 @@ struct file_stat {
 	__u64 pages_dirtied; /* pages this process dirtied (buffered writes, shared mmap) */
 	__u64 latency_max_ns; /* the slowest operation of interval max_epoch */
 	__u64 max_epoch;      /* user space advances the interval number (max_epoch in .data.epoch) */
+};
+
+/* A slot of `hist_slots` (maps.bpf.h): the histogram of the key holding it. */
+struct hist_slot {
+	__u64 tag; /* slot_tag() of `key`; 0: the slot is free */
+	struct hist_key key;
+	__u32 pad;
+	struct hist h;
+};
+
+/* A slot of `file_slots` (maps.bpf.h): the counters of the key holding it. */
+struct file_slot {
+	__u64 tag; /* slot_tag() of `key`; 0: the slot is free */
+	struct file_key key;
+	struct file_stat st;
+};
+
+/* A key's tag in a slot table, never 0, from the key's words: its top bits choose the key's
+ * slot (maps.bpf.h). tracer/abi.py's slot_tag() is the same function. */
+static inline __attribute__((always_inline)) __u64 slot_tag(__u64 a, __u64 b, __u64 c)
+{
+	__u64 x = a * 0x9E3779B97F4A7C15ull + b * 0xC2B2AE3D27D4EB4Full + c * 0x165667B19E3779F9ull;
+
+	return (x ^ (x >> 32)) | 1;
+}
+
+enum iot_slot_table {
+	IOT_HIST_SLOTS = 0,
+	IOT_FILE_SLOTS = 1,
+};
+
+/* Argument of proc.bpf.c's `free_slot` program (run by user space with BPF_PROG_TEST_RUN). */
+struct free_slot_request {
+	__u32 table; /* enum iot_slot_table */
+	__u32 index;
+	__u64 tag;   /* the holder user space read: a slot held by another key is left alone */
+	struct file_stat st; /* out, file slots: the counters as they were when freed */
 };
 
 enum iot_event_kind {

@@ -194,20 +194,79 @@ static __always_inline void tracked_remove(__u32 tgid)
 	bpf_map_delete_elem(&tracked, &tgid);
 }
 
+/*
+ * Slot tables. Every traced syscall's exit adds to a histogram and to a file's counters, every
+ * block request's end to a histogram: a hash-map lookup for each was a third of what iotrace
+ * added to a page-cache pread (docs/benchmarks.md). So a key first tries one slot of an array,
+ * chosen by a hash of the key: found with an index and two compares, taken when free with one
+ * compare-and-swap of its tag; only a key whose slot another key holds goes to the hash map
+ * (`hists`, `file_stats`). User space reads both, adds up a key found in both, and frees the
+ * slots of processes gone and of files idle with the `free_slot` program (proc.bpf.c).
+ * A key is claimed before it is written: another CPU that meets the tag before the key takes
+ * the hash map for that one operation, which user space adds up all the same.
+ */
+#define HIST_SLOTS 2048 /* powers of two; the loader passes their log2 in iot_config */
+#define FILE_SLOTS 16384
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE); /* user space reads it in place */
+	__uint(max_entries, HIST_SLOTS);
+	__type(key, __u32);
+	__type(value, struct hist_slot);
+} hist_slots SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, FILE_SLOTS);
+	__type(key, __u32);
+	__type(value, struct file_slot);
+} file_slots SEC(".maps");
+
+static __always_inline __u32 slot_index(__u64 tag, __u32 bits)
+{
+	return bits ? tag >> (64 - bits) : 0;
+}
+
+static __always_inline bool hist_key_eq(const struct hist_key *a, const struct hist_key *b)
+{
+	return a->tgid == b->tgid && a->dev == b->dev && a->layer == b->layer && a->op == b->op &&
+	       a->target == b->target && a->attribution == b->attribution;
+}
+
+/* The histogram of `key`: its slot, else its entry in `hists` (made on first use). */
+static __always_inline struct hist *hist_of(const struct hist_key *key)
+{
+	__u64 tag = slot_tag(key->tgid | (__u64)key->dev << 32,
+			     key->layer | key->op << 8 | key->target << 16 |
+				     (__u64)key->attribution << 24, 0);
+	__u32 i = slot_index(tag, iot_config.hist_slot_bits);
+	struct hist_slot *s = bpf_map_lookup_elem(&hist_slots, &i);
+	struct hist *h;
+
+	if (s && s->tag == tag && hist_key_eq(&s->key, key))
+		return &s->h;
+	if (s && !s->tag && __sync_val_compare_and_swap(&s->tag, 0, tag) == 0) {
+		s->key = *key;
+		return &s->h;
+	}
+	h = bpf_map_lookup_elem(&hists, key);
+	if (h)
+		return h;
+	count_map_full(IOT_MAP_HISTS, bpf_map_update_elem(&hists, key, &zero_hist, BPF_NOEXIST));
+	return bpf_map_lookup_elem(&hists, key);
+}
+
 /* Adds `n` operations of `latency_ns` that moved `bytes` to the histogram of `key`. */
 static __always_inline void hist_add(const struct hist_key *key, __u64 latency_ns, __u64 bytes,
 				     __u64 n)
 {
-	struct hist *h = bpf_map_lookup_elem(&hists, key);
+	struct hist *h = hist_of(key);
 	__u32 slot;
 
-	if (!h) {
-		count_map_full(IOT_MAP_HISTS,
-			       bpf_map_update_elem(&hists, key, &zero_hist, BPF_NOEXIST));
-		h = bpf_map_lookup_elem(&hists, key);
-		if (!h)
-			return;
-	}
+	if (!h)
+		return;
 	slot = log2_u64(latency_ns);
 	if (slot >= IOT_MAX_SLOTS)
 		slot = IOT_MAX_SLOTS - 1;
@@ -216,10 +275,26 @@ static __always_inline void hist_add(const struct hist_key *key, __u64 latency_n
 		__sync_fetch_and_add(&h->bytes[slot], bytes);
 }
 
+static __always_inline bool file_key_eq(const struct file_key *a, const struct file_key *b)
+{
+	return a->ino == b->ino && a->tgid == b->tgid && a->dev == b->dev && a->op == b->op;
+}
+
+/* The counters of `key`: its slot, else its entry in `file_stats` (made on first use). */
 static __always_inline struct file_stat *file_stat_of(const struct file_key *key)
 {
-	struct file_stat *st = bpf_map_lookup_elem(&file_stats, key);
+	__u64 tag = slot_tag(key->tgid | (__u64)key->dev << 32, key->ino, key->op);
+	__u32 i = slot_index(tag, iot_config.file_slot_bits);
+	struct file_slot *s = bpf_map_lookup_elem(&file_slots, &i);
+	struct file_stat *st;
 
+	if (s && s->tag == tag && file_key_eq(&s->key, key))
+		return &s->st;
+	if (s && !s->tag && __sync_val_compare_and_swap(&s->tag, 0, tag) == 0) {
+		s->key = *key;
+		return &s->st;
+	}
+	st = bpf_map_lookup_elem(&file_stats, key);
 	if (st)
 		return st;
 	count_map_full(IOT_MAP_FILE_STATS,

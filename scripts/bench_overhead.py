@@ -208,8 +208,11 @@ def find_iotrace(src: Path | None) -> list[str]:
         if not (src / "tracer" / "cli.py").is_file() or not list((src / "tracer" / "bpf").glob("*.o")):
             raise BenchError(f"{src} has no tracer/cli.py or no built tracer/bpf/*.bpf.o "
                              f"(run `make -C {src} build`)")
-        # env execs Python in place, so the PID (for VmHWM and wait4) is iotrace's own.
-        return ["env", f"PYTHONPATH={src.resolve()}", sys.executable, "-m", "tracer.cli"]
+        # env execs Python in place, so the PID (for VmHWM and wait4) is iotrace's own. -P: the
+        # working directory is not put first on sys.path, where `-m` would find the tracer/ of
+        # a checkout run from its root before PYTHONPATH's (so --iotrace-src measured the
+        # checkout, not DIR, until 30 November 2026).
+        return ["env", f"PYTHONPATH={src.resolve()}", sys.executable, "-P", "-m", "tracer.cli"]
     for cand in (Path(sys.prefix) / "bin" / "iotrace", REPO / ".venv" / "bin" / "iotrace"):
         if os.access(cand, os.X_OK):
             return [str(cand)]

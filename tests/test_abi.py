@@ -26,6 +26,10 @@ int main(void) {
     O(iot_proc_event, ns_pid);
     S(iot_config); S(file_key); S(file_stat); S(iot_file_event); S(iot_slow_event);
     S(thread_time); S(tracked_info); O(iot_file_event, names); O(thread_time, comm);
+    S(hist_slot); O(hist_slot, key); O(hist_slot, h); S(file_slot); O(file_slot, key);
+    O(file_slot, st); S(free_slot_request); O(free_slot_request, st);
+    printf("slot_tag_small %llu\nslot_tag_big %llu\n", (unsigned long long)slot_tag(1, 2, 3),
+           (unsigned long long)slot_tag(~0ull, 0x123456789abcdefull, 6));
     printf("IOT_MAX_SLOTS %d\nIOT_COMM_LEN %d\n", IOT_MAX_SLOTS, IOT_COMM_LEN);
     printf("IOT_LAYER_SYSCALL %d\nIOT_LAYER_BLOCK %d\nIOT_LAYER_BLOCK_QUEUE %d\n",
            IOT_LAYER_SYSCALL, IOT_LAYER_BLOCK, IOT_LAYER_BLOCK_QUEUE);
@@ -109,3 +113,16 @@ def test_decode_round_trip():
     ev = abi.decode_proc_event(abi.PROC_EVENT.pack(3, 10, 0, 7, 99, b"python3\0garbage!", 0))
     assert (ev.kind, ev.pid, ev.exit_code, ev.ts_ns, ev.comm) == (abi.EVENT_EXIT, 10, 7, 99,
                                                                    "python3")
+
+
+def test_slot_tables_layout_and_tag(c_layout):
+    """The slot tables (maps.bpf.h) are read in place by user space, which checks each slot's
+    tag against its key: the layouts and the tag function must be the kernel's."""
+    assert c_layout["hist_slot"] == abi.HIST_SLOT_SIZE
+    assert c_layout["hist_slot.key"] == 8 and c_layout["hist_slot.h"] == abi.HIST_SLOT_HEAD.size
+    assert c_layout["file_slot"] == abi.FILE_SLOT_SIZE
+    assert c_layout["file_slot.key"] == 8 and c_layout["file_slot.st"] == abi.FILE_SLOT_HEAD.size
+    assert c_layout["free_slot_request"] == abi.FREE_SLOT_REQUEST.size
+    assert c_layout["free_slot_request.st"] == 16
+    assert c_layout["slot_tag_small"] == abi.slot_tag(1, 2, 3)
+    assert c_layout["slot_tag_big"] == abi.slot_tag(2**64 - 1, 0x123456789ABCDEF, 6)

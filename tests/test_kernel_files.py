@@ -147,10 +147,12 @@ def test_pipes_and_sockets_never_in_files(iowork, tmp_path):
     assert sys_rows[sys_rows.target == "socket"]["count"].sum() == 6
 
 
-def test_idle_file_counters_dropped_and_read_again_count_exactly(tmp_path):
-    """Per-file counters idle for a few intervals leave the kernel map (taken with their last
-    values) and a file read again gets a new key: bursts of reads with idle gaps longer than
-    that add up exactly."""
+@pytest.mark.parametrize("sizes", ["", "file_slots=1"])
+def test_idle_file_counters_dropped_and_read_again_count_exactly(tmp_path, sizes):
+    """Per-file counters idle for a few intervals leave the kernel (taken with their last
+    values, from their slot or, with the one slot taken by another file, from the hash map)
+    and a file read again gets a new key: bursts of reads with idle gaps longer than that add
+    up exactly."""
     from tracer.session import FILE_IDLE_INTERVALS
 
     data = tmp_path / "data.bin"
@@ -163,7 +165,8 @@ def test_idle_file_counters_dropped_and_read_again_count_exactly(tmp_path):
             f"    for i in range({reads}): os.pread(fd, {PAGE}, i * {PAGE})\n"
             f"    time.sleep({gap_s})\n")
     out = tmp_path / "trace"
-    r = run_iotrace("-i", str(interval_s), "-o", str(out), "--", sys.executable, "-c", work)
+    r = run_iotrace("-i", str(interval_s), "-o", str(out), "--", sys.executable, "-c", work,
+                    env={**os.environ, "IOTRACE_MAP_SIZES": sizes})
     assert r.returncode == 0, r.stderr
     files = pd.read_parquet(out / "files")
     rows = files[(files.path == str(data)) & (files.op == "read")]

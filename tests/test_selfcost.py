@@ -130,6 +130,7 @@ def test_start_up_work_after_tracing_began_is_not_tracing():
 
 @pytest.mark.parametrize("text, want", [
     ("", {}), ("file_stats=1", {"file_stats": 1}), (" hists=64 , threads=8", {"hists": 64, "threads": 8}),
+    ("hist_slots=1,file_slots=1024", {"hist_slots": 1, "file_slots": 1024}),
 ])
 def test_map_sizes_setting(text, want):
     assert map_sizes_from_env(text) == want
@@ -137,7 +138,7 @@ def test_map_sizes_setting(text, want):
 
 @pytest.mark.parametrize("text, says", [
     ("events=4", "no map 'events' can be sized"), ("file_stats=0", "at least 1"),
-    ("file_stats", "at least 1"), ("hists=x", "whole number"),
+    ("file_stats", "at least 1"), ("hists=x", "whole number"), ("file_slots=3", "power of two"),
 ])
 def test_map_sizes_setting_rejects(text, says):
     with pytest.raises(BadSetting, match=says):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import errno
+import mmap
 import os
 import struct
 from collections.abc import Callable, Iterator
@@ -198,11 +199,16 @@ class Program:
     def run(self, ctx: bytes) -> int:
         """Runs a loaded SEC("syscall") program once on `ctx` (BPF_PROG_TEST_RUN); its return
         value, as a signed 32-bit number."""
+        return self.run_ctx(ctx)[0]
+
+    def run_ctx(self, ctx: bytes) -> tuple[int, bytes]:
+        """run(), and `ctx` as the program left it (the kernel copies a syscall program's
+        context back)."""
         buf = ctypes.create_string_buffer(ctx, len(ctx))
         opts = TestRunOpts(sz=ctypes.sizeof(TestRunOpts), ctx_in=ctypes.addressof(buf),
                            ctx_size_in=len(ctx))
         _check_rc(lib().bpf_prog_test_run_opts(self.fd, ctypes.byref(opts)), f"run {self.name}")
-        return ctypes.c_int32(opts.retval).value
+        return ctypes.c_int32(opts.retval).value, buf.raw
 
     def attach(self) -> Link:
         return Link(_check_ptr(lib().bpf_program__attach(self._ptr), f"attach {self.name}"))
@@ -363,6 +369,32 @@ class Map:
                 return out
             ctypes.memmove(token[0], token[1], len(token[0]))
             first = False
+
+
+class MappedArray:
+    """A BPF array map made with BPF_F_MMAPABLE, read in place through mmap (no syscall)."""
+
+    def __init__(self, fd: int, value_size: int, max_entries: int):
+        self.value_size, self.max_entries = value_size, max_entries
+        size = -(-value_size // 8) * 8 * max_entries  # the kernel rounds values up to 8 bytes
+        self._mm = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ)
+        self._first_words = None  # a numpy view, made on first use (numpy loads after attach)
+
+    def nonzero_first_words(self) -> list[int]:
+        """Indices of the entries whose first 8 bytes are not zero."""
+        if self._first_words is None:
+            import numpy as np
+
+            self._first_words = np.frombuffer(self._mm, dtype="<u8")[::self.value_size // 8]
+        return self._first_words.nonzero()[0].tolist()
+
+    def value(self, index: int) -> bytes:
+        start = index * self.value_size
+        return self._mm[start:start + self.value_size]
+
+    def close(self) -> None:
+        self._first_words = None
+        self._mm.close()
 
 
 BPF_MAP_TYPE_HASH = 1

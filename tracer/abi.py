@@ -38,8 +38,9 @@ FILE_TRUNCATED, FILE_DELETED, FILE_FS_ROOT = 1, 2, 4
 # enum iot_map: the maps whose refused inserts `map_full` counts, by index (IOT_MAPS of them)
 MAP_FULL_MAPS = ("tracked", "hists", "file_stats", "threads", "rq_starts")
 
-# struct iot_config: have_io_start, page_shift, auto_discover, rq_slot_bits, slow_ns
-CONFIG = struct.Struct("<BBBB4xQ")
+# struct iot_config: have_io_start, page_shift, auto_discover, rq_slot_bits, hist_slot_bits,
+# file_slot_bits, slow_ns
+CONFIG = struct.Struct("<BBBBBB2xQ")
 # struct hist_key: tgid, dev, layer, op, target, attribution
 HIST_KEY = struct.Struct("<IIBBBB")
 # struct hist: u64 count[MAX_SLOTS]; u64 bytes[MAX_SLOTS]
@@ -58,6 +59,37 @@ FILE_KEY = struct.Struct("<IIQB7x")
 # struct file_stat: ops, bytes, latency_sum_ns, pages_missed, pages_dirtied, latency_max_ns,
 # max_epoch
 FILE_STAT = struct.Struct("<7Q")
+# struct hist_slot: tag, hist_key, pad (struct hist follows); struct file_slot: tag, file_key
+# (struct file_stat follows)
+HIST_SLOT_HEAD = struct.Struct("<Q12s4x")
+HIST_SLOT_SIZE = HIST_SLOT_HEAD.size + HIST_SIZE
+FILE_SLOT_HEAD = struct.Struct(f"<Q{FILE_KEY.size}s")
+FILE_SLOT_SIZE = FILE_SLOT_HEAD.size + FILE_STAT.size
+# enum iot_slot_table
+HIST_SLOTS, FILE_SLOTS = 0, 1
+# struct free_slot_request (proc.bpf.c's `free_slot` program): table, index, tag, file_stat out
+FREE_SLOT_REQUEST = struct.Struct("<IIQ56s")
+_M64 = (1 << 64) - 1
+
+
+def slot_tag(a: int, b: int, c: int) -> int:
+    """maps.bpf.h's slot_tag(): a key's tag, from its words (u64 arithmetic)."""
+    x = (a * 0x9E3779B97F4A7C15 + b * 0xC2B2AE3D27D4EB4F + c * 0x165667B19E3779F9) & _M64
+    return (x ^ (x >> 32)) | 1
+
+
+def hist_key_tag(raw_key: bytes) -> int:
+    """The tag of a raw struct hist_key, as hist_of() computes it."""
+    tgid, dev, layer, op, target, attribution = HIST_KEY.unpack(raw_key)
+    return slot_tag(tgid | dev << 32, layer | op << 8 | target << 16 | attribution << 24, 0)
+
+
+def file_key_tag(raw_key: bytes) -> int:
+    """The tag of a raw struct file_key, as file_stat_of() computes it."""
+    tgid, dev, ino, op = FILE_KEY.unpack(raw_key)
+    return slot_tag(tgid | dev << 32, ino, op)
+
+
 # struct iot_file_event: kind, pid, dev, fd, ino, depth, flags, fstype (names follow)
 FILE_EVENT_HEAD = struct.Struct(f"<IIIiQII{FSTYPE_LEN}s")
 FILE_EVENT_SIZE = FILE_EVENT_HEAD.size + PATH_DEPTH * NAME_LEN

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import errno
 import os
+import struct
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from tracer._libbpf import (
     LibbpfMissing,
     Link,
     Map,
+    MappedArray,
     ProgStats,
     RingBuffer,
 )
@@ -30,13 +32,17 @@ PAGE_SHIFT = (os.sysconf("SC_PAGE_SIZE") - 1).bit_length()
 
 OBJECTS = ("proc", "syscall", "pagecache", "block", "sched")  # proc first: it makes the shared maps
 SHARED_MAPS = ("tracked", "tracked_bits", "hists", "events", "events_lost", "files_seen", "file_stats",
-               "dirtier", "sys_starts", "threads", "map_full")
+               "dirtier", "sys_starts", "threads", "map_full", "hist_slots", "file_slots")
 # The object that creates each map whose refused inserts `map_full` counts (abi.MAP_FULL_MAPS):
 # shared maps are made by the first object, the others by their own.
 MAP_OWNERS = {name: "proc" for name in abi.MAP_FULL_MAPS} | {"rq_starts": "block"}
 # The block layer's table of requests in flight (block.bpf.c): a power of two of slots; the
 # requests that find their slot taken go to rq_starts.
 RQ_SLOTS = "rq_slots"
+# Tables of counters indexed by a hash of their key, in front of `hists` and `file_stats`
+# (maps.bpf.h): powers of two, sized in the object that makes the shared maps.
+SLOT_TABLES = ("hist_slots", "file_slots")
+POWER_OF_TWO_MAPS = (RQ_SLOTS, *SLOT_TABLES)
 STATS_SYSCTL = "/proc/sys/kernel/bpf_stats_enabled"
 # Tracepoints whose programs read the in-flight syscall from task-local storage. A tp_btf
 # program gets the storage through a trylock that fails (NULL) when a syscall program holding
@@ -55,6 +61,26 @@ FORCE_ENV = "IOTRACE_FORCE"
 MAP_SIZES_ENV = "IOTRACE_MAP_SIZES"
 
 
+def add_hists(a: bytes, b: bytes) -> bytes:
+    """Two raw struct hist added up, slot by slot."""
+    import numpy as np
+
+    return (np.frombuffer(a, dtype="<u8") + np.frombuffer(b, dtype="<u8")).tobytes()
+
+
+def add_file_stats(a: bytes, b: bytes) -> bytes:
+    """Two raw struct file_stat of one key added up: the counts summed; the maximum latency of
+    the later interval (max_epoch), the larger one of the same interval."""
+    ops, nbytes, lat, missed, dirtied, max_a, epoch_a = abi.FILE_STAT.unpack(a)
+    ops_b, nbytes_b, lat_b, missed_b, dirtied_b, max_b, epoch_b = abi.FILE_STAT.unpack(b)
+    if epoch_a == epoch_b:
+        max_ns, epoch = max(max_a, max_b), epoch_a
+    else:
+        max_ns, epoch = (max_a, epoch_a) if epoch_a > epoch_b else (max_b, epoch_b)
+    return abi.FILE_STAT.pack(ops + ops_b, nbytes + nbytes_b, lat + lat_b, missed + missed_b,
+                              dirtied + dirtied_b, max_ns, epoch)
+
+
 class BadSetting(ValueError):
     """An IOTRACE_* setting of the environment is malformed (one line for the user)."""
 
@@ -65,13 +91,13 @@ def map_sizes_from_env(text: str | None = None) -> dict[str, int]:
     sizes: dict[str, int] = {}
     for item in filter(None, (t.strip() for t in text.split(","))):
         name, _, n = item.partition("=")
-        if name not in MAP_OWNERS and name != RQ_SLOTS:
+        if name not in MAP_OWNERS and name not in POWER_OF_TWO_MAPS:
             raise BadSetting(f"{MAP_SIZES_ENV}: no map {name!r} can be sized; give "
-                             f"MAP=N with MAP one of {', '.join([*MAP_OWNERS, RQ_SLOTS])}")
+                             f"MAP=N with MAP one of {', '.join([*MAP_OWNERS, *POWER_OF_TWO_MAPS])}")
         if not n.isdigit() or int(n) < 1:
             raise BadSetting(f"{MAP_SIZES_ENV}: {item!r}: the size must be a whole number of "
                              "entries, at least 1")
-        if name == RQ_SLOTS and int(n) & (int(n) - 1):
+        if name in POWER_OF_TWO_MAPS and int(n) & (int(n) - 1):
             raise BadSetting(f"{MAP_SIZES_ENV}: {item!r}: the size must be a power of two")
         sizes[name] = int(n)
     return sizes
@@ -117,6 +143,10 @@ class Probes:
         self.tracked: Map | None = None
         self.hists: Map | None = None
         self.file_stats: Map | None = None
+        self._slots: dict[str, MappedArray] = {}  # hist_slots, file_slots
+        # Where the last reading found each key in a slot table: [(index, tag)], by raw key.
+        self._hist_at: dict[bytes, list[tuple[int, int]]] = {}
+        self._file_at: dict[bytes, list[tuple[int, int]]] = {}
         self.threads: Map | None = None
         self.epoch: Map | None = None
         self._lost: Map | None = None
@@ -137,6 +167,7 @@ class Probes:
                 f"{e}: install libbpf >= 1.0 (Debian: apt-get install libbpf1)"
             ) from None
         shared: dict[str, int] = {}
+        slot_bits: dict[str, int] = {}
         try:
             for name in OBJECTS:
                 path = self.bpf_dir / f"{name}.bpf.o"
@@ -151,8 +182,14 @@ class Probes:
                     if RQ_SLOTS in self.map_sizes:
                         obj.set_max_entries(RQ_SLOTS, self.map_sizes[RQ_SLOTS])
                     rq_slot_bits = obj.max_entries(RQ_SLOTS).bit_length() - 1
+                if not shared:  # the first object: it makes the slot tables
+                    for m in SLOT_TABLES:
+                        if m in self.map_sizes:
+                            obj.set_max_entries(m, self.map_sizes[m])
+                        slot_bits[m] = obj.max_entries(m).bit_length() - 1
                 obj.set_config(abi.CONFIG.pack(int(have_io_start), PAGE_SHIFT,
                                                int(self.auto_discover), rq_slot_bits,
+                                               slot_bits["hist_slots"], slot_bits["file_slots"],
                                                self.slow_ns))
                 for m, fd in shared.items():
                     obj.reuse_map(m, fd)
@@ -175,6 +212,12 @@ class Probes:
         self.threads = Map(shared["threads"], abi.TGID.size, abi.THREAD_TIME.size)
         self.hists = Map(shared["hists"], abi.HIST_KEY.size, abi.HIST_SIZE)
         self.file_stats = Map(shared["file_stats"], abi.FILE_KEY.size, abi.FILE_STAT.size)
+        self._slots = {
+            "hist_slots": MappedArray(shared["hist_slots"], abi.HIST_SLOT_SIZE,
+                                      1 << slot_bits["hist_slots"]),
+            "file_slots": MappedArray(shared["file_slots"], abi.FILE_SLOT_SIZE,
+                                      1 << slot_bits["file_slots"]),
+        }
         self.epoch = Map(self.objects["syscall"].map_fd(".data.epoch"), 4, 8)
         self.max_epoch = 0
         ncpu = _libbpf.num_possible_cpus()
@@ -239,15 +282,43 @@ class Probes:
             list(pool.map(Link.destroy, links))
 
     # -- reading ----------------------------------------------------------------------------------
+    def _slot_rows(self, table: str, head: struct.Struct, tag_of: Callable[[bytes], int]
+                   ) -> Iterator[tuple[bytes, int, int, bytes]]:
+        """(raw key, index, tag, raw value) of each held slot of `table`. A slot whose tag is not
+        its key's is being taken by another key right now: it is left for the next reading."""
+        slots = self._slots[table]
+        for i in slots.nonzero_first_words():
+            raw = slots.value(i)
+            tag, key = head.unpack_from(raw)
+            if tag == tag_of(key):
+                yield key, i, tag, raw[head.size:]
+
     def read_hists(self) -> dict[bytes, bytes]:
-        """Cumulative histograms by raw key (see abi.decode_hist_key / abi.decode_hist)."""
+        """Cumulative histograms by raw key (see abi.decode_hist_key / abi.decode_hist): those
+        of the slot table and of the `hists` map, added up for a key found in both."""
         assert self.hists is not None
-        return dict(self.hists.items())
+        out = dict(self.hists.items())
+        self._hist_at = {}
+        for key, i, tag, value in self._slot_rows("hist_slots", abi.HIST_SLOT_HEAD,
+                                                  abi.hist_key_tag):
+            self._hist_at.setdefault(key, []).append((i, tag))
+            other = out.get(key)
+            out[key] = value if other is None else add_hists(other, value)
+        return out
 
     def delete_hists(self, keys: list[bytes]) -> None:
+        """Frees these keys' histograms (processes gone), in the map and in the slot table."""
         assert self.hists is not None
         for k in keys:
             self.hists.delete(k)
+            for i, tag in self._hist_at.pop(k, ()):
+                self._free_slot(abi.HIST_SLOTS, i, tag)
+
+    def _free_slot(self, table: int, index: int, tag: int) -> bytes | None:
+        """Runs `free_slot`: the slot's last file_stat (file slots) when it was still `tag`'s."""
+        ret, out = self.objects[OBJECTS[0]].program("free_slot").run_ctx(
+            abi.FREE_SLOT_REQUEST.pack(table, index, tag, b""))
+        return abi.FREE_SLOT_REQUEST.unpack(out)[3] if ret == 0 else None
 
     def read_threads(self) -> dict[int, bytes]:
         """Per-thread time accounting by thread id (abi.decode_thread_time)."""
@@ -260,9 +331,17 @@ class Probes:
             self.threads.delete(abi.TGID.pack(tid))
 
     def read_file_stats(self) -> dict[bytes, bytes]:
-        """Cumulative per-file counters by raw key (abi.decode_file_key / abi.FILE_STAT)."""
+        """Cumulative per-file counters by raw key (abi.decode_file_key / abi.FILE_STAT): those
+        of the slot table and of the `file_stats` map, added up for a key found in both."""
         assert self.file_stats is not None
-        return dict(self.file_stats.items())
+        out = dict(self.file_stats.items())
+        self._file_at = {}
+        for key, i, tag, value in self._slot_rows("file_slots", abi.FILE_SLOT_HEAD,
+                                                  abi.file_key_tag):
+            self._file_at.setdefault(key, []).append((i, tag))
+            other = out.get(key)
+            out[key] = value if other is None else add_file_stats(other, value)
+        return out
 
     def next_epoch(self) -> int:
         """Starts a new interval for the per-file maximum latency; returns the one that ended
@@ -274,16 +353,22 @@ class Probes:
         return self.max_epoch - 1
 
     def delete_file_stats(self, keys: list[bytes]) -> None:
-        assert self.file_stats is not None
-        for k in keys:
-            self.file_stats.delete(k)
+        self.take_file_stats(keys)
 
     def take_file_stats(self, keys: list[bytes]) -> dict[bytes, bytes]:
-        """Deletes these per-file counters and returns their values as they were deleted
-        (keys that were not there are left out)."""
+        """Deletes these per-file counters, in the map and in the slot table, and returns their
+        values as they were deleted (keys that were not there are left out)."""
         assert self.file_stats is not None
-        taken = {k: self.file_stats.take(k) for k in keys}
-        return {k: v for k, v in taken.items() if v is not None}
+        taken = {}
+        for k in keys:
+            value = self.file_stats.take(k)
+            for i, tag in self._file_at.pop(k, ()):
+                last = self._free_slot(abi.FILE_SLOTS, i, tag)
+                if last is not None:
+                    value = last if value is None else add_file_stats(value, last)
+            if value is not None:
+                taken[k] = value
+        return taken
 
     @staticmethod
     def _percpu_sum(m: Map, index: int) -> int:
@@ -369,6 +454,9 @@ class Probes:
         if self._ring:
             self._ring.close()
             self._ring = None
+        for slots in self._slots.values():
+            slots.close()
+        self._slots.clear()
         for obj in self.objects.values():
             obj.close()
         self.objects.clear()

@@ -20,10 +20,11 @@ TOP_PROGRAMS = 5  # programs listed in the summary, most time first
 # every interval, "always" during the whole run, "off" never. The kernel reads the clock twice
 # per program run while it counts (about 80 ns per run on the 2-vCPU VMs of
 # docs/benchmarks.md, more than iotrace's syscall programs take), so counting all the time
-# would double the cost it reports; a tenth of every interval gives the same ns per run and
-# rates, at a tenth of that, and from the first interval on.
+# would double the cost it reports; the first 2 % of every interval give the same ns per run
+# and rates, at a fiftieth of that, and from the first interval on (a tenth cost a traced
+# page-cache pread about 9 ns more: docs/benchmarks.md).
 STATS_MODES = ("sampled", "always", "off")
-STATS_SHARE = 0.1
+STATS_SHARE = 0.02
 
 
 @dataclass(frozen=True)
