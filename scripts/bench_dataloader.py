@@ -118,6 +118,9 @@ def main() -> int:
                     else:
                         out, wall, cpu = run_with_cpu([*iotrace, f"{d}/t", "--", *wrapped])
                         cost = json.loads(Path(f"{d}/t/meta.json").read_text())["self_cost"]
+                    if not Path(f"{d}/cpu").exists():  # the job did not finish
+                        raise SystemExit(f"round {r + 1}, {mode}: the job wrote no CPU time; "
+                                         f"its output ends:\n{out[-3000:]}")
                     step_cpu[mode].append(
                         1000 * float(Path(f"{d}/cpu").read_text()) / total_steps(out))
                 if mode == "traced":

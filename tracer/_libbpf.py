@@ -386,7 +386,8 @@ class MappedArray:
             import numpy as np
 
             self._first_words = np.frombuffer(self._mm, dtype="<u8")[::self.value_size // 8]
-        return self._first_words.nonzero()[0].tolist()
+        # a copy first: the kernel changes them meanwhile, which nonzero() must not see
+        return self._first_words.copy().nonzero()[0].tolist()
 
     def value(self, index: int) -> bytes:
         start = index * self.value_size
