@@ -52,6 +52,13 @@ def warm(path: Path, nbytes: int = 1 << 20) -> None:
         f.read(nbytes)
 
 
+# Tests of exact block-layer counts trace with the kernel's BPF stats off: with them on (and
+# the disk busy), this kernel (6.18, KVM) was seen to run neither block completion program for
+# a few requests, which no recursion counter records (README, "Known limitations"). The stats
+# are tested on their own (test_kernel_selfcost.py).
+EXACT = ("--bpf-stats", "off")
+
+
 def run_iotrace(*args: str, timeout: float = 60, **kw) -> subprocess.CompletedProcess:
     return subprocess.run([*IOTRACE, *args], capture_output=True, text=True, timeout=timeout,
                           cwd=ROOT, **kw)

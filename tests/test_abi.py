@@ -118,11 +118,32 @@ def test_decode_round_trip():
 def test_slot_tables_layout_and_tag(c_layout):
     """The slot tables (maps.bpf.h) are read in place by user space, which checks each slot's
     tag against its key: the layouts and the tag function must be the kernel's."""
-    assert c_layout["hist_slot"] == abi.HIST_SLOT_SIZE
-    assert c_layout["hist_slot.key"] == 8 and c_layout["hist_slot.h"] == abi.HIST_SLOT_HEAD.size
-    assert c_layout["file_slot"] == abi.FILE_SLOT_SIZE
-    assert c_layout["file_slot.key"] == 8 and c_layout["file_slot.st"] == abi.FILE_SLOT_HEAD.size
+    assert c_layout["hist_slot"] == abi.HIST_SLOT.size
+    assert c_layout["hist_slot.key"] == 8 and c_layout["hist_slot.h"] == abi.HIST_SLOT.size - abi.HIST_SIZE
+    assert c_layout["file_slot"] == abi.FILE_SLOT.size
+    assert c_layout["file_slot.key"] == 8
+    assert c_layout["file_slot.st"] == abi.FILE_SLOT.size - abi.FILE_STAT.size
     assert c_layout["free_slot_request"] == abi.FREE_SLOT_REQUEST.size
     assert c_layout["free_slot_request.st"] == 16
     assert c_layout["slot_tag_small"] == abi.slot_tag(1, 2, 3)
     assert c_layout["slot_tag_big"] == abi.slot_tag(2**64 - 1, 0x123456789ABCDEF, 6)
+
+
+def test_slot_tags_checked_against_their_keys():
+    """User space keeps a slot only when its tag is its key's (a slot being taken has the new
+    key's tag before the key): built here from the same words maps.bpf.h hashes."""
+    import numpy as np
+
+    fkey = abi.FILE_KEY.pack(4242, 0x800001, 123456789, 1)
+    ftag = abi.slot_tag(4242 | 0x800001 << 32, 123456789, 1)
+    stat = abi.FILE_STAT.pack(1, 2, 3, 4, 5, 6, 7)
+    other = abi.FILE_KEY.pack(4242, 0x800001, 987654321, 1)
+    raw = abi.FILE_SLOT.pack(ftag, fkey, stat) + abi.FILE_SLOT.pack(ftag, other, stat)
+    rows = np.frombuffer(raw, dtype="<u8").reshape(2, -1)
+    assert abi.slot_tags_ok(abi.FILE_SLOTS, rows).tolist() == [True, False]
+    hkey = abi.HIST_KEY.pack(4242, 0, 1, 0, 1, 0)
+    htag = abi.slot_tag(4242, 1 | 0 << 8 | 1 << 16, 0)
+    hraw = abi.HIST_SLOT.pack(htag, hkey, bytes(abi.HIST_SIZE))
+    hrows = np.frombuffer(hraw + abi.HIST_SLOT.pack(htag ^ 2, hkey, bytes(abi.HIST_SIZE)),
+                          dtype="<u8").reshape(2, -1)
+    assert abi.slot_tags_ok(abi.HIST_SLOTS, hrows).tolist() == [True, False]

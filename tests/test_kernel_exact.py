@@ -18,7 +18,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from conftest import IOTRACE, ROOT, needs_root, run_iotrace, warm
+from conftest import EXACT, IOTRACE, ROOT, needs_root, run_iotrace, warm
 
 pytestmark = [needs_root, pytest.mark.kernel]
 
@@ -66,6 +66,9 @@ def check_trace(out, parent_pid: int | None = None) -> None:
     cost = json.loads((out / "meta.json").read_text())["self_cost"]
     missed += (f"\nmap-full drops {cost['map_full_drops']}, recursion misses "
                f"{ {p['name']: p['recursion_misses'] for p in cost['programs'] if p['recursion_misses']} }")
+    # ... or charged to someone else (a request started where its submitter is not current)
+    blocks = lat[lat.layer.str.startswith("block")].groupby(["pid", "layer", "op", "attribution"])
+    missed += f"\nblock rows by process:\n{blocks[['count', 'bytes']].sum().to_string()}"
     assert sums(lat, parent, layer="block", op="read") == (N, PAGE * N), missed
     assert sums(lat, parent, layer="block", op="read", attribution="direct") == (N, PAGE * N)
     assert sums(lat, parent, layer="syscall", op="read", target="pipe") == (P, 100 * P)
@@ -90,7 +93,7 @@ def test_command_mode_exact_counts(iowork, data_file, tmp_path, force, sizes):
     other key goes to the hash maps, and user space adds both up."""
     prime(iowork, data_file)
     out = tmp_path / "trace"
-    r = run_iotrace("-o", str(out), "--", str(iowork), *workload_args(data_file),
+    r = run_iotrace("-o", str(out), *EXACT, "--", str(iowork), *workload_args(data_file),
                     env={**os.environ, "IOTRACE_FORCE": force, "IOTRACE_MAP_SIZES": sizes})
     assert r.returncode == 0, r.stderr
     assert r.stderr.startswith("Tracing")
@@ -127,7 +130,8 @@ def test_no_tracefs_needed(iowork, data_file, tmp_path):
     without debugfs, its older home), iotrace traces the same exact counts, and mounts nothing."""
     prime(iowork, data_file)
     out = tmp_path / "trace"
-    argv = " ".join(map(str, [*IOTRACE, "-o", out, "--", iowork, *workload_args(data_file)]))
+    argv = " ".join(map(str, [*IOTRACE, "-o", out, *EXACT, "--", iowork,
+                              *workload_args(data_file)]))
     r = subprocess.run(
         ["unshare", "--mount", "--propagation", "private", "sh", "-c",
          "umount -l /sys/kernel/tracing 2>/dev/null; umount -l /sys/kernel/debug 2>/dev/null; "
@@ -146,7 +150,7 @@ def test_attach_mode_exact_counts(iowork, data_file, tmp_path):
     os.close(ready_w)
     assert os.read(ready_r, 1) == b"r"
     out = tmp_path / "trace"
-    tracer = subprocess.Popen([*IOTRACE, "--pid", str(work.pid), "-o", str(out)], cwd=ROOT,
+    tracer = subprocess.Popen([*IOTRACE, "--pid", str(work.pid), "-o", str(out), *EXACT], cwd=ROOT,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     line = tracer.stderr.readline()
     assert line.startswith("Tracing"), line + tracer.stderr.read()
@@ -376,7 +380,7 @@ def traced_block_reads(code: str, data_file, tmp_path, env=None) -> tuple[pd.Dat
              "open(sys.argv[2], 'w').write(io['read_bytes'])\n")
     report = tmp_path / "read_bytes"
     out = tmp_path / "trace"
-    r = run_iotrace("-o", str(out), "--", sys.executable, "-c", code, str(data_file),
+    r = run_iotrace("-o", str(out), *EXACT, "--", sys.executable, "-c", code, str(data_file),
                     str(report), env=env)
     assert r.returncode == 0, r.stderr
     lat = pd.read_parquet(out / "latency")
@@ -423,7 +427,8 @@ def test_pid_namespace_view(iowork, data_file, tmp_path):
     prime(iowork, data_file)
     out = tmp_path / "trace"
     script = f"{iowork} {data_file} --direct 20 && sleep 0.5"
-    r = run_iotrace("-o", str(out), "--", "unshare", "--pid", "--fork", "sh", "-c", script)
+    r = run_iotrace("-o", str(out), *EXACT, "--", "unshare", "--pid", "--fork", "sh", "-c",
+                    script)
     assert r.returncode == 0, r.stderr
     procs = pd.read_parquet(out / "processes").set_index("pid")
     lat = pd.read_parquet(out / "latency")

@@ -14,7 +14,7 @@ import time
 import pandas as pd
 import pytest
 
-from conftest import IOTRACE, ROOT, needs_root, run_iotrace, warm
+from conftest import EXACT, IOTRACE, ROOT, needs_root, run_iotrace, warm
 
 pytestmark = [needs_root, pytest.mark.kernel]
 
@@ -74,7 +74,8 @@ def test_files_paths_and_exact_counts(tmp_path, tmpfs):
     os.close(ready_w)
     assert os.read(ready_r, 1) == b"r"
     out = tmp_path / "trace"
-    tracer = subprocess.Popen([*IOTRACE, "--pid", str(work.pid), "-o", str(out)], cwd=ROOT,
+    tracer = subprocess.Popen([*IOTRACE, "--pid", str(work.pid), "-o", str(out), *EXACT],
+                              cwd=ROOT,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert tracer.stderr.readline().startswith("Tracing")
     work.send_signal(signal.SIGUSR1)
@@ -181,7 +182,7 @@ def test_slow_events_one_per_operation(iowork, tmp_path):
     subprocess.run([str(iowork), str(data), "--direct", "40", "--cached", "25"], check=True)
     warm(data)
     out = tmp_path / "trace"
-    r = run_iotrace("-o", str(out), "--slow-ms", "0.000001", "--", str(iowork), str(data),
+    r = run_iotrace("-o", str(out), *EXACT, "--slow-ms", "0.000001", "--", str(iowork), str(data),
                     "--direct", "40", "--cached", "25")
     assert r.returncode == 0, r.stderr
     ev = pd.read_parquet(out / "events")
@@ -204,7 +205,7 @@ def test_writeback_by_flusher_is_charged_to_the_dirtier(tmp_path):
             "[os.write(fd, os.urandom(1<<20)) for _ in range(16)]; os.write(int(sys.argv[2]), b'r');"
             " time.sleep(3)")
     out = tmp_path / "trace"
-    tracer = subprocess.Popen([*IOTRACE, "-o", str(out), "--", sys.executable, "-c", code,
+    tracer = subprocess.Popen([*IOTRACE, "-o", str(out), *EXACT, "--", sys.executable, "-c", code,
                                str(target), str(ready_w)], cwd=ROOT, pass_fds=(ready_w,),
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     os.close(ready_w)

@@ -376,25 +376,26 @@ class MappedArray:
 
     def __init__(self, fd: int, value_size: int, max_entries: int):
         self.value_size, self.max_entries = value_size, max_entries
-        size = -(-value_size // 8) * 8 * max_entries  # the kernel rounds values up to 8 bytes
+        if value_size % 8:
+            raise ValueError("MappedArray: values must be whole u64 words")
+        size = value_size * max_entries
         self._mm = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ)
-        self._first_words = None  # a numpy view, made on first use (numpy loads after attach)
+        self._words = None  # a numpy view, made on first use (numpy loads after attach)
 
-    def nonzero_first_words(self) -> list[int]:
-        """Indices of the entries whose first 8 bytes are not zero."""
-        if self._first_words is None:
+    def held(self):
+        """(indices, rows): the entries whose first 8 bytes are not zero, and a copy of them as
+        rows of little-endian u64 words (numpy arrays). The kernel changes entries meanwhile:
+        one freed between the two steps comes back with a first word of 0."""
+        if self._words is None:
             import numpy as np
 
-            self._first_words = np.frombuffer(self._mm, dtype="<u8")[::self.value_size // 8]
-        # a copy first: the kernel changes them meanwhile, which nonzero() must not see
-        return self._first_words.copy().nonzero()[0].tolist()
-
-    def value(self, index: int) -> bytes:
-        start = index * self.value_size
-        return self._mm[start:start + self.value_size]
+            self._words = np.frombuffer(self._mm, dtype="<u8").reshape(self.max_entries, -1)
+        # a copy first: nonzero() must not see them change under it
+        index = self._words[:, 0].copy().nonzero()[0]
+        return index, self._words[index]
 
     def close(self) -> None:
-        self._first_words = None
+        self._words = None
         self._mm.close()
 
 

@@ -61,10 +61,8 @@ FILE_KEY = struct.Struct("<IIQB7x")
 FILE_STAT = struct.Struct("<7Q")
 # struct hist_slot: tag, hist_key, pad (struct hist follows); struct file_slot: tag, file_key
 # (struct file_stat follows)
-HIST_SLOT_HEAD = struct.Struct("<Q12s4x")
-HIST_SLOT_SIZE = HIST_SLOT_HEAD.size + HIST_SIZE
-FILE_SLOT_HEAD = struct.Struct(f"<Q{FILE_KEY.size}s")
-FILE_SLOT_SIZE = FILE_SLOT_HEAD.size + FILE_STAT.size
+HIST_SLOT = struct.Struct(f"<Q{HIST_KEY.size}s4x{HIST_SIZE}s")
+FILE_SLOT = struct.Struct(f"<Q{FILE_KEY.size}s{FILE_STAT.size}s")
 # enum iot_slot_table
 HIST_SLOTS, FILE_SLOTS = 0, 1
 # struct free_slot_request (proc.bpf.c's `free_slot` program): table, index, tag, file_stat out
@@ -72,22 +70,21 @@ FREE_SLOT_REQUEST = struct.Struct("<IIQ56s")
 _M64 = (1 << 64) - 1
 
 
-def slot_tag(a: int, b: int, c: int) -> int:
-    """maps.bpf.h's slot_tag(): a key's tag, from its words (u64 arithmetic)."""
+def slot_tag(a, b, c):
+    """iotrace.h's slot_tag(): a key's tag from its words (u64 arithmetic), for ints or for
+    numpy arrays of uint64 (which wrap as the kernel's u64 do)."""
     x = (a * 0x9E3779B97F4A7C15 + b * 0xC2B2AE3D27D4EB4F + c * 0x165667B19E3779F9) & _M64
     return (x ^ (x >> 32)) | 1
 
 
-def hist_key_tag(raw_key: bytes) -> int:
-    """The tag of a raw struct hist_key, as hist_of() computes it."""
-    tgid, dev, layer, op, target, attribution = HIST_KEY.unpack(raw_key)
-    return slot_tag(tgid | dev << 32, layer | op << 8 | target << 16 | attribution << 24, 0)
-
-
-def file_key_tag(raw_key: bytes) -> int:
-    """The tag of a raw struct file_key, as file_stat_of() computes it."""
-    tgid, dev, ino, op = FILE_KEY.unpack(raw_key)
-    return slot_tag(tgid | dev << 32, ino, op)
+def slot_tags_ok(table: int, rows):
+    """Which rows of u64 words (a numpy array: slots of hist_slots or file_slots, as read) hold
+    the key their tag says: the words that iotrace.h's slot_tag() takes, from each row."""
+    if table == HIST_SLOTS:  # tgid | dev << 32; layer, op, target, attribution (and the pad)
+        tags = slot_tag(rows[:, 1], rows[:, 2] & 0xFFFFFFFF, 0)
+    else:  # tgid | dev << 32; ino; op (and the pad)
+        tags = slot_tag(rows[:, 1], rows[:, 2], rows[:, 3] & 0xFF)
+    return tags == rows[:, 0]
 
 
 # struct iot_file_event: kind, pid, dev, fd, ino, depth, flags, fstype (names follow)

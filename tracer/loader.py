@@ -213,9 +213,9 @@ class Probes:
         self.hists = Map(shared["hists"], abi.HIST_KEY.size, abi.HIST_SIZE)
         self.file_stats = Map(shared["file_stats"], abi.FILE_KEY.size, abi.FILE_STAT.size)
         self._slots = {
-            "hist_slots": MappedArray(shared["hist_slots"], abi.HIST_SLOT_SIZE,
+            "hist_slots": MappedArray(shared["hist_slots"], abi.HIST_SLOT.size,
                                       1 << slot_bits["hist_slots"]),
-            "file_slots": MappedArray(shared["file_slots"], abi.FILE_SLOT_SIZE,
+            "file_slots": MappedArray(shared["file_slots"], abi.FILE_SLOT.size,
                                       1 << slot_bits["file_slots"]),
         }
         self.epoch = Map(self.objects["syscall"].map_fd(".data.epoch"), 4, 8)
@@ -282,16 +282,16 @@ class Probes:
             list(pool.map(Link.destroy, links))
 
     # -- reading ----------------------------------------------------------------------------------
-    def _slot_rows(self, table: str, head: struct.Struct, tag_of: Callable[[bytes], int]
-                   ) -> Iterator[tuple[bytes, int, int, bytes]]:
-        """(raw key, index, tag, raw value) of each held slot of `table`. A slot whose tag is not
-        its key's is being taken by another key right now: it is left for the next reading."""
-        slots = self._slots[table]
-        for i in slots.nonzero_first_words():
-            raw = slots.value(i)
-            tag, key = head.unpack_from(raw)
-            if tag == tag_of(key):
-                yield key, i, tag, raw[head.size:]
+    def _slot_rows(self, table: str, kind: int, layout: struct.Struct
+                   ) -> list[tuple[tuple[int, int], bytes, bytes]]:
+        """((index, tag), raw key, raw value) of each held slot of `table`. A slot whose tag is
+        not its key's is being taken by another key right now: left for the next reading."""
+        index, rows = self._slots[table].held()
+        ok = abi.slot_tags_ok(kind, rows)
+        rows = rows[ok]
+        at = zip(index[ok].tolist(), rows[:, 0].tolist(), strict=True)
+        return [((i, tag), key, value) for (i, tag), (_, key, value)
+                in zip(at, layout.iter_unpack(rows.tobytes()), strict=True)]
 
     def read_hists(self) -> dict[bytes, bytes]:
         """Cumulative histograms by raw key (see abi.decode_hist_key / abi.decode_hist): those
@@ -299,9 +299,8 @@ class Probes:
         assert self.hists is not None
         out = dict(self.hists.items())
         self._hist_at = {}
-        for key, i, tag, value in self._slot_rows("hist_slots", abi.HIST_SLOT_HEAD,
-                                                  abi.hist_key_tag):
-            self._hist_at.setdefault(key, []).append((i, tag))
+        for at, key, value in self._slot_rows("hist_slots", abi.HIST_SLOTS, abi.HIST_SLOT):
+            self._hist_at.setdefault(key, []).append(at)
             other = out.get(key)
             out[key] = value if other is None else add_hists(other, value)
         return out
@@ -336,9 +335,8 @@ class Probes:
         assert self.file_stats is not None
         out = dict(self.file_stats.items())
         self._file_at = {}
-        for key, i, tag, value in self._slot_rows("file_slots", abi.FILE_SLOT_HEAD,
-                                                  abi.file_key_tag):
-            self._file_at.setdefault(key, []).append((i, tag))
+        for at, key, value in self._slot_rows("file_slots", abi.FILE_SLOTS, abi.FILE_SLOT):
+            self._file_at.setdefault(key, []).append(at)
             other = out.get(key)
             out[key] = value if other is None else add_file_stats(other, value)
         return out
