@@ -151,7 +151,7 @@ def main() -> int:
           "of one core (whole run, start-up and final write included)")
     job_pct = 100 * statistics.median(job_cpus)
     bpf, tracer = statistics.median(bpf_pct), statistics.median(tracing_pct)
-    print(f"as iotrace reports it: BPF {bpf:.2f} % of one CPU (counted a tenth of the time), tracer "
+    print(f"as iotrace reports it: BPF {bpf:.2f} % of one CPU (from its sampled BPF stats), tracer "
           f"{tracer:.1f} % while tracing; the untraced job uses {job_pct:.0f} % (median): "
           f"iotrace's share {100 * (bpf + tracer) / job_pct:.1f} % of the job's CPU (BPF alone "
           f"{100 * bpf / job_pct:.2f} %)")
