@@ -11,7 +11,7 @@ import errno
 import os
 import struct
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -293,16 +293,25 @@ class Probes:
         return [((i, tag), key, value) for (i, tag), (_, key, value)
                 in zip(at, layout.iter_unpack(rows.tobytes()), strict=True)]
 
+    def _read_both(self, m: Map, table: str, kind: int, layout: struct.Struct,
+                   add: Callable[[bytes, bytes], bytes]
+                   ) -> tuple[dict[bytes, bytes], dict[bytes, list[tuple[int, int]]]]:
+        """Every key of hash map `m` and of its slot table, a key found in both added up with
+        `add`; and the slots each key was found in."""
+        out = dict(m.items())
+        at: dict[bytes, list[tuple[int, int]]] = {}
+        for where, key, value in self._slot_rows(table, kind, layout):
+            at.setdefault(key, []).append(where)
+            other = out.get(key)
+            out[key] = value if other is None else add(other, value)
+        return out, at
+
     def read_hists(self) -> dict[bytes, bytes]:
         """Cumulative histograms by raw key (see abi.decode_hist_key / abi.decode_hist): those
         of the slot table and of the `hists` map, added up for a key found in both."""
         assert self.hists is not None
-        out = dict(self.hists.items())
-        self._hist_at = {}
-        for at, key, value in self._slot_rows("hist_slots", abi.HIST_SLOTS, abi.HIST_SLOT):
-            self._hist_at.setdefault(key, []).append(at)
-            other = out.get(key)
-            out[key] = value if other is None else add_hists(other, value)
+        out, self._hist_at = self._read_both(self.hists, "hist_slots", abi.HIST_SLOTS,
+                                             abi.HIST_SLOT, add_hists)
         return out
 
     def delete_hists(self, keys: list[bytes]) -> None:
@@ -333,12 +342,8 @@ class Probes:
         """Cumulative per-file counters by raw key (abi.decode_file_key / abi.FILE_STAT): those
         of the slot table and of the `file_stats` map, added up for a key found in both."""
         assert self.file_stats is not None
-        out = dict(self.file_stats.items())
-        self._file_at = {}
-        for at, key, value in self._slot_rows("file_slots", abi.FILE_SLOTS, abi.FILE_SLOT):
-            self._file_at.setdefault(key, []).append(at)
-            other = out.get(key)
-            out[key] = value if other is None else add_file_stats(other, value)
+        out, self._file_at = self._read_both(self.file_stats, "file_slots", abi.FILE_SLOTS,
+                                             abi.FILE_SLOT, add_file_stats)
         return out
 
     def next_epoch(self) -> int:
