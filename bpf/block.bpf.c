@@ -280,8 +280,7 @@ static __always_inline int handle_complete(struct request *rq)
  * the one it joined carries its bytes from now on. */
 static __always_inline int handle_merge(struct request *rq)
 {
-	if (rq_find((__u64)rq))
-		rq_forget((__u64)rq);
+	rq_forget((__u64)rq);
 	return 0;
 }
 

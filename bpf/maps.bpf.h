@@ -224,6 +224,19 @@ struct {
 	__type(value, struct file_slot);
 } file_slots SEC(".maps");
 
+/* The value of `key` in hash map `map`, made from `zero` on first use; a refused insert is
+ * counted as map `idx` (enum iot_map) full. */
+static __always_inline void *lookup_or_make(void *map, const void *key, const void *zero,
+					    __u32 idx)
+{
+	void *v = bpf_map_lookup_elem(map, key);
+
+	if (v)
+		return v;
+	count_map_full(idx, bpf_map_update_elem(map, key, zero, BPF_NOEXIST));
+	return bpf_map_lookup_elem(map, key);
+}
+
 static __always_inline __u32 slot_index(__u64 tag, __u32 bits)
 {
 	return bits ? tag >> (64 - bits) : 0;
@@ -243,7 +256,6 @@ static __always_inline struct hist *hist_of(const struct hist_key *key)
 				     (__u64)key->attribution << 24, 0);
 	__u32 i = slot_index(tag, iot_config.hist_slot_bits);
 	struct hist_slot *s = bpf_map_lookup_elem(&hist_slots, &i);
-	struct hist *h;
 
 	if (s && s->tag == tag && hist_key_eq(&s->key, key))
 		return &s->h;
@@ -251,11 +263,7 @@ static __always_inline struct hist *hist_of(const struct hist_key *key)
 		s->key = *key;
 		return &s->h;
 	}
-	h = bpf_map_lookup_elem(&hists, key);
-	if (h)
-		return h;
-	count_map_full(IOT_MAP_HISTS, bpf_map_update_elem(&hists, key, &zero_hist, BPF_NOEXIST));
-	return bpf_map_lookup_elem(&hists, key);
+	return lookup_or_make(&hists, key, &zero_hist, IOT_MAP_HISTS);
 }
 
 /* Adds `n` operations of `latency_ns` that moved `bytes` to the histogram of `key`. */
@@ -286,7 +294,6 @@ static __always_inline struct file_stat *file_stat_of(const struct file_key *key
 	__u64 tag = slot_tag(key->tgid | (__u64)key->dev << 32, key->ino, key->op);
 	__u32 i = slot_index(tag, iot_config.file_slot_bits);
 	struct file_slot *s = bpf_map_lookup_elem(&file_slots, &i);
-	struct file_stat *st;
 
 	if (s && s->tag == tag && file_key_eq(&s->key, key))
 		return &s->st;
@@ -294,12 +301,7 @@ static __always_inline struct file_stat *file_stat_of(const struct file_key *key
 		s->key = *key;
 		return &s->st;
 	}
-	st = bpf_map_lookup_elem(&file_stats, key);
-	if (st)
-		return st;
-	count_map_full(IOT_MAP_FILE_STATS,
-		       bpf_map_update_elem(&file_stats, key, &zero_file_stat, BPF_NOEXIST));
-	return bpf_map_lookup_elem(&file_stats, key);
+	return lookup_or_make(&file_stats, key, &zero_file_stat, IOT_MAP_FILE_STATS);
 }
 
 /* The interval number, advanced by user space once per interval (tracer/loader.py). */

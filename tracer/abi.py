@@ -66,7 +66,7 @@ FILE_SLOT = struct.Struct(f"<Q{FILE_KEY.size}s{FILE_STAT.size}s")
 # enum iot_slot_table
 HIST_SLOTS, FILE_SLOTS = 0, 1
 # struct free_slot_request (proc.bpf.c's `free_slot` program): table, index, tag, file_stat out
-FREE_SLOT_REQUEST = struct.Struct("<IIQ56s")
+FREE_SLOT_REQUEST = struct.Struct(f"<IIQ{FILE_STAT.size}s")
 _M64 = (1 << 64) - 1
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import errno
 import os
-import struct
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -23,6 +22,7 @@ from tracer._libbpf import (
     Link,
     Map,
     MappedArray,
+    Program,
     ProgStats,
     RingBuffer,
 )
@@ -40,8 +40,10 @@ MAP_OWNERS = {name: "proc" for name in abi.MAP_FULL_MAPS} | {"rq_starts": "block
 # requests that find their slot taken go to rq_starts.
 RQ_SLOTS = "rq_slots"
 # Tables of counters indexed by a hash of their key, in front of `hists` and `file_stats`
-# (maps.bpf.h): powers of two, sized in the object that makes the shared maps.
+# (maps.bpf.h): powers of two, sized in the object that makes the shared maps. By enum
+# iot_slot_table (abi.HIST_SLOTS, abi.FILE_SLOTS), with the layout of their slots.
 SLOT_TABLES = ("hist_slots", "file_slots")
+SLOT_LAYOUTS = (abi.HIST_SLOT, abi.FILE_SLOT)
 POWER_OF_TWO_MAPS = (RQ_SLOTS, *SLOT_TABLES)
 STATS_SYSCTL = "/proc/sys/kernel/bpf_stats_enabled"
 # Tracepoints whose programs read the in-flight syscall from task-local storage. A tp_btf
@@ -143,7 +145,9 @@ class Probes:
         self.tracked: Map | None = None
         self.hists: Map | None = None
         self.file_stats: Map | None = None
-        self._slots: dict[str, MappedArray] = {}  # hist_slots, file_slots
+        self._slots: list[MappedArray] = []  # by abi.HIST_SLOTS, abi.FILE_SLOTS
+        self._track: Program | None = None  # proc.bpf.c's syscall programs, run from here
+        self._free_slot: Program | None = None
         # Where the last reading found each key in a slot table: [(index, tag)], by raw key.
         self._hist_at: dict[bytes, list[tuple[int, int]]] = {}
         self._file_at: dict[bytes, list[tuple[int, int]]] = {}
@@ -212,12 +216,10 @@ class Probes:
         self.threads = Map(shared["threads"], abi.TGID.size, abi.THREAD_TIME.size)
         self.hists = Map(shared["hists"], abi.HIST_KEY.size, abi.HIST_SIZE)
         self.file_stats = Map(shared["file_stats"], abi.FILE_KEY.size, abi.FILE_STAT.size)
-        self._slots = {
-            "hist_slots": MappedArray(shared["hist_slots"], abi.HIST_SLOT.size,
-                                      1 << slot_bits["hist_slots"]),
-            "file_slots": MappedArray(shared["file_slots"], abi.FILE_SLOT.size,
-                                      1 << slot_bits["file_slots"]),
-        }
+        self._slots = [MappedArray(shared[m], layout.size, 1 << slot_bits[m])
+                       for m, layout in zip(SLOT_TABLES, SLOT_LAYOUTS, strict=True)]
+        self._track = self.objects[OBJECTS[0]].program("track")
+        self._free_slot = self.objects[OBJECTS[0]].program("free_slot")
         self.epoch = Map(self.objects["syscall"].map_fd(".data.epoch"), 4, 8)
         self.max_epoch = 0
         ncpu = _libbpf.num_possible_cpus()
@@ -253,7 +255,8 @@ class Probes:
     # -- tracking and attaching -----------------------------------------------------------------
     def track(self, pid: int, root: int = 0) -> None:
         """Adds a process (TGID) to the in-kernel filter; its future children follow by fork."""
-        err = self.objects[OBJECTS[0]].program("track").run(abi.TRACK_REQUEST.pack(pid, root))
+        assert self._track is not None
+        err = self._track.run(abi.TRACK_REQUEST.pack(pid, root))
         if err:
             raise LibbpfError(err, f"track {pid}: {os.strerror(err)}")
 
@@ -282,25 +285,24 @@ class Probes:
             list(pool.map(Link.destroy, links))
 
     # -- reading ----------------------------------------------------------------------------------
-    def _slot_rows(self, table: str, kind: int, layout: struct.Struct
-                   ) -> list[tuple[tuple[int, int], bytes, bytes]]:
-        """((index, tag), raw key, raw value) of each held slot of `table`. A slot whose tag is
-        not its key's is being taken by another key right now: left for the next reading."""
+    def _slot_rows(self, table: int) -> list[tuple[tuple[int, int], bytes, bytes]]:
+        """((index, tag), raw key, raw value) of each held slot of `table` (abi.HIST_SLOTS or
+        abi.FILE_SLOTS). A slot whose tag is not its key's is being taken by another key right
+        now: left for the next reading."""
         index, rows = self._slots[table].held()
-        ok = abi.slot_tags_ok(kind, rows)
+        ok = abi.slot_tags_ok(table, rows)
         rows = rows[ok]
         at = zip(index[ok].tolist(), rows[:, 0].tolist(), strict=True)
         return [((i, tag), key, value) for (i, tag), (_, key, value)
-                in zip(at, layout.iter_unpack(rows.tobytes()), strict=True)]
+                in zip(at, SLOT_LAYOUTS[table].iter_unpack(rows.tobytes()), strict=True)]
 
-    def _read_both(self, m: Map, table: str, kind: int, layout: struct.Struct,
-                   add: Callable[[bytes, bytes], bytes]
+    def _read_both(self, m: Map, table: int, add: Callable[[bytes, bytes], bytes]
                    ) -> tuple[dict[bytes, bytes], dict[bytes, list[tuple[int, int]]]]:
         """Every key of hash map `m` and of its slot table, a key found in both added up with
         `add`; and the slots each key was found in."""
         out = dict(m.items())
         at: dict[bytes, list[tuple[int, int]]] = {}
-        for where, key, value in self._slot_rows(table, kind, layout):
+        for where, key, value in self._slot_rows(table):
             at.setdefault(key, []).append(where)
             other = out.get(key)
             out[key] = value if other is None else add(other, value)
@@ -310,8 +312,7 @@ class Probes:
         """Cumulative histograms by raw key (see abi.decode_hist_key / abi.decode_hist): those
         of the slot table and of the `hists` map, added up for a key found in both."""
         assert self.hists is not None
-        out, self._hist_at = self._read_both(self.hists, "hist_slots", abi.HIST_SLOTS,
-                                             abi.HIST_SLOT, add_hists)
+        out, self._hist_at = self._read_both(self.hists, abi.HIST_SLOTS, add_hists)
         return out
 
     def delete_hists(self, keys: list[bytes]) -> None:
@@ -320,12 +321,12 @@ class Probes:
         for k in keys:
             self.hists.delete(k)
             for i, tag in self._hist_at.pop(k, ()):
-                self._free_slot(abi.HIST_SLOTS, i, tag)
+                self._free(abi.HIST_SLOTS, i, tag)
 
-    def _free_slot(self, table: int, index: int, tag: int) -> bytes | None:
+    def _free(self, table: int, index: int, tag: int) -> bytes | None:
         """Runs `free_slot`: the slot's last file_stat (file slots) when it was still `tag`'s."""
-        ret, out = self.objects[OBJECTS[0]].program("free_slot").run_ctx(
-            abi.FREE_SLOT_REQUEST.pack(table, index, tag, b""))
+        assert self._free_slot is not None
+        ret, out = self._free_slot.run_ctx(abi.FREE_SLOT_REQUEST.pack(table, index, tag, b""))
         return abi.FREE_SLOT_REQUEST.unpack(out)[3] if ret == 0 else None
 
     def read_threads(self) -> dict[int, bytes]:
@@ -342,8 +343,7 @@ class Probes:
         """Cumulative per-file counters by raw key (abi.decode_file_key / abi.FILE_STAT): those
         of the slot table and of the `file_stats` map, added up for a key found in both."""
         assert self.file_stats is not None
-        out, self._file_at = self._read_both(self.file_stats, "file_slots", abi.FILE_SLOTS,
-                                             abi.FILE_SLOT, add_file_stats)
+        out, self._file_at = self._read_both(self.file_stats, abi.FILE_SLOTS, add_file_stats)
         return out
 
     def next_epoch(self) -> int:
@@ -366,7 +366,7 @@ class Probes:
         for k in keys:
             value = self.file_stats.take(k)
             for i, tag in self._file_at.pop(k, ()):
-                last = self._free_slot(abi.FILE_SLOTS, i, tag)
+                last = self._free(abi.FILE_SLOTS, i, tag)
                 if last is not None:
                     value = last if value is None else add_file_stats(value, last)
             if value is not None:
@@ -457,9 +457,10 @@ class Probes:
         if self._ring:
             self._ring.close()
             self._ring = None
-        for slots in self._slots.values():
+        for slots in self._slots:
             slots.close()
         self._slots.clear()
+        self._track = self._free_slot = None
         for obj in self.objects.values():
             obj.close()
         self.objects.clear()

@@ -68,13 +68,6 @@ class TracerMeter:
         self.start_wall_s = time.monotonic()
         self._last = (self.setup_cpu_s, self.start_wall_s)
 
-    def add_setup(self, cpu_s: float) -> None:
-        """Start-up work that ran after tracing began (an import in a background thread), with
-        its CPU measured by that thread: counted as start-up, not as tracing. Call it before the
-        first read after that work began."""
-        self.setup_cpu_s += cpu_s
-        self._last = (self._last[0] + cpu_s, self._last[1])
-
     def read(self, advance: bool = True) -> TracerCpu:
         """Now; `advance` starts the next interval (the live readings), False leaves it."""
         cpu, wall = time.process_time(), time.monotonic()

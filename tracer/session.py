@@ -64,8 +64,8 @@ def _preload() -> threading.Thread:
 class NoPandas:
     """Keeps pandas out of the tracer process while it traces. The tracer never uses pandas,
     but pyarrow imports it, where installed, at its first conversion of Python values (the
-    first interval's Parquet rows): 46 MiB of resident memory and 0.3-0.5 s of CPU, for
-    nothing. pyarrow goes without it when the import fails, and a later import (after
+    first interval's Parquet rows): 46 MiB of resident memory and about 0.1 s of CPU here,
+    for nothing. pyarrow goes without it when the import fails, and a later import (after
     remove()) works as usual. Has no effect where pandas is imported already."""
 
     def find_spec(self, name: str, path=None, target=None):
@@ -215,7 +215,6 @@ class Session:
         self.stop_reason: str | None = None
         self._forget_next: set[int] = set()
         self._finishing = False
-        self._frozen = False  # gc.freeze() done (at the first interval)
         self.final_findings: list = []
         self.command_log: Path | None = None
 
@@ -291,8 +290,8 @@ class Session:
         from tracer.sinks.parquet import TraceWriter
         from tracer.ui import LinePrinter, LiveView
 
-        # The tracer's own CPU from here: the imports above end in the background while the
-        # first interval runs, and are start-up, not the steady cost of tracing.
+        # The tracer's own CPU from here: what came before is start-up, not the steady cost of
+        # tracing.
         self.meter = TracerMeter()
         self.aggregator = Aggregator(self.processes, self.files)
         self.writer = TraceWriter(self.opts.output, self._meta(start_ns), roll_s=self.opts.roll_s)
@@ -310,6 +309,9 @@ class Session:
             self.view.start()
         else:
             self.lines = LinePrinter(self.out, self.opts.interval_s)
+        # Start-up is over: what the imports made lives as long as the process, so the garbage
+        # collector's full passes need not walk it again (one took 40 ms).
+        gc.freeze()
 
     def _meta(self, start_ns: int) -> dict:
         try:
@@ -421,11 +423,6 @@ class Session:
 
     def tick(self) -> Snapshot:
         """One interval: map deltas -> snapshot -> sinks; forget processes gone a while."""
-        if not self._frozen:
-            # Start-up is over: what the imports made lives as long as the process, so the
-            # garbage collector's full passes need not walk it again (one took 40 ms).
-            gc.freeze()
-            self._frozen = True
         if self.match:
             self.discover()
         for proc in self.processes.alive():
