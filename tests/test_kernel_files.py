@@ -338,8 +338,11 @@ def test_live_view_of_a_real_trace_in_tmux(tmp_path):
     tmux("set-option", "-t", "live", "window-size", "manual")  # detached: keep 150x50
     tmux("resize-window", "-t", "live", "-x", "150", "-y", "50")
     try:
+        # The job's file can rank below the interpreter's own start-up reads in the first
+        # interval (cold, on a fresh clone): wait for an interval that has both.
         screen, deadline = "", time.monotonic() + 20
-        while time.monotonic() < deadline and "devices (iostat -x)" not in screen:
+        while time.monotonic() < deadline and not (
+                "devices (iostat -x)" in screen and "/etc/services" in screen):
             time.sleep(0.3)
             screen = tmux("capture-pane", "-p", "-t", "live")
         assert "devices (iostat -x)" in screen, screen
