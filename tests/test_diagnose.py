@@ -90,6 +90,13 @@ def test_cold_then_warm_reads_are_cold_cache():
     cold, warm = iv(2048), iv(0)  # 8 MiB read: all of it from disk, then none
     assert "cold_cache" in kinds(run([cold, cold, warm, warm, warm, warm, warm, warm]))
     assert "cold_cache" not in kinds(run([warm] * 8))
+    # A library's pages faulted in through its mapping (a row with no read; traces of the
+    # cold_cache scenario show torch's at exit) are no read's miss: the interval stays warm.
+    fault = {**file_row(MAIN, "main", "read", 0, 0, path="/venv/torch/lib/libtorch_cpu.so",
+                        missed=2048), "ops": 0}
+    exiting = (warm[0], [*warm[1], fault])
+    assert "cold_cache" in kinds(run([cold, cold, warm, warm, warm, warm, warm, exiting]))
+    assert "cold_cache" not in kinds(run([cold, cold, warm, warm, warm, warm, warm, iv(1024)]))
 
 
 def test_window_only_looks_at_recent_intervals():

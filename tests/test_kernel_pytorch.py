@@ -72,7 +72,10 @@ def test_healthy_storage_gets_no_io_finding(name, tmp_path, workdir):
 def test_cold_first_epoch_then_warm(tmp_path, workdir):
     """cold_cache, and the roles of re-forked workers across epochs."""
     final, _, procs, _ = trace_scenario("cold_cache", tmp_path, workdir)
-    assert "cold_cache" in set(final.kind), final[["kind", "summary"]].to_string()
+    reads = pd.read_parquet(tmp_path / "trace" / "files").query("op == 'read'")
+    by_interval = reads.groupby("ts", observed=True)[["bytes", "pages_missed"]].sum()
+    assert "cold_cache" in set(final.kind), (final[["kind", "summary"]].to_string() + "\n"
+                                             + by_interval.to_string())
     workers = procs[procs.role == "dataloader_worker"]
     main = procs[procs.role == "main"].pid.iloc[0]
     assert (workers.ppid == main).all()

@@ -170,8 +170,8 @@ class Diagnosis:
                 opens += f["ops"]
             if f["op"] == "read":
                 read_bytes += f["bytes"]
-                missed += f["pages_missed"] * self.page_size
-                if f["bytes"]:
+                if f["bytes"]:  # pages faulted in through a mapping (no read) are not a read's miss
+                    missed += f["pages_missed"] * self.page_size
                     files_read[(f["path"], f["fs_type"])] += f["bytes"]
                 if f["role"] == MAIN:
                     own_read[main] += f["latency_sum_ns"]
