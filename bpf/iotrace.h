@@ -102,6 +102,25 @@ struct file_stat {
 	__u64 max_epoch;      /* user space advances the interval number (max_epoch in .data.epoch) */
 };
 
+/* A block request in flight (block.bpf.c), from its start to its end; user space reads the
+ * records left at the end (loader.py). */
+struct rq_start {
+	__u64 insert_ns;
+	__u64 issue_ns;
+	struct file_id file; /* dev 0: unknown */
+	__u32 tgid;
+	__u32 data_len;
+	__u32 dev; /* the disk, read once when the request starts */
+	__u8 op;
+	__u8 attribution;
+};
+
+/* A slot of block.bpf.c's `rq_slots`: the request holding it, and its record. */
+struct rq_slot {
+	__u64 rq; /* the request holding the slot, 0 when free */
+	struct rq_start s;
+};
+
 /* A slot of `hist_slots` (maps.bpf.h): the histogram of the key holding it. */
 struct hist_slot {
 	__u64 tag; /* slot_tag() of `key`; 0: the slot is free */

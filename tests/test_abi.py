@@ -28,6 +28,8 @@ int main(void) {
     S(thread_time); S(tracked_info); O(iot_file_event, names); O(thread_time, comm);
     S(hist_slot); O(hist_slot, key); O(hist_slot, h); S(file_slot); O(file_slot, key);
     O(file_slot, st); S(free_slot_request); O(free_slot_request, st);
+    S(rq_start); O(rq_start, issue_ns); O(rq_start, tgid); O(rq_start, data_len); O(rq_start, op);
+    S(rq_slot); O(rq_slot, s);
     printf("slot_tag_small %llu\nslot_tag_big %llu\n", (unsigned long long)slot_tag(1, 2, 3),
            (unsigned long long)slot_tag(~0ull, 0x123456789abcdefull, 6));
     printf("IOT_MAX_SLOTS %d\nIOT_COMM_LEN %d\n", IOT_MAX_SLOTS, IOT_COMM_LEN);
@@ -147,3 +149,14 @@ def test_slot_tags_checked_against_their_keys():
     hrows = np.frombuffer(hraw + abi.HIST_SLOT.pack(htag ^ 2, hkey, bytes(abi.HIST_SIZE)),
                           dtype="<u8").reshape(2, -1)
     assert abi.slot_tags_ok(abi.HIST_SLOTS, hrows).tolist() == [True, False]
+
+
+def test_block_request_records(c_layout):
+    """The records of block requests in flight, which user space reads at the end for requests
+    whose end no completion program saw (loader.Probes.block_unseen)."""
+    assert c_layout["rq_start"] == abi.RQ_START.size
+    assert c_layout["rq_slot"] == abi.RQ_SLOT.size and c_layout["rq_slot.s"] == 8
+    fields = abi.RQ_START.unpack(abi.RQ_START.pack(1, 2, 3, 0, 4, 5, 6, 7, 8, 9))
+    assert fields == (1, 2, 3, 0, 4, 5, 6, 7, 8, 9)  # offsets below follow this order
+    assert (c_layout["rq_start.issue_ns"], c_layout["rq_start.tgid"],
+            c_layout["rq_start.data_len"], c_layout["rq_start.op"]) == (8, 32, 36, 44)

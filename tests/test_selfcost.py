@@ -80,8 +80,16 @@ def test_summary_block_names_full_maps_and_missing_stats():
     assert len(lines) == 2  # no program table
 
 
+def test_summary_block_names_block_requests_that_ended_unseen():
+    lines = render_self_cost(cost(block_unseen_requests=3, block_unseen_bytes=12288))
+    assert lines[1].endswith(
+        "0 events lost, 0 map-full drops; 3 block requests (12.0 KiB) ended unseen: the kernel ran "
+        "no completion program for them, so the block layer's counts are short by them.")
+
+
 def test_meta_is_json_and_round_trips():
-    c = cost(events_lost=3, map_full_drops={"hists": 1, "file_stats": 2})
+    c = cost(events_lost=3, map_full_drops={"hists": 1, "file_stats": 2},
+             block_unseen_requests=2, block_unseen_bytes=8192)
     meta = json.loads(json.dumps(c.meta(), allow_nan=False))
     assert meta["totals"] == {"run_cnt": 44_044, "run_time_ns": 18_686_000, "ns_per_run": 424.3}
     assert meta["programs"][0] == {"object": "syscall", "name": "enter_a", "section": "tracepoint",
@@ -95,6 +103,8 @@ def test_meta_is_json_and_round_trips():
     assert render_self_cost(back) == render_self_cost(c)
     assert back.map_full_drops == {"hists": 1, "file_stats": 2}
     assert back.map_entries == c.map_entries
+    assert meta["block_completions_unseen"] == {"requests": 2, "bytes": 8192}
+    assert (back.block_unseen_requests, back.block_unseen_bytes) == (2, 8192)
 
 
 def test_format_count():

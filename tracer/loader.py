@@ -53,7 +53,8 @@ STATS_SYSCTL = "/proc/sys/kernel/bpf_stats_enabled"
 # programs are raw_tp only: they index a table by the request's address, a number in raw_tp
 # and a pointer that the verifier allows no such arithmetic on in tp_btf.
 RAW_TP_FIRST = frozenset({"block_io_start", "block_rq_insert", "block_rq_issue",
-                          "block_rq_complete", "block_rq_merge", "block_io_done",
+                          "block_rq_requeue", "block_rq_complete", "block_rq_merge",
+                          "block_io_done",
                           "mm_filemap_add_to_page_cache", "sys_enter", "sys_exit"})
 # Test and debugging knob: comma-separated fallbacks to force on a kernel that has the better
 # path, so the fallbacks are exercised too: "raw_tp" (no tp_btf), "no_block_io_start".
@@ -109,6 +110,19 @@ class HostCannotTrace(RuntimeError):
     """This host cannot run iotrace's programs (privilege, BTF, libbpf)."""
 
 
+def _disks_in_flight() -> dict[int, int]:
+    """Requests each disk has in flight now (reads and writes; /sys/block/*/inflight), by the
+    device number block.bpf.c records (major << 20 | minor)."""
+    out = {}
+    for d in Path("/sys/block").iterdir():
+        try:
+            major, minor = map(int, (d / "dev").read_text().split(":"))
+            out[major << 20 | minor] = sum(map(int, (d / "inflight").read_text().split()))
+        except (OSError, ValueError):
+            continue
+    return out
+
+
 def _load_failure_reason(log: list[str]) -> str:
     """The verifier's one-line reason from libbpf's messages (the line before 'processed N insns'),
     else libbpf's last message; IOTRACE_DEBUG=1 shows everything."""
@@ -155,6 +169,9 @@ class Probes:
         self.epoch: Map | None = None
         self._lost: Map | None = None
         self._map_full: Map | None = None
+        self._unseen: Map | None = None
+        self._rq_slots: Map | None = None
+        self._rq_starts: Map | None = None
         self._stats_fd: int | None = None
         self._stats_since: float | None = None  # monotonic time stats were last turned on
         self._stats_s = 0.0  # seconds they were on before that
@@ -225,6 +242,10 @@ class Probes:
         ncpu = _libbpf.num_possible_cpus()
         self._lost = Map(shared["events_lost"], 4, 8 * ncpu)
         self._map_full = Map(shared["map_full"], 4, 8 * ncpu)
+        block = self.objects["block"]
+        self._unseen = Map(block.map_fd("block_unseen"), 4, 8 * ncpu)
+        self._rq_slots = Map(block.map_fd(RQ_SLOTS), 4, abi.RQ_SLOT.size)
+        self._rq_starts = Map(block.map_fd("rq_starts"), 8, abi.RQ_START.size)
 
     def _choose_programs(self, obj: BpfObject) -> None:
         """Keeps the tp_btf twin of each program where the kernel's BTF has the tracepoint,
@@ -390,6 +411,35 @@ class Probes:
         assert self._map_full is not None
         return {name: self._percpu_sum(self._map_full, i)
                 for i, name in enumerate(abi.MAP_FULL_MAPS)}
+
+    def block_unseen(self, leftovers: bool = False) -> tuple[int, int]:
+        """(requests, bytes) of traced block requests that were issued and whose end no
+        completion program saw (block.bpf.c, `block_unseen`), cumulative: those found when
+        their address started a new request, and with `leftovers` (at the end of a trace) the
+        records still held. A request still in flight holds one too: of each disk's records
+        issued before this call, as many as the disk has requests in flight now are taken to
+        be those, the rest ended unseen. So the leftovers are exact on a disk only traced
+        processes use, and a lower bound on a disk others keep busy too."""
+        assert self._unseen is not None and self._rq_slots is not None
+        requests, nbytes = self._percpu_sum(self._unseen, 0), self._percpu_sum(self._unseen, 1)
+        if not leftovers:
+            return requests, nbytes
+        since_ns = time.monotonic_ns()  # the clock of bpf_ktime_get_ns()
+        in_flight = _disks_in_flight()  # read after since_ns and before the records
+        issued: dict[int, list[int]] = {}  # disk -> data_len of records issued before since_ns
+        records = [abi.RQ_SLOT.unpack(v)[1:] for _, v in self._rq_slots.items()
+                   if int.from_bytes(v[:8], "little")]
+        assert self._rq_starts is not None
+        records += [abi.RQ_START.unpack(v) for _, v in self._rq_starts.items()]
+        for _, issue_ns, _, _, _, _, data_len, dev, _, _ in records:
+            if 0 < issue_ns < since_ns:
+                issued.setdefault(dev, []).append(data_len)
+        for dev, lengths in issued.items():
+            n = len(lengths) - in_flight.get(dev, len(lengths))  # unknown disk: none counted
+            if n > 0:
+                requests += n
+                nbytes += sum(sorted(lengths)[:n])  # the least it can be
+        return requests, nbytes
 
     # -- own cost -------------------------------------------------------------------------------
     def enable_stats(self) -> str | None:

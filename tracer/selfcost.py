@@ -99,6 +99,10 @@ class SelfCost:
     map_entries: dict[str, int] = field(default_factory=dict)  # max_entries by map
     stats_seconds: float = 0.0  # seconds the kernel counted the programs' runs (see STATS_MODES)
     stats_mode: str = "always"
+    # traced block requests whose end no completion program saw (loader.Probes.block_unseen):
+    # in no histogram, since their latency is unknown
+    block_unseen_requests: int = 0
+    block_unseen_bytes: int = 0
 
     @property
     def bpf_cpu_pct(self) -> float | None:
@@ -153,6 +157,8 @@ class SelfCost:
                        "ns_per_run": _round(self.ns_per_run)},
             "events_lost": self.events_lost,
             "map_full_drops": dict(self.map_full_drops),
+            "block_completions_unseen": {"requests": self.block_unseen_requests,
+                                         "bytes": self.block_unseen_bytes},
             "map_entries": dict(self.map_entries),
             "tracer": {"cpu_seconds": round(t.cpu_s, 6),
                        "setup_cpu_seconds": round(t.setup_cpu_s, 6),
@@ -172,6 +178,7 @@ class SelfCost:
         tracer = TracerCpu(float(t.get("cpu_seconds") or 0), float(t.get("setup_cpu_seconds") or 0),
                            float(t.get("tracing_seconds") or 0), t.get("cpu_pct"), None,
                            int(t.get("peak_rss_bytes") or 0))
+        unseen = d.get("block_completions_unseen") or {}
         unavailable = stats.get("unavailable")
         if not stats.get("enabled", True) and not unavailable:
             unavailable = "BPF stats were off"
@@ -179,7 +186,8 @@ class SelfCost:
                    {str(k): int(v) for k, v in (d.get("map_full_drops") or {}).items()}, tracer,
                    unavailable, stats.get("previous_sysctl"),
                    {str(k): int(v) for k, v in (d.get("map_entries") or {}).items()},
-                   float(stats.get("seconds_counted") or 0), str(stats.get("mode") or "always"))
+                   float(stats.get("seconds_counted") or 0), str(stats.get("mode") or "always"),
+                   int(unseen.get("requests") or 0), int(unseen.get("bytes") or 0))
 
 
 def _round(v: float | None) -> float | None:
@@ -216,6 +224,10 @@ def render_self_cost(cost: SelfCost, top: int = TOP_PROGRAMS) -> list[str]:
     full = [f"{name} {n}" for name, n in cost.map_full_drops.items() if n]
     if full:
         drops += f" ({', '.join(full)}: counts of those operations are missing)"
+    if cost.block_unseen_requests:
+        drops += (f"; {cost.block_unseen_requests} block requests "
+                  f"({format_bytes(cost.block_unseen_bytes)}) ended unseen: the kernel ran no "
+                  "completion program for them, so the block layer's counts are short by them")
     lines = ["", f"iotrace's own cost: {bpf}; tracer {_pct_text(t.cpu_pct)} of one core "
              f"({t.cpu_s:.2f} s CPU, {t.setup_cpu_s:.2f} s of it start-up), peak RSS "
              f"{format_bytes(t.peak_rss_bytes)}; {cost.events_lost} events lost, {drops}."]

@@ -521,10 +521,12 @@ class Session:
             programs = tuple(ProgramCost(obj, name, sec, st.run_cnt, st.run_time_ns,
                                          st.recursion_misses)
                              for obj, name, sec, st in self.probes.program_stats())
+        # at the end (advance False) with the requests left in flight that ended unseen
+        unseen = self.probes.block_unseen(leftovers=not advance)
         return SelfCost(programs, self.probes.events_lost(), self.probes.map_full_drops(),
                         self.meter.read(advance), self.stats_unavailable,
                         self.probes.stats_before, dict(self.probes.max_entries),
-                        self.probes.stats_seconds, self.opts.bpf_stats)
+                        self.probes.stats_seconds, self.opts.bpf_stats, *unseen)
 
     def _write_processes(self, pids) -> None:
         assert self.writer is not None
