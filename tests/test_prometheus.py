@@ -50,7 +50,8 @@ def cost(i: int) -> SelfCost:
              ProgramCost("syscall", "enter_x", "tracepoint", 1000 * (i + 1), 300_000 * (i + 1),
                          i))
     tracer = TracerCpu(0.5 + 0.1 * i, 0.4, float(i + 1), 10.0, 10.0, (100 + i) << 20)
-    return SelfCost(progs, [0, 5, 3][i], {"file_stats": 7 * i, "hists": 0}, tracer)
+    return SelfCost(progs, [0, 5, 3][i], {"file_stats": 7 * i, "hists": 0}, tracer,
+                    block_unseen_requests=2 * i, block_unseen_bytes=8192 * i)
 
 
 def intervals() -> list[tuple[Snapshot, list[dict], list, list[dict], int]]:
@@ -239,6 +240,7 @@ def test_self_cost(scrapes):
     assert val(smp, "iotrace_self_map_full_drops_total", map="file_stats") == 14
     assert {dict(lab)["map"] for (n, lab) in smp if n == "iotrace_self_map_full_drops_total"} == \
         set(MAP_FULL_MAPS)
+    assert val(smp, "iotrace_self_block_completions_unseen_total") == 4
     assert val(smp, "iotrace_self_cpu_seconds_total") == pytest.approx(0.7)
     assert val(smp, "iotrace_self_peak_resident_memory_bytes") == 102 << 20
 
@@ -254,6 +256,7 @@ def test_types_and_help(scrapes):
             "iotrace_self_bpf_runs": "counter", "iotrace_self_bpf_run_seconds": "counter",
             "iotrace_self_bpf_recursion_misses": "counter", "iotrace_self_bpf_stats_enabled": "gauge",
             "iotrace_self_map_full_drops": "counter", "iotrace_self_cpu_seconds": "counter",
+            "iotrace_self_block_completions_unseen": "counter",
             "iotrace_self_peak_resident_memory_bytes": "gauge"}
     for name, kind in want.items():
         assert fams[name].type == kind, name

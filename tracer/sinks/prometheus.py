@@ -22,6 +22,7 @@ Metrics (base units; docs/prometheus.md has the full description and example que
   iotrace_self_bpf_stats_enabled                     gauge, 1 when the kernel counts the above
   iotrace_self_bpf_stats_seconds_total               counter, seconds they were counted
   iotrace_self_map_full_drops_total{map}             counter, inserts refused by a full map
+  iotrace_self_block_completions_unseen_total        counter, block requests no program saw end
   iotrace_self_cpu_seconds_total                     counter, the tracer process's CPU
   iotrace_self_peak_resident_memory_bytes            gauge, the tracer process's peak RSS
   iotrace_last_update_timestamp_seconds              gauge, end of the last interval (Unix time)
@@ -138,6 +139,7 @@ class _State:
         self.bpf_stats_enabled = 0
         self.bpf_stats_s = 0.0
         self.map_full = dict.fromkeys(MAP_FULL_MAPS, 0)
+        self.block_unseen = 0
         self.cpu_s = 0.0
         self.peak_rss_bytes = 0
 
@@ -157,6 +159,7 @@ class _State:
         s.bpf_stats_enabled = self.bpf_stats_enabled
         s.bpf_stats_s = self.bpf_stats_s
         s.map_full = dict(self.map_full)
+        s.block_unseen = self.block_unseen
         s.cpu_s = self.cpu_s
         s.peak_rss_bytes = self.peak_rss_bytes
         return s
@@ -241,6 +244,7 @@ class PrometheusSink:
                                               p.recursion_misses or 0)
         for name, n in cost.map_full_drops.items():
             s.map_full[name] = max(s.map_full.get(name, 0), n)
+        s.block_unseen = max(s.block_unseen, cost.block_unseen_requests)
         s.cpu_s = max(s.cpu_s, cost.tracer.cpu_s)
         s.peak_rss_bytes = max(s.peak_rss_bytes, cost.tracer.peak_rss_bytes)
 
@@ -439,6 +443,13 @@ def _self_families(s: _State) -> Iterator[Metric]:
         labels=("map",))
     for m, n in sorted(s.map_full.items()):
         fam.add_metric([m], n)
+    yield fam
+    fam = CounterMetricFamily(
+        "iotrace_self_block_completions_unseen_total",
+        "Traced block requests whose end the kernel ran no completion program for (seen on 6.18 "
+        "guests): they are in no block histogram. Counted when the request's address is reused; "
+        "those still held when iotrace stops are in its summary and meta.json.")
+    fam.add_metric([], s.block_unseen)
     yield fam
     fam = CounterMetricFamily(
         "iotrace_self_cpu_seconds_total",
