@@ -68,7 +68,8 @@ static __always_inline struct rq_slot *rq_slot_of(__u64 rq)
 }
 
 /* Where request `rq` keeps its record from now on: its slot when free (or already its own: a
- * request that was never seen to end), else a new rq_starts entry. Fills it with `s`. */
+ * requeued request inserted again, before 6.5; rq_drop_unseen has dropped any other record at
+ * its address), else a new rq_starts entry. Fills it with `s`. */
 static __always_inline void rq_record(__u64 rq, const struct rq_start *s)
 {
 	struct rq_slot *slot = rq_slot_of(rq);
@@ -85,7 +86,7 @@ static __always_inline void rq_record(__u64 rq, const struct rq_start *s)
 	err = bpf_map_update_elem(&rq_starts, &rq, s, BPF_NOEXIST);
 	if (!err)
 		__sync_fetch_and_add(&rq_starts_used, 1);
-	else if (err == -IOT_EEXIST) /* a request never seen to end */
+	else if (err == -IOT_EEXIST) /* its own record: inserted again after a requeue */
 		bpf_map_update_elem(&rq_starts, &rq, s, BPF_EXIST);
 	else
 		count_map_full(IOT_MAP_RQ_STARTS, err);

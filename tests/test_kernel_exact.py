@@ -19,6 +19,9 @@ import pandas as pd
 import pytest
 
 from conftest import EXACT, IOTRACE, ROOT, needs_root, run_iotrace, unseen, warm
+from tracer import abi
+from tracer._libbpf import Map
+from tracer.loader import Probes
 
 pytestmark = [needs_root, pytest.mark.kernel]
 
@@ -455,10 +458,6 @@ def test_requests_left_in_flight_at_the_end_count_as_unseen():
     Records planted in the loaded (not attached) maps: two issued before the reading on an idle
     disk count; one never issued, one issued after the reading began and one on a disk that
     does not exist do not."""
-    from tracer import abi
-    from tracer._libbpf import Map
-    from tracer.loader import Probes
-
     unused = [d for d in Path("/sys/block").glob("loop*") if not (d / "loop").exists()]
     if not unused:
         pytest.skip("needs a loop device without a backing file (an idle disk)")
@@ -480,7 +479,7 @@ def test_requests_left_in_flight_at_the_end_count_as_unseen():
         for rq, rec in enumerate(planted, start=1):
             starts.update((rq << 6).to_bytes(8, "little"), abi.RQ_START.pack(*rec))
         slots = Map(block.map_fd("rq_slots"), 4, abi.RQ_SLOT.size)
-        slots.update(bytes(4), abi.RQ_SLOT.pack(99 << 6, *record(1, idle, 8192)))
+        slots.update(bytes(4), abi.RQ_SLOT.pack(99 << 6, abi.RQ_START.pack(*record(1, idle, 8192))))
         assert p.block_unseen() == (0, 0)  # during the trace: only what the programs found
         assert p.block_unseen(leftovers=True) == (2, 4096 + 8192)
     finally:

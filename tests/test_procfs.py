@@ -13,6 +13,7 @@ from tracer.procfs import (
     DiskCounters,
     NetCounters,
     ProcSampler,
+    in_flight_by_devt,
     parse_diskstats,
     parse_meminfo,
     parse_net_dev,
@@ -89,6 +90,13 @@ def test_parse_diskstats_14_18_20_fields() -> None:
     assert (nvme.reads, nvme.sectors_read, nvme.read_ms, nvme.in_flight) == (1000, 8000, 500, 2)
     assert (nvme.io_ms, nvme.queue_ms, nvme.discard_ms, nvme.flushes, nvme.flush_ms) == (
         1000, 900, 20, 5, 7)
+
+
+def test_in_flight_by_kernel_device_number() -> None:
+    """The requests in flight of each device, by major << 20 | minor (what block.bpf.c records
+    for a request's disk), for the leftovers of loader.Probes.block_unseen."""
+    text = _disk(8, 16, "sdb", *ELEVEN) + _disk(259, 3, "nvme0n1", *ELEVEN, 10, 1, 80, 20, 5, 7)
+    assert in_flight_by_devt(text) == {8 << 20 | 16: 2, 259 << 20 | 3: 2}
 
 
 def test_parse_stat() -> None:

@@ -64,9 +64,9 @@ FILE_STAT = struct.Struct("<7Q")
 HIST_SLOT = struct.Struct(f"<Q{HIST_KEY.size}s4x{HIST_SIZE}s")
 FILE_SLOT = struct.Struct(f"<Q{FILE_KEY.size}s{FILE_STAT.size}s")
 # struct rq_start (a block request in flight): insert_ns, issue_ns, file (dev, pad, ino), tgid,
-# data_len, dev, op, attribution; struct rq_slot: rq, then a struct rq_start
+# data_len, dev, op, attribution; struct rq_slot: rq (0: free), then a struct rq_start
 RQ_START = struct.Struct("<QQIIQIIIBB2x")
-RQ_SLOT = struct.Struct("<QQQIIQIIIBB2x")
+RQ_SLOT = struct.Struct(f"<Q{RQ_START.size}s")
 # enum iot_slot_table
 HIST_SLOTS, FILE_SLOTS = 0, 1
 # struct free_slot_request (proc.bpf.c's `free_slot` program): table, index, tag, file_stat out

@@ -26,6 +26,7 @@ from tracer._libbpf import (
     ProgStats,
     RingBuffer,
 )
+from tracer.procfs import in_flight_by_devt
 
 BPF_DIR = Path(__file__).parent / "bpf"
 PAGE_SHIFT = (os.sysconf("SC_PAGE_SIZE") - 1).bit_length()
@@ -108,19 +109,6 @@ def map_sizes_from_env(text: str | None = None) -> dict[str, int]:
 
 class HostCannotTrace(RuntimeError):
     """This host cannot run iotrace's programs (privilege, BTF, libbpf)."""
-
-
-def _disks_in_flight() -> dict[int, int]:
-    """Requests each disk has in flight now (reads and writes; /sys/block/*/inflight), by the
-    device number block.bpf.c records (major << 20 | minor)."""
-    out = {}
-    for d in Path("/sys/block").iterdir():
-        try:
-            major, minor = map(int, (d / "dev").read_text().split(":"))
-            out[major << 20 | minor] = sum(map(int, (d / "inflight").read_text().split()))
-        except (OSError, ValueError):
-            continue
-    return out
 
 
 def _load_failure_reason(log: list[str]) -> str:
@@ -424,14 +412,14 @@ class Probes:
         requests, nbytes = self._percpu_sum(self._unseen, 0), self._percpu_sum(self._unseen, 1)
         if not leftovers:
             return requests, nbytes
-        since_ns = time.monotonic_ns()  # the clock of bpf_ktime_get_ns()
-        in_flight = _disks_in_flight()  # read after since_ns and before the records
-        issued: dict[int, list[int]] = {}  # disk -> data_len of records issued before since_ns
-        records = [abi.RQ_SLOT.unpack(v)[1:] for _, v in self._rq_slots.items()
-                   if int.from_bytes(v[:8], "little")]
         assert self._rq_starts is not None
-        records += [abi.RQ_START.unpack(v) for _, v in self._rq_starts.items()]
-        for _, issue_ns, _, _, _, _, data_len, dev, _, _ in records:
+        since_ns = time.monotonic_ns()  # the clock of bpf_ktime_get_ns()
+        # read after since_ns and before the records
+        in_flight = in_flight_by_devt(Path("/proc/diskstats").read_text())
+        held = [rec for rq, rec in (abi.RQ_SLOT.unpack(v) for _, v in self._rq_slots.items()) if rq]
+        held += [v for _, v in self._rq_starts.items()]
+        issued: dict[int, list[int]] = {}  # disk -> data_len of records issued before since_ns
+        for _, issue_ns, _, _, _, _, data_len, dev, _, _ in map(abi.RQ_START.unpack, held):
             if 0 < issue_ns < since_ns:
                 issued.setdefault(dev, []).append(data_len)
         for dev, lengths in issued.items():

@@ -61,7 +61,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import NamedTuple
 
 SECTOR_BYTES = 512
@@ -128,15 +128,24 @@ def parse_diskstats(text: str) -> dict[str, DiskCounters]:
     - Requests and sectors are `unsigned long` (64-bit); the ms fields `unsigned int` (wrap at
       2**32); in flight is a gauge.
     """
-    disks: dict[str, DiskCounters] = {}
+    return {name: counters for _, _, name, counters in _diskstats_lines(text)}
+
+
+def in_flight_by_devt(text: str) -> dict[int, int]:
+    """Requests each device of /proc/diskstats has in flight now, by the device number as the
+    kernel keeps it (major << 20 | minor: what BPF programs read from a gendisk)."""
+    return {major << 20 | minor: c.in_flight for major, minor, _, c in _diskstats_lines(text)}
+
+
+def _diskstats_lines(text: str) -> Iterator[tuple[int, int, str, DiskCounters]]:
+    """(major, minor, name, counters) of each line of /proc/diskstats (see parse_diskstats)."""
     for line in text.splitlines():
         fields = line.split()
         if len(fields) < 14:
             continue
         numbers = [int(x) for x in fields[3 : 3 + _DISK_FIELDS]]
         numbers.extend([0] * (_DISK_FIELDS - len(numbers)))
-        disks[fields[2]] = DiskCounters(*numbers)
-    return disks
+        yield int(fields[0]), int(fields[1]), fields[2], DiskCounters(*numbers)
 
 
 class CpuTimes(NamedTuple):

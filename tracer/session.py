@@ -513,18 +513,19 @@ class Session:
         self.probes.enable_stats()
         self._stats_off_at = now + STATS_SHARE * self.opts.interval_s
 
-    def self_cost(self, advance: bool = True) -> SelfCost:
-        """iotrace's own cost so far (`advance`: a new interval starts for the CPU share)."""
+    def self_cost(self, final: bool = False) -> SelfCost:
+        """iotrace's own cost so far, where a new interval starts for the CPU share; `final`: the
+        last reading, where none starts and the requests left in flight that ended unseen are
+        counted too."""
         assert self.meter is not None
         programs = ()
         if self.stats_unavailable is None:
             programs = tuple(ProgramCost(obj, name, sec, st.run_cnt, st.run_time_ns,
                                          st.recursion_misses)
                              for obj, name, sec, st in self.probes.program_stats())
-        # at the end (advance False) with the requests left in flight that ended unseen
-        unseen = self.probes.block_unseen(leftovers=not advance)
+        unseen = self.probes.block_unseen(leftovers=final)
         return SelfCost(programs, self.probes.events_lost(), self.probes.map_full_drops(),
-                        self.meter.read(advance), self.stats_unavailable,
+                        self.meter.read(not final), self.stats_unavailable,
                         self.probes.stats_before, dict(self.probes.max_entries),
                         self.probes.stats_seconds, self.opts.bpf_stats, *unseen)
 
@@ -565,7 +566,7 @@ class Session:
                 self.writer.update_meta(gpu=self.gpu.meta())
             self.writer.add("findings", [f.row(snap.ts_ns) for f in findings])
             self.final_findings = findings
-            cost = self.self_cost(advance=False)
+            cost = self.self_cost(final=True)
             self.writer.close(stop_ns=self.clock.now_ns(), stop_reason=self.stop_reason,
                               events_lost=cost.events_lost, self_cost=cost.meta())
         lost = cost.events_lost if cost else self.probes.events_lost()
