@@ -74,3 +74,20 @@ def test_child_seen_in_both_while_alive(probes):
     finally:
         shell.stdin.close()
         shell.wait(timeout=10)
+
+
+def test_worker_found_at_attach_is_marked_as_the_kernel_marks_one(probes):
+    """A DataLoader worker that named itself before iotrace attached: `track(worker=True)`
+    flags it as the kernel's task_rename would have, so its wake-ups count as a worker's."""
+    sleeper = subprocess.Popen(["sleep", "30"])
+    try:
+        probes.track(sleeper.pid, os.getpid(), worker=True)
+        info = abi.TRACKED_INFO.unpack(probes.tracked.lookup(abi.TGID.pack(sleeper.pid)))
+        assert info == (os.getpid(), abi.TRACKED_WORKER)
+        probes.track(sleeper.pid, os.getpid())
+        info = abi.TRACKED_INFO.unpack(probes.tracked.lookup(abi.TGID.pack(sleeper.pid)))
+        assert info == (os.getpid(), 0)
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+

@@ -50,8 +50,8 @@ PROC_EVENT = struct.Struct(f"<IIIiQ{COMM_LEN}sI4x")
 # tracked map: u32 tgid -> struct tracked_info {root, flags}
 TGID = struct.Struct("<I")
 TRACKED_INFO = struct.Struct("<II")
-# struct track_request (proc.bpf.c's `track` program): tgid, root
-TRACK_REQUEST = struct.Struct("<II")
+# struct track_request (proc.bpf.c's `track` program): tgid, root, flags
+TRACK_REQUEST = struct.Struct("<III")
 # struct thread_time: tgid, state, since_ns, oncpu, runnable, sleep, iowait, woken_ns[4], comm
 THREAD_TIME = struct.Struct(f"<IB3xQ4Q4Q{COMM_LEN}s")
 # struct file_key: tgid, dev, ino, op

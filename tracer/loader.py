@@ -262,10 +262,13 @@ class Probes:
                 self.features[tp] = sec.split("/", 1)[0]
 
     # -- tracking and attaching -----------------------------------------------------------------
-    def track(self, pid: int, root: int = 0) -> None:
-        """Adds a process (TGID) to the in-kernel filter; its future children follow by fork."""
+    def track(self, pid: int, root: int = 0, worker: bool = False) -> None:
+        """Adds a process (TGID) to the in-kernel filter; its future children follow by fork.
+        `worker`: it already named itself pt_data_worker (found running at attach), so the
+        kernel marks it as it marks a worker it sees rename itself."""
         assert self._track is not None
-        err = self._track.run(abi.TRACK_REQUEST.pack(pid, root))
+        flags = abi.TRACKED_WORKER if worker else 0
+        err = self._track.run(abi.TRACK_REQUEST.pack(pid, root, flags))
         if err:
             raise LibbpfError(err, f"track {pid}: {os.strerror(err)}")
 

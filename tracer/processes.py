@@ -6,6 +6,7 @@ already existed at attach time, by one look at /proc through psutil.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 import psutil
@@ -60,6 +61,23 @@ def ns_pid(pid: int, proc: str = "/proc") -> int | None:
     return None
 
 
+def pin_threads(pid: int, proc: str = "/proc") -> set[int]:
+    """The threads of `pid` that named themselves pt_data_pin (the pin-memory thread)."""
+    out = set()
+    try:
+        tids = os.listdir(f"{proc}/{pid}/task")
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            with open(f"{proc}/{pid}/task/{tid}/comm") as f:
+                if f.read().strip() == PIN_COMM:
+                    out.add(int(tid))
+        except (OSError, ValueError):
+            continue
+    return out
+
+
 def _cmdline(pid: int) -> str:
     try:
         return " ".join(psutil.Process(pid).cmdline())
@@ -80,6 +98,7 @@ class ProcessTable:
         with p.oneshot():
             proc = Process(pid, p.ppid(), p.name(), is_target, _cmdline(pid), self.clock.now_ns())
         proc.ns_pid = ns_pid(pid)
+        proc.pin_tids = pin_threads(pid)  # named before the attach: no rename event to come
         self.by_pid[pid] = proc
         return proc
 

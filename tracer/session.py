@@ -173,6 +173,18 @@ class HeldChild:
         return self.status is not None
 
 
+def _job_of(pid: int) -> int:
+    """The training process behind a DataLoader worker's parent: the parent itself, or the
+    process that started it when it is a multiprocessing forkserver."""
+    try:
+        proc = psutil.Process(pid)
+        if "multiprocessing.forkserver" in " ".join(proc.cmdline()):
+            return proc.ppid()
+    except psutil.Error:
+        pass
+    return pid
+
+
 def _gone(pid: int) -> bool:
     try:
         return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
@@ -243,7 +255,7 @@ class Session:
             self.child = HeldChild(self.opts.command, self.command_log)
             self.processes.add_started(self.child.pid, os.getpid(), self.opts.command)
             self.probes.track(self.child.pid)
-        for pid in self.opts.pids:
+        for pid in self._targets(self.opts.pids):
             self.add_target(pid)
         if self.opts.auto:
             self.discover()
@@ -273,7 +285,8 @@ class Session:
         elif self.opts.command:
             what = " ".join(self.redact.argv(self.opts.command))
         else:
-            what = "PID " + " ".join(map(str, self.opts.pids))
+            what = "PID " + " ".join(map(str, sorted(p.pid for p in self.processes.by_pid.values()
+                                                     if p.is_target)))
         if self.child:
             self.child.release()  # programs are attached: the command is traced from its exec
         print(f"Tracing I/O of {what} and its descendants... Hit Ctrl-C to end.",
@@ -330,17 +343,43 @@ class Session:
             "events_lost": 0, "self_cost": None,
         }
 
+    def _targets(self, pids: list[int]) -> list[int]:
+        """The processes to trace as `main` for the PIDs given (`$(pgrep -f train.py)` lists a
+        trainer and its DataLoader workers alike): a PID below another given one is traced as
+        its descendant, with the role its name and place give it; a DataLoader worker given
+        without its parent stands for its training process, which is traced instead."""
+        given, out = set(pids), []
+        for pid in pids:
+            try:
+                proc = psutil.Process(pid)
+                if given & {p.pid for p in proc.parents()}:
+                    continue
+                if proc.name() == WORKER_COMM:
+                    parent = _job_of(proc.ppid())
+                    print(f"iotrace: PID {pid} is a DataLoader worker: tracing its training "
+                          f"process, PID {parent}, and its descendants", file=self.err,
+                          flush=True)
+                    pid = parent
+            except psutil.Error:
+                pass  # gone: add_target says so
+            if pid not in out:
+                out.append(pid)
+        return out
+
     def add_target(self, pid: int) -> None:
         """Traces a process and its descendants: the kernel follows its forks from now on, the
-        ones alive now are found in /proc."""
+        ones alive now are found in /proc and marked in the kernel as if it had seen them
+        start (a DataLoader worker as a worker)."""
         if self.processes.get(pid) is not None:
             return
-        self.probes.track(pid)  # first: its forks from now on are followed in the kernel
         try:
+            proc = psutil.Process(pid)
+            # first: its forks from now on are followed in the kernel
+            self.probes.track(pid, worker=proc.name() == WORKER_COMM)
             self.processes.add_existing(pid, is_target=True)
-            for kid in psutil.Process(pid).children(recursive=True):
+            for kid in proc.children(recursive=True):
                 if kid.pid != os.getpid() and self.processes.get(kid.pid) is None:
-                    self.probes.track(kid.pid, pid)
+                    self.probes.track(kid.pid, pid, worker=kid.name() == WORKER_COMM)
                     self.processes.add_existing(kid.pid, is_target=False)
         except psutil.NoSuchProcess:
             self.processes.mark_gone(pid)
@@ -364,17 +403,12 @@ class Session:
 
     def _discovered(self, pid: int) -> None:
         """A training process was found: trace it (or the process behind its forkserver)."""
-        try:
-            proc = psutil.Process(pid)
-            if "multiprocessing.forkserver" in " ".join(proc.cmdline()):
-                pid = proc.ppid()
-        except psutil.Error:
-            return
+        pid = _job_of(pid)
         if pid in (0, 1, os.getpid()):
             return
         owners = self.processes.owners()
-        if pid in owners:
-            return  # already traced (a target or a descendant of one)
+        if pid in owners or not psutil.pid_exists(pid):
+            return  # already traced (a target or a descendant of one), or gone
         self.add_target(pid)
         print(f"Tracing PID {pid} ({self.processes.get(pid).comm if self.processes.get(pid) else '?'})"
               " and its descendants", file=self.err, flush=True)

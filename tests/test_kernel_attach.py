@@ -1,0 +1,158 @@
+"""Right on a running job: real PyTorch jobs traced from their start and attached to while
+their DataLoader workers already run (as users attach)."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+import psutil
+import pytest
+
+from conftest import IOTRACE, ROOT, needs_root
+from tracer.diagnose import STATES
+from tracer.roles import WORKER_COMM
+
+torch = pytest.importorskip("torch", reason="the PyTorch scenarios need torch (pip install torch)")
+from tracer.workloads.scenarios import Output, prepare  # noqa: E402
+
+pytestmark = [needs_root, pytest.mark.kernel]
+
+
+@dataclass
+class Traced:
+    out: Path
+    job: Output
+    stderr: str
+
+    def table(self, name: str) -> pd.DataFrame:
+        return pd.read_parquet(self.out / name)
+
+    def final_findings(self) -> pd.DataFrame:
+        f = self.table("findings")
+        return f[f.ts == f.ts.max()].sort_values("severity", ascending=False)
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    return tmp_path_factory.mktemp("attach")
+
+
+def launched(sc, out: Path, extra: list[str]) -> Traced:
+    """`iotrace -- CMD`: traced from its first instruction."""
+    sc.prepare_cache()
+    tracer = subprocess.run([*IOTRACE, "-o", str(out), "--", *sc.argv, *extra], cwd=ROOT,
+                            env=sc.env, capture_output=True, text=True, timeout=300)
+    assert tracer.returncode == 0, tracer.stderr[-2000:]
+    # the command's output went to the terminal-less tracer's stdout: parse what it printed
+    from tracer.workloads.scenarios import parse_output
+
+    return Traced(out, parse_output(0, tracer.stdout, tracer.stderr), tracer.stderr)
+
+
+def attached(sc, out: Path, extra: list[str], pids_of=lambda run, workers: [run.pid],
+             others: tuple[int, ...] = ()) -> Traced:
+    """`iotrace --pid ...` once the job trains and its DataLoader workers run."""
+    run = sc.start(ready=True, extra_args=extra)
+    run.go()
+    job = psutil.Process(run.pid)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        workers = [c.pid for c in job.children() if c.name() == WORKER_COMM]
+        if workers:
+            break
+        time.sleep(0.05)
+    else:
+        pytest.fail("the job started no DataLoader worker")
+    time.sleep(0.5)  # the workers read by now
+    pids = [*pids_of(run, workers), *others]
+    tracer = subprocess.Popen([*IOTRACE, "--pid", *map(str, pids), "-o", str(out)], cwd=ROOT,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = tracer.stderr.readline()
+        assert line.startswith("Tracing"), line + tracer.stderr.read()
+        result = run.wait(timeout=300)
+        assert result.returncode == 0, result.stderr[-2000:]
+        if others:  # they keep the tracer going: stop it as Ctrl-C would
+            time.sleep(1.5)
+            tracer.send_signal(signal.SIGINT)
+        _, stderr = tracer.communicate(timeout=60)
+        assert tracer.returncode == 0, stderr
+    finally:
+        if tracer.poll() is None:
+            tracer.send_signal(signal.SIGINT)
+            tracer.communicate(timeout=60)
+    return Traced(out, result, line + stderr)
+
+
+def loop_split(t: Traced, pid: int, since) -> dict[str, float]:
+    """The loop's time by state, in % of the intervals that end after `since`."""
+    loop = t.table("loop")
+    loop = loop[(loop.pid == pid) & (loop.ts > since)]
+    ns = {s: int(loop[f"{s}_ns"].sum()) for s in STATES}
+    total = sum(ns.values())
+    assert total > 0, loop.to_string()
+    return {s: 100 * n / total for s, n in ns.items()}
+
+
+def main_pid(t: Traced) -> int:
+    procs = t.table("processes")
+    workers = procs[procs.role == "dataloader_worker"]
+    return int(workers.ppid.iloc[0])
+
+
+@pytest.mark.parametrize("workers", ["persistent", "per_epoch"])
+def test_attached_while_workers_run_gives_the_launch_verdict(workers, tmp_path, workdir):
+    """dataloader_io_bound (workers blocked on a throttled disk): attached after the workers
+    run, the verdict and the loop's split (within 5 points) are those of the same job traced
+    from its start, over the same phase (after its first worker started). With persistent
+    workers the PIDs are given as `$(pgrep python)` would: workers (first) and an unrelated
+    python process beside the trainer; with per-epoch workers, the second epoch's start after
+    the attach."""
+    extra = ["--epochs", "2"] + (["--persistent-workers"] if workers == "persistent" else [])
+    sc = prepare("dataloader_io_bound", workdir)
+    unrelated = None
+    try:
+        launch = launched(sc, tmp_path / "launch", extra)
+        if workers == "persistent":
+            unrelated = subprocess.Popen(["python3", "-c", "import time; time.sleep(600)"])
+            attach = attached(sc, tmp_path / "attach", extra,
+                              pids_of=lambda run, kids: [*kids, run.pid],
+                              others=(unrelated.pid,))
+        else:
+            attach = attached(sc, tmp_path / "attach", extra)
+    finally:
+        if unrelated is not None:
+            unrelated.kill()
+            unrelated.wait()
+        sc.cleanup()
+    splits = []
+    for t in (launch, attach):
+        procs = t.table("processes")
+        pid = main_pid(t)
+        assert procs.set_index("pid").role[pid] == "main"
+        ours = procs[procs.ppid == pid]
+        assert set(ours.role) == {"dataloader_worker"}, procs.to_string()
+        final = t.final_findings()
+        mine = final[final.pid.isna() | (final.pid == pid)]
+        assert mine.kind.iloc[0] == "dataloader_io_bound", final[["kind", "summary"]].to_string()
+        wrong = {"sync_loading", "dataloader_cpu_bound", "checkpoint_stall", "not_io_bound"}
+        assert not wrong & set(mine.kind), final[["kind", "summary"]].to_string()
+        first_worker = ours.first_seen.min()
+        splits.append(loop_split(t, pid, first_worker))
+        # the kernel knew the workers: the loop's sleeps ended by them were counted
+        threads = t.table("threads")
+        loop_thread = threads[(threads.tid == pid) & (threads.ts > first_worker)]
+        assert loop_thread.woken_by_worker_ns.sum() > 0
+    for s in STATES:
+        assert abs(splits[0][s] - splits[1][s]) <= 5, (s, splits)
+    if unrelated is not None:
+        procs = attach.table("processes").set_index("pid")
+        assert procs.role[unrelated.pid] == "main"  # traced as given, and apart
+        final = attach.final_findings()
+        assert not (final.pid == unrelated.pid).any(), final[["kind", "pid", "summary"]]
+
