@@ -115,6 +115,19 @@ struct rq_start {
 	__u8 attribution;
 };
 
+/* The syscall in flight of a thread (syscall.bpf.c, task storage `sys_starts`): user space
+ * reads the training loop's through a pidfd each interval, so that a read or fsync lasting
+ * seconds counts in the intervals it spans, not only in the one where it returns. */
+struct sys_start {
+	__u64 ts_ns; /* 0: no syscall in flight */
+	__u64 offset;
+	struct file_id file; /* regular files only */
+	__u8 op;
+	__u8 target;
+	__u8 pad[6];
+	struct file_id last_sent; /* the last file this thread sent a path for (skips a lookup) */
+};
+
 /* A slot of block.bpf.c's `rq_slots`: the request holding it, and its record. */
 struct rq_slot {
 	__u64 rq; /* the request holding the slot, 0 when free */

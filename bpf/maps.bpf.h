@@ -122,15 +122,6 @@ static __always_inline void count_map_full(__u32 idx, long err)
 
 /* A syscall in flight (syscall.bpf.c); the block layer reads it to learn which file a request
  * submitted from inside that syscall belongs to. */
-struct sys_start {
-	__u64 ts_ns; /* 0: no syscall in flight */
-	__u64 offset;
-	struct file_id file; /* regular files only */
-	struct file_id last_sent; /* the last file this thread sent a path for (skips a lookup) */
-	__u8 op;
-	__u8 target;
-};
-
 /* The in-flight syscall of each thread, in task-local storage: a pointer away from the task,
  * no hashing, freed with the thread. */
 struct {

@@ -30,6 +30,8 @@ int main(void) {
     O(file_slot, st); S(free_slot_request); O(free_slot_request, st);
     S(rq_start); O(rq_start, issue_ns); O(rq_start, tgid); O(rq_start, data_len); O(rq_start, op);
     S(rq_slot); O(rq_slot, s);
+    S(sys_start); O(sys_start, file); O(sys_start, op); O(sys_start, target);
+    O(sys_start, last_sent);
     printf("slot_tag_small %llu\nslot_tag_big %llu\n", (unsigned long long)slot_tag(1, 2, 3),
            (unsigned long long)slot_tag(~0ull, 0x123456789abcdefull, 6));
     printf("IOT_MAX_SLOTS %d\nIOT_COMM_LEN %d\n", IOT_MAX_SLOTS, IOT_COMM_LEN);
@@ -160,3 +162,13 @@ def test_block_request_records(c_layout):
     assert fields == (1, 2, 3, 0, 4, 5, 6, 7, 8, 9)  # offsets below follow this order
     assert (c_layout["rq_start.issue_ns"], c_layout["rq_start.tgid"],
             c_layout["rq_start.data_len"], c_layout["rq_start.op"]) == (8, 32, 36, 44)
+
+
+def test_syscall_in_flight_record(c_layout):
+    """A thread's syscall in flight, which user space reads for the training loop's thread
+    (loader.Probes.syscalls_in_flight)."""
+    assert c_layout["sys_start"] == abi.SYS_START.size
+    fields = abi.SYS_START.unpack(abi.SYS_START.pack(1, 2, 3, 4, 5, 6, 7, 8, 9, 10))
+    assert fields == (1, 2, 3, 4, 5, 6, 7, 8, 9, 10)  # offsets below follow this order
+    assert (c_layout["sys_start.file"], c_layout["sys_start.op"], c_layout["sys_start.target"],
+            c_layout["sys_start.last_sent"]) == (16, 32, 33, 40)

@@ -123,3 +123,42 @@ def test_loop_rows_add_up_to_the_thread_time():
     assert (row["sync_loading_ns"], row["data_wait_io_ns"], row["data_wait_cpu_ns"]) == (
         100 * MS, 200 * MS, 200 * MS)
     assert row["compute_ns"] == 300 * MS and row["state"] == "compute"
+
+
+def _checkpoint_split(fsync_row_at: int) -> list[int]:
+    """A 2.2 s fsync of a checkpoint from 0.5 s to 2.7 s, after 0.1 s of writes: the loop's
+    `threads` rows say it is in the fsync at the ends of intervals 1 and 2; the `files` row
+    that counts the fsync (when it returned) comes in interval `fsync_row_at`."""
+    d = Diagnosis()
+    ckpt = "/ckpt/model.pt"
+    in_fsync = {"syscall_op": "fsync", "syscall_path": ckpt, "syscall_since": S // 2}
+    out = []
+    for i in range(1, 6):
+        th = thread(MAIN, MAIN, "main", oncpu=100 * MS, iowait=900 * MS)
+        if i <= 2:
+            th.update(in_fsync)
+        files = []
+        if i == 1:
+            files.append(file_row(MAIN, "main", "write", 64 << 20, 100 * MS, path=ckpt))
+        if i == fsync_row_at:
+            files.append(file_row(MAIN, "main", "fsync", 0, 2200 * MS, path=ckpt))
+        (row,) = d.add(i * S, S, [th], files, [], [], OWNER)
+        out.append(row["checkpoint_ns"])
+    return out
+
+
+def test_a_long_fsync_counts_in_the_intervals_it_spans():
+    # 0.1 s of writes + 0.5 s of fsync, 1 s of fsync, the last 0.7 s: as the time passed
+    assert _checkpoint_split(3) == [600 * MS, 1000 * MS, 700 * MS, 0, 0]
+    # the fsync returned after its files were read: counted once all the same
+    split = _checkpoint_split(4)
+    assert split[:2] == [600 * MS, 1000 * MS] and sum(split) == 2300 * MS
+
+
+def test_a_syscall_in_flight_on_a_small_file_is_not_a_checkpoint():
+    d = Diagnosis()
+    th = thread(MAIN, MAIN, "main", oncpu=100 * MS, iowait=900 * MS)
+    th.update({"syscall_op": "fsync", "syscall_path": "/tmp/log.txt", "syscall_since": 0})
+    (row,) = d.add(S, S, [th], [file_row(MAIN, "main", "write", 1 << 20, 1 * MS,
+                                          path="/tmp/log.txt")], [], [], OWNER)
+    assert row["checkpoint_ns"] == 0

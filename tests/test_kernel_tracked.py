@@ -91,3 +91,40 @@ def test_worker_found_at_attach_is_marked_as_the_kernel_marks_one(probes):
         sleeper.kill()
         sleeper.wait()
 
+
+def test_syscall_in_flight_is_read_through_a_pidfd(probes, tmp_path):
+    """The main thread's read of a pipe that blocks: seen in flight (its start, op, fd kind)
+    while it blocks, and gone once it returned."""
+    r, w = os.pipe()
+    reader = subprocess.Popen(["sh", "-c", "read line; exec sleep 30"], stdin=r)
+    os.close(r)
+
+    def blocked_read():
+        call = probes.syscalls_in_flight([reader.pid]).get(reader.pid)
+        if call and abi.OPS[call[1]] == "read" and abi.TARGETS[call[2]] == "pipe":
+            return call
+        return None
+
+    try:
+        probes.track(reader.pid)
+        deadline = time.monotonic() + 10
+        while not blocked_read() and time.monotonic() < deadline:
+            time.sleep(0.02)  # until the shell blocks in read(0)
+        before = time.monotonic_ns()
+        call = blocked_read()
+        assert call is not None, probes.syscalls_in_flight([reader.pid])
+        start = call[0]
+        assert start <= before
+        os.write(w, b"go\n")
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            now = probes.syscalls_in_flight([reader.pid]).get(reader.pid)
+            if now is None or now[0] != start:
+                break  # returned (the shell may be in another traced syscall since)
+            time.sleep(0.02)
+        assert now is None or now[0] != start
+    finally:
+        os.close(w)
+        reader.kill()
+        reader.wait()
+    assert probes.syscalls_in_flight([reader.pid]) == {}  # gone: no entry, no error

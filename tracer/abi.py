@@ -22,6 +22,7 @@ LAYERS = {1: "syscall", 2: "block", 3: "block_queue", 4: "pagecache"}
 OPS = {0: "read", 1: "write", 2: "fsync", 3: "flush", 4: "discard", 5: "other", 6: "open"}
 # enum iot_target (0: IOT_TARGET_NONE, not a syscall row)
 TARGETS = {0: None, 1: "file", 2: "pipe", 3: "socket", 4: "other"}
+TARGET_FILE = 1  # IOT_TARGET_FILE
 # enum iot_attribution (0: IOT_ATTR_NONE, not a block row)
 ATTRIBUTIONS = {0: None, 1: "direct", 2: "writeback", 3: "readahead", 4: "unknown"}
 # enum iot_event_kind
@@ -63,6 +64,9 @@ FILE_STAT = struct.Struct("<7Q")
 # (struct file_stat follows)
 HIST_SLOT = struct.Struct(f"<Q{HIST_KEY.size}s4x{HIST_SIZE}s")
 FILE_SLOT = struct.Struct(f"<Q{FILE_KEY.size}s{FILE_STAT.size}s")
+# struct sys_start (a thread's syscall in flight): ts_ns, offset, file (dev, pad, ino), op,
+# target, then last_sent (dev, pad, ino)
+SYS_START = struct.Struct("<QQIIQBB6xIIQ")
 # struct rq_start (a block request in flight): insert_ns, issue_ns, file (dev, pad, ino), tgid,
 # data_len, dev, op, attribution; struct rq_slot: rq (0: free), then a struct rq_start
 RQ_START = struct.Struct("<QQIIQIIIBB2x")

@@ -20,6 +20,7 @@ from tracer.roles import CHILD
 from tracer.selfcost import SelfCost
 
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
+NO_SYSCALL = {"syscall_op": None, "syscall_path": None, "syscall_since": None}
 
 
 def role_of_pid(proc) -> str:
@@ -69,6 +70,9 @@ class Reading:
     epoch: int = 0  # the per-file maximum's interval that this reading closes
     threads: dict[int, bytes] = field(default_factory=dict)  # by thread id
     monotonic_ns: int = 0  # when it was read (CLOCK_MONOTONIC, the kernel's clock)
+    # The syscall each main process's main thread was in when read, by pid (= its tid):
+    # (start, op, target, dev, ino), start in CLOCK_MONOTONIC ns (Probes.syscalls_in_flight)
+    in_flight: dict[int, tuple[int, int, int, int, int]] = field(default_factory=dict)
 
 
 @dataclass
@@ -116,13 +120,15 @@ class Aggregator:
             self.totals[series] = delta.copy() if total is None else total + delta
             rows.extend(self._rows(series, delta, ts_ns))
         file_rows = self._file_rows(reading.file_stats, reading.epoch, ts_ns)
-        thread_rows = self._thread_rows(reading.threads, reading.monotonic_ns, ts_ns)
+        thread_rows = self._thread_rows(reading.threads, reading.monotonic_ns, ts_ns,
+                                        reading.in_flight)
         interval_ns = ts_ns - self.last_ts_ns if self.last_ts_ns else 0
         self.last_ts_ns = ts_ns
         events, self.pending_events = self.pending_events, []
         return Snapshot(ts_ns, interval_ns, rows, file_rows, events, thread_rows)
 
-    def _thread_rows(self, threads: dict[int, bytes], mono_ns: int, ts_ns: int) -> list[dict]:
+    def _thread_rows(self, threads: dict[int, bytes], mono_ns: int, ts_ns: int,
+                     in_flight: dict[int, tuple[int, int, int, int, int]]) -> list[dict]:
         rows = []
         for tid, raw in threads.items():
             t = abi.decode_thread_time(tid, raw, mono_ns)
@@ -142,8 +148,22 @@ class Aggregator:
                 "runnable_ns": delta[1], "sleep_ns": delta[2], "iowait_ns": delta[3],
                 "woken_by_worker_ns": woken["worker"], "woken_by_pin_ns": woken["pin"],
                 "woken_by_own_ns": woken["own"], "woken_by_other_ns": woken["other"],
+                **self._syscall_columns(in_flight.get(tid), t.pid, mono_ns, ts_ns),
             })
         return rows
+
+    def _syscall_columns(self, call: tuple[int, int, int, int, int] | None, pid: int,
+                         mono_ns: int, ts_ns: int) -> dict:
+        """The read/write/fsync of a regular file a thread was in at the end of the interval,
+        and since when (UTC): the diagnosis charges its time as it passes."""
+        if call is None:
+            return NO_SYSCALL
+        start, op, target, dev, ino = call
+        name = abi.OPS.get(op)
+        if target != abi.TARGET_FILE or name not in ("read", "write", "fsync") or not dev:
+            return NO_SYSCALL
+        return {"syscall_op": name, "syscall_path": self.files.get(dev, ino, pid).path,
+                "syscall_since": ts_ns - (mono_ns - start)}
 
     def forget(self, raw_keys: list[bytes], tids: list[int] = ()) -> None:
         """Drops keys deleted from the kernel maps (processes gone)."""

@@ -151,6 +151,11 @@ class Diagnosis:
     # per main pid, the last `wake_window` intervals' (sleep ended by a worker or the pin-memory
     # thread, sleep ended by anyone), in ns
     wakes: dict[int, deque] = field(default_factory=dict)
+    # per main pid, the syscall its loop is in: (since, state charged, ns charged so far)
+    in_flight: dict[int, tuple[int, str, int]] = field(default_factory=dict)
+    # per (main pid, state), time charged while a syscall ran that its `files` rows, counting
+    # it when it returns, still hold
+    counted_early: dict[tuple[int, str], int] = field(default_factory=dict)
 
     # -- per interval -------------------------------------------------------------------------
     def add(self, ts_ns: int, interval_ns: int, threads: Iterable[dict], files: Iterable[dict],
@@ -195,6 +200,11 @@ class Diagnosis:
                 loop_threads[th["pid"]] = th
         loops = {}
         for pid, th in loop_threads.items():
+            own_ckpt[pid], own_read[pid] = self._as_it_passes(
+                pid, th, ts_ns, interval_ns, own_ckpt[pid], own_read[pid])
+        for pid in set(self.in_flight) - set(loop_threads):  # no row: the loop is gone
+            self._ended(pid)
+        for pid, th in loop_threads.items():
             total = th["oncpu_ns"] + th["runnable_ns"] + th["sleep_ns"] + th["iowait_ns"]
             ns = dict.fromkeys(STATES, 0)
             ns["checkpoint"] = min(own_ckpt[pid], total)
@@ -237,6 +247,48 @@ class Diagnosis:
             read_bytes, missed, dict(files_read), dict(dirs_read), opens, dict(written),
             read_counts, queue, service, {d["device"]: d["util_pct"] for d in devices}))
         return [loop.row() for loop in loops.values()]
+
+    def _as_it_passes(self, pid: int, th: dict, ts_ns: int, interval_ns: int, ckpt_ns: int,
+                      read_ns: int) -> tuple[int, int]:
+        """The loop's checkpoint and read time in this interval, counted as it passes: `files`
+        rows count a syscall when it returns (a 2.5 s fsync all in the interval where it
+        ends), while the time of the one the loop is in (its `threads` row) belongs to the
+        intervals it spans. So that part is added now, and taken back from the `files` rows
+        once the call has returned (in the interval where the loop is seen out of it, or the
+        next: the files are read before the syscall in flight)."""
+        t = self.thresholds
+        op, since = th.get("syscall_op"), th.get("syscall_since")
+        kind = None
+        if op == "read":
+            kind = "sync_loading"
+        elif (op in ("write", "fsync")
+              and self.written_total.get((pid, th.get("syscall_path")), 0)
+              >= t.checkpoint_file_bytes):
+            kind = "checkpoint"
+        prev = self.in_flight.get(pid)
+        if prev is not None and (kind is None or prev[0] != since):
+            self._ended(pid)
+            prev = None
+        part = 0
+        if kind is not None:
+            part = max(0, ts_ns - max(int(since), ts_ns - interval_ns))
+            self.in_flight[pid] = (since, kind, (prev[2] if prev else 0) + part)
+        out = {"checkpoint": ckpt_ns, "sync_loading": read_ns}
+        for k in out:
+            owed = self.counted_early.get((pid, k), 0)
+            if owed:
+                paid = min(owed, out[k])
+                out[k] -= paid
+                self.counted_early[(pid, k)] = owed - paid
+        if kind is not None:
+            out[kind] += part
+        return out["checkpoint"], out["sync_loading"]
+
+    def _ended(self, pid: int) -> None:
+        """The syscall the loop was in has returned: its `files` rows will count all of it,
+        of which the part already charged is to be taken back."""
+        _since, kind, charged = self.in_flight.pop(pid)
+        self.counted_early[(pid, kind)] = self.counted_early.get((pid, kind), 0) + charged
 
     # -- verdicts -----------------------------------------------------------------------------
     def findings(self, window_s: float | None = None) -> list[Finding]:

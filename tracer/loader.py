@@ -160,6 +160,8 @@ class Probes:
         self._unseen: Map | None = None
         self._rq_slots: Map | None = None
         self._rq_starts: Map | None = None
+        self._sys_starts: Map | None = None
+        self._pidfds: dict[int, int] = {}  # pid -> pidfd, for syscalls_in_flight
         self._stats_fd: int | None = None
         self._stats_since: float | None = None  # monotonic time stats were last turned on
         self._stats_s = 0.0  # seconds they were on before that
@@ -234,6 +236,7 @@ class Probes:
         self._unseen = Map(block.map_fd("block_unseen"), 4, 8 * ncpu)
         self._rq_slots = Map(block.map_fd(RQ_SLOTS), 4, abi.RQ_SLOT.size)
         self._rq_starts = Map(block.map_fd("rq_starts"), 8, abi.RQ_START.size)
+        self._sys_starts = Map(shared["sys_starts"], abi.TGID.size, abi.SYS_START.size)
 
     def _choose_programs(self, obj: BpfObject) -> None:
         """Keeps the tp_btf twin of each program where the kernel's BTF has the tracepoint,
@@ -350,6 +353,34 @@ class Probes:
         assert self.threads is not None
         for tid in tids:
             self.threads.delete(abi.TGID.pack(tid))
+
+    def syscalls_in_flight(self, pids) -> dict[int, tuple[int, int, int, int, int]]:
+        """The syscall each process's main thread is in right now, by pid: (start, op, target,
+        dev, ino), start in CLOCK_MONOTONIC ns, for the traced syscalls only. Task storage is
+        looked up by a pidfd, which names the thread-group leader: the training loop's thread.
+        Pidfds are kept while their process lives (one open per process, not per interval)."""
+        assert self._sys_starts is not None
+        out = {}
+        for pid in pids:
+            fd = self._pidfds.get(pid)
+            if fd is None:
+                try:
+                    fd = self._pidfds[pid] = os.pidfd_open(pid)
+                except OSError:
+                    continue  # gone
+            raw = self._sys_starts.lookup(abi.TGID.pack(fd))
+            if raw is None:
+                continue
+            ts, _off, dev, _pad, ino, op, target, *_ = abi.SYS_START.unpack(raw)
+            if ts:
+                out[pid] = (ts, op, target, dev, ino)
+        return out
+
+    def forget_pidfds(self, pids) -> None:
+        for pid in pids:
+            fd = self._pidfds.pop(pid, None)
+            if fd is not None:
+                os.close(fd)
 
     def read_file_stats(self) -> dict[bytes, bytes]:
         """Cumulative per-file counters by raw key (abi.decode_file_key / abi.FILE_STAT): those
@@ -501,6 +532,7 @@ class Probes:
         for slots in self._slots:
             slots.close()
         self._slots.clear()
+        self.forget_pidfds(list(self._pidfds))
         self._track = self._free_slot = None
         for obj in self.objects.values():
             obj.close()

@@ -66,7 +66,8 @@ def _records(df: pd.DataFrame) -> dict[int, list[dict]]:
     """Rows by interval end (ns), as plain dicts with str/None for the dictionary columns."""
     out: dict[int, list[dict]] = {}
     for rec in _as_records(df):
-        out.setdefault(_ns(rec["ts"]), []).append(rec)
+        rec = _plain_row(rec)  # timestamps as int ns, as the live session passes them
+        out.setdefault(rec["ts"], []).append(rec)
     return out
 
 

@@ -134,6 +134,12 @@ TABLES: dict[str, pa.Schema] = {
         _field("woken_by_pin_ns", NS),
         _field("woken_by_own_ns", NS),
         _field("woken_by_other_ns", NS),
+        # The read/write/fsync of a regular file the thread was in when the interval ended
+        # (main threads of `main` processes only), its file and when it started: a syscall
+        # lasting seconds is charged in the intervals it spans (tracer.diagnose).
+        _field("syscall_op", DICT_STRING, nullable=True),
+        _field("syscall_path", DICT_STRING, nullable=True),
+        _field("syscall_since", TIMESTAMP, nullable=True),
     ),
     # The training loop's time per interval, classified (tracer.diagnose has the rules).
     "loop": _schema(

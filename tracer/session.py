@@ -472,8 +472,12 @@ class Session:
         quiet = self.aggregator.idle_file_keys(FILE_IDLE_INTERVALS)
         if quiet:
             file_stats.update(self.probes.take_file_stats(quiet))
-        reading = Reading(self.probes.read_hists(), file_stats, epoch,
-                          self.probes.read_threads(), time.monotonic_ns())
+        hists, threads = self.probes.read_hists(), self.probes.read_threads()
+        # After the per-file counters: a syscall that returned since they were read is seen
+        # done here and counted in them at the next reading (the diagnosis allows for both).
+        mains = [p.pid for p in self.processes.alive() if p.is_target]
+        reading = Reading(hists, file_stats, epoch, threads, time.monotonic_ns(),
+                          self.probes.syscalls_in_flight(mains))
         # A process forks before it does I/O, so its FORK record is in the ring buffer before
         # its counters are in the maps just read: take the records now, the rows get its name.
         self.probes.poll_events(0)
@@ -533,6 +537,7 @@ class Session:
             self.probes.delete_file_stats(stale_files)
             self.probes.delete_threads(stale_tids)
             self.aggregator.forget(stale + stale_files, stale_tids)
+            self.probes.forget_pidfds(gone)
             self._write_processes(gone)
         self._forget_next = {p.pid for p in self.processes.by_pid.values()
                              if not p.alive and not p.written}
