@@ -95,7 +95,8 @@ class Aggregator:
         # unchanged key costs nothing per interval.
         self.file_active: dict[bytes, int] = {}
         self.totals: dict[Series, np.ndarray] = {}  # whole-trace sums, for the summary
-        self.file_totals: dict[tuple[int, int, int], FileTotals] = {}  # (pid, dev, ino)
+        # (pid, dev, ino, gen): a file over time (abi.FileKey)
+        self.file_totals: dict[tuple[int, int, int, int], FileTotals] = {}
         self.last_ts_ns: int | None = None
         self.pending_events: list[dict] = []
 
@@ -181,7 +182,7 @@ class Aggregator:
                 continue
             active[rkey] = now
             key = abi.decode_file_key(rkey)
-            info = self.files.get(key.dev, key.ino, key.pid)
+            info = self.files.get(key.dev, key.ino, key.gen, key.pid)
             comm_role = who.get(key.pid)
             if comm_role is None:
                 proc = self.processes.get(key.pid)
@@ -198,7 +199,7 @@ class Aggregator:
                 "latency_max_ns": max_ns if ops and max_epoch in (epoch, epoch + 1) else 0,
                 "pages_missed": missed, "pages_dirtied": dirtied, "cache_hit_pct": hit,
             })
-            tkey = (key.pid, key.dev, key.ino)
+            tkey = (key.pid, key.dev, key.ino, key.gen)
             t = self.file_totals.get(tkey)
             if t is None:
                 t = self.file_totals[tkey] = FileTotals()
@@ -219,7 +220,8 @@ class Aggregator:
     def on_slow(self, ev: abi.SlowEvent, ts_ns: int) -> None:
         """A slow operation from the ring buffer (`ts_ns`: its start, UTC)."""
         proc = self.processes.get(ev.pid)
-        path = self.files.get(ev.file_dev, ev.ino, ev.pid).path if ev.ino else None
+        path = (self.files.get(ev.file_dev, ev.ino, ev.file_gen, ev.pid).path if ev.ino
+                else None)
         device = device_name(ev.dev)  # syscall: the file system's device; block: the disk
         self.pending_events.append({
             "ts": ts_ns, "pid": ev.pid, "tid": ev.tid,
