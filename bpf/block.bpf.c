@@ -275,6 +275,7 @@ static __always_inline void emit_slow(struct request *rq, const struct rq_start 
 	e->dev = k->dev;
 	e->ino = s->file.ino;
 	e->file_dev = s->file.dev;
+	e->file_gen = s->file.gen;
 	e->layer = IOT_LAYER_BLOCK;
 	e->op = k->op;
 	e->ts_ns = s->issue_ns;

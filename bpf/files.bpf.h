@@ -1,18 +1,19 @@
 /* SPDX-License-Identifier: GPL-2.0 OR BSD-3-Clause */
-/* Files: identity (s_dev, inode), and the full path sent once, on first sight. */
+/* Files: identity (s_dev, inode, generation), and the full path sent once, on first sight. */
 #ifndef FILES_BPF_H
 #define FILES_BPF_H
 
 #include "maps.bpf.h"
 #include "core_fixes.bpf.h"
 
-/* (s_dev, inode number) of `inode`, read with plain loads (any inode pointer, NULL included). */
+/* (s_dev, inode number, generation) of `inode`, read with plain loads (any inode pointer, NULL
+ * included). */
 static __always_inline void inode_id(struct inode *inode, struct file_id *id)
 {
 	struct inode *i = kernel_view(inode, struct inode);
 
 	id->dev = i->i_sb->s_dev;
-	id->pad = 0;
+	id->gen = i->i_generation;
 	id->ino = i->i_ino;
 }
 
@@ -80,7 +81,7 @@ static long path_walk_step(__u32 i, void *ctx)
 	return 0;
 }
 
-/* Claims (s_dev, inode) in files_seen and sends its path to user space: the names met by the
+/* Claims (s_dev, inode, generation) in files_seen and sends its path to user space: the names met by the
  * walk `w`, which the caller has pointed at the file's dentry. */
 static __always_inline void send_path(const struct file_id *id, struct inode *inode, int fd,
 				      __u32 tgid, __u32 flags, struct path_walk *w)
@@ -99,6 +100,8 @@ static __always_inline void send_path(const struct file_id *id, struct inode *in
 	e->dev = id->dev;
 	e->fd = fd;
 	e->ino = id->ino;
+	e->gen = id->gen;
+	e->pad = 0;
 	e->flags = flags | (BPF_CORE_READ(inode, i_nlink) == 0 ? IOT_FILE_DELETED : 0);
 	bpf_probe_read_kernel_str(e->fstype, sizeof(e->fstype),
 				  BPF_CORE_READ(inode, i_sb, s_type, name));
@@ -131,7 +134,7 @@ static __always_inline void inode_first_sight(struct inode *inode, const struct 
 	send_path(id, inode, -1, tgid, IOT_FILE_FS_ROOT, &w);
 }
 
-/* Sends the path of `file` to user space the first time this (s_dev, inode) is seen: the names
+/* Sends the path of `file` to user space the first time this (s_dev, inode, generation) is seen: the names
  * from the file up to the task's root (so paths are as seen inside a container's mount
  * namespace or chroot), crossing mount points. */
 static __always_inline void file_first_sight(struct file *file, const struct file_id *id, int fd,

@@ -75,10 +75,13 @@ struct hist {
 	__u64 bytes[IOT_MAX_SLOTS];
 };
 
-/* A file, as the kernel keys it: the file system's device and the inode number. */
+/* A file, as the kernel keys it: the file system's device, the inode number, and the inode's
+ * generation. A freed inode number is handed out again (ext4 at once, to the next file created
+ * in the group); the file system gives the new inode another i_generation (ext4, tmpfs, xfs,
+ * btrfs), so a new file under a reused number is a new file here, with its own path. */
 struct file_id {
 	__u32 dev; /* kernel dev_t of the superblock (inode->i_sb->s_dev) */
-	__u32 pad;
+	__u32 gen; /* inode->i_generation (0 on file systems that do not set it) */
 	__u64 ino;
 };
 
@@ -87,8 +90,9 @@ struct file_key {
 	__u32 tgid;
 	__u32 dev;
 	__u64 ino;
+	__u32 gen; /* struct file_id's */
 	__u8 op; /* enum iot_op: read, write, fsync, open */
-	__u8 pad[7];
+	__u8 pad[3];
 };
 
 /* Value of `file_stats`: cumulative since load (pages under op read/write respectively). */
@@ -240,6 +244,8 @@ struct iot_file_event {
 	__u64 ino;
 	__u32 depth; /* components filled */
 	__u32 flags; /* enum iot_file_flags */
+	__u32 gen; /* the inode's generation: (dev, ino, gen) is the file */
+	__u32 pad;
 	char fstype[IOT_FSTYPE_LEN];
 	char names[IOT_PATH_DEPTH][IOT_NAME_LEN];
 };
@@ -252,9 +258,10 @@ struct iot_slow_event {
 	__u32 dev; /* syscall: the file's s_dev; block: the disk */
 	__u64 ino; /* 0 when unknown */
 	__u32 file_dev; /* block: s_dev of the file the first page belongs to, 0 when unknown */
+	__u32 file_gen; /* the file's inode generation (struct file_id) */
 	__u8 layer;
 	__u8 op;
-	__u8 pad[2];
+	__u8 pad[6];
 	__u64 ts_ns;
 	__u64 offset; /* bytes: file offset (syscall) or disk offset (block) */
 	__u64 bytes;

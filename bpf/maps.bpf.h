@@ -65,7 +65,8 @@ static __always_inline __u64 events_wakeup(void)
 		       BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP;
 }
 
-/* Files whose path was sent (or is being sent) to user space. */
+/* Files whose path was sent (or is being sent) to user space. The key has the inode's
+ * generation: a new file under a reused inode number is not found, and sends its own path. */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, MAX_FILES);
@@ -276,13 +277,15 @@ static __always_inline void hist_add(const struct hist_key *key, __u64 latency_n
 
 static __always_inline bool file_key_eq(const struct file_key *a, const struct file_key *b)
 {
-	return a->ino == b->ino && a->tgid == b->tgid && a->dev == b->dev && a->op == b->op;
+	return a->ino == b->ino && a->tgid == b->tgid && a->dev == b->dev && a->gen == b->gen &&
+	       a->op == b->op;
 }
 
 /* The counters of `key`: its slot, else its entry in `file_stats` (made on first use). */
 static __always_inline struct file_stat *file_stat_of(const struct file_key *key)
 {
-	__u64 tag = slot_tag(key->tgid | (__u64)key->dev << 32, key->ino, key->op);
+	__u64 tag = slot_tag(key->tgid | (__u64)key->dev << 32, key->ino,
+			     key->gen | (__u64)key->op << 32);
 	__u32 i = slot_index(tag, iot_config.file_slot_bits);
 	struct file_slot *s = bpf_map_lookup_elem(&file_slots, &i);
 
@@ -307,6 +310,7 @@ static __always_inline struct file_stat *file_stat_for(__u32 tgid, const struct 
 	key.tgid = tgid;
 	key.dev = id->dev;
 	key.ino = id->ino;
+	key.gen = id->gen;
 	key.op = op;
 	return file_stat_of(&key);
 }

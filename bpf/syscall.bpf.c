@@ -182,7 +182,8 @@ int sys_enter(struct bpf_raw_tracepoint_args *ctx)
 		goto out;
 	inode_id(inode, &start->file);
 	start->offset = op & POSITIONAL ? syscall_arg(regs, 3) : file->f_pos;
-	if (start->file.ino != start->last_sent.ino || start->file.dev != start->last_sent.dev) {
+	if (start->file.ino != start->last_sent.ino || start->file.dev != start->last_sent.dev ||
+	    start->file.gen != start->last_sent.gen) {
 		file_first_sight(file, &start->file, fd, task->tgid);
 		start->last_sent = start->file;
 	}
@@ -206,6 +207,7 @@ static __always_inline void emit_slow(const struct sys_start *start, struct task
 	e->dev = start->file.dev;
 	e->ino = start->file.ino;
 	e->file_dev = start->file.dev;
+	e->file_gen = start->file.gen;
 	e->layer = IOT_LAYER_SYSCALL;
 	e->op = start->op;
 	e->ts_ns = start->ts_ns;

@@ -32,6 +32,10 @@ int main(void) {
     S(rq_slot); O(rq_slot, s);
     S(sys_start); O(sys_start, file); O(sys_start, op); O(sys_start, target);
     O(sys_start, last_sent);
+    S(file_id); O(file_id, gen); O(file_id, ino); O(file_key, ino); O(file_key, gen);
+    O(file_key, op); O(iot_file_event, gen); O(iot_file_event, fstype);
+    O(iot_slow_event, ino); O(iot_slow_event, file_gen); O(iot_slow_event, layer);
+    O(iot_slow_event, op); O(iot_slow_event, ts_ns); O(iot_slow_event, comm);
     printf("slot_tag_small %llu\nslot_tag_big %llu\n", (unsigned long long)slot_tag(1, 2, 3),
            (unsigned long long)slot_tag(~0ull, 0x123456789abcdefull, 6));
     printf("IOT_MAX_SLOTS %d\nIOT_COMM_LEN %d\n", IOT_MAX_SLOTS, IOT_COMM_LEN);
@@ -91,6 +95,23 @@ def test_other_records(c_layout):
     assert c_layout["tracked_info"] == abi.TRACKED_INFO.size
 
 
+def test_file_identity_layouts(c_layout):
+    """A file is (dev, ino, generation) everywhere: in the kernel's keys, its first-sight
+    record and slow events, at the offsets the struct formats here decode."""
+    assert (c_layout["file_id"], c_layout["file_id.gen"], c_layout["file_id.ino"]) == (16, 4, 8)
+    assert [c_layout[f"file_key.{f}"] for f in ("ino", "gen", "op")] == [8, 16, 20]
+    assert c_layout["iot_file_event.gen"] == 32 and c_layout["iot_file_event.fstype"] == 40
+    assert [c_layout[f"iot_slow_event.{f}"] for f in ("ino", "file_gen", "layer", "op", "ts_ns",
+                                                       "comm")] == [16, 28, 32, 33, 40, 72]
+    raw = abi.SLOW_EVENT.pack(abi.EVENT_SLOW, 1, 2, 3, 4, 5, 6, 1, 2, 7, 8, 9, 10, b"x")
+    ev = abi.decode_slow_event(raw)
+    assert (ev.ino, ev.file_dev, ev.file_gen, ev.layer, ev.op, ev.ts_ns) == (4, 5, 6, "syscall",
+                                                                              "fsync", 7)
+    head = abi.FILE_EVENT_HEAD.pack(abi.EVENT_FILE, 1, 2, -1, 3, 0, 0, 0xFEED, b"ext4")
+    fe = abi.decode_file_event(head + bytes(abi.PATH_DEPTH * abi.NAME_LEN))
+    assert (fe.ino, fe.gen, fe.fs_type) == (3, 0xFEED, "ext4")
+
+
 def test_constants(c_layout):
     assert c_layout["iot_config"] == abi.CONFIG.size
     assert c_layout["IOT_MAX_SLOTS"] == abi.MAX_SLOTS
@@ -138,13 +159,16 @@ def test_slot_tags_checked_against_their_keys():
     key's tag before the key): built here from the same words maps.bpf.h hashes."""
     import numpy as np
 
-    fkey = abi.FILE_KEY.pack(4242, 0x800001, 123456789, 1)
-    ftag = abi.slot_tag(4242 | 0x800001 << 32, 123456789, 1)
+    gen = 0xDEADBEEF  # the inode's generation: a reused inode number is another key
+    fkey = abi.FILE_KEY.pack(4242, 0x800001, 123456789, gen, 1)
+    ftag = abi.slot_tag(4242 | 0x800001 << 32, 123456789, gen | 1 << 32)
     stat = abi.FILE_STAT.pack(1, 2, 3, 4, 5, 6, 7)
-    other = abi.FILE_KEY.pack(4242, 0x800001, 987654321, 1)
-    raw = abi.FILE_SLOT.pack(ftag, fkey, stat) + abi.FILE_SLOT.pack(ftag, other, stat)
-    rows = np.frombuffer(raw, dtype="<u8").reshape(2, -1)
-    assert abi.slot_tags_ok(abi.FILE_SLOTS, rows).tolist() == [True, False]
+    other = abi.FILE_KEY.pack(4242, 0x800001, 987654321, gen, 1)
+    reused = abi.FILE_KEY.pack(4242, 0x800001, 123456789, gen + 1, 1)
+    raw = b"".join(abi.FILE_SLOT.pack(ftag, k, stat) for k in (fkey, other, reused))
+    rows = np.frombuffer(raw, dtype="<u8").reshape(3, -1)
+    assert abi.slot_tags_ok(abi.FILE_SLOTS, rows).tolist() == [True, False, False]
+    assert abi.decode_file_key(fkey) == (4242, 0x800001, 123456789, gen, "write")
     hkey = abi.HIST_KEY.pack(4242, 0, 1, 0, 1, 0)
     htag = abi.slot_tag(4242, 1 | 0 << 8 | 1 << 16, 0)
     hraw = abi.HIST_SLOT.pack(htag, hkey, bytes(abi.HIST_SIZE))

@@ -105,7 +105,7 @@ def test_idle_file_keys_are_dropped_and_counted_afresh():
     """A per-file key untouched for N intervals is handed back for deletion; if the file is
     read again, the recreated key counts from zero: nothing is counted twice or lost."""
     agg = Aggregator(ProcessTable(Clock()))
-    key = abi.FILE_KEY.pack(7, 1, 42, 0)
+    key = abi.FILE_KEY.pack(7, 1, 42, 0, 0)
 
     def stat(ops):
         return abi.FILE_STAT.pack(ops, 4096 * ops, 1000 * ops, 0, 0, 10, 0)
@@ -126,7 +126,7 @@ def test_rows_of_a_process_not_registered_yet_are_valid():
     from tracer.schema import table_from_rows
 
     agg = Aggregator(ProcessTable(Clock()))
-    fkey = abi.FILE_KEY.pack(99, 1, 42, 0)
+    fkey = abi.FILE_KEY.pack(99, 1, 42, 0, 0)
     hkey = abi.HIST_KEY.pack(99, 0, 1, 0, 1, 0)
     snap = agg.interval(Reading({hkey: hist_bytes({12: 1}, {12: 4096})},
                                 {fkey: abi.FILE_STAT.pack(1, 4096, 1000, 0, 0, 1000, 0)}), ts_ns=1)

@@ -388,3 +388,98 @@ def test_every_traced_syscall_is_counted_by_its_number(tmp_path):
     assert (got["write"].ops, got["write"].bytes) == (2 + 4 + 6, (2 + 4 + 6) * PAGE)
     assert got["fsync"].ops == 3 + 2
     assert got["open"].ops == 1 + 4  # the first open, then four more
+
+
+# Writes A, deletes it, creates files until one gets A's inode number (ext4 hands a freed
+# number out again at once), writes that one, B; says what it did in a JSON file. Another
+# process on the file system may take the number first: then A is written again, under a new
+# name (each round's A is a checkpoint of its own).
+REUSE_WORK = """
+import json, os, sys
+d, a_mib, b_mib = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+chunk = os.urandom(1 << 20)  # once: the loop's time goes to the writes
+def write(path, mib):
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    for _ in range(mib):  # a checkpoint that syncs as it goes
+        os.write(fd, chunk)
+        os.fsync(fd)
+    os.close(fd)
+rounds, n = [], 24
+for r in range(10):
+    a = os.path.join(d, f"ckpt-{8 + r:07d}.pt")
+    rounds.append(a)
+    write(a, a_mib)
+    ino = os.stat(a).st_ino
+    os.unlink(a)
+    for _ in range(64):
+        b = os.path.join(d, f"ckpt-{n:07d}.pt")
+        n += 1
+        os.close(os.open(b, os.O_WRONLY | os.O_CREAT, 0o644))
+        if os.stat(b).st_ino == ino:
+            break
+        os.unlink(b)
+    else:
+        continue
+    break
+else:
+    sys.exit("no inode number was reused")
+write(b, b_mib)
+with open(sys.argv[4], "w") as f:
+    json.dump({"a": a, "b": b, "ino": ino, "rounds": rounds}, f)
+"""
+
+
+def test_reused_inode_number_gets_its_own_path(tmp_path):
+    """A checkpoint written, deleted, and another one created under the freed inode number:
+    every row and event of the new file carries its own path, not the old one's, with exact
+    counts for both, and the checkpoint finding names both files (ext4 gives the new inode
+    another i_generation, which is part of a file's identity)."""
+    d = tmp_path / "ckpts"
+    d.mkdir()
+    a_mib, b_mib = 8, 12  # both checkpoint-sized (diagnose: checkpoint_file_bytes)
+    out = tmp_path / "trace"
+    r = run_iotrace("-o", str(out), *EXACT, "--slow-ms", "0.000001", "--", sys.executable,
+                    "-S", "-c", REUSE_WORK, str(d), str(a_mib), str(b_mib), str(tmp_path / "did.json"))
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "did.json").exists(), r.stdout + r.stderr
+    did = json.loads((tmp_path / "did.json").read_text())
+    assert did["ino"] == os.stat(did["b"]).st_ino
+    assert json.loads((out / "meta.json").read_text())["events_lost"] == 0
+    files = pd.read_parquet(out / "files")
+    procs = pd.read_parquet(out / "processes")
+    pid = int(procs[procs.role == "main"].pid.iloc[0])
+    mine = files[(files.pid == pid) & (files.inode == did["ino"])]
+    for path, mib in ((did["a"], a_mib), (did["b"], b_mib)):
+        w = per_file(files, pid, path, "write")
+        assert (w.ops, w.bytes) == (mib, mib << 20), path
+        assert w.pages_dirtied == (mib << 20) // PAGE, path
+        assert per_file(files, pid, path, "fsync").ops == mib, path
+        assert per_file(files, pid, path, "open").ops == 1 + (path == did["b"]), path
+    # Written only as A and B (a probe for B that had this number first is a third file, opened)
+    assert set(mine[mine.op != "open"].path) == {did["a"], did["b"]}
+
+    # Slow events (every op, at 1 ns): the syscalls of each file name that file.
+    ev = pd.read_parquet(out / "events")
+    sys_ev = ev[(ev.pid == pid) & (ev.layer == "syscall")]
+    for path, mib in ((did["a"], a_mib), (did["b"], b_mib)):
+        got = sys_ev[sys_ev.path == path]
+        assert sorted(got.op) == ["fsync"] * mib + ["write"] * mib, path
+        assert got[got.op == "write"]["bytes"].sum() == mib << 20, path
+    # Block requests of A's fsync end before B exists: none of B's is named A, or the reverse.
+    blk = ev[(ev.layer == "block") & ev.path.isin([did["a"], did["b"]])]
+    b_start = sys_ev[sys_ev.path == did["b"]].ts.min()
+    assert (blk[blk.path == did["a"]].ts < b_start).all()
+    assert len(blk[blk.path == did["b"]]) > 0
+
+    # The diagnosis keys checkpoints by path: two checkpoints, each under its own name, and so
+    # the finding when the writes are a large enough share of the loop's time to make one.
+    from tracer.diagnose import Diagnosis
+
+    diag = Diagnosis()
+    for ts, rows in files.groupby("ts"):
+        diag.add(int(ts.value), 0, [], rows.to_dict("records"), [], [], {pid: pid})
+    assert diag.written_total[(pid, did["a"])] == a_mib << 20
+    assert diag.written_total[(pid, did["b"])] == b_mib << 20
+    ckpt = pd.read_parquet(out / "findings").query("kind == 'checkpoint_stall'")
+    if len(ckpt):
+        assert json.loads(ckpt.evidence.iloc[0])["files"] == sorted([*did["rounds"], did["b"]])

@@ -55,8 +55,8 @@ TRACKED_INFO = struct.Struct("<II")
 TRACK_REQUEST = struct.Struct("<III")
 # struct thread_time: tgid, state, since_ns, oncpu, runnable, sleep, iowait, woken_ns[4], comm
 THREAD_TIME = struct.Struct(f"<IB3xQ4Q4Q{COMM_LEN}s")
-# struct file_key: tgid, dev, ino, op
-FILE_KEY = struct.Struct("<IIQB7x")
+# struct file_key: tgid, dev, ino, gen, op
+FILE_KEY = struct.Struct("<IIQIB3x")
 # struct file_stat: ops, bytes, latency_sum_ns, pages_missed, pages_dirtied, latency_max_ns,
 # max_epoch
 FILE_STAT = struct.Struct("<7Q")
@@ -64,10 +64,10 @@ FILE_STAT = struct.Struct("<7Q")
 # (struct file_stat follows)
 HIST_SLOT = struct.Struct(f"<Q{HIST_KEY.size}s4x{HIST_SIZE}s")
 FILE_SLOT = struct.Struct(f"<Q{FILE_KEY.size}s{FILE_STAT.size}s")
-# struct sys_start (a thread's syscall in flight): ts_ns, offset, file (dev, pad, ino), op,
-# target, then last_sent (dev, pad, ino)
+# struct sys_start (a thread's syscall in flight): ts_ns, offset, file (dev, gen, ino), op,
+# target, then last_sent (dev, gen, ino)
 SYS_START = struct.Struct("<QQIIQBB6xIIQ")
-# struct rq_start (a block request in flight): insert_ns, issue_ns, file (dev, pad, ino), tgid,
+# struct rq_start (a block request in flight): insert_ns, issue_ns, file (dev, gen, ino), tgid,
 # data_len, dev, op, attribution; struct rq_slot: rq (0: free), then a struct rq_start
 RQ_START = struct.Struct("<QQIIQIIIBB2x")
 RQ_SLOT = struct.Struct(f"<Q{RQ_START.size}s")
@@ -90,17 +90,17 @@ def slot_tags_ok(table: int, rows):
     the key their tag says: the words that iotrace.h's slot_tag() takes, from each row."""
     if table == HIST_SLOTS:  # tgid | dev << 32; layer, op, target, attribution (and the pad)
         tags = slot_tag(rows[:, 1], rows[:, 2] & 0xFFFFFFFF, 0)
-    else:  # tgid | dev << 32; ino; op (and the pad)
-        tags = slot_tag(rows[:, 1], rows[:, 2], rows[:, 3] & 0xFF)
+    else:  # tgid | dev << 32; ino; gen | op << 32 (and the pad)
+        tags = slot_tag(rows[:, 1], rows[:, 2], rows[:, 3] & 0xFF_FFFFFFFF)
     return tags == rows[:, 0]
 
 
-# struct iot_file_event: kind, pid, dev, fd, ino, depth, flags, fstype (names follow)
-FILE_EVENT_HEAD = struct.Struct(f"<IIIiQII{FSTYPE_LEN}s")
+# struct iot_file_event: kind, pid, dev, fd, ino, depth, flags, gen, fstype (names follow)
+FILE_EVENT_HEAD = struct.Struct(f"<IIIiQIII4x{FSTYPE_LEN}s")
 FILE_EVENT_SIZE = FILE_EVENT_HEAD.size + PATH_DEPTH * NAME_LEN
-# struct iot_slow_event: kind, pid, tid, dev, ino, file_dev, layer, op, ts_ns, offset, bytes,
-# latency_ns, comm
-SLOW_EVENT = struct.Struct(f"<IIIIQIBB2xQQQQ{COMM_LEN}s")
+# struct iot_slow_event: kind, pid, tid, dev, ino, file_dev, file_gen, layer, op, ts_ns, offset,
+# bytes, latency_ns, comm
+SLOW_EVENT = struct.Struct(f"<IIIIQIIBB6xQQQQ{COMM_LEN}s")
 
 
 @dataclass(frozen=True)
@@ -139,6 +139,7 @@ class FileEvent:
     truncated: bool
     deleted: bool
     fs_root: bool = False  # path from the file system's root (seen through the page cache)
+    gen: int = 0  # the inode's generation: a reused inode number has another one
 
     @property
     def path(self) -> str:
@@ -152,6 +153,7 @@ class SlowEvent:
     dev: int  # syscall: the file system's dev_t; block: the disk's
     ino: int
     file_dev: int  # dev_t of the file system the file is on, 0 when unknown
+    file_gen: int  # the file's inode generation (with file_dev and ino: which file)
     layer: str
     op: str
     ts_ns: int  # CLOCK_MONOTONIC, when the operation started
@@ -193,6 +195,7 @@ class FileKey(NamedTuple):  # (a tuple: made for every per-file row, a third of 
     pid: int
     dev: int
     ino: int
+    gen: int  # the inode's generation (dev, ino, gen: one file over time)
     op: str
 
 
@@ -206,24 +209,24 @@ def event_kind(raw: bytes) -> int:
 
 
 def decode_file_event(raw: bytes) -> FileEvent:
-    _, pid, dev, fd, ino, depth, flags, fstype = FILE_EVENT_HEAD.unpack_from(raw)
+    _, pid, dev, fd, ino, depth, flags, gen, fstype = FILE_EVENT_HEAD.unpack_from(raw)
     base = FILE_EVENT_HEAD.size
     depth = min(depth, PATH_DEPTH)
     names = tuple(_cstr(raw[base + i * NAME_LEN: base + (i + 1) * NAME_LEN]) for i in range(depth))
     return FileEvent(pid, dev, ino, fd, _cstr(fstype), names, bool(flags & FILE_TRUNCATED),
-                     bool(flags & FILE_DELETED), bool(flags & FILE_FS_ROOT))
+                     bool(flags & FILE_DELETED), bool(flags & FILE_FS_ROOT), gen)
 
 
 def decode_slow_event(raw: bytes) -> SlowEvent:
-    (_, pid, tid, dev, ino, file_dev, layer, op, ts, offset, nbytes, latency,
+    (_, pid, tid, dev, ino, file_dev, file_gen, layer, op, ts, offset, nbytes, latency,
      comm) = SLOW_EVENT.unpack_from(raw)
-    return SlowEvent(pid, tid, dev, ino, file_dev, LAYERS.get(layer, "other"), OPS.get(op, "other"),
-                     ts, offset, nbytes, latency, _cstr(comm))
+    return SlowEvent(pid, tid, dev, ino, file_dev, file_gen, LAYERS.get(layer, "other"),
+                     OPS.get(op, "other"), ts, offset, nbytes, latency, _cstr(comm))
 
 
 def decode_file_key(raw: bytes) -> FileKey:
-    tgid, dev, ino, op = FILE_KEY.unpack(raw)
-    return FileKey(tgid, dev, ino, OPS.get(op, "other"))
+    tgid, dev, ino, gen, op = FILE_KEY.unpack(raw)
+    return FileKey(tgid, dev, ino, gen, OPS.get(op, "other"))
 
 
 def decode_hist_key(raw: bytes) -> HistKey:

@@ -71,8 +71,9 @@ class Reading:
     threads: dict[int, bytes] = field(default_factory=dict)  # by thread id
     monotonic_ns: int = 0  # when it was read (CLOCK_MONOTONIC, the kernel's clock)
     # The syscall each main process's main thread was in when read, by pid (= its tid):
-    # (start, op, target, dev, ino), start in CLOCK_MONOTONIC ns (Probes.syscalls_in_flight)
-    in_flight: dict[int, tuple[int, int, int, int, int]] = field(default_factory=dict)
+    # (start, op, target, dev, ino, gen), start in CLOCK_MONOTONIC ns
+    # (Probes.syscalls_in_flight)
+    in_flight: dict[int, tuple[int, int, int, int, int, int]] = field(default_factory=dict)
 
 
 @dataclass
@@ -99,7 +100,8 @@ class Aggregator:
         # unchanged key costs nothing per interval.
         self.file_active: dict[bytes, int] = {}
         self.totals: dict[Series, np.ndarray] = {}  # whole-trace sums, for the summary
-        self.file_totals: dict[tuple[int, int, int], FileTotals] = {}  # (pid, dev, ino)
+        # (pid, dev, ino, gen): a file over time (abi.FileKey)
+        self.file_totals: dict[tuple[int, int, int, int], FileTotals] = {}
         self.last_ts_ns: int | None = None
         self.pending_events: list[dict] = []
 
@@ -128,7 +130,7 @@ class Aggregator:
         return Snapshot(ts_ns, interval_ns, rows, file_rows, events, thread_rows)
 
     def _thread_rows(self, threads: dict[int, bytes], mono_ns: int, ts_ns: int,
-                     in_flight: dict[int, tuple[int, int, int, int, int]]) -> list[dict]:
+                     in_flight: dict[int, tuple[int, int, int, int, int, int]]) -> list[dict]:
         rows = []
         for tid, raw in threads.items():
             t = abi.decode_thread_time(tid, raw, mono_ns)
@@ -152,17 +154,17 @@ class Aggregator:
             })
         return rows
 
-    def _syscall_columns(self, call: tuple[int, int, int, int, int] | None, pid: int,
+    def _syscall_columns(self, call: tuple[int, int, int, int, int, int] | None, pid: int,
                          mono_ns: int, ts_ns: int) -> dict:
         """The read/write/fsync of a regular file a thread was in at the end of the interval,
         and since when (UTC): the diagnosis charges its time as it passes."""
         if call is None:
             return NO_SYSCALL
-        start, op, target, dev, ino = call
+        start, op, target, dev, ino, gen = call
         name = abi.OPS.get(op)
         if target != abi.TARGET_FILE or name not in ("read", "write", "fsync") or not dev:
             return NO_SYSCALL
-        return {"syscall_op": name, "syscall_path": self.files.get(dev, ino, pid).path,
+        return {"syscall_op": name, "syscall_path": self.files.get(dev, ino, gen, pid).path,
                 "syscall_since": ts_ns - (mono_ns - start)}
 
     def forget(self, raw_keys: list[bytes], tids: list[int] = ()) -> None:
@@ -201,7 +203,7 @@ class Aggregator:
                 continue
             active[rkey] = now
             key = abi.decode_file_key(rkey)
-            info = self.files.get(key.dev, key.ino, key.pid)
+            info = self.files.get(key.dev, key.ino, key.gen, key.pid)
             comm_role = who.get(key.pid)
             if comm_role is None:
                 proc = self.processes.get(key.pid)
@@ -218,7 +220,7 @@ class Aggregator:
                 "latency_max_ns": max_ns if ops and max_epoch in (epoch, epoch + 1) else 0,
                 "pages_missed": missed, "pages_dirtied": dirtied, "cache_hit_pct": hit,
             })
-            tkey = (key.pid, key.dev, key.ino)
+            tkey = (key.pid, key.dev, key.ino, key.gen)
             t = self.file_totals.get(tkey)
             if t is None:
                 t = self.file_totals[tkey] = FileTotals()
@@ -239,7 +241,8 @@ class Aggregator:
     def on_slow(self, ev: abi.SlowEvent, ts_ns: int) -> None:
         """A slow operation from the ring buffer (`ts_ns`: its start, UTC)."""
         proc = self.processes.get(ev.pid)
-        path = self.files.get(ev.file_dev, ev.ino, ev.pid).path if ev.ino else None
+        path = (self.files.get(ev.file_dev, ev.ino, ev.file_gen, ev.pid).path if ev.ino
+                else None)
         device = device_name(ev.dev)  # syscall: the file system's device; block: the disk
         self.pending_events.append({
             "ts": ts_ns, "pid": ev.pid, "tid": ev.tid,

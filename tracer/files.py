@@ -1,9 +1,12 @@
-"""Files by (device, inode): full paths sent once by the kernel, with a /proc/PID/fd fallback.
+"""Files by (device, inode, generation): full paths sent once by the kernel, with a /proc/PID/fd
+fallback.
 
 Inode numbers repeat across file systems, so a file is always keyed by the file system's device
-and its inode. The kernel walks the dentries (crossing mount points) the first time a traced
-process touches a file; when that walk was cut short this module asks /proc/PID/fd instead and
-says so in `path_source`.
+and its inode; and they repeat over time (a deleted file's number goes to the next file created),
+so the inode's generation is part of the key: a new file under a reused number is a new key,
+whose path the kernel sends as for any file seen first. The kernel walks the dentries (crossing
+mount points) the first time a traced process touches a file; when that walk was cut short this
+module asks /proc/PID/fd instead and says so in `path_source`.
 """
 
 from __future__ import annotations
@@ -133,7 +136,7 @@ def _from_proc(pid: int, dev: int, ino: int) -> tuple[str, str] | None:
 
 class FileTable:
     def __init__(self, redactor: Redactor | None = None) -> None:
-        self.by_id: dict[tuple[int, int], FileInfo] = {}
+        self.by_id: dict[tuple[int, int, int], FileInfo] = {}  # (dev, ino, gen)
         self.redact = redactor or Redactor(False)
 
     def on_event(self, ev: FileEvent) -> FileInfo:
@@ -152,19 +155,20 @@ class FileTable:
         if ev.deleted and not path.endswith(" (deleted)"):
             path += " (deleted)"
         info = FileInfo(self.redact.path(path), source, ev.fs_type, device_name(ev.dev))
-        self.by_id[(ev.dev, ev.ino)] = info
+        self.by_id[(ev.dev, ev.ino, ev.gen)] = info
         return info
 
-    def get(self, dev: int, ino: int, pid: int | None = None) -> FileInfo:
+    def get(self, dev: int, ino: int, gen: int, pid: int | None = None) -> FileInfo:
         """The file's info; for one the kernel never sent (seen only through page-cache misses,
-        or its event was lost), asks /proc/PID/maps and /proc/PID/fd once."""
-        info = self.by_id.get((dev, ino))
+        or its event was lost), asks /proc/PID/maps and /proc/PID/fd once (which know inode
+        numbers, not generations: the file found there is the one that has the number now)."""
+        info = self.by_id.get((dev, ino, gen))
         if info is not None:
             return info
         found = _from_proc(pid, dev, ino) if pid else None
         if found:
             info = FileInfo(self.redact.path(found[0]), found[1], _fs_type(dev), device_name(dev))
-            self.by_id[(dev, ino)] = info
+            self.by_id[(dev, ino, gen)] = info
             return info
         return FileInfo(f"(inode {ino} on {device_name(dev)})", UNKNOWN, _fs_type(dev),
                         device_name(dev))

@@ -354,9 +354,9 @@ class Probes:
         for tid in tids:
             self.threads.delete(abi.TGID.pack(tid))
 
-    def syscalls_in_flight(self, pids) -> dict[int, tuple[int, int, int, int, int]]:
+    def syscalls_in_flight(self, pids) -> dict[int, tuple[int, int, int, int, int, int]]:
         """The syscall each process's main thread is in right now, by pid: (start, op, target,
-        dev, ino), start in CLOCK_MONOTONIC ns, for the traced syscalls only. Task storage is
+        dev, ino, gen) of its file, start in CLOCK_MONOTONIC ns, for the traced syscalls only. Task storage is
         looked up by a pidfd, which names the thread-group leader: the training loop's thread.
         Pidfds are kept while their process lives (one open per process, not per interval)."""
         assert self._sys_starts is not None
@@ -371,9 +371,9 @@ class Probes:
             raw = self._sys_starts.lookup(abi.TGID.pack(fd))
             if raw is None:
                 continue
-            ts, _off, dev, _pad, ino, op, target, *_ = abi.SYS_START.unpack(raw)
+            ts, _off, dev, gen, ino, op, target, *_ = abi.SYS_START.unpack(raw)
             if ts:
-                out[pid] = (ts, op, target, dev, ino)
+                out[pid] = (ts, op, target, dev, ino, gen)
         return out
 
     def forget_pidfds(self, pids) -> None:

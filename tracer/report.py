@@ -49,9 +49,12 @@ def file_totals_from_files(files: pd.DataFrame) -> tuple[dict, FileTable]:
     totals: dict[tuple, FileTotals] = {}
     table = FileTable()
     for r in files.itertuples(index=False):
-        key = (int(r.pid), str(r.device), int(r.inode))
-        table.by_id[(str(r.device), int(r.inode))] = FileInfo(str(r.path), str(r.path_source),
-                                                               str(r.fs_type), str(r.device))
+        # The table has no inode generation: a reused inode number's files differ by their
+        # paths (each is the one the kernel sent for that generation), so the path takes its
+        # place in the key.
+        key = (int(r.pid), str(r.device), int(r.inode), str(r.path))
+        table.by_id[key[1:]] = FileInfo(str(r.path), str(r.path_source), str(r.fs_type),
+                                        str(r.device))
         t = totals.setdefault(key, FileTotals())
         op = str(r.op)
         t.ops[op] = t.ops.get(op, 0) + int(r.ops)

@@ -28,7 +28,7 @@ def _what(key: Series) -> str:
     return f"{label} {key.op} on {where} ({key.attribution})"
 
 
-def render_top_files(file_totals: Mapping[tuple[int, int, int], FileTotals], files: FileTable,
+def render_top_files(file_totals: Mapping[tuple[int, int, int, int], FileTotals], files: FileTable,
                      n: int = TOP_FILES) -> list[str]:
     """Like filetop, with full paths: the files the traced processes spent most time on."""
     if not file_totals:
@@ -38,8 +38,8 @@ def render_top_files(file_totals: Mapping[tuple[int, int, int], FileTotals], fil
     lines = ["", f"Top files by time spent in syscalls (of {len(file_totals)}):",
              f"  {'time':>9} {'reads':>7} {'read':>10} {'writes':>7} {'written':>10} "
              f"{'missed':>10} {'hit':>5} {'pid':>7}  path"]
-    for (pid, dev, ino), t in ranked:
-        info = files.get(dev, ino)
+    for (pid, dev, ino, gen), t in ranked:
+        info = files.get(dev, ino, gen)
         nread = t.bytes.get("read", 0)
         hit = (f"{max(0.0, 1 - t.pages_missed * PAGE_SIZE / nread) * 100:.0f}%"
                if nread else "-")
@@ -52,7 +52,7 @@ def render_top_files(file_totals: Mapping[tuple[int, int, int], FileTotals], fil
 
 
 def render_summary(totals: Mapping[Series, np.ndarray], processes: ProcessTable,
-                   header: str, file_totals: Mapping[tuple[int, int, int], FileTotals] | None = None,
+                   header: str, file_totals: Mapping[tuple[int, int, int, int], FileTotals] | None = None,
                    files: FileTable | None = None, findings: list[Finding] | None = None,
                    cost: SelfCost | None = None) -> str:
     """Text for the terminal (and `iotrace report`): one block per process, one histogram per
