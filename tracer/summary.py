@@ -54,7 +54,7 @@ def render_top_files(file_totals: Mapping[tuple[int, int, int], FileTotals], fil
 def render_summary(totals: Mapping[Series, np.ndarray], processes: ProcessTable,
                    header: str, file_totals: Mapping[tuple[int, int, int], FileTotals] | None = None,
                    files: FileTable | None = None, findings: list[Finding] | None = None,
-                   cost: SelfCost | None = None) -> str:
+                   cost: SelfCost | None = None, startup: list[str] | None = None) -> str:
     """Text for the terminal (and `iotrace report`): one block per process, one histogram per
     layer/op/target, most operations first within a process; iotrace's own cost last."""
     lines = [header]
@@ -87,6 +87,7 @@ def render_summary(totals: Mapping[Series, np.ndarray], processes: ProcessTable,
                 lines.extend("    " + row for row in render(counts))
     if file_totals:
         lines.extend(render_top_files(file_totals, files or FileTable()))
+    lines.extend(startup or [])  # before the verdicts, which leave the start-up out
     lines.extend(render_findings(findings or []))
     if cost is not None:
         lines.extend(render_self_cost(cost))
