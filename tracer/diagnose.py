@@ -51,6 +51,7 @@ class Thresholds:
     cold_miss_ratio: float = 0.5  # an interval reading mostly from disk
     warm_miss_ratio: float = 0.1  # an interval reading mostly from the page cache
     min_read_bytes: int = 1 << 20  # an interval with fewer file reads says nothing about caching
+    cold_min_intervals: int = 2  # cold intervals that the reads must start with for cold_cache
     small_file_bytes: int = 256 << 10  # median bytes read per file below this: small files
     small_files_min_count: int = 100
     saturated_util_pct: float = 90.0
@@ -483,16 +484,19 @@ class Diagnosis:
         reads = [self._data_read(iv) for iv in ivs]
         training = [iv for iv, r in zip(ivs, reads, strict=True) if r is not None] or ivs
         reads = [r for r in reads if r is not None]
-        # cold_cache: reads from disk first, from the page cache later.
+        # cold_cache: reads from disk first, from the page cache later. The cold part is the
+        # run of cold intervals the reads start with, however long: a first epoch can be a
+        # small part of a trace (8 epochs, or attached to late in the first).
         ratios = [r.missed / r.bytes for r in reads if r.bytes >= t.min_read_bytes]
-        if len(ratios) >= 4:
-            k = max(1, len(ratios) // 4)
-            early, late = ratios[:k], ratios[-k:]
-            if min(early) >= t.cold_miss_ratio and max(late) <= t.warm_miss_ratio:
+        cold = next((i for i, r in enumerate(ratios) if r < t.cold_miss_ratio), len(ratios))
+        k = max(1, len(ratios) // 4)
+        if len(ratios) >= 4 and cold >= t.cold_min_intervals and cold + k <= len(ratios):
+            early, late = ratios[:cold], ratios[-k:]
+            if max(late) <= t.warm_miss_ratio:
                 out.append(Finding(
                     "cold_cache", 30, None,
-                    f"The first {k} interval(s) reading the data set read "
-                    f"{100 * sum(early) / k:.0f} % of its bytes from disk, the last {k} only "
+                    f"The first {cold} interval(s) reading the data set read "
+                    f"{100 * sum(early) / cold:.0f} % of its bytes from disk, the last {k} only "
                     f"{100 * sum(late) / k:.0f} %: the first pass was cold; judge the steady "
                     "state.",
                     {"early_miss_pct": [round(100 * r, 1) for r in early],
