@@ -21,7 +21,8 @@ def thread(pid, tid, role, oncpu=0, runnable=0, sleep=0, iowait=0, by_worker=0, 
 
 def file_row(pid, role, op, nbytes, latency, path="/data/train/a.bin", missed=0, fs="ext4"):
     return {"pid": pid, "role": role, "op": op, "ops": 1, "bytes": nbytes,
-            "latency_sum_ns": latency, "pages_missed": missed, "path": path, "fs_type": fs}
+            "latency_sum_ns": latency, "latency_max_ns": latency, "pages_missed": missed,
+            "path": path, "fs_type": fs}
 
 
 def run(intervals, **kw) -> list:
@@ -202,3 +203,18 @@ def test_cold_cache_share_of_bytes_is_never_above_100_pct():
     f = run([first, second] + [warm] * 6)
     cold = next(x for x in f if x.kind == "cold_cache")
     assert cold.evidence["early_miss_pct"] == [100.0, 100.0]
+
+
+def test_p99_stays_within_the_slowest_read_seen():
+    # Four reads of 2.53 s share the log2 bucket [2.15 s, 4.29 s): interpolated, p99 would be
+    # 4.23 s; the files rows know that the slowest took 2.53 s.
+    slow = 2_530_000_000
+    bucket = {"pid": MAIN, "role": "main", "layer": "syscall", "op": "read", "target": "file",
+              "bucket_lo_ns": 1 << 31, "count": 4}
+    d = Diagnosis()
+    for i in range(1, 4):
+        d.add(i * S, S, [thread(MAIN, MAIN, "main", oncpu=100 * MS, iowait=900 * MS)],
+              [{**file_row(MAIN, "main", "read", 4 << 20, 4 * slow), "ops": 4,
+                "latency_max_ns": slow}], [bucket], [], OWNER)
+    (f,) = [x for x in d.findings() if x.kind == "sync_loading"]
+    assert f.evidence["p99_read_ns"] == slow and "2.53 s" in f.summary

@@ -195,6 +195,7 @@ class _Interval:
     loop_time: dict[int, tuple[int, int, int]]  # main pid -> its loop's (on CPU, D, S) ns
     written: dict[int, int]  # main pid -> bytes written to checkpoint-size files
     read_counts: dict[tuple[int, str], list[int]]  # (main pid, role) -> log2 slot counts
+    read_max: dict[tuple[int, str], tuple[int, int]]  # (main pid, role) -> (reads, slowest ns)
     queue_counts: list[int]
     service_counts: list[int]
     device_util: dict[str, float]
@@ -292,7 +293,8 @@ class Diagnosis:
         data, library, loop_time = self._reads(ts_ns - interval_ns, files, threads, owner)
         self.intervals.append(_Interval(
             ts_ns, interval_ns, loops, dict(worker_cpu), dict(worker_io), dict(worker_read),
-            data, library, loop_time, dict(written), read_counts, queue, service,
+            data, library, loop_time, dict(written), read_counts, _read_max(files, owner),
+            queue, service,
             {d["device"]: d["util_pct"] for d in devices}))
         return [loop.row() for loop in loops.values()]
 
@@ -434,7 +436,7 @@ class Diagnosis:
         wait_pct = shares["data_wait_io"] + shares["data_wait_cpu"]
         where = f" on {top[0]} ({top[1]})" if top else ""
         if share["sync_loading"] >= t.loop_share:
-            p99 = percentile_ns(reads.get(MAIN, []), 99)
+            p99 = percentile_ns(reads.get(MAIN, []), 99, _slowest(ivs, pid, MAIN, reads))
             workers = "with" if pid in self.workers_seen else "without"
             out.append(Finding(
                 "sync_loading", _severity(share["sync_loading"]), pid,
@@ -445,7 +447,8 @@ class Diagnosis:
                  "p99_read_ns": p99, "dataloader_workers": pid in self.workers_seen,
                  "top_dir": top[0] if top else None}))
         if share["data_wait_io"] >= t.loop_share:
-            p99 = percentile_ns(reads.get(DATALOADER_WORKER, []), 99)
+            p99 = percentile_ns(reads.get(DATALOADER_WORKER, []), 99,
+                                _slowest(ivs, pid, DATALOADER_WORKER, reads))
             out.append(Finding(
                 "dataloader_io_bound", _severity(share["data_wait_io"]), pid,
                 f"The training loop waited for batches {wait_pct:.0f} % "
@@ -606,6 +609,31 @@ class Diagnosis:
         if not by_dir:
             return None
         return max(by_dir, key=by_dir.get)
+
+
+def _read_max(files: list[dict], owner: dict[int, int]) -> dict[tuple[int, str], tuple[int, int]]:
+    """(main pid, role) -> (file reads, the slowest in ns; -1 when a row does not know it)."""
+    out: dict[tuple[int, str], tuple[int, int]] = {}
+    for f in files:
+        if f["op"] == "read" and f["ops"]:
+            key = (owner.get(f["pid"], f["pid"]), f["role"])
+            ops, top = out.get(key, (0, 0))
+            known = f["latency_max_ns"] > 0 and top >= 0
+            out[key] = (ops + f["ops"], max(top, f["latency_max_ns"]) if known else -1)
+    return out
+
+
+def _slowest(ivs: list[_Interval], pid: int, role: str, reads: dict[str, list[int]]
+             ) -> int | None:
+    """The slowest file read of main `pid`'s processes of `role` in `ivs`, when the files rows
+    cover every read of the histogram (a percentile stays at or below it), else None."""
+    ops = top = 0
+    for iv in ivs:
+        n, m = iv.read_max.get((pid, role), (0, 0))
+        if m < 0:
+            return None
+        ops, top = ops + n, max(top, m)
+    return top if top and ops == sum(reads.get(role, [])) else None
 
 
 def add_gpu_evidence(findings: list[Finding], idle_rows: list[dict], gpu_rows: list[dict]) -> None:

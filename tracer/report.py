@@ -59,6 +59,7 @@ def file_totals_from_files(files: pd.DataFrame) -> tuple[dict, FileTable]:
         t.latency_sum_ns += int(r.latency_sum_ns)
         t.pages_missed += int(r.pages_missed)
         t.pages_dirtied += int(r.pages_dirtied)
+        t.add_max(op, int(r.ops), int(r.latency_max_ns))
     return totals, table
 
 
