@@ -21,7 +21,8 @@ def thread(pid, tid, role, oncpu=0, runnable=0, sleep=0, iowait=0, by_worker=0, 
 
 def file_row(pid, role, op, nbytes, latency, path="/data/train/a.bin", missed=0, fs="ext4"):
     return {"pid": pid, "role": role, "op": op, "ops": 1, "bytes": nbytes,
-            "latency_sum_ns": latency, "pages_missed": missed, "path": path, "fs_type": fs}
+            "latency_sum_ns": latency, "latency_max_ns": latency, "pages_missed": missed,
+            "path": path, "fs_type": fs}
 
 
 def run(intervals, **kw) -> list:
@@ -162,3 +163,97 @@ def test_a_syscall_in_flight_on_a_small_file_is_not_a_checkpoint():
     (row,) = d.add(S, S, [th], [file_row(MAIN, "main", "write", 1 << 20, 1 * MS,
                                           path="/tmp/log.txt")], [], [], OWNER)
     assert row["checkpoint_ns"] == 0
+
+
+def lib_row(pid, role, i, nbytes=4096, missed=0):
+    return file_row(pid, role, "read", nbytes, 2 * MS, missed=missed,
+                    path=f"/venv/lib/python3.11/site-packages/torch/mod{i}.py")
+
+
+def run_launched(intervals) -> Diagnosis:
+    d = Diagnosis(startup=True)
+    for i, (threads, files) in enumerate(intervals, start=1):
+        d.add(i * S, S, threads, files, [], [], OWNER)
+    return d
+
+
+def test_library_files_are_not_the_data_set():
+    # The interpreter's imports (thousands of small .py files) beside workers reading 1 MiB
+    # samples: the data set is the samples, so no small_files.
+    imports = [lib_row(MAIN, "main", i) for i in range(2000)]
+    io = ([thread(MAIN, MAIN, "main", oncpu=100 * MS, sleep=900 * MS, by_worker=900 * MS),
+           thread(WORKER, WORKER, "dataloader_worker", oncpu=100 * MS, iowait=900 * MS)],
+          [file_row(WORKER, "dataloader_worker", "read", 1 << 20, 900 * MS,
+                    path=f"/data/train/{i}.bin") for i in range(4)])
+    f = run([(io[0], io[1] + imports)] + [io] * 60)
+    assert kinds(f)[0] == "dataloader_io_bound"
+    assert "small_files" not in kinds(f)
+
+
+def test_start_up_is_not_judged():
+    # Launch mode: 6 s of imports, the loop blocked on reading site-packages, then 6 s of
+    # CPU-bound workers. Judged on the imports, the job would be sync_loading.
+    importing = ([thread(MAIN, MAIN, "main", oncpu=300 * MS, iowait=700 * MS)],
+                 [lib_row(MAIN, "main", i, missed=1) for i in range(300)])
+    for row in importing[1]:
+        row["latency_sum_ns"] = 700 * MS // 300
+    training = ([thread(MAIN, MAIN, "main", oncpu=200 * MS, sleep=800 * MS, by_worker=800 * MS),
+                 thread(WORKER, WORKER, "dataloader_worker", oncpu=1000 * MS)],
+                [file_row(WORKER, "dataloader_worker", "read", 1 << 20, 5 * MS)])
+    d = run_launched([importing] * 6 + [training] * 6)
+    f = d.findings()
+    assert kinds(f)[0] == "dataloader_cpu_bound", kinds(f)
+    assert not set(kinds(f)) & set(IO_KINDS)
+    (s,) = d.startups()
+    assert round(s.seconds) == 6 and s.site_packages == 300 and s.iowait_ns == 6 * 700 * MS
+    assert "its first DataLoader worker started" in s.line() and "site-packages" in s.line()
+    assert d.startup_lines()[1] == s.line()
+    # Attached to a running job, nothing is start-up: the imports are judged.
+    assert "sync_loading" in kinds(run([importing] * 6 + [training] * 6))
+
+
+def test_start_up_without_workers_ends_at_the_first_data_reads():
+    importing = ([thread(MAIN, MAIN, "main", oncpu=1000 * MS)],
+                 [lib_row(MAIN, "main", i) for i in range(100)]
+                 + [file_row(MAIN, "main", "read", 500, 1 * MS, path="/work/config.yaml")])
+    loading = ([thread(MAIN, MAIN, "main", oncpu=300 * MS, iowait=700 * MS)],
+               [file_row(MAIN, "main", "read", 1 << 20, 175 * MS, path=f"/data/{i}.bin")
+                for i in range(4)])
+    d = run_launched([importing] * 4 + [loading] * 4)
+    assert kinds(d.findings())[0] == "sync_loading"
+    assert d.findings()[0].evidence["loop_shares_pct"]["sync_loading"] == 70.0  # of 4 s, not 8
+    (s,) = d.startups()
+    assert "started reading its data set" in s.until and round(s.seconds) == 4
+    assert d.startup_lines() == []  # 4 s is not long
+
+
+def test_cold_cache_share_of_bytes_is_never_above_100_pct():
+    # Readahead brings more pages than a read asks for, and a read still in progress at the
+    # end of an interval has its pages missed there and its bytes in the next one.
+    def iv(files):
+        return ([thread(MAIN, MAIN, "main", oncpu=900 * MS, sleep=100 * MS)], files)
+
+    def sample(i, nbytes, missed):
+        return file_row(WORKER, "dataloader_worker", "read", nbytes, 10 * MS, missed=missed,
+                        path=f"/data/{i}.bin")
+    first = iv([sample(0, 1 << 20, 1024), sample(1, 0, 256)])  # 4 MiB read ahead; 1 MiB pending
+    second = iv([sample(0, 3 << 20, 0), sample(1, 1 << 20, 0), sample(2, 2 << 20, 512)])
+    warm = iv([sample(i, 1 << 20, 0) for i in range(3)])
+    f = run([first, second] + [warm] * 6)
+    cold = next(x for x in f if x.kind == "cold_cache")
+    assert cold.evidence["early_miss_pct"] == [100.0, 100.0]
+
+
+def test_p99_stays_within_the_slowest_read_seen():
+    # Four reads of 2.53 s share the log2 bucket [2.15 s, 4.29 s): interpolated, p99 would be
+    # 4.23 s; the files rows know that the slowest took 2.53 s.
+    slow = 2_530_000_000
+    bucket = {"pid": MAIN, "role": "main", "layer": "syscall", "op": "read", "target": "file",
+              "bucket_lo_ns": 1 << 31, "count": 4}
+    d = Diagnosis()
+    for i in range(1, 4):
+        d.add(i * S, S, [thread(MAIN, MAIN, "main", oncpu=100 * MS, iowait=900 * MS)],
+              [{**file_row(MAIN, "main", "read", 4 << 20, 4 * slow), "ops": 4,
+                "latency_max_ns": slow}], [bucket], [], OWNER)
+    (f,) = [x for x in d.findings() if x.kind == "sync_loading"]
+    assert f.evidence["p99_read_ns"] == slow and "2.53 s" in f.summary

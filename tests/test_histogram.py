@@ -133,3 +133,15 @@ def test_rows_of_a_process_not_registered_yet_are_valid():
     assert {r["role"] for r in snap.latency + snap.files} == {"child"}
     assert table_from_rows("latency", snap.latency).num_rows == 1
     assert table_from_rows("files", snap.files).num_rows == 1
+
+
+def test_percentiles_stay_at_or_below_the_slowest_operation_seen():
+    from tracer.histogram import percentile_ns
+
+    counts = [0] * 64
+    counts[31] = 4  # four fsyncs in [2.15 s, 4.29 s), all of 2.53 s
+    assert percentile_ns(counts, 50) > 3e9  # the bucket's middle
+    assert percentile_ns(counts, 50, 2_530_000_000) == percentile_ns(counts, 99, 2_530_000_000) \
+        == 2_530_000_000
+    # a maximum below the highest non-empty bucket is not this histogram's: ignored
+    assert percentile_ns(counts, 50, 1_000_000_000) == percentile_ns(counts, 50)

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
+import time
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -19,12 +21,33 @@ from tracer.workloads.scenarios import prepare  # noqa: E402
 pytestmark = [needs_root, pytest.mark.kernel]
 
 
-def trace_scenario(name: str, tmp_path, workdir):
-    """(final findings, findings written while it ran, processes, iotrace's stdout)"""
+def _workers_running(pid: int) -> bool:
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        return False
+    for child in children:
+        try:
+            if Path(f"/proc/{child}/comm").read_text().strip() == "pt_data_worker":
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def trace_scenario(name: str, tmp_path, workdir, after_workers: bool = False):
+    """(final findings, findings written while it ran, processes, iotrace's stdout); with
+    `after_workers`, iotrace attaches once the DataLoader workers run (mid first epoch)."""
     sc = prepare(name, workdir)
     out = tmp_path / "trace"
     try:
         run = sc.start(ready=True)
+        if after_workers:
+            run.go()
+            deadline = time.monotonic() + 60
+            while not _workers_running(run.pid) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert _workers_running(run.pid), "no DataLoader worker started"
         tracer = subprocess.Popen([*IOTRACE, "--pid", str(run.pid), "-o", str(out)], cwd=ROOT,
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
@@ -84,3 +107,15 @@ def test_cold_first_epoch_then_warm(tmp_path, workdir):
     assert all(len(p) == 2 for p in gens)  # two workers each
     assert workers.pid.is_unique
     assert sorted(workers[workers.worker_generation == 0].worker_index) == [0, 1]
+
+
+def test_cold_first_epoch_attached_while_workers_read(tmp_path, workdir):
+    """cold_cache when iotrace attaches to workers already reading the cold first epoch: the
+    trace's cold part is a few intervals of many."""
+    final, _, _, _ = trace_scenario("cold_cache", tmp_path, workdir, after_workers=True)
+    reads = pd.read_parquet(tmp_path / "trace" / "files").query("op == 'read'")
+    by_interval = reads.groupby("ts", observed=True)[["bytes", "pages_missed"]].sum()
+    assert "cold_cache" in set(final.kind), (final[["kind", "summary"]].to_string() + "\n"
+                                             + by_interval.to_string())
+    cold = json.loads(final[final.kind == "cold_cache"].evidence.iloc[0])
+    assert max(cold["early_miss_pct"]) <= 100  # a share, on one basis

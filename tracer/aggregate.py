@@ -85,6 +85,16 @@ class FileTotals:
     latency_sum_ns: int = 0
     pages_missed: int = 0
     pages_dirtied: int = 0
+    latency_max_ns: dict[str, int] = field(default_factory=dict)  # by op: the slowest operation
+    max_unknown: set[str] = field(default_factory=set)  # ops with a row whose maximum is unknown
+
+    def add_max(self, op: str, ops: int, max_ns: int) -> None:
+        if not ops:
+            return
+        if max_ns > 0:
+            self.latency_max_ns[op] = max(self.latency_max_ns.get(op, 0), max_ns)
+        else:
+            self.max_unknown.add(op)
 
 
 class Aggregator:
@@ -229,6 +239,7 @@ class Aggregator:
             t.latency_sum_ns += lat_sum
             t.pages_missed += missed
             t.pages_dirtied += dirtied
+            t.add_max(key.op, ops, rows[-1]["latency_max_ns"])
         return rows
 
     def idle_file_keys(self, intervals: int) -> list[bytes]:

@@ -34,7 +34,7 @@ import pandas as pd
 import pyarrow as pa
 
 from tracer.abi import ATTRIBUTIONS, LAYERS, MAX_SLOTS, OPS, TARGETS
-from tracer.histogram import format_bytes, format_ns
+from tracer.histogram import MaxSeen, format_bytes, format_ns
 from tracer.schema import SCHEMA_VERSION, TABLES
 from tracer.sinks.parquet import META_FILE
 
@@ -194,7 +194,9 @@ class Trace:
         does for the terminal summary, whose p50/p99 these equal). The true percentile lies in
         the same bucket, so the result is off by less than the bucket's width: **at most a
         factor of 2** either way (the bucket's upper bound is twice its lower bound). The last,
-        open-ended bucket (about 9 minutes and more) gives its lower bound.
+        open-ended bucket (about 9 minutes and more) gives its lower bound. A group of file
+        syscalls whose every operation the ``files`` rows cover stays at or below the slowest of
+        them (``latency_max_ns``), as the summary does.
         """
         qs = [float(x) for x in ([q] if isinstance(q, int | float) else q)]
         for x in qs:
@@ -220,13 +222,16 @@ class Trace:
                     f"{column}s: {', '.join(sorted(_KNOWN_VALUES[column]))}"
                 )
             mask &= lat[column].astype(object).isin(values).to_numpy()
-        rows = lat.loc[mask, [*cols, "bucket_lo_ns", "bucket_hi_ns", "count", "bytes"]]
-        rows = rows.astype({c: object for c in cols})
+        extra = [c for c in ("pid", "layer", "op", "target") if c not in cols]
+        rows = lat.loc[mask, [*cols, *extra, "bucket_lo_ns", "bucket_hi_ns", "count", "bytes"]]
+        rows = rows.astype({c: object for c in (*cols, *extra) if c != "pid"})
         rows = rows[rows["count"] > 0]
         names = [f"p{x:g}_ns" for x in qs]
         out: list[dict] = []
         keys: list[tuple] = []
         groups = rows.groupby(cols, dropna=False, sort=True) if cols else [((), rows)]
+        seen = self._max_seen() if ((rows["layer"] == "syscall")
+                                    & (rows["target"] == "file")).any() else None
         for key, group in groups:
             buckets = group.groupby(["bucket_lo_ns", "bucket_hi_ns"], sort=True)[
                 ["count", "bytes"]].sum()
@@ -234,8 +239,13 @@ class Trace:
             hi = buckets.index.get_level_values(1).to_numpy(dtype=np.int64)
             counts = buckets["count"].to_numpy(dtype=np.int64)
             keys.append(key if isinstance(key, tuple) else (key,))
+            top = None  # the slowest operation, when the files rows know it for the whole group
+            if seen is not None and ((group["layer"] == "syscall")
+                                     & (group["target"] == "file")).all():
+                per = group.groupby(["pid", "op"], sort=False)["count"].sum()
+                top = seen.known({(int(p), str(o)): int(n) for (p, o), n in per.items()})
             out.append({"count": int(counts.sum()), "bytes": int(buckets["bytes"].sum()),
-                        **dict(zip(names, _interpolate(lo, hi, counts, qs), strict=True))})
+                        **dict(zip(names, _interpolate(lo, hi, counts, qs, top), strict=True))})
         frame = pd.DataFrame(out, columns=["count", "bytes", *names])
         frame = frame.astype({"count": "int64", "bytes": "int64", **dict.fromkeys(names, "float64")})
         if len(cols) == 1:
@@ -244,6 +254,14 @@ class Trace:
             frame.index = pd.MultiIndex.from_tuples(keys, names=cols) if keys else (
                 pd.MultiIndex.from_arrays([[]] * len(cols), names=cols))
         return frame
+
+    def _max_seen(self) -> MaxSeen:
+        """The slowest file syscall per (pid, op), from the ``files`` table."""
+        files = self.files
+        if files.empty:
+            return MaxSeen()
+        f = files[["pid", "op", "ops", "latency_max_ns"]].astype({"op": object})
+        return MaxSeen().add_rows(f.to_dict("records"))
 
     @property
     def findings(self) -> pd.DataFrame:
@@ -405,8 +423,9 @@ def _names(value: str | Iterable[str] | None) -> list[str]:
 
 
 def _interpolate(lo: np.ndarray, hi: np.ndarray, counts: np.ndarray,
-                 qs: Sequence[float]) -> list[float]:
-    """Percentiles `qs` of the histogram with buckets [lo, hi) holding `counts` (sorted by lo)."""
+                 qs: Sequence[float], max_ns: int | None = None) -> list[float]:
+    """Percentiles `qs` of the histogram with buckets [lo, hi) holding `counts` (sorted by lo);
+    never above `max_ns`, the slowest operation seen, when known (as `percentile_ns`)."""
     total = int(counts.sum())
     if total == 0:
         return [math.nan] * len(qs)
@@ -418,9 +437,15 @@ def _interpolate(lo: np.ndarray, hi: np.ndarray, counts: np.ndarray,
         b_lo, b_hi, n = int(lo[i]), int(hi[i]), int(counts[i])
         seen = int(cum[i]) - n
         if b_lo >= _OPEN_SLOT_LO_NS:
-            out.append(float(b_lo))  # open-ended: its lower bound is all we know
+            value = float(b_lo)  # open-ended: its lower bound is all we know
         else:
-            out.append(b_lo + (b_hi - b_lo) * max(rank - seen, 0) / n)
+            value = b_lo + (b_hi - b_lo) * max(rank - seen, 0) / n
+        # the slowest operation lies in the highest non-empty bucket; a maximum below it is not
+        # this histogram's
+        used = np.flatnonzero(counts)
+        if max_ns and max_ns >= int(lo[used[-1]]):
+            value = min(value, float(max_ns))
+        out.append(value)
     return out
 
 

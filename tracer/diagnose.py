@@ -18,6 +18,7 @@ in this order, into:
 from __future__ import annotations
 
 import json
+import re
 from collections import defaultdict, deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -31,6 +32,13 @@ IO_KINDS = ("sync_loading", "dataloader_io_bound", "checkpoint_stall", "device_s
 KINDS = (*IO_KINDS, "dataloader_cpu_bound", "cold_cache", "not_io_bound")
 SLOW_FS_TYPES = {"overlay", "nfs", "nfs4", "fuse", "fuseblk", "9p", "virtiofs", "cifs", "smb3",
                  "ceph", "glusterfs", "lustre"}
+# Reads that are not the data set: the interpreter, libraries and the system's own files.
+_PSEUDO_FS = {"proc", "sysfs", "cgroup", "cgroup2", "devtmpfs", "devpts", "debugfs", "tracefs",
+              "securityfs", "bpf", "configfs", "bdev", "pipefs", "sockfs", "anon_inodefs"}
+_SYSTEM_ROOTS = ("/proc/", "/sys/", "/dev/", "/run/", "/etc/", "/lib/", "/lib64/", "/usr/lib/",
+                 "/usr/lib64/", "/usr/local/lib/", "/usr/share/")
+_LIBRARY_PARTS = ("/site-packages/", "/dist-packages/", "/lib/python3", "/__pycache__/")
+_LIBRARY_NAME = re.compile(r"(\.(py|pyc|pyi|pyd|pth|so)|\.so(\.\d+)+|/pyvenv\.cfg)$")
 
 
 @dataclass(frozen=True)
@@ -43,6 +51,7 @@ class Thresholds:
     cold_miss_ratio: float = 0.5  # an interval reading mostly from disk
     warm_miss_ratio: float = 0.1  # an interval reading mostly from the page cache
     min_read_bytes: int = 1 << 20  # an interval with fewer file reads says nothing about caching
+    cold_min_intervals: int = 2  # cold intervals that the reads must start with for cold_cache
     small_file_bytes: int = 256 << 10  # median bytes read per file below this: small files
     small_files_min_count: int = 100
     saturated_util_pct: float = 90.0
@@ -50,10 +59,16 @@ class Thresholds:
     slow_fs_read_share: float = 0.5  # share of read bytes on a slow file system
     window_s: float = 30.0  # findings during a run cover the last window_s seconds
     wake_window: int = 5  # intervals of wake-ups that say who ends the loop's sleeps
+    # Without workers, training starts in the first interval that reads this much of the data
+    # set (files or bytes): a config file or two read while importing is not yet training.
+    startup_data_files: int = 16
+    startup_data_bytes: int = 1 << 20
+    startup_long_s: float = 5.0  # the summary says what a start-up this long waited for
 
 
 THRESHOLDS = Thresholds()
 MAX_INTERVALS = 3600
+MAX_READ_AHEAD = 100_000  # files whose read-ahead pages are remembered (bounded memory)
 
 ADVICE = {
     "sync_loading": "Load batches in parallel: DataLoader(num_workers=4 or more, pin_memory=True, "
@@ -117,6 +132,54 @@ class Finding:
                 "evidence": json.dumps(self.evidence, sort_keys=True), "advice": self.advice}
 
 
+def is_library(path: str, fs_type: str) -> bool:
+    """A file that is not the data set: the interpreter's and libraries' files (site-packages,
+    .py, .pyc, .so), the system's (/etc, /usr/lib, ...) and pseudo file systems (/proc, /sys)."""
+    return (fs_type in _PSEUDO_FS or path.startswith(_SYSTEM_ROOTS)
+            or any(part in path for part in _LIBRARY_PARTS) or bool(_LIBRARY_NAME.search(path)))
+
+
+@dataclass
+class _Reads:
+    """File reads of one main process and its descendants in one interval."""
+
+    bytes: int = 0
+    missed: int = 0  # bytes that came from disk: pages missed, at most the bytes read per file
+    files: dict[tuple[str, str], int] = field(default_factory=dict)  # (path, fs_type) -> bytes
+    opens: int = 0
+
+    def add(self, path: str, fs: str, nbytes: int, missed: int) -> None:
+        self.bytes += nbytes
+        self.missed += missed
+        self.files[(path, fs)] = self.files.get((path, fs), 0) + nbytes
+
+
+@dataclass
+class StartUp:
+    """A main process's start-up: from its first interval to the one where training starts."""
+
+    pid: int
+    until: str  # what ended it, in words
+    seconds: float
+    oncpu_ns: int  # its loop thread's time
+    iowait_ns: int
+    sleep_ns: int
+    files: int  # files read
+    library_files: int  # of them, the interpreter's and libraries' (site-packages, .py, .so)
+    site_packages: int
+    bytes: int
+    missed: int  # bytes read from disk
+
+    def line(self) -> str:
+        what = [f"read {self.files} files ({self.library_files} libraries, "
+                f"{self.site_packages} under site-packages), {format_bytes(self.bytes)}, "
+                f"{format_bytes(self.missed)} of it from disk"] if self.files else []
+        what.append(f"the loop was on CPU {format_ns(self.oncpu_ns)}, blocked on I/O (D) "
+                    f"{format_ns(self.iowait_ns)}, asleep {format_ns(self.sleep_ns)}")
+        return (f"Start-up of pid {self.pid} took {self.seconds:.1f} s (until {self.until}; "
+                f"not judged by the findings): " + "; ".join(what) + ".")
+
+
 @dataclass
 class _Interval:
     """What the diagnosis keeps of one interval (small: a run can last days)."""
@@ -127,13 +190,12 @@ class _Interval:
     worker_oncpu_ns: dict[int, int]  # by main pid
     worker_iowait_ns: dict[int, int]
     worker_read_ns: dict[int, int]
-    read_bytes: int  # file reads of every traced process
-    missed_bytes: int
-    files_read: dict[tuple[str, str], int]  # (path, fs_type) -> bytes
-    dirs_read: dict[tuple[str, str], int]  # (directory, fs_type) -> bytes: files_read by folder
-    opens: int
+    data: dict[int, _Reads]  # main pid -> what its processes read of the data set
+    library: dict[int, _Reads]  # main pid -> library/system files read, kept during start-up
+    loop_time: dict[int, tuple[int, int, int]]  # main pid -> its loop's (on CPU, D, S) ns
     written: dict[int, int]  # main pid -> bytes written to checkpoint-size files
     read_counts: dict[tuple[int, str], list[int]]  # (main pid, role) -> log2 slot counts
+    read_max: dict[tuple[int, str], tuple[int, int]]  # (main pid, role) -> (reads, slowest ns)
     queue_counts: list[int]
     service_counts: list[int]
     device_util: dict[str, float]
@@ -156,6 +218,13 @@ class Diagnosis:
     # per (main pid, state), time charged while a syscall ran that its `files` rows, counting
     # it when it returns, still hold
     counted_early: dict[tuple[int, str], int] = field(default_factory=dict)
+    # Start-up (docs/diagnosis.md), in launch mode only: per main pid, the start of the first
+    # interval in which one of its DataLoader workers ran, and of the first that read its data.
+    startup: bool = False
+    first_worker_ns: dict[int, int] = field(default_factory=dict)
+    first_data_ns: dict[int, int] = field(default_factory=dict)
+    # (pid, path) -> bytes brought in by readahead that no read has used yet
+    read_ahead: dict[tuple[int, str], int] = field(default_factory=dict)
 
     # -- per interval -------------------------------------------------------------------------
     def add(self, ts_ns: int, interval_ns: int, threads: Iterable[dict], files: Iterable[dict],
@@ -166,18 +235,10 @@ class Diagnosis:
         files, threads = list(files), list(threads)
         own_read, own_ckpt = defaultdict(int), defaultdict(int)
         worker_read = defaultdict(int)
-        read_bytes = missed = opens = 0
-        files_read: dict[tuple[str, str], int] = defaultdict(int)
         written = defaultdict(int)
         for f in files:
             main = owner.get(f["pid"], f["pid"])
-            if f["op"] == "open":
-                opens += f["ops"]
             if f["op"] == "read":
-                read_bytes += f["bytes"]
-                if f["bytes"]:  # pages faulted in through a mapping (no read) are not a read's miss
-                    missed += f["pages_missed"] * self.page_size
-                    files_read[(f["path"], f["fs_type"])] += f["bytes"]
                 if f["role"] == MAIN:
                     own_read[main] += f["latency_sum_ns"]
                 elif f["role"] == DATALOADER_WORKER:
@@ -239,13 +300,12 @@ class Diagnosis:
                 queue[slot] += r["count"]
             elif r["layer"] == "block" and r["op"] == "read":
                 service[slot] += r["count"]
-        dirs_read: dict[tuple[str, str], int] = defaultdict(int)
-        for (path, fs), n in files_read.items():
-            dirs_read[(path.rsplit("/", 1)[0] or "/", fs)] += n
+        data, library, loop_time = self._reads(ts_ns - interval_ns, files, threads, owner)
         self.intervals.append(_Interval(
             ts_ns, interval_ns, loops, dict(worker_cpu), dict(worker_io), dict(worker_read),
-            read_bytes, missed, dict(files_read), dict(dirs_read), opens, dict(written),
-            read_counts, queue, service, {d["device"]: d["util_pct"] for d in devices}))
+            data, library, loop_time, dict(written), read_counts, _read_max(files, owner),
+            queue, service,
+            {d["device"]: d["util_pct"] for d in devices}))
         return [loop.row() for loop in loops.values()]
 
     def _as_it_passes(self, pid: int, th: dict, ts_ns: int, interval_ns: int, ckpt_ns: int,
@@ -290,6 +350,99 @@ class Diagnosis:
         _since, kind, charged = self.in_flight.pop(pid)
         self.counted_early[(pid, kind)] = self.counted_early.get((pid, kind), 0) + charged
 
+    def _reads(self, begin_ns: int, files: list[dict], threads: list[dict], owner: dict[int, int]
+               ) -> tuple[dict[int, _Reads], dict[int, _Reads], dict[int, tuple[int, int, int]]]:
+        """Per main pid: its processes' reads of the data set and of library/system files, its
+        loop's time; and the signals that its start-up ended (with the interval's start)."""
+        data: dict[int, _Reads] = {}
+        library: dict[int, _Reads] = {}
+        for f in files:
+            main = owner.get(f["pid"], f["pid"])
+            lib = is_library(f["path"], f["fs_type"])
+            if f["op"] == "open" and not lib:
+                data.setdefault(main, _Reads()).opens += f["ops"]
+            if f["op"] != "read":
+                continue
+            # Readahead brings whole pages ahead of the reads: counted as bytes, at most the
+            # bytes read, so that a share from disk stays a share; pages not yet read count for
+            # the next reads of the file. A row without bytes has pages brought in for a read
+            # still in progress (its bytes come next interval) or faulted in through a mapping
+            # (a library's, no read's miss): kept for the file's next reads either way.
+            key = (f["pid"], f["path"])
+            ahead = self.read_ahead.pop(key, 0) + f["pages_missed"] * self.page_size
+            if not f["bytes"]:
+                if ahead and len(self.read_ahead) < MAX_READ_AHEAD:
+                    self.read_ahead[key] = ahead
+                continue
+            missed = min(ahead, f["bytes"])
+            if ahead > missed and len(self.read_ahead) < MAX_READ_AHEAD:
+                self.read_ahead[key] = ahead - missed
+            if lib:
+                if main not in self.first_worker_ns:  # kept for the start-up's summary only
+                    library.setdefault(main, _Reads()).add(f["path"], f["fs_type"], f["bytes"],
+                                                           missed)
+            else:
+                data.setdefault(main, _Reads()).add(f["path"], f["fs_type"], f["bytes"], missed)
+        t = self.thresholds
+        for main, r in data.items():
+            if (main not in self.first_data_ns and (len(r.files) >= t.startup_data_files
+                                                    or r.bytes >= t.startup_data_bytes)):
+                self.first_data_ns[main] = begin_ns
+        loop_time = {}
+        for th in threads:
+            main = owner.get(th["pid"], th["pid"])
+            if th["role"] == DATALOADER_WORKER:
+                self.first_worker_ns.setdefault(main, begin_ns)
+            elif th["role"] == MAIN and th["tid"] == th["pid"]:
+                loop_time[main] = (th["oncpu_ns"], th["iowait_ns"], th["sleep_ns"])
+        return data, library, loop_time
+
+    def training_since(self, pid: int) -> int | None:
+        """Start of the first interval of main `pid` that counts as training (earlier ones are
+        its start-up), or None: no start-up seen, every interval counts."""
+        if not self.startup:
+            return None
+        return self.first_worker_ns.get(pid, self.first_data_ns.get(pid))
+
+    def _training(self, iv: _Interval, pid: int) -> bool:
+        since = self.training_since(pid)
+        return since is None or iv.ts_ns > since
+
+    def startups(self) -> list[StartUp]:
+        """The start-up of every main process seen from its start, in pid order."""
+        out = []
+        for pid in sorted({p for iv in self.intervals for p in iv.loop_time}):
+            since = self.training_since(pid)
+            ivs = [iv for iv in self.intervals
+                   if iv.ts_ns <= (since or 0) and (pid in iv.loop_time or pid in iv.data)]
+            if not ivs:
+                continue
+            until = ("its first DataLoader worker started" if pid in self.first_worker_ns
+                     else "it started reading its data set")
+            files: dict[str, tuple[bool, int]] = {}  # path -> (library?, bytes)
+            missed = 0
+            for iv in ivs:
+                for lib, reads in ((True, iv.library.get(pid)), (False, iv.data.get(pid))):
+                    if reads is None:
+                        continue
+                    missed += reads.missed
+                    for (path, _fs), n in reads.files.items():
+                        files[path] = (lib, files.get(path, (lib, 0))[1] + n)
+            times = [iv.loop_time.get(pid, (0, 0, 0)) for iv in ivs]
+            start = ivs[0].ts_ns - ivs[0].interval_ns
+            out.append(StartUp(
+                pid, until, (since - start) / 1e9, sum(x[0] for x in times),
+                sum(x[1] for x in times), sum(x[2] for x in times), len(files),
+                sum(1 for lib, _ in files.values() if lib),
+                sum(1 for p in files if "/site-packages/" in p or "/dist-packages/" in p),
+                sum(n for _, n in files.values()), missed))
+        return out
+
+    def startup_lines(self) -> list[str]:
+        """The summary's lines on start-ups long enough to matter."""
+        long = [s for s in self.startups() if s.seconds >= self.thresholds.startup_long_s]
+        return ["", *(s.line() for s in long)] if long else []
+
     # -- verdicts -----------------------------------------------------------------------------
     def findings(self, window_s: float | None = None) -> list[Finding]:
         """Verdicts over the last `window_s` seconds (None: the whole trace), most severe first."""
@@ -303,8 +456,9 @@ class Diagnosis:
         end = ivs[-1].ts_ns
         out: list[Finding] = []
         mains = sorted({pid for iv in ivs for pid in iv.loops})
+        # Verdicts judge training: each main's start-up intervals are left out (startups()).
         for pid in mains:
-            out.extend(self._loop_findings(pid, ivs))
+            out.extend(self._loop_findings(pid, [iv for iv in ivs if self._training(iv, pid)]))
         out.extend(self._storage_findings(ivs, out))
         if not any(f.kind in IO_KINDS for f in out):
             out.append(self._healthy(ivs, mains))
@@ -330,11 +484,11 @@ class Diagnosis:
         wcpu = sum(iv.worker_oncpu_ns.get(pid, 0) for iv in ivs)
         wio = sum(iv.worker_iowait_ns.get(pid, 0) for iv in ivs)
         blocked = 100 * wio / (wio + wcpu) if wio + wcpu else 0.0
-        top = self._top_file(ivs)
+        top = self._top_file(ivs, pid)
         wait_pct = shares["data_wait_io"] + shares["data_wait_cpu"]
         where = f" on {top[0]} ({top[1]})" if top else ""
         if share["sync_loading"] >= t.loop_share:
-            p99 = percentile_ns(reads.get(MAIN, []), 99)
+            p99 = percentile_ns(reads.get(MAIN, []), 99, _slowest(ivs, pid, MAIN, reads))
             workers = "with" if pid in self.workers_seen else "without"
             out.append(Finding(
                 "sync_loading", _severity(share["sync_loading"]), pid,
@@ -345,7 +499,8 @@ class Diagnosis:
                  "p99_read_ns": p99, "dataloader_workers": pid in self.workers_seen,
                  "top_dir": top[0] if top else None}))
         if share["data_wait_io"] >= t.loop_share:
-            p99 = percentile_ns(reads.get(DATALOADER_WORKER, []), 99)
+            p99 = percentile_ns(reads.get(DATALOADER_WORKER, []), 99,
+                                _slowest(ivs, pid, DATALOADER_WORKER, reads))
             out.append(Finding(
                 "dataloader_io_bound", _severity(share["data_wait_io"]), pid,
                 f"The training loop waited for batches {wait_pct:.0f} % "
@@ -381,25 +536,31 @@ class Diagnosis:
         out = []
         io_bound = [f for f in loop if f.kind in ("sync_loading", "dataloader_io_bound")]
         sev = max((f.severity for f in io_bound), default=0)
-        # cold_cache: reads from disk first, from the page cache later.
-        ratios = [iv.missed_bytes / iv.read_bytes for iv in ivs
-                  if iv.read_bytes >= t.min_read_bytes]
-        if len(ratios) >= 4:
-            k = max(1, len(ratios) // 4)
-            early, late = ratios[:k], ratios[-k:]
-            if min(early) >= t.cold_miss_ratio and max(late) <= t.warm_miss_ratio:
+        reads = [self._data_read(iv) for iv in ivs]
+        training = [iv for iv, r in zip(ivs, reads, strict=True) if r is not None] or ivs
+        reads = [r for r in reads if r is not None]
+        # cold_cache: reads from disk first, from the page cache later. The cold part is the
+        # run of cold intervals the reads start with, however long: a first epoch can be a
+        # small part of a trace (8 epochs, or attached to late in the first).
+        ratios = [r.missed / r.bytes for r in reads if r.bytes >= t.min_read_bytes]
+        cold = next((i for i, r in enumerate(ratios) if r < t.cold_miss_ratio), len(ratios))
+        k = max(1, len(ratios) // 4)
+        if len(ratios) >= 4 and cold >= t.cold_min_intervals and cold + k <= len(ratios):
+            early, late = ratios[:cold], ratios[-k:]
+            if max(late) <= t.warm_miss_ratio:
                 out.append(Finding(
                     "cold_cache", 30, None,
-                    f"The first {k} interval(s) with reads came {100 * sum(early) / k:.0f} % "
-                    f"from disk, the last {k} only {100 * sum(late) / k:.0f} %: the first pass "
-                    "was cold; judge the steady state.",
+                    f"The first {cold} interval(s) reading the data set read "
+                    f"{100 * sum(early) / cold:.0f} % of its bytes from disk, the last {k} only "
+                    f"{100 * sum(late) / k:.0f} %: the first pass was cold; judge the steady "
+                    "state.",
                     {"early_miss_pct": [round(100 * r, 1) for r in early],
                      "late_miss_pct": [round(100 * r, 1) for r in late]}))
         if not io_bound:
             return out
         sizes = defaultdict(int)
-        for iv in ivs:
-            for (path, _fs), n in iv.files_read.items():
+        for r in reads:
+            for (path, _fs), n in r.files.items():
                 sizes[path] += n
         if len(sizes) >= t.small_files_min_count:
             median = sorted(sizes.values())[len(sizes) // 2]
@@ -409,10 +570,10 @@ class Diagnosis:
                     f"{len(sizes)} files were read, half of them for under "
                     f"{format_bytes(median)} each; per-file overhead dominates.",
                     {"files": len(sizes), "median_bytes_per_file": median,
-                     "opens": sum(iv.opens for iv in ivs)}))
+                     "opens": sum(r.opens for r in reads)}))
         fs_bytes = defaultdict(int)
-        for iv in ivs:
-            for (_path, fs), n in iv.files_read.items():
+        for r in reads:
+            for (_path, fs), n in r.files.items():
                 fs_bytes[fs] += n
         total = sum(fs_bytes.values())
         slow = {fs: n for fs, n in fs_bytes.items() if fs in SLOW_FS_TYPES}
@@ -422,11 +583,11 @@ class Diagnosis:
                 f"{100 * sum(slow.values()) / total:.0f} % of the bytes read came from "
                 f"{', '.join(sorted(slow))}, which add latency on top of the device.",
                 {"read_bytes_by_fs": dict(fs_bytes)}))
-        queue = [sum(iv.queue_counts[i] for iv in ivs) for i in range(64)]
-        service = [sum(iv.service_counts[i] for iv in ivs) for i in range(64)]
+        queue = [sum(iv.queue_counts[i] for iv in training) for i in range(64)]
+        service = [sum(iv.service_counts[i] for iv in training) for i in range(64)]
         q50, s50 = percentile_ns(queue, 50), percentile_ns(service, 50)
         utils = defaultdict(list)
-        for iv in ivs:
+        for iv in training:
             for dev, u in iv.device_util.items():
                 utils[dev].append(u)
         busy = {d: sum(u) / len(u) for d, u in utils.items() if u}
@@ -441,10 +602,28 @@ class Diagnosis:
                  "service_p50_ns": s50}))
         return out
 
+    def _data_read(self, iv: _Interval) -> _Reads | None:
+        """The data set's reads in `iv` by the mains in training then; None when every main
+        with a loop there was still starting up."""
+        mains = set(iv.loops) | set(iv.data)
+        if mains and not any(self._training(iv, pid) for pid in mains):
+            return None
+        out = _Reads()
+        for pid, r in iv.data.items():
+            if self._training(iv, pid):
+                out.bytes += r.bytes
+                out.missed += r.missed
+                out.opens += r.opens
+                for key, n in r.files.items():
+                    out.files[key] = out.files.get(key, 0) + n
+        return out
+
     def _healthy(self, ivs: list[_Interval], mains: list[int]) -> Finding:
         ns = dict.fromkeys(STATES, 0)
         for iv in ivs:
-            for loop in iv.loops.values():
+            for pid, loop in iv.loops.items():
+                if not self._training(iv, pid):
+                    continue
                 for s in STATES:
                     ns[s] += loop.ns[s]
         total = sum(ns.values())
@@ -471,15 +650,42 @@ class Diagnosis:
         return out
 
     @staticmethod
-    def _top_file(ivs: list[_Interval]) -> tuple[str, str] | None:
-        """The directory holding most of the bytes read, with its file system type."""
+    def _top_file(ivs: list[_Interval], pid: int) -> tuple[str, str] | None:
+        """The directory holding most of the data set's bytes that main `pid`'s processes read
+        in `ivs`, with its file system type."""
         by_dir: dict[tuple[str, str], int] = defaultdict(int)
-        for iv in ivs:  # (each interval's files summed by folder once, when it was added)
-            for key, n in iv.dirs_read.items():
-                by_dir[key] += n
+        for iv in ivs:
+            r = iv.data.get(pid)
+            for (path, fs), n in (r.files.items() if r else ()):
+                by_dir[(path.rsplit("/", 1)[0] or "/", fs)] += n
         if not by_dir:
             return None
         return max(by_dir, key=by_dir.get)
+
+
+def _read_max(files: list[dict], owner: dict[int, int]) -> dict[tuple[int, str], tuple[int, int]]:
+    """(main pid, role) -> (file reads, the slowest in ns; -1 when a row does not know it)."""
+    out: dict[tuple[int, str], tuple[int, int]] = {}
+    for f in files:
+        if f["op"] == "read" and f["ops"]:
+            key = (owner.get(f["pid"], f["pid"]), f["role"])
+            ops, top = out.get(key, (0, 0))
+            known = f["latency_max_ns"] > 0 and top >= 0
+            out[key] = (ops + f["ops"], max(top, f["latency_max_ns"]) if known else -1)
+    return out
+
+
+def _slowest(ivs: list[_Interval], pid: int, role: str, reads: dict[str, list[int]]
+             ) -> int | None:
+    """The slowest file read of main `pid`'s processes of `role` in `ivs`, when the files rows
+    cover every read of the histogram (a percentile stays at or below it), else None."""
+    ops = top = 0
+    for iv in ivs:
+        n, m = iv.read_max.get((pid, role), (0, 0))
+        if m < 0:
+            return None
+        ops, top = ops + n, max(top, m)
+    return top if top and ops == sum(reads.get(role, [])) else None
 
 
 def add_gpu_evidence(findings: list[Finding], idle_rows: list[dict], gpu_rows: list[dict]) -> None:

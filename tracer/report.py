@@ -62,6 +62,7 @@ def file_totals_from_files(files: pd.DataFrame) -> tuple[dict, FileTable]:
         t.latency_sum_ns += int(r.latency_sum_ns)
         t.pages_missed += int(r.pages_missed)
         t.pages_dirtied += int(r.pages_dirtied)
+        t.add_max(op, int(r.ops), int(r.latency_max_ns))
     return totals, table
 
 
@@ -76,7 +77,7 @@ def _records(df: pd.DataFrame) -> dict[int, list[dict]]:
 
 def diagnose_trace(trace: Trace, processes: ProcessTable) -> Diagnosis:
     """Replays the per-interval rows through the diagnosis, in time order."""
-    d = Diagnosis()
+    d = Diagnosis(startup=bool(trace.targets["command"]))  # as the live run: launch mode
     tables = {name: _records(trace[name]) for name in ("threads", "files", "latency", "devices")}
     owners = processes.owners()
     stamps = sorted(set().union(*(t.keys() for t in tables.values())))
@@ -137,7 +138,8 @@ def report(directory: str, out: TextIO) -> int:
         procs.by_pid[int(r.pid)] = Process(int(r.pid), int(r.ppid), str(r.comm),
                                            r.role == "main", str(r.cmdline), _ns(r.first_seen))
     file_totals, file_table = file_totals_from_files(files)
-    findings = diagnose_trace(trace, procs).findings()
+    diagnosis = diagnose_trace(trace, procs)
+    findings = diagnosis.findings()
     gpu = recompute_gpu(trace)
     if gpu is not None:
         from tracer.diagnose import add_gpu_evidence
@@ -152,5 +154,5 @@ def report(directory: str, out: TextIO) -> int:
     saved = trace.meta.get("self_cost")
     cost = SelfCost.from_meta(saved) if isinstance(saved, dict) else None
     print(render_summary(totals_from_latency(latency), procs, header, file_totals, file_table,
-                         findings, cost), file=out)
+                         findings, cost, startup=diagnosis.startup_lines()), file=out)
     return 0

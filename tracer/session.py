@@ -211,7 +211,10 @@ class Session:
         self.match = re.compile(opts.match) if opts.match else None
         self._scanned: set[int] = set()
         self.proc = ProcSampler()
-        self.diagnosis = Diagnosis(page_size=os.sysconf("SC_PAGE_SIZE"))
+        # A command traced from its first instruction has a start-up (imports, set-up) that the
+        # verdicts leave out; a job attached to is usually past it.
+        self.diagnosis = Diagnosis(page_size=os.sysconf("SC_PAGE_SIZE"),
+                                   startup=bool(opts.command))
         self._last_findings_ns = 0
         self.findings: list = []  # the current verdicts (last window), for live sinks
         self.prometheus: PrometheusSink | None = None
@@ -617,7 +620,8 @@ class Session:
         from tracer.summary import render_summary
 
         return render_summary(self.aggregator.totals, self.processes, header,
-                              self.aggregator.file_totals, self.files, findings, cost)
+                              self.aggregator.file_totals, self.files, findings, cost,
+                              startup=self.diagnosis.startup_lines())
 
     def close_view(self) -> None:
         """Leaves the live view's screen so that what follows goes to normal scrollback."""

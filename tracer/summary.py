@@ -9,7 +9,7 @@ import numpy as np
 from tracer.aggregate import PAGE_SIZE, FileTotals, Series
 from tracer.diagnose import Finding, render_findings
 from tracer.files import FileTable
-from tracer.histogram import format_bytes, format_ns, percentile_ns, render
+from tracer.histogram import MaxSeen, format_bytes, format_ns, percentile_ns, render
 from tracer.processes import ProcessTable
 from tracer.selfcost import SelfCost, render_self_cost
 
@@ -51,13 +51,23 @@ def render_top_files(file_totals: Mapping[tuple[int, int, int, int], FileTotals]
     return lines
 
 
+def max_seen(file_totals: Mapping[tuple[int, int, int, int], FileTotals] | None) -> MaxSeen:
+    """The slowest file syscall per (pid, op), from the whole-trace file totals."""
+    seen = MaxSeen()
+    for (pid, _dev, _ino, _gen), t in (file_totals or {}).items():
+        for op, n in t.ops.items():
+            seen.add(pid, op, n, 0 if op in t.max_unknown else t.latency_max_ns.get(op, 0))
+    return seen
+
+
 def render_summary(totals: Mapping[Series, np.ndarray], processes: ProcessTable,
                    header: str, file_totals: Mapping[tuple[int, int, int, int], FileTotals] | None = None,
                    files: FileTable | None = None, findings: list[Finding] | None = None,
-                   cost: SelfCost | None = None) -> str:
+                   cost: SelfCost | None = None, startup: list[str] | None = None) -> str:
     """Text for the terminal (and `iotrace report`): one block per process, one histogram per
     layer/op/target, most operations first within a process; iotrace's own cost last."""
     lines = [header]
+    seen = max_seen(file_totals)
     by_pid: dict[int, list[tuple[Series, np.ndarray]]] = {}
     for key, h in totals.items():
         by_pid.setdefault(key.pid, []).append((key, h))
@@ -78,15 +88,19 @@ def render_summary(totals: Mapping[Series, np.ndarray], processes: ProcessTable,
             if key.layer == "pagecache":  # pages, no latency
                 lines.append(f"  {_what(key)}: {n} pages, {format_bytes(nbytes)}")
                 continue
+            top = (seen.known({(key.pid, key.op): n})
+                   if key.layer == "syscall" and key.target == "file" else None)
             lines.append(
                 f"  {_what(key)}: {n} ops, {format_bytes(nbytes)}, "
-                f"p50 {format_ns(percentile_ns(counts, 50))}, "
-                f"p99 {format_ns(percentile_ns(counts, 99))}"
+                f"p50 {format_ns(percentile_ns(counts, 50, top))}, "
+                f"p99 {format_ns(percentile_ns(counts, 99, top))}"
+                + (f", max {format_ns(top)}" if top else "")
             )
             if n >= HISTOGRAM_MIN_OPS:
                 lines.extend("    " + row for row in render(counts))
     if file_totals:
         lines.extend(render_top_files(file_totals, files or FileTable()))
+    lines.extend(startup or [])  # before the verdicts, which leave the start-up out
     lines.extend(render_findings(findings or []))
     if cost is not None:
         lines.extend(render_self_cost(cost))
