@@ -30,6 +30,7 @@ class Traced:
     out: Path
     job: Output
     stderr: str
+    workers_started: pd.Timestamp | None = None  # when the first worker started, if before
 
     def table(self, name: str) -> pd.DataFrame:
         return pd.read_parquet(self.out / name)
@@ -64,8 +65,10 @@ def attached(sc, out: Path, extra: list[str], pids_of=lambda run, workers: [run.
     job = psutil.Process(run.pid)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
-        workers = [c.pid for c in job.children() if c.name() == WORKER_COMM]
+        workers = [c for c in job.children() if c.name() == WORKER_COMM]
         if workers:
+            started = pd.Timestamp(min(w.create_time() for w in workers), unit="s", tz="UTC")
+            workers = [w.pid for w in workers]
             break
         time.sleep(0.05)
     else:
@@ -88,7 +91,7 @@ def attached(sc, out: Path, extra: list[str], pids_of=lambda run, workers: [run.
         if tracer.poll() is None:
             tracer.send_signal(signal.SIGINT)
             tracer.communicate(timeout=60)
-    return Traced(out, result, line + stderr)
+    return Traced(out, result, line + stderr, started)
 
 
 def loop_split(t: Traced, pid: int, since) -> dict[str, float]:
@@ -144,8 +147,10 @@ def test_attached_while_workers_run_gives_the_launch_verdict(workers, tmp_path, 
         assert mine.kind.iloc[0] == "dataloader_io_bound", final[["kind", "summary"]].to_string()
         wrong = {"sync_loading", "dataloader_cpu_bound", "checkpoint_stall", "not_io_bound"}
         assert not wrong & set(mine.kind), final[["kind", "summary"]].to_string()
-        first_worker = ours.first_seen.min()
-        splits.append(loop_split(t, pid, first_worker))
+        first_worker = t.workers_started or ours.first_seen.min()
+        # The same phase of the job in both traces: from 3 s after its first worker started
+        # (the attach came ~1 s after it; the epoch's first batches differ from the rest).
+        splits.append(loop_split(t, pid, first_worker + pd.Timedelta(seconds=3)))
         # the kernel knew the workers: the loop's sleeps ended by them were counted
         threads = t.table("threads")
         loop_thread = threads[(threads.tid == pid) & (threads.ts > first_worker)]
