@@ -186,6 +186,59 @@ static __always_inline bool rq_page_file(struct request *rq, struct file_id *id)
 	return true;
 }
 
+/* Completion callbacks of bios, by address (typeless ksyms, resolved from kallsyms at load; 0
+ * where the kernel has no such function, and then no bio is taken for one of them). */
+extern const void iomap_dio_bio_end_io __ksym __weak;
+extern const void bio_chain_endio __ksym __weak;
+
+#define IOT_PF_KTHREAD 0x00200000 /* task->flags of kernel threads */
+
+/* A kernel thread started the request: its bios are someone else's (blk-throttle's dispatch
+ * worker, a stacked driver's thread). One load: untraced user tasks pay nothing more. */
+static __always_inline bool current_is_kthread(void)
+{
+	return bpf_get_current_task_btf()->flags & IOT_PF_KTHREAD;
+}
+
+/* The traced process whose iomap direct I/O (ext4, xfs, ...) bio `bio` is. The bio's private
+ * data is then its struct iomap_dio, whose submit.waiter is the task that submitted it, valid
+ * until the last bio of the I/O ends (sync and async alike; the async completion reuses that
+ * field only after). The front of a split bio points to the bio it was split from. */
+static __always_inline bool bio_dio_owner(struct bio *bio, struct rq_start *s)
+{
+	struct iomap_dio *dio;
+	struct inode *inode;
+	void *end_io;
+	__u32 tgid;
+
+	if (!bpf_core_type_exists(struct iomap_dio) || !&iomap_dio_bio_end_io || !bio)
+		return false;
+	end_io = BPF_CORE_READ(bio, bi_end_io);
+	if (&bio_chain_endio && end_io == &bio_chain_endio) {
+		bio = BPF_CORE_READ(bio, bi_private);
+		end_io = BPF_CORE_READ(bio, bi_end_io);
+	}
+	if (end_io != &iomap_dio_bio_end_io)
+		return false;
+	dio = BPF_CORE_READ(bio, bi_private);
+	tgid = BPF_CORE_READ(dio, submit.waiter, tgid);
+	if (!tgid || !is_tracked(tgid))
+		return false;
+	s->tgid = tgid;
+	s->attribution = IOT_ATTR_DIRECT;
+	inode = BPF_CORE_READ(dio, iocb, ki_filp, f_inode);
+	if (inode)
+		inode_id(inode, &s->file);
+	return true;
+}
+
+/* A request that a kernel thread started for a traced process (see current_is_kthread). */
+static __always_inline bool rq_owner_for_kthread(struct request *rq, __u32 flags,
+						 struct rq_start *s)
+{
+	return bio_dio_owner(BPF_CORE_READ(rq, bio), s);
+}
+
 static __always_inline int start_request(struct request *rq)
 {
 	struct request *r = kernel_view(rq, struct request);
@@ -205,6 +258,8 @@ static __always_inline int start_request(struct request *rq)
 			s.file = sys->file; /* submitted from inside a read/write/fsync of this file */
 		else
 			rq_page_file(rq, &s.file); /* page faults, readahead without a syscall */
+	} else if (current_is_kthread() && rq_owner_for_kthread(rq, flags, &s)) {
+		/* charged to the process whose bio it is */
 	} else if (rq_op(flags) == IOT_OP_WRITE && rq_page_file(rq, &s.file)) {
 		owner = bpf_map_lookup_elem(&dirtier, &s.file);
 		if (!owner || !is_tracked(*owner))

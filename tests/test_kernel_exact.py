@@ -22,6 +22,7 @@ from conftest import EXACT, IOTRACE, ROOT, needs_root, run_iotrace, unseen, warm
 from tracer import abi
 from tracer._libbpf import Map
 from tracer.loader import Probes
+from tracer.workloads.dataset import throttle, throttle_cgroup, unthrottle
 
 pytestmark = [needs_root, pytest.mark.kernel]
 
@@ -431,6 +432,63 @@ def test_concurrent_block_reads_all_counted(data_file, tmp_path, slots):
     assert blk["count"].sum() + lost >= threads * reads
     cost = json.loads((tmp_path / "trace" / "meta.json").read_text())["self_cost"]
     assert cost["map_full_drops"]["rq_starts"] == 0
+
+
+def throttled_trace(code: str, data_file, tmp_path, force: str = "", **limits) -> tuple:
+    """Runs Python `code` (sys.argv[1]: the data file, sys.argv[2]: a scratch directory) under
+    iotrace inside a throttled blkio cgroup (`limits`: throttle()'s), into which it moves itself
+    before any I/O. blk-throttle holds the bios over the limit and a kernel worker submits them
+    later: the requests are not started by the process. (the latency rows charged to it, its
+    /proc/PID/io at the end, the trace directory)."""
+    name = f"test-{os.getpid()}-{tmp_path.name}"
+    if throttle(None, data_file, limits.pop("read_bps", None), name=name, **limits) is None:
+        pytest.skip("needs a blkio (v1) or io (v2) cgroup controller and a disk under the data")
+    try:
+        report = tmp_path / "io"
+        code = (f"import json,os,sys\nopen({str(throttle_cgroup(name))!r} + '/cgroup.procs', 'w')"
+                ".write(str(os.getpid()))\n" + code +
+                "io = dict(l.split(': ') for l in open('/proc/self/io').read().splitlines())\n"
+                f"open({str(report)!r}, 'w').write(json.dumps(io))\n")
+        # the interpreter's own files come from the page cache in the traced run
+        subprocess.run([sys.executable, "-c", "import json, mmap, os, sys, threading, time"],
+                       check=True)
+        out = tmp_path / "trace"
+        r = run_iotrace("-o", str(out), *EXACT, "--", sys.executable, "-c", code, str(data_file),
+                        str(tmp_path), env={**os.environ, "IOTRACE_FORCE": force})
+        assert r.returncode == 0, r.stderr
+    finally:
+        assert unthrottle(name)
+    lat = pd.read_parquet(out / "latency")
+    main = pd.read_parquet(out / "processes").query("role == 'main'").pid.iloc[0]
+    io = {k: int(v) for k, v in json.loads(report.read_text()).items()}
+    return lat[lat.pid == main], io, out
+
+
+def block_rows(lat: pd.DataFrame) -> str:
+    rows = lat[lat.layer.str.startswith("block")].groupby(["layer", "op", "attribution"])
+    return rows[["count", "bytes"]].sum().to_string()
+
+
+@pytest.mark.parametrize("force", ["", "no_block_io_start"])
+def test_throttled_direct_reads_are_charged_to_their_process(data_file, tmp_path, force):
+    """O_DIRECT reads of a process over its cgroup's I/O limit (4 threads, 100 reads at 50 IO/s:
+    most bios are held and submitted by blk-throttle's worker): every one is charged to the
+    process, as `direct`, and the bytes equal /proc/PID/io read_bytes."""
+    threads, reads = 4, 25
+    code = ("import mmap,threading\n"
+            "fd = os.open(sys.argv[1], os.O_RDONLY | os.O_DIRECT)\n"
+            "def run(t):\n"
+            "    buf = mmap.mmap(-1, 4096)\n"
+            f"    for i in range({reads}): os.preadv(fd, [buf], (5000 + 3 * ({reads} * t + i)) * 4096)\n"
+            f"ts = [threading.Thread(target=run, args=(t,)) for t in range({threads})]\n"
+            "[t.start() for t in ts]; [t.join() for t in ts]\n")
+    lat, io, out = throttled_trace(code, data_file, tmp_path, force, read_iops=50)
+    lost, lost_bytes = unseen(out)
+    n = threads * reads
+    reads_ = sums(lat, lat.pid.iloc[0], layer="block", op="read")
+    assert (reads_[0] + lost, reads_[1] + lost_bytes) == (n, n * PAGE) == (n, io["read_bytes"]), \
+        block_rows(lat)
+    assert sums(lat, lat.pid.iloc[0], layer="block", op="read", attribution="direct") == reads_
 
 
 def test_pid_namespace_view(iowork, data_file, tmp_path):
