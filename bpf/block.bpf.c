@@ -232,11 +232,67 @@ static __always_inline bool bio_dio_owner(struct bio *bio, struct rq_start *s)
 	return true;
 }
 
+/* The folio of the first byte of `bio`. Where a bio was split, the part after the split shares
+ * the bio_vec array and starts at its bi_iter; a bio_vec may span several pages, even several
+ * folios (physically contiguous ones are merged), so the page is found from the offset. */
+static __always_inline struct folio *bio_first_folio(struct bio *bio)
+{
+	struct bio_vec *bv = BPF_CORE_READ(bio, bi_io_vec);
+	__u32 idx = BPF_CORE_READ(bio, bi_iter.bi_idx);
+	__u32 done = BPF_CORE_READ(bio, bi_iter.bi_bvec_done);
+	struct page *page;
+	unsigned long head;
+	__u32 offset;
+
+	if (!bv || idx >= 4096)
+		return NULL;
+	bv = (void *)bv + idx * bpf_core_type_size(struct bio_vec);
+	page = BPF_CORE_READ(bv, bv_page);
+	offset = BPF_CORE_READ(bv, bv_offset) + done;
+	if (!page)
+		return NULL;
+	page = (void *)page + (offset >> iot_config.page_shift) * bpf_core_type_size(struct page);
+	head = BPF_CORE_READ(page, compound_head);
+	return (struct folio *)(head & 1 ? head - 1 : (unsigned long)page); /* a tail page's head */
+}
+
+/* The traced process that brought the request's first folio into the page cache
+ * (folio_owners, maps.bpf.h), for a read; its entry is used up. */
+static __always_inline bool rq_folio_owner(struct request *rq, struct rq_start *s)
+{
+	struct folio *folio = bio_first_folio(BPF_CORE_READ(rq, bio));
+	struct address_space *mapping;
+	struct folio_owner *o;
+	__u64 key;
+
+	if (!folio)
+		return false;
+	key = (__u64)folio;
+	o = bpf_map_lookup_elem(&folio_owners, &key);
+	if (!o)
+		return false;
+	mapping = BPF_CORE_READ(folio, mapping);
+	if (o->mapping != (__u64)mapping || o->index != BPF_CORE_READ(folio, index) ||
+	    !is_tracked(o->tgid)) {
+		bpf_map_delete_elem(&folio_owners, &key);
+		return false;
+	}
+	s->tgid = o->tgid;
+	bpf_map_delete_elem(&folio_owners, &key);
+	inode_id(BPF_CORE_READ(mapping, host), &s->file);
+	return true;
+}
+
 /* A request that a kernel thread started for a traced process (see current_is_kthread). */
 static __always_inline bool rq_owner_for_kthread(struct request *rq, __u32 flags,
 						 struct rq_start *s)
 {
-	return bio_dio_owner(BPF_CORE_READ(rq, bio), s);
+	if (bio_dio_owner(BPF_CORE_READ(rq, bio), s))
+		return true;
+	if (rq_op(flags) != IOT_OP_READ || !rq_folio_owner(rq, s))
+		return false;
+	s->attribution = rq_is_readahead(flags) ? IOT_ATTR_READAHEAD : IOT_ATTR_DIRECT;
+	return true;
 }
 
 static __always_inline int start_request(struct request *rq)

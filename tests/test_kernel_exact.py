@@ -491,6 +491,29 @@ def test_throttled_direct_reads_are_charged_to_their_process(data_file, tmp_path
     assert sums(lat, lat.pid.iloc[0], layer="block", op="read", attribution="direct") == reads_
 
 
+@pytest.mark.parametrize("force", ["", "no_block_io_start"])
+def test_throttled_cold_buffered_reads_are_charged_to_their_process(data_file, tmp_path, force):
+    """Cold buffered reads (posix_fadvise DONTNEED first) of 16 MiB at 16 MB/s: readahead's
+    bios are held by blk-throttle and submitted by its worker. The block bytes charged to the
+    process equal /proc/PID/io read_bytes, the bytes its reads made the disk read. Readahead
+    beyond the last read is still held when the reads return: the process waits until the
+    limit has let every byte through (and a second more) before it exits and the trace ends."""
+    rate = 16 << 20
+    code = ("import time\n"
+            "t0 = time.monotonic()\n"
+            "fd = os.open(sys.argv[1], os.O_RDONLY)\n"
+            "os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)\n"
+            "os.lseek(fd, 8 << 20, 0)\n"
+            "for _ in range(16): os.read(fd, 1 << 20)\n"
+            "sent = int(open('/proc/self/io').read().split('read_bytes: ')[1].split()[0])\n"
+            f"time.sleep(max(0, t0 + sent / {rate} + 1 - time.monotonic()))\n")
+    lat, io, out = throttled_trace(code, data_file, tmp_path, force, read_bps=rate)
+    _, lost_bytes = unseen(out)
+    got = sums(lat, lat.pid.iloc[0], layer="block", op="read")
+    assert io["read_bytes"] >= 16 << 20
+    assert got[1] + lost_bytes == io["read_bytes"], block_rows(lat)
+
+
 def test_pid_namespace_view(iowork, data_file, tmp_path):
     """A process in its own PID namespace (`unshare --pid --fork`, as in a container): BPF
     charges its host PID, and `processes` also gives the PID the container sees (NSpid)."""
