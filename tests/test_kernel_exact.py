@@ -514,6 +514,25 @@ def test_throttled_cold_buffered_reads_are_charged_to_their_process(data_file, t
     assert got[1] + lost_bytes == io["read_bytes"], block_rows(lat)
 
 
+@pytest.mark.parametrize("force", ["", "no_block_io_start"])
+def test_throttled_writes_and_fsync_are_charged_to_their_process(data_file, tmp_path, force):
+    """4 MiB of buffered writes and an fsync at 4 MB/s: the fsync's bios are held and submitted
+    by blk-throttle's worker, and are charged through the process that dirtied the file
+    (`writeback`, as for flusher threads: the worker cannot tell an fsync from the flusher).
+    Every byte the process wrote (/proc/PID/io write_bytes) is charged to it; little more (its
+    file system's metadata, where the process itself submits it)."""
+    code = ("fd = os.open(os.path.join(sys.argv[2], 'out.bin'), os.O_WRONLY | os.O_CREAT)\n"
+            "for _ in range(64): os.write(fd, os.urandom(1 << 16))\n"
+            "os.fsync(fd)\n")
+    lat, io, out = throttled_trace(code, data_file, tmp_path, force, write_bps=4 << 20)
+    _, lost_bytes = unseen(out)
+    pid = lat.pid.iloc[0]
+    written = sums(lat, pid, layer="block", op="write")[1] + lost_bytes
+    assert io["write_bytes"] >= 4 << 20
+    assert io["write_bytes"] <= written <= io["write_bytes"] + (64 << 10), block_rows(lat)
+    assert sums(lat, pid, layer="block", op="write", attribution="writeback")[1] > 0
+
+
 def test_pid_namespace_view(iowork, data_file, tmp_path):
     """A process in its own PID namespace (`unshare --pid --fork`, as in a container): BPF
     charges its host PID, and `processes` also gives the PID the container sees (NSpid)."""
