@@ -3,8 +3,12 @@
  * Block layer: per (process, disk, op) histograms of queue time (insert -> issue) and service
  * time (issue -> complete), and slow requests as events. A request is charged where it is
  * created (block_io_start, in the submitter's context; block_rq_insert or block_rq_issue on
- * kernels without it): to the submitter when it is traced (`direct`, or `readahead`), else, for
- * writes by flusher threads, to the traced process that dirtied the file (`writeback`).
+ * kernels without it): to the submitter when it is traced (`direct`, or `readahead`). A request
+ * that a kernel thread starts (blk-throttle's worker submits the bios it held for a cgroup over
+ * its I/O limit) is charged to the process whose bio it is: iomap direct I/O through its
+ * struct iomap_dio, page-cache reads through the folio's owner (pagecache.bpf.c). Else, for
+ * writes (flusher threads, and a throttled fsync's bios), to the traced process that dirtied
+ * the file (`writeback`).
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -194,7 +198,7 @@ extern const void bio_chain_endio __ksym __weak;
 #define IOT_PF_KTHREAD 0x00200000 /* task->flags of kernel threads */
 
 /* A kernel thread started the request: its bios are someone else's (blk-throttle's dispatch
- * worker, a stacked driver's thread). One load: untraced user tasks pay nothing more. */
+ * worker, a stacked driver's thread). A helper call and a load for untraced user tasks. */
 static __always_inline bool current_is_kthread(void)
 {
 	return bpf_get_current_task_btf()->flags & IOT_PF_KTHREAD;
