@@ -3,8 +3,12 @@
  * Block layer: per (process, disk, op) histograms of queue time (insert -> issue) and service
  * time (issue -> complete), and slow requests as events. A request is charged where it is
  * created (block_io_start, in the submitter's context; block_rq_insert or block_rq_issue on
- * kernels without it): to the submitter when it is traced (`direct`, or `readahead`), else, for
- * writes by flusher threads, to the traced process that dirtied the file (`writeback`).
+ * kernels without it): to the submitter when it is traced (`direct`, or `readahead`). A request
+ * that a kernel thread starts (blk-throttle's worker submits the bios it held for a cgroup over
+ * its I/O limit) is charged to the process whose bio it is: iomap direct I/O through its
+ * struct iomap_dio, page-cache reads through the folio's owner (pagecache.bpf.c). Else, for
+ * writes (flusher threads, and a throttled fsync's bios), to the traced process that dirtied
+ * the file (`writeback`).
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -186,6 +190,115 @@ static __always_inline bool rq_page_file(struct request *rq, struct file_id *id)
 	return true;
 }
 
+/* Completion callbacks of bios, by address (typeless ksyms, resolved from kallsyms at load; 0
+ * where the kernel has no such function, and then no bio is taken for one of them). */
+extern const void iomap_dio_bio_end_io __ksym __weak;
+extern const void bio_chain_endio __ksym __weak;
+
+#define IOT_PF_KTHREAD 0x00200000 /* task->flags of kernel threads */
+
+/* A kernel thread started the request: its bios are someone else's (blk-throttle's dispatch
+ * worker, a stacked driver's thread). A helper call and a load for untraced user tasks. */
+static __always_inline bool current_is_kthread(void)
+{
+	return bpf_get_current_task_btf()->flags & IOT_PF_KTHREAD;
+}
+
+/* The traced process whose iomap direct I/O (ext4, xfs, ...) bio `bio` is. The bio's private
+ * data is then its struct iomap_dio, whose submit.waiter is the task that submitted it, valid
+ * until the last bio of the I/O ends (sync and async alike; the async completion reuses that
+ * field only after). The front of a split bio points to the bio it was split from. */
+static __always_inline bool bio_dio_owner(struct bio *bio, struct rq_start *s)
+{
+	struct iomap_dio *dio;
+	struct inode *inode;
+	void *end_io;
+	__u32 tgid;
+
+	if (!bpf_core_type_exists(struct iomap_dio) || !&iomap_dio_bio_end_io || !bio)
+		return false;
+	end_io = BPF_CORE_READ(bio, bi_end_io);
+	if (&bio_chain_endio && end_io == &bio_chain_endio) {
+		bio = BPF_CORE_READ(bio, bi_private);
+		end_io = BPF_CORE_READ(bio, bi_end_io);
+	}
+	if (end_io != &iomap_dio_bio_end_io)
+		return false;
+	dio = BPF_CORE_READ(bio, bi_private);
+	tgid = BPF_CORE_READ(dio, submit.waiter, tgid);
+	if (!tgid || !is_tracked(tgid))
+		return false;
+	s->tgid = tgid;
+	s->attribution = IOT_ATTR_DIRECT;
+	inode = BPF_CORE_READ(dio, iocb, ki_filp, f_inode);
+	if (inode)
+		inode_id(inode, &s->file);
+	return true;
+}
+
+/* The folio of the first byte of `bio`. Where a bio was split, the part after the split shares
+ * the bio_vec array and starts at its bi_iter; a bio_vec may span several pages, even several
+ * folios (physically contiguous ones are merged), so the page is found from the offset. */
+static __always_inline struct folio *bio_first_folio(struct bio *bio)
+{
+	struct bio_vec *bv = BPF_CORE_READ(bio, bi_io_vec);
+	__u32 idx = BPF_CORE_READ(bio, bi_iter.bi_idx);
+	__u32 done = BPF_CORE_READ(bio, bi_iter.bi_bvec_done);
+	struct page *page;
+	unsigned long head;
+	__u32 offset;
+
+	if (!bv || idx >= 4096)
+		return NULL;
+	bv = (void *)bv + idx * bpf_core_type_size(struct bio_vec);
+	page = BPF_CORE_READ(bv, bv_page);
+	offset = BPF_CORE_READ(bv, bv_offset) + done;
+	if (!page)
+		return NULL;
+	page = (void *)page + (offset >> iot_config.page_shift) * bpf_core_type_size(struct page);
+	head = BPF_CORE_READ(page, compound_head);
+	return (struct folio *)(head & 1 ? head - 1 : (unsigned long)page); /* a tail page's head */
+}
+
+/* The traced process that brought the request's first folio into the page cache
+ * (folio_owners, maps.bpf.h), for a read; its entry is used up. */
+static __always_inline bool rq_folio_owner(struct request *rq, struct rq_start *s)
+{
+	struct folio *folio = bio_first_folio(BPF_CORE_READ(rq, bio));
+	struct address_space *mapping;
+	struct folio_owner *o;
+	__u64 key;
+
+	if (!folio)
+		return false;
+	key = (__u64)folio;
+	o = bpf_map_lookup_elem(&folio_owners, &key);
+	if (!o)
+		return false;
+	mapping = BPF_CORE_READ(folio, mapping);
+	if (o->mapping != (__u64)mapping || o->index != BPF_CORE_READ(folio, index) ||
+	    !is_tracked(o->tgid)) {
+		bpf_map_delete_elem(&folio_owners, &key);
+		return false;
+	}
+	s->tgid = o->tgid;
+	bpf_map_delete_elem(&folio_owners, &key);
+	inode_id(BPF_CORE_READ(mapping, host), &s->file);
+	return true;
+}
+
+/* A request that a kernel thread started for a traced process (see current_is_kthread). */
+static __always_inline bool rq_owner_for_kthread(struct request *rq, __u32 flags,
+						 struct rq_start *s)
+{
+	if (bio_dio_owner(BPF_CORE_READ(rq, bio), s))
+		return true;
+	if (rq_op(flags) != IOT_OP_READ || !rq_folio_owner(rq, s))
+		return false;
+	s->attribution = rq_is_readahead(flags) ? IOT_ATTR_READAHEAD : IOT_ATTR_DIRECT;
+	return true;
+}
+
 static __always_inline int start_request(struct request *rq)
 {
 	struct request *r = kernel_view(rq, struct request);
@@ -205,6 +318,8 @@ static __always_inline int start_request(struct request *rq)
 			s.file = sys->file; /* submitted from inside a read/write/fsync of this file */
 		else
 			rq_page_file(rq, &s.file); /* page faults, readahead without a syscall */
+	} else if (current_is_kthread() && rq_owner_for_kthread(rq, flags, &s)) {
+		/* charged to the process whose bio it is */
 	} else if (rq_op(flags) == IOT_OP_WRITE && rq_page_file(rq, &s.file)) {
 		owner = bpf_map_lookup_elem(&dirtier, &s.file);
 		if (!owner || !is_tracked(*owner))

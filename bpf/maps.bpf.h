@@ -89,6 +89,25 @@ struct {
 	__type(value, __u32);
 } dirtier SEC(".maps");
 
+/* Page-cache folios a traced process brought in (pagecache.bpf.c), by address, until the
+ * read that fills them starts (block.bpf.c): a read that a kernel thread starts for the
+ * process (blk-throttle holds the bios of a cgroup over its I/O limit and dispatches them
+ * from a worker) is charged to it through its first folio. The folio's mapping and index tell
+ * an entry left by a folio since reused for another page. */
+struct folio_owner {
+	__u64 mapping;
+	__u64 index;
+	__u32 tgid;
+	__u32 pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u64); /* struct folio * */
+	__type(value, struct folio_owner);
+} folio_owners SEC(".maps");
+
 /* Ring-buffer reservations that failed, per CPU. Never silent: user space reports the sum. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);

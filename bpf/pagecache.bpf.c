@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0 OR BSD-3-Clause
 /*
  * Page cache: pages a process brings into the cache (misses: read(), mmap faults, readahead in
- * its context) and pages it dirties (so later writeback by flusher threads can be charged to it).
+ * its context; each folio's owner is kept until its read starts, for reads that a kernel thread
+ * starts on its behalf) and pages it dirties (so later writeback by flusher threads can be
+ * charged to it).
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -12,6 +14,20 @@
 #include "files.bpf.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
+
+/* The read that fills `folio` may be started by a kernel thread (a cgroup's held bios):
+ * block.bpf.c then finds the process here. */
+static __always_inline void remember_folio_owner(struct folio *folio, __u32 tgid)
+{
+	struct folio_owner o = {
+		.mapping = (__u64)BPF_CORE_READ(folio, mapping),
+		.index = BPF_CORE_READ(folio, index),
+		.tgid = tgid,
+	};
+	__u64 key = (__u64)folio;
+
+	bpf_map_update_elem(&folio_owners, &key, &o, BPF_ANY);
+}
 
 static __always_inline int handle_add(struct folio *folio)
 {
@@ -33,6 +49,7 @@ static __always_inline int handle_add(struct folio *folio)
 		return 0;
 	inode_id(host, &id);
 	inode_first_sight(host, &id, tgid);
+	remember_folio_owner(folio, tgid);
 	pages = folio_pages(folio);
 	st = file_stat_for(tgid, &id, IOT_OP_READ);
 	if (st)

@@ -22,6 +22,7 @@ from conftest import EXACT, IOTRACE, ROOT, needs_root, run_iotrace, unseen, warm
 from tracer import abi
 from tracer._libbpf import Map
 from tracer.loader import Probes
+from tracer.workloads.dataset import throttle, throttle_cgroup, unthrottle
 
 pytestmark = [needs_root, pytest.mark.kernel]
 
@@ -431,6 +432,105 @@ def test_concurrent_block_reads_all_counted(data_file, tmp_path, slots):
     assert blk["count"].sum() + lost >= threads * reads
     cost = json.loads((tmp_path / "trace" / "meta.json").read_text())["self_cost"]
     assert cost["map_full_drops"]["rq_starts"] == 0
+
+
+def throttled_trace(code: str, data_file, tmp_path, force: str = "", **limits) -> tuple:
+    """Runs Python `code` (sys.argv[1]: the data file, sys.argv[2]: a scratch directory) under
+    iotrace inside a throttled blkio cgroup (`limits`: throttle()'s), into which it moves itself
+    before any I/O. blk-throttle holds the bios over the limit and a kernel worker submits them
+    later: the requests are not started by the process. (the latency rows charged to it, its
+    /proc/PID/io at the end, the trace directory)."""
+    name = f"test-{os.getpid()}-{tmp_path.name}"
+    if throttle(None, data_file, limits.pop("read_bps", None), name=name, **limits) is None:
+        pytest.skip("needs a blkio (v1) or io (v2) cgroup controller and a disk under the data")
+    try:
+        report = tmp_path / "io"
+        code = (f"import json,os,sys\nopen({str(throttle_cgroup(name))!r} + '/cgroup.procs', 'w')"
+                ".write(str(os.getpid()))\n" + code +
+                "io = dict(l.split(': ') for l in open('/proc/self/io').read().splitlines())\n"
+                f"open({str(report)!r}, 'w').write(json.dumps(io))\n")
+        # the interpreter's own files come from the page cache in the traced run
+        subprocess.run([sys.executable, "-c", "import json, mmap, os, sys, threading, time"],
+                       check=True)
+        out = tmp_path / "trace"
+        r = run_iotrace("-o", str(out), *EXACT, "--", sys.executable, "-c", code, str(data_file),
+                        str(tmp_path), env={**os.environ, "IOTRACE_FORCE": force})
+        assert r.returncode == 0, r.stderr
+    finally:
+        assert unthrottle(name)
+    lat = pd.read_parquet(out / "latency")
+    main = pd.read_parquet(out / "processes").query("role == 'main'").pid.iloc[0]
+    io = {k: int(v) for k, v in json.loads(report.read_text()).items()}
+    return lat[lat.pid == main], io, out
+
+
+def block_rows(lat: pd.DataFrame) -> str:
+    rows = lat[lat.layer.str.startswith("block")].groupby(["layer", "op", "attribution"])
+    return rows[["count", "bytes"]].sum().to_string()
+
+
+@pytest.mark.parametrize("force", ["", "no_block_io_start"])
+def test_throttled_direct_reads_are_charged_to_their_process(data_file, tmp_path, force):
+    """O_DIRECT reads of a process over its cgroup's I/O limit (4 threads, 100 reads at 50 IO/s:
+    most bios are held and submitted by blk-throttle's worker): every one is charged to the
+    process, as `direct`, and the bytes equal /proc/PID/io read_bytes."""
+    threads, reads = 4, 25
+    code = ("import mmap,threading\n"
+            "fd = os.open(sys.argv[1], os.O_RDONLY | os.O_DIRECT)\n"
+            "def run(t):\n"
+            "    buf = mmap.mmap(-1, 4096)\n"
+            f"    for i in range({reads}): os.preadv(fd, [buf], (5000 + 3 * ({reads} * t + i)) * 4096)\n"
+            f"ts = [threading.Thread(target=run, args=(t,)) for t in range({threads})]\n"
+            "[t.start() for t in ts]; [t.join() for t in ts]\n")
+    lat, io, out = throttled_trace(code, data_file, tmp_path, force, read_iops=50)
+    lost, lost_bytes = unseen(out)
+    n = threads * reads
+    reads_ = sums(lat, lat.pid.iloc[0], layer="block", op="read")
+    assert (reads_[0] + lost, reads_[1] + lost_bytes) == (n, n * PAGE) == (n, io["read_bytes"]), \
+        block_rows(lat)
+    assert sums(lat, lat.pid.iloc[0], layer="block", op="read", attribution="direct") == reads_
+
+
+@pytest.mark.parametrize("force", ["", "no_block_io_start"])
+def test_throttled_cold_buffered_reads_are_charged_to_their_process(data_file, tmp_path, force):
+    """Cold buffered reads (posix_fadvise DONTNEED first) of 16 MiB at 16 MB/s: readahead's
+    bios are held by blk-throttle and submitted by its worker. The block bytes charged to the
+    process equal /proc/PID/io read_bytes, the bytes its reads made the disk read. Readahead
+    beyond the last read is still held when the reads return: the process waits until the
+    limit has let every byte through (and a second more) before it exits and the trace ends."""
+    rate = 16 << 20
+    code = ("import time\n"
+            "t0 = time.monotonic()\n"
+            "fd = os.open(sys.argv[1], os.O_RDONLY)\n"
+            "os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)\n"
+            "os.lseek(fd, 8 << 20, 0)\n"
+            "for _ in range(16): os.read(fd, 1 << 20)\n"
+            "sent = int(open('/proc/self/io').read().split('read_bytes: ')[1].split()[0])\n"
+            f"time.sleep(max(0, t0 + sent / {rate} + 1 - time.monotonic()))\n")
+    lat, io, out = throttled_trace(code, data_file, tmp_path, force, read_bps=rate)
+    _, lost_bytes = unseen(out)
+    got = sums(lat, lat.pid.iloc[0], layer="block", op="read")
+    assert io["read_bytes"] >= 16 << 20
+    assert got[1] + lost_bytes == io["read_bytes"], block_rows(lat)
+
+
+@pytest.mark.parametrize("force", ["", "no_block_io_start"])
+def test_throttled_writes_and_fsync_are_charged_to_their_process(data_file, tmp_path, force):
+    """4 MiB of buffered writes and an fsync at 4 MB/s: the fsync's bios are held and submitted
+    by blk-throttle's worker, and are charged through the process that dirtied the file
+    (`writeback`, as for flusher threads: the worker cannot tell an fsync from the flusher).
+    Every byte the process wrote (/proc/PID/io write_bytes) is charged to it; little more (its
+    file system's metadata, where the process itself submits it)."""
+    code = ("fd = os.open(os.path.join(sys.argv[2], 'out.bin'), os.O_WRONLY | os.O_CREAT)\n"
+            "for _ in range(64): os.write(fd, os.urandom(1 << 16))\n"
+            "os.fsync(fd)\n")
+    lat, io, out = throttled_trace(code, data_file, tmp_path, force, write_bps=4 << 20)
+    _, lost_bytes = unseen(out)
+    pid = lat.pid.iloc[0]
+    written = sums(lat, pid, layer="block", op="write")[1] + lost_bytes
+    assert io["write_bytes"] >= 4 << 20
+    assert io["write_bytes"] <= written <= io["write_bytes"] + (64 << 10), block_rows(lat)
+    assert sums(lat, pid, layer="block", op="write", attribution="writeback")[1] > 0
 
 
 def test_pid_namespace_view(iowork, data_file, tmp_path):

@@ -33,7 +33,8 @@ PAGE_SHIFT = (os.sysconf("SC_PAGE_SIZE") - 1).bit_length()
 
 OBJECTS = ("proc", "syscall", "pagecache", "block", "sched")  # proc first: it makes the shared maps
 SHARED_MAPS = ("tracked", "tracked_bits", "hists", "events", "events_lost", "files_seen", "file_stats",
-               "dirtier", "sys_starts", "threads", "map_full", "hist_slots", "file_slots")
+               "dirtier", "folio_owners", "sys_starts", "threads", "map_full", "hist_slots",
+               "file_slots")
 # The object that creates each map whose refused inserts `map_full` counts (abi.MAP_FULL_MAPS):
 # shared maps are made by the first object, the others by their own.
 MAP_OWNERS = {name: "proc" for name in abi.MAP_FULL_MAPS} | {"rq_starts": "block"}

@@ -192,7 +192,7 @@ def _mb(bps: int) -> str:
 
 
 def throttle(
-    pid: int,
+    pid: int | None,
     path_on_device: str | os.PathLike[str],
     read_bps: int | None,
     *,
@@ -206,14 +206,17 @@ def throttle(
     Creates the cgroup `iotrace-<name>` (name defaults to the pid) at the root of the blkio (v1)
     hierarchy, or of the v2 hierarchy with `io.max` where v1 blkio is absent, sets the limits for
     the whole disk that holds `path_on_device`, and moves `pid` into it. A limit of None or 0 is no
-    limit. Returns what was done, in words, or None (no exception) when it cannot be done: no
-    blkio/io controller, not root, a file system without a block device.
+    limit. `pid` None makes the cgroup only (a process then moves itself in by writing its pid to
+    `cgroup.procs` of `throttle_cgroup(name)`: no I/O of its own before it is limited). Returns
+    what was done, in words, or None (no exception) when it cannot be done: no blkio/io
+    controller, not root, a file system without a block device.
     """
     disk = disk_of(path_on_device)
     if disk is None:
         return None
     dev = f"{disk[0]}:{disk[1]}"
     name = name or str(pid)
+    moved = f"; pid {pid} moved in" if pid is not None else ""
     limits = {"rbps": read_bps, "riops": read_iops, "wbps": write_bps, "wiops": write_iops}
     limits = {k: int(v) for k, v in limits.items() if v}
     words = {
@@ -237,11 +240,12 @@ def throttle(
             cg.mkdir(exist_ok=True)
             for key, fname in files.items():  # 0 clears a limit left by an earlier use of the name
                 (cg / fname).write_text(f"{dev} {limits.get(key, 0)}\n")
-            (cg / "cgroup.procs").write_text(f"{pid}\n")
+            if pid is not None:
+                (cg / "cgroup.procs").write_text(f"{pid}\n")
         except OSError:
             _remove(cg)
             return None
-        return f"blkio (cgroup v1) {cg}: disk {dev} {what}; pid {pid} moved in"
+        return f"blkio (cgroup v1) {cg}: disk {dev} {what}{moved}"
 
     v2 = io_v2_root()
     if v2 is not None:
@@ -253,11 +257,12 @@ def throttle(
                 ctl.write_text("+io\n")
             cg.mkdir(exist_ok=True)
             (cg / "io.max").write_text(f"{dev} {line}\n")
-            (cg / "cgroup.procs").write_text(f"{pid}\n")
+            if pid is not None:
+                (cg / "cgroup.procs").write_text(f"{pid}\n")
         except OSError:
             _remove(cg)
             return None
-        return f"io.max (cgroup v2) {cg}: disk {dev} {what}; pid {pid} moved in"
+        return f"io.max (cgroup v2) {cg}: disk {dev} {what}{moved}"
     return None
 
 
@@ -283,6 +288,14 @@ def _remove(cg: Path, timeout: float = 2.0) -> bool:
             if e.errno not in (errno.EBUSY, errno.ENOTEMPTY) or time.monotonic() > deadline:
                 return False
         time.sleep(0.05)  # exiting tasks leave the cgroup a little after they are reaped
+
+
+def throttle_cgroup(name: str | int) -> Path | None:
+    """The directory of the cgroup `iotrace-<name>` made by `throttle`, None when there is none."""
+    for root in (blkio_v1_root(), io_v2_root()):
+        if root is not None and (root / f"{CGROUP_PREFIX}{name}").is_dir():
+            return root / f"{CGROUP_PREFIX}{name}"
+    return None
 
 
 def unthrottle(name: str | int) -> bool:
