@@ -15,6 +15,9 @@
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
+#define S_IFMT 00170000
+#define S_IFREG 0100000
+
 /* The read that fills `folio` may be started by a kernel thread (a cgroup's held bios):
  * block.bpf.c then finds the process here. */
 static __always_inline void remember_folio_owner(struct folio *folio, __u32 tgid)
@@ -64,12 +67,20 @@ static __always_inline int handle_add(struct folio *folio)
 static __always_inline int handle_dirty(struct folio *folio, struct address_space *mapping)
 {
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	struct inode *host;
 	struct file_stat *st;
 	struct file_id id;
 
 	if (!mapping)
 		return 0;
-	inode_id(BPF_CORE_READ(mapping, host), &id);
+	host = BPF_CORE_READ(mapping, host);
+	/* Only a regular file's pages are someone's data. A file system dirties its metadata in the
+	 * block device's own page cache (bitmaps, inode tables) on behalf of whoever writes; that
+	 * device's writeback (the journal's, the flusher's) would otherwise all go to the last
+	 * traced process that did. */
+	if ((BPF_CORE_READ(host, i_mode) & S_IFMT) != S_IFREG)
+		return 0;
+	inode_id(host, &id);
 	if (!is_tracked(tgid)) {
 		/* someone else dirties it now: later writeback is no longer ours alone */
 		if (bpf_map_lookup_elem(&dirtier, &id))
