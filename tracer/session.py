@@ -87,6 +87,8 @@ POLL_MS = 100  # ring-buffer wait; bounds how late a signal or an exit is notice
 FINDINGS_EVERY_S = 10.0  # during a run, verdicts over the last window are written this often
 FILE_IDLE_INTERVALS = 5  # per-file kernel counters untouched this long are dropped (taken
 # with their last counts, so nothing is lost; read again, a file gets a new key)
+# A closed terminal or a dropped SSH session sends SIGHUP: it ends the trace as Ctrl-C does.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 GPU_ROWS_KEPT = 500_000  # NVML samples kept in memory for the findings' GPU evidence (~1 day, 1 GPU)
 
 
@@ -132,8 +134,8 @@ class HeldChild:
                     os.dup2(fd, 1)
                     os.dup2(fd, 2)
                     os.close(fd)
-                signal.signal(signal.SIGINT, signal.SIG_DFL)
-                signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                for sig in STOP_SIGNALS:
+                    signal.signal(sig, signal.SIG_DFL)
                 os.kill(os.getpid(), signal.SIGSTOP)
                 os.execvp(argv[0], argv)
             except OSError as e:
@@ -524,7 +526,11 @@ class Session:
         if self.view:
             self.view.update(snap, loop_rows, self.findings, events_lost=lost)
         elif self.lines and not self._finishing:
-            self.lines.write(snap, loop_rows, self.findings)
+            try:
+                self.lines.write(snap, loop_rows, self.findings)
+            except OSError:  # stdout's reader went away (an SSH session without a terminal)
+                self.lines = None
+                self.request_stop("stdout closed")
         if self.csv:
             self.csv.write(snap, loop_rows)
         if quiet:  # deleted from the kernel map above
@@ -644,6 +650,25 @@ class Session:
             self.child.abandon()
 
 
+def _say(text: str, out: TextIO) -> None:
+    """Prints the end of a run. The trace is closed by now: a terminal that hung up (SIGHUP) or
+    a reader that went away must not turn a good trace into an error, so what cannot be printed
+    is dropped, and stdout and stderr go to /dev/null from then on (else the interpreter's last
+    flush fails again at exit)."""
+    try:
+        print(text, file=out, flush=True)
+    except (OSError, ValueError):
+        _silence()
+
+
+def _silence() -> None:
+    fd = os.open(os.devnull, os.O_WRONLY)
+    for target in (1, 2):
+        with contextlib.suppress(OSError):
+            os.dup2(fd, target)
+    os.close(fd)
+
+
 def run_trace(opts: TraceOptions, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
     """Runs a whole trace; returns the exit code. Expected failures raise TraceFailure."""
     session = Session(opts, out, err)
@@ -651,16 +676,16 @@ def run_trace(opts: TraceOptions, out: TextIO = sys.stdout, err: TextIO = sys.st
     def on_signal(signum, _frame):
         session.request_stop(signal.Signals(signum).name)
 
-    old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    old = {s: signal.signal(s, on_signal) for s in STOP_SIGNALS}
     try:
         session.start()
         session.loop()
         summary = session.finish()
         session.close_view()
-        print(summary, file=out)
+        text = summary
         if session.command_log:
-            print(f"The command's output is in {session.command_log}", file=out)
-        print(f"\nTrace written to {opts.output}", file=out, flush=True)
+            text += f"\nThe command's output is in {session.command_log}"
+        _say(f"{text}\n\nTrace written to {opts.output}", out)
         return EXIT_OK
     finally:
         session.close()

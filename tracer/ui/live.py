@@ -60,6 +60,7 @@ class LiveView:
         self._saved_tty: list | None = None
         self._fd: int | None = None
         self.started = self.closed = False
+        self.terminal_lost = False  # a redraw failed: nothing is drawn any more
 
     @property
     def quit_requested(self) -> bool:
@@ -97,8 +98,8 @@ class LiveView:
             with contextlib.suppress(termios.error):
                 termios.tcsetattr(self._fd, termios.TCSADRAIN, self._saved_tty)
         if self.started:
-            with self._lock:
-                self._live.stop()
+            with self._lock, contextlib.suppress(OSError):
+                self._live.stop()  # a terminal that hung up takes no more escape codes
 
     def __enter__(self) -> LiveView:
         return self.start()
@@ -134,8 +135,12 @@ class LiveView:
             self._redraw()
 
     def _redraw(self) -> None:
-        if self.started and not self.closed:
-            self._live.refresh()
+        if self.started and not self.closed and not self.terminal_lost:
+            try:
+                self._live.refresh()
+            except OSError:
+                # The terminal hung up (EIO) or went away: the trace goes on without a screen.
+                self.terminal_lost = True
 
     def _read_keys(self) -> None:
         assert self._fd is not None
