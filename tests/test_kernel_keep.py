@@ -17,6 +17,7 @@ from pathlib import Path
 import pandas as pd
 
 from conftest import IOTRACE, ROOT, needs_root
+from tracer import load as tracer_load
 
 pytestmark = needs_root
 
@@ -107,4 +108,55 @@ def test_sighup_without_a_terminal_finishes_the_trace(tmp_path):
         if tracer.poll() is None:
             tracer.kill()
             tracer.wait()
+
+
+
+def test_kill_9_keeps_the_processes_and_says_cut_short(tmp_path):
+    """After kill -9 nothing runs at exit: the processes rows rolled with the other segments
+    still name the training loop, and the report says the trace was cut short."""
+    out = tmp_path / "trace"
+    loop = "while :; do read x < /etc/hostname; sleep 0.05; done"  # the shell itself reads
+    tracer = subprocess.Popen([*IOTRACE, "-o", str(out), "-i", "0.5", "--", "sh", "-c", loop],
+                              cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              start_new_session=True)
+    try:
+        assert tracer.stderr.readline().startswith("Tracing")
+        deadline = time.monotonic() + 30
+        while not list(out.glob("latency/part-*.parquet")) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        os.killpg(tracer.pid, signal.SIGKILL)
+        tracer.wait(timeout=10)
+    finally:
+        if tracer.poll() is None:
+            os.killpg(tracer.pid, signal.SIGKILL)
+            tracer.wait()
+    assert _meta(out)["stop_ns"] is None
+    trace = tracer_load(out)
+    procs = trace.processes.drop_duplicates("pid", keep="last")
+    main = procs[procs.role == "main"]
+    assert len(main) == 1 and str(main.comm.iloc[0]) == "sh"
+    # every process the latency rows name has a processes row
+    assert set(trace.latency.pid) <= set(procs.pid)
+    r = subprocess.run([*IOTRACE, "report", str(out)], capture_output=True, text=True,
+                       timeout=120, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    header = r.stdout.splitlines()[0]
+    assert "cut short" in header and "(None)" not in header, header
+    assert f"pid {int(main.pid.iloc[0])} sh (main)" in r.stdout
+    assert not [line for line in r.stdout.splitlines()
+                if line.startswith("pid ") and line.split()[2] == "?"]
+
+
+def test_a_finished_trace_has_one_processes_row_each(tmp_path):
+    """A process alive at a segment roll (5 s) and gone later has had two rows written; the
+    finished trace keeps its last one only."""
+    out = tmp_path / "trace"
+    r = subprocess.run([*IOTRACE, "-o", str(out), "-i", "0.5", "--", "sh", "-c",
+                        "sleep 6; read x < /etc/hostname"],
+                       capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    procs = pd.read_parquet(out / "processes")
+    assert sorted(procs.comm.astype(str)) == ["sh", "sleep"], procs.to_string()
+    assert procs.pid.is_unique and procs.exit.notna().all()
+    assert len(list((out / "processes").glob("part-*.parquet"))) == 1
 

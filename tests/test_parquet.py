@@ -227,6 +227,34 @@ def test_processes_round_trip_with_nulls(tmp_path: Path) -> None:
     assert isinstance(df["role"].dtype, pd.CategoricalDtype)
 
 
+def test_processes_rows_as_they_change_and_compacted(tmp_path: Path) -> None:
+    """A process gets a row when first seen and again when it changes (readers take the last
+    per pid, which is what a killed trace holds); compacting leaves one row per process."""
+    def proc(pid: int, comm: str, first: int, exit_ns: int | None = None) -> dict:
+        return {"pid": pid, "ppid": 1, "comm": comm, "role": "main", "cmdline": comm,
+                "first_seen": first, "exit": exit_ns}
+
+    w = TraceWriter(tmp_path, {})
+    w.add("processes", [proc(100, "python", T0), proc(101, "sh", T0 + 1)])
+    w.flush()
+    w.add("processes", [proc(100, "train", T0)])  # renamed itself
+    w.flush()
+    w.add("processes", [proc(100, "train", T0, T0 + 9), proc(102, "sleep", T0 + 2)])
+    w.flush()
+    assert len(_parts(tmp_path / "processes")) == 3
+    trace = load(tmp_path)
+    assert tracer.api.role_counts(trace) == {"main": 3}
+    last = trace.processes.drop_duplicates("pid", keep="last").set_index("pid")
+    assert last.loc[100, "comm"] == "train" and last.loc[100, "exit"].value == T0 + 9
+    w.compact("processes", ("pid", "first_seen"))
+    w.close()
+    assert _parts(tmp_path / "processes") == ["part-00003.parquet"]
+    df = pd.read_parquet(tmp_path / "processes")
+    assert df.pid.tolist() == [101, 100, 102]
+    assert df.comm.astype(str).tolist() == ["sh", "train", "sleep"]
+    assert pd.isna(df.exit.iloc[0]) and df.exit.iloc[1].value == T0 + 9
+
+
 def test_segments_numbered_per_table_and_empty_tables_write_nothing(tmp_path: Path) -> None:
     w = TraceWriter(tmp_path, {})
     w.flush()  # nothing buffered: nothing written

@@ -26,7 +26,8 @@ class Process:
     first_seen_ns: int  # UTC ns
     exit_ns: int | None = None  # UTC ns
     exit_code: int | None = None
-    written: bool = False  # its `processes` row is in the trace
+    written: dict | None = None  # its last row given to the trace (a new one when it changes)
+    forgotten: bool = False  # gone, and its kernel counters deleted
     pin_tids: set[int] = field(default_factory=set)  # its pin-memory threads (pt_data_pin)
     worker_generation: int | None = None
     worker_index: int | None = None

@@ -134,7 +134,8 @@ def report(directory: str, out: TextIO) -> int:
     except TraceError as e:
         raise TraceFailure(str(e), EXIT_USAGE) from None
     procs = ProcessTable(Clock())
-    for r in procs_df.itertuples(index=False):
+    # A process has a row when first seen and one more whenever it changed: the last is current.
+    for r in procs_df.drop_duplicates("pid", keep="last").itertuples(index=False):
         procs.by_pid[int(r.pid)] = Process(int(r.pid), int(r.ppid), str(r.comm),
                                            r.role == "main", str(r.cmdline), _ns(r.first_seen))
     file_totals, file_table = file_totals_from_files(files)
@@ -146,8 +147,11 @@ def report(directory: str, out: TextIO) -> int:
 
         add_gpu_evidence(findings, *gpu)
     lost = trace.meta.get("events_lost", 0)
-    header = (f"Trace {directory}: {len(procs.by_pid)} processes "
-              f"({trace.meta.get('stop_reason')}); {lost} events lost.")
+    how = trace.meta.get("stop_reason")
+    if trace.meta.get("stop_ns") is None:  # never closed: killed, or the disk filled up
+        how = ("cut short: iotrace did not finish this trace, which holds what it wrote up to "
+               "its last segments")
+    header = f"Trace {directory}: {len(procs.by_pid)} processes ({how}); {lost} events lost."
     for note in trace.meta.get("unavailable") or []:
         if note.startswith("GPU sampling off"):
             header += f"\n{note}."

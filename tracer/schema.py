@@ -45,8 +45,9 @@ def _schema(*fields: pa.Field) -> pa.Schema:
 
 
 TABLES: dict[str, pa.Schema] = {
-    # One row per traced process, written when it is first seen and again when it exits (the last
-    # row for a pid wins).
+    # A row per traced process when it is first seen and again whenever it changes, rolled with
+    # the other tables (a killed trace names its processes); the last row for a pid wins, and a
+    # finished trace keeps that one only.
     "processes": _schema(
         _field("pid", pa.int32()),
         _field("ppid", pa.int32()),

@@ -547,10 +547,15 @@ class Session:
             self.probes.delete_threads(stale_tids)
             self.aggregator.forget(stale + stale_files, stale_tids)
             self.probes.forget_pidfds(gone)
-            self._write_processes(gone)
+            for pid in gone:
+                self.processes.by_pid[pid].forgotten = True
         self._forget_next = {p.pid for p in self.processes.by_pid.values()
-                             if not p.alive and not p.written}
-        self.writer.maybe_roll()
+                             if not p.alive and not p.forgotten}
+        if self.writer.roll_due():
+            # Every segment roll carries the processes seen or changed since the last: a
+            # killed tracer's trace still names every process its other rows mention.
+            self._write_processes()
+            self.writer.maybe_roll()
         return snap
 
     def _sample_stats(self, now: float) -> None:
@@ -577,18 +582,21 @@ class Session:
                         self.probes.stats_before, dict(self.probes.max_entries),
                         self.probes.stats_seconds, self.opts.bpf_stats, *unseen)
 
-    def _write_processes(self, pids) -> None:
+    def _write_processes(self) -> None:
+        """A `processes` row for each process new or changed (name, exit, worker numbering)
+        since its last row: readers take the last row per pid."""
         assert self.writer is not None
         self.processes.number_workers()
         rows = []
-        for pid in pids:
-            proc = self.processes.get(pid)
-            if proc and not proc.written:
-                self.processes.fill_cmdline(proc)
-                row = proc.row()
-                row["cmdline"] = self.redact.cmdline(row["cmdline"])
+        for proc in self.processes.by_pid.values():
+            if proc.written is not None and proc.written["exit"] is not None:
+                continue  # its final row is in
+            self.processes.fill_cmdline(proc)
+            row = proc.row()
+            row["cmdline"] = self.redact.cmdline(row["cmdline"])
+            if row != proc.written:
                 rows.append(row)
-                proc.written = True
+                proc.written = row
         self.writer.add("processes", rows)
 
     # -- stop -----------------------------------------------------------------------------------------
@@ -604,7 +612,7 @@ class Session:
         cost = None
         if self.writer:
             snap = self.tick()
-            self._write_processes(list(self.processes.by_pid))
+            self._write_processes()
             findings = self.diagnosis.findings()
             if self.gpu:
                 last = self.gpu.finish()
@@ -615,6 +623,8 @@ class Session:
             self.writer.add("findings", [f.row(snap.ts_ns) for f in findings])
             self.final_findings = findings
             cost = self.self_cost(final=True)
+            # While running, a process got a row each time it changed; closed, it has one.
+            self.writer.compact("processes", ("pid", "first_seen"))
             self.writer.close(stop_ns=self.clock.now_ns(), stop_reason=self.stop_reason,
                               events_lost=cost.events_lost, self_cost=cost.meta())
         lost = cost.events_lost if cost else self.probes.events_lost()

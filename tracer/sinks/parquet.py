@@ -170,6 +170,12 @@ class TraceWriter:
         with self._lock:
             return {t: sum(b.num_rows for b in bs) for t, bs in self._buffers.items() if bs}
 
+    def roll_due(self, now: float | None = None) -> bool:
+        """True when `maybe_roll` at `now` (default: the current `time.monotonic()`) writes."""
+        now = time.monotonic() if now is None else now
+        with self._lock:
+            return now - self._last_roll >= self.roll_s
+
     def maybe_roll(self, now: float | None = None) -> None:
         """Flush if `roll_s` seconds have passed since the last roll.
 
@@ -189,7 +195,9 @@ class TraceWriter:
 
     def _flush(self) -> None:
         with self._lock:
-            for table in sorted(self._buffers):
+            # `processes` first: a tracer killed in the middle of a roll leaves no rows that
+            # name a process whose row is not on disk.
+            for table in sorted(self._buffers, key=lambda t: (t != "processes", t)):
                 batches = self._buffers[table]
                 if not batches:
                     continue
@@ -215,6 +223,31 @@ class TraceWriter:
             ),
         )
         self._next_segment[table] = number + 1
+
+    def compact(self, table: str, key: tuple[str, ...]) -> None:
+        """Rewrites `table` as one segment that holds the last row for each `key`, in order.
+
+        For tables that get a row again whenever an entity changes (``processes``): a closed
+        trace has one row each. The new segment is written after the old ones and only then are
+        they removed, so a reader, or a tracer killed in between, still finds the last row of
+        every key last.
+        """
+        self._check_open()
+        with self._lock:
+            self._flush()
+            folder = self.directory / table
+            parts = sorted(p for p in folder.glob("part-*.parquet") if _PART_RE.fullmatch(p.name))
+            if len(parts) < 2:
+                return
+            data = pa.concat_tables([pq.read_table(p) for p in parts]).unify_dictionaries()
+            columns = [data.column(k) for k in key]
+            columns = [c.cast(pa.int64()) if pa.types.is_timestamp(c.type) else c for c in columns]
+            keys = zip(*(c.to_pylist() for c in columns), strict=True)
+            last = {k: i for i, k in enumerate(keys)}
+            self._write_segment(table, data.take(sorted(last.values())).combine_chunks())
+            for p in parts:
+                p.unlink()
+            _fsync_dir(folder)
 
     # -- life cycle --------------------------------------------------------------------------
 
