@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import fcntl
 import json
 import os
@@ -160,3 +162,61 @@ def test_a_finished_trace_has_one_processes_row_each(tmp_path):
     assert procs.pid.is_unique and procs.exit.notna().all()
     assert len(list((out / "processes").glob("part-*.parquet"))) == 1
 
+
+def _fill(directory: Path) -> None:
+    """Writes a file into `directory` until its file system has no space left."""
+    with open(directory / "filler", "wb", buffering=0) as f:
+        for size in (1 << 20, 1 << 16, 1 << 12, 1 << 9):
+            try:
+                while True:
+                    f.write(b"\0" * size)
+            except OSError as e:
+                assert e.errno == errno.ENOSPC, e
+
+
+def test_full_disk_stops_cleanly_and_keeps_what_was_written(tmp_path):
+    """-o on a file system that fills up while tracing: one line naming the file that could
+    not be written and what to do, exit 4, no traceback; the segments written before stay
+    readable and `iotrace report` reads them."""
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2M", "tmpfs", str(mnt)], check=True)
+    tracer = None
+    try:
+        out = mnt / "trace"
+        loop = "while :; do read x < /etc/hostname; sleep 0.05; done"
+        tracer = subprocess.Popen([*IOTRACE, "-o", str(out), "-i", "0.5", "--", "sh", "-c", loop],
+                                  cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  text=True, start_new_session=True)
+        assert tracer.stderr.readline().startswith("Tracing")
+        deadline = time.monotonic() + 30
+        while not list(out.glob("latency/part-*.parquet")) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        written = sorted(p.relative_to(out) for p in out.glob("*/part-*.parquet"))
+        assert written, "no segment was rolled within 30 s"
+        _fill(mnt)
+        code = tracer.wait(timeout=60)
+        os.killpg(tracer.pid, signal.SIGKILL)  # the traced shell, which holds the pipes too
+        stdout, stderr = tracer.communicate(timeout=10)
+        assert code == 4, stderr
+        assert "Traceback" not in stdout + stderr
+        lines = stderr.strip().splitlines()
+        assert len(lines) == 1, stderr  # ("Tracing ..." was read above)
+        assert lines[0].startswith(f"iotrace: error: No space left on device writing {out}/")
+        assert "free space or choose another -o DIR" in lines[0]
+        assert f"what was written before is kept in {out}" in lines[0]
+        assert "Traced " in stdout  # the summary from memory
+        assert not list(out.glob("*/.*.tmp"))
+        trace = tracer_load(out)
+        assert not trace.latency.empty
+        procs = trace.processes.drop_duplicates("pid", keep="last")
+        assert str(procs[procs.role == "main"].comm.iloc[0]) == "sh"
+        r = subprocess.run([*IOTRACE, "report", str(out)], capture_output=True, text=True,
+                           timeout=120, cwd=ROOT)
+        assert r.returncode == 0 and " sh (main)" in r.stdout, r.stderr
+    finally:
+        if tracer is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(tracer.pid, signal.SIGKILL)  # the traced shell too
+            tracer.wait()
+        subprocess.run(["umount", str(mnt)], check=True)

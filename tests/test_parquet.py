@@ -390,6 +390,35 @@ def test_failed_write_leaves_nothing_and_keeps_rows(
     assert len(pd.read_parquet(tmp_path / "latency")) == 3
 
 
+def test_give_up_after_a_full_disk_keeps_what_was_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The error names the segment that could not be written; after give_up nothing more is
+    written, the earlier segments stay, and close still records how the trace ended."""
+    w = TraceWriter(tmp_path, {"stop_ns": None})
+    w.add("latency", LATENCY_ROWS)
+    w.flush()
+    w.add("latency", LATENCY_ROWS)
+    real_write = parquet_sink.pq.write_table
+
+    def disk_full(table: pa.Table, where: object, **kwargs: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(parquet_sink.pq, "write_table", disk_full)
+    with pytest.raises(OSError) as info:
+        w.flush()
+    assert info.value.errno == 28
+    assert info.value.filename == str(tmp_path / "latency" / "part-00001.parquet")
+    w.give_up()
+    monkeypatch.setattr(parquet_sink.pq, "write_table", real_write)
+    w.add("latency", LATENCY_ROWS)
+    w.flush()
+    w.close(stop_ns=5)
+    assert _parts(tmp_path / "latency") == ["part-00000.parquet"]
+    assert len(pd.read_parquet(tmp_path / "latency")) == 3
+    assert json.loads((tmp_path / "meta.json").read_text())["stop_ns"] == 5
+
+
 def test_close_twice_and_use_after_close(tmp_path: Path) -> None:
     w = TraceWriter(tmp_path, {})
     w.add("latency", LATENCY_ROWS)

@@ -1,6 +1,7 @@
 """The `iotrace` command: parse, validate, delegate. One clear line and an exit code per bad input.
 
-Exit codes (DESIGN.md): 0 success, 2 bad usage or input, 3 the host cannot trace, 1 a bug.
+Exit codes (DESIGN.md): 0 success, 2 bad usage or input, 3 the host cannot trace, 1 a bug;
+and 4 (tracer.errors.EXIT_OUTPUT) when the trace directory fills up or fails while tracing.
 """
 
 from __future__ import annotations

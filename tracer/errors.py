@@ -1,6 +1,10 @@
 """Exit codes (DESIGN.md) and the one exception that carries a user-facing failure."""
 
 EXIT_OK, EXIT_BUG, EXIT_USAGE, EXIT_HOST = 0, 1, 2, 3
+# The trace directory could not be written while tracing (a full disk, a quota, an I/O error):
+# neither bad input (it was writable when checked) nor the host's tracing ability. What was
+# written before stays readable.
+EXIT_OUTPUT = 4
 
 
 class TraceFailure(Exception):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import gc
 import importlib
 import os
@@ -29,7 +30,7 @@ import psutil
 from tracer import abi, gpu
 from tracer.clock import Clock
 from tracer.diagnose import Diagnosis, add_gpu_evidence
-from tracer.errors import EXIT_HOST, EXIT_OK, EXIT_USAGE, TraceFailure
+from tracer.errors import EXIT_HOST, EXIT_OK, EXIT_OUTPUT, EXIT_USAGE, TraceFailure
 from tracer.files import FileTable
 from tracer.host import tracing_problem, yield_to_job
 from tracer.loader import BadSetting, HostCannotTrace, Probes
@@ -234,6 +235,7 @@ class Session:
         self._finishing = False
         self.final_findings: list = []
         self.command_log: Path | None = None
+        self.write_error: OSError | None = None  # the write that failed (a full disk)
 
     # -- start ------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -312,7 +314,12 @@ class Session:
         # tracing.
         self.meter = TracerMeter()
         self.aggregator = Aggregator(self.processes, self.files)
-        self.writer = TraceWriter(self.opts.output, self._meta(start_ns), roll_s=self.opts.roll_s)
+        try:
+            self.writer = TraceWriter(self.opts.output, self._meta(start_ns),
+                                      roll_s=self.opts.roll_s)
+        except OSError as e:
+            raise TraceFailure(cannot_write_message(e, self.opts.output, started=False),
+                               EXIT_OUTPUT) from None
         self.aggregator.last_ts_ns = self.clock.now_ns()  # the first interval starts now
         self.proc.sample(self.aggregator.last_ts_ns)  # primes the /proc counters
         if self.opts.csv:
@@ -555,8 +562,20 @@ class Session:
             # Every segment roll carries the processes seen or changed since the last: a
             # killed tracer's trace still names every process its other rows mention.
             self._write_processes()
-            self.writer.maybe_roll()
+            try:
+                self.writer.maybe_roll()
+            except OSError as e:
+                self._cannot_write(e)
         return snap
+
+    def _cannot_write(self, error: OSError) -> None:
+        """A segment could not be written (a full disk): stop tracing, write nothing more, keep
+        what is written; run_trace says which file and exits EXIT_OUTPUT."""
+        if self.write_error is None:
+            self.write_error = error
+        assert self.writer is not None
+        self.writer.give_up()
+        self.request_stop(f"cannot write the trace: {error.strerror}")
 
     def _sample_stats(self, now: float) -> None:
         """--bpf-stats sampled: an interval starts; the kernel counts the programs' runs for
@@ -623,10 +642,15 @@ class Session:
             self.writer.add("findings", [f.row(snap.ts_ns) for f in findings])
             self.final_findings = findings
             cost = self.self_cost(final=True)
-            # While running, a process got a row each time it changed; closed, it has one.
-            self.writer.compact("processes", ("pid", "first_seen"))
-            self.writer.close(stop_ns=self.clock.now_ns(), stop_reason=self.stop_reason,
-                              events_lost=cost.events_lost, self_cost=cost.meta())
+            try:
+                # While running, a process got a row each time it changed; closed, it has one.
+                self.writer.compact("processes", ("pid", "first_seen"))
+                self.writer.close(stop_ns=self.clock.now_ns(), stop_reason=self.stop_reason,
+                                  events_lost=cost.events_lost, self_cost=cost.meta())
+            except OSError as e:
+                self._cannot_write(e)
+                self.writer.close(stop_ns=self.clock.now_ns(), stop_reason=self.stop_reason,
+                                  events_lost=cost.events_lost, self_cost=cost.meta())
         lost = cost.events_lost if cost else self.probes.events_lost()
         n = len(self.processes.by_pid)
         header = (f"Traced {n} process{'es' if n != 1 else ''} ({self.stop_reason or 'stopped'}); "
@@ -658,6 +682,17 @@ class Session:
         self.no_pandas.remove()
         if self.child and not self.child.released:
             self.child.abandon()
+
+
+def cannot_write_message(error: OSError, output: Path, started: bool = True) -> str:
+    """One line for a trace file that could not be written: which, why, what to do."""
+    full = error.errno in (errno.ENOSPC, errno.EDQUOT)
+    advice = "free space or choose another -o DIR" if full else "choose another -o DIR"
+    where = f" writing {error.filename}" if error.filename else f" writing into {output}"
+    text = f"{error.strerror or error}{where}: {advice}"
+    if started:
+        text += f"; tracing stopped, what was written before is kept in {output}"
+    return text
 
 
 def _say(text: str, out: TextIO) -> None:
@@ -695,6 +730,10 @@ def run_trace(opts: TraceOptions, out: TextIO = sys.stdout, err: TextIO = sys.st
         text = summary
         if session.command_log:
             text += f"\nThe command's output is in {session.command_log}"
+        if session.write_error is not None:
+            _say(text, out)
+            _say(f"iotrace: error: {cannot_write_message(session.write_error, opts.output)}", err)
+            return EXIT_OUTPUT
         _say(f"{text}\n\nTrace written to {opts.output}", out)
         return EXIT_OK
     finally:

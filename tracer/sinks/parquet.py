@@ -14,6 +14,7 @@ ignore.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -68,8 +69,11 @@ def _write_atomic(path: Path, write: Callable[[BinaryIO], object]) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         tmp.unlink(missing_ok=True)
+        if isinstance(e, OSError) and e.errno is not None:
+            # A full disk fails in write() with no file name: name the file it was for.
+            raise OSError(e.errno, e.strerror, str(path)) from e
         raise
     _fsync_dir(path.parent)
 
@@ -122,6 +126,7 @@ class TraceWriter:
         self._next_segment: dict[str, int] = {}
         self._last_roll = time.monotonic()
         self._closed = False
+        self._given_up = False  # give_up(): nothing more is written
         self._meta: dict[str, object] = {}
         self._set_meta(dict(meta))
 
@@ -136,7 +141,8 @@ class TraceWriter:
     def update_meta(self, **fields: object) -> None:
         """Merge `fields` into ``meta.json`` and rewrite it atomically (e.g. stop time at exit)."""
         with self._lock:
-            self._set_meta({**self._meta, **fields}, fields)
+            if not self._given_up:
+                self._set_meta({**self._meta, **fields}, fields)
 
     def _set_meta(self, meta: dict[str, object], given: Mapping[str, object] | None = None) -> None:
         reserved = [k for k in _RESERVED_META if k in (meta if given is None else given)]
@@ -162,6 +168,8 @@ class TraceWriter:
         if not rows:
             return
         batch = table_from_rows(table, rows)
+        if self._given_up:
+            return  # checked, but there is nowhere to write it
         with self._lock:
             self._buffers.setdefault(table, []).append(batch)
 
@@ -195,6 +203,8 @@ class TraceWriter:
 
     def _flush(self) -> None:
         with self._lock:
+            if self._given_up:
+                return
             # `processes` first: a tracer killed in the middle of a roll leaves no rows that
             # name a process whose row is not on disk.
             for table in sorted(self._buffers, key=lambda t: (t != "processes", t)):
@@ -224,6 +234,14 @@ class TraceWriter:
         )
         self._next_segment[table] = number + 1
 
+    def give_up(self) -> None:
+        """Stops writing, for good (the disk is full): the rows buffered are dropped, later
+        `add`, `flush`, `maybe_roll`, `compact` and `update_meta` write nothing, and `close` only
+        tries to record its `final_meta`. What was written stays readable."""
+        with self._lock:
+            self._given_up = True
+            self._buffers.clear()
+
     def compact(self, table: str, key: tuple[str, ...]) -> None:
         """Rewrites `table` as one segment that holds the last row for each `key`, in order.
 
@@ -235,6 +253,8 @@ class TraceWriter:
         self._check_open()
         with self._lock:
             self._flush()
+            if self._given_up:
+                return
             folder = self.directory / table
             parts = sorted(p for p in folder.glob("part-*.parquet") if _PART_RE.fullmatch(p.name))
             if len(parts) < 2:
@@ -271,10 +291,14 @@ class TraceWriter:
             try:
                 self._flush()
             finally:
-                # Even if the last flush failed, record how the trace ended.
+                # Even if the last flush failed, record how the trace ended (after give_up,
+                # where it can: meta.json is small, and the trace is readable without it).
                 self._closed = True
-                if final_meta:
+                if final_meta and not self._given_up:
                     self._set_meta({**self._meta, **final_meta}, final_meta)
+                elif final_meta:
+                    with contextlib.suppress(OSError):
+                        self._set_meta({**self._meta, **final_meta}, final_meta)
 
     def __enter__(self) -> Self:
         return self
