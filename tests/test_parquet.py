@@ -242,9 +242,11 @@ def test_processes_rows_as_they_change_and_compacted(tmp_path: Path) -> None:
     w.add("processes", [proc(100, "train", T0, T0 + 9), proc(102, "sleep", T0 + 2)])
     w.flush()
     assert len(_parts(tmp_path / "processes")) == 3
+    assert len(pd.read_parquet(tmp_path / "processes")) == 5
     trace = load(tmp_path)
     assert tracer.api.role_counts(trace) == {"main": 3}
-    last = trace.processes.drop_duplicates("pid", keep="last").set_index("pid")
+    last = trace.processes.set_index("pid")  # tracer.load: the last row of each process
+    assert sorted(last.index) == [100, 101, 102]
     assert last.loc[100, "comm"] == "train" and last.loc[100, "exit"].value == T0 + 9
     w.compact("processes", ("pid", "first_seen"))
     w.close()

@@ -96,6 +96,11 @@ class Trace:
             frame = TABLES[name].empty_table().to_pandas()
         else:
             frame = self._read_segments(name, folder)
+            if name == "processes":
+                # Rolled as it ran, a process has a row each time it changed (a trace cut short
+                # keeps them all): the last is current.
+                frame = frame.drop_duplicates(["pid", "first_seen"], keep="last")
+                frame = frame.reset_index(drop=True)
         self._cache[name] = frame
         return frame
 
