@@ -87,8 +87,9 @@ def trace_parser() -> argparse.ArgumentParser:
     p.add_argument("--csv", metavar="FILE",
                    help="also write per-interval system, device and process numbers as CSV")
     p.add_argument("--redact-paths", action="store_true",
-                   help="hash file paths (each component) in every output: the trace, the "
-                        "summary, the live view")
+                   help="hash names in every output (the trace, the summary, the live view): "
+                        "paths, command-line words but option names and launchers such as "
+                        "python3, process names but PyTorch's")
     p.add_argument("--bpf-stats", choices=("sampled", "always", "off"), default="sampled",
                    help="count iotrace's own BPF programs' runs and time (the kernel's BPF stats): "
                         "during the first 2 %% of every interval (sampled, the default), the whole run "
