@@ -5,10 +5,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import stat
 import subprocess
+import sys
 from pathlib import Path
 
 import pyarrow.parquet as pq
+import pytest
 
 from conftest import IOTRACE, ROOT, needs_root, run_iotrace, warm
 from tracer.redact import KEPT_PROGRAMS, Redactor
@@ -101,3 +104,48 @@ def test_redaction_rule():
     assert r.cmdline("python3 secret --n=secret") == f"python3 {h} --n={h}"
     off = Redactor(False)
     assert off.cmdline("a --t=b") == "a --t=b" and off.comm("x") == "x"
+
+
+def _modes(out: Path) -> dict[str, str]:
+    return {str(p.relative_to(out)): oct(p.stat().st_mode & 0o777) for p in out.rglob("*")}
+
+
+@needs_root
+def test_trace_is_private_whatever_the_umask(iowork, data_file, tmp_path):
+    """Under umask 000, with an existing empty -o directory open to everyone (0777): the
+    directory is made 0700 (said in one line on stderr), every folder in it is 0700 and every
+    file 0600: they hold full command lines."""
+    out = tmp_path / "trace"
+    out.mkdir()
+    os.chmod(out, 0o777)
+    warm(data_file)
+    r = subprocess.run([*IOTRACE, "-o", str(out), "--", str(iowork), str(data_file), "--cached",
+                        "3"], capture_output=True, text=True, timeout=120, cwd=ROOT,
+                       preexec_fn=lambda: os.umask(0))
+    assert r.returncode == 0, r.stderr
+    assert oct(out.stat().st_mode & 0o777) == "0o700"
+    said = [line for line in r.stderr.splitlines() if "0777" in line]
+    assert len(said) == 1 and "0700" in said[0], r.stderr
+    modes = _modes(out)
+    assert "meta.json" in modes and "processes" in modes
+    wrong = {p: m for p, m in modes.items()
+             if m != ("0o700" if (out / p).is_dir() else "0o600")}
+    assert not wrong, wrong
+    html = tmp_path / "r.html"
+    r = subprocess.run([*IOTRACE, "report", str(out), "--html", str(html)], cwd=ROOT,
+                       capture_output=True, text=True, preexec_fn=lambda: os.umask(0))
+    assert r.returncode == 0, r.stderr
+    assert stat.S_IMODE(html.stat().st_mode) == 0o600
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to own a directory as another user")
+def test_refuses_an_output_directory_of_another_user(tmp_path):
+    """An empty -o directory that someone else owns is not taken over (and not chmod'ed)."""
+    out = tmp_path / "theirs"
+    out.mkdir()
+    os.chmod(out, 0o777)
+    os.chown(out, 65534, 65534)
+    r = run_iotrace("-o", str(out), "--", sys.executable, "-c", "pass")
+    assert r.returncode == 2
+    assert len(r.stderr.strip().splitlines()) == 1 and "belongs to" in r.stderr, r.stderr
+    assert stat.S_IMODE(out.stat().st_mode) == 0o777

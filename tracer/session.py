@@ -128,7 +128,7 @@ class HeldChild:
             try:
                 os.close(err_r)
                 if output is not None:
-                    fd = os.open(output, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+                    fd = os.open(output, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
                     os.dup2(fd, 1)
                     os.dup2(fd, 2)
                     os.close(fd)
