@@ -87,8 +87,9 @@ def trace_parser() -> argparse.ArgumentParser:
     p.add_argument("--csv", metavar="FILE",
                    help="also write per-interval system, device and process numbers as CSV")
     p.add_argument("--redact-paths", action="store_true",
-                   help="hash file paths (each component) in every output: the trace, the "
-                        "summary, the live view")
+                   help="hash names in every output (the trace, the summary, the live view): "
+                        "paths, command-line words but option names and launchers such as "
+                        "python3, process names but PyTorch's")
     p.add_argument("--bpf-stats", choices=("sampled", "always", "off"), default="sampled",
                    help="count iotrace's own BPF programs' runs and time (the kernel's BPF stats): "
                         "during the first 2 %% of every interval (sampled, the default), the whole run "
@@ -107,7 +108,20 @@ def prepare_output(path: str | None) -> Path:
         if out.exists() and any(out.iterdir()):
             raise UsageError(f"output directory {out} is not empty: choose a new -o DIR or "
                              "remove it")
-        out.mkdir(mode=0o700, parents=True, exist_ok=True)  # paths can be sensitive
+        existed = out.exists()
+        if existed and out.stat().st_uid != os.geteuid():
+            raise UsageError(f"output directory {out} belongs to uid {out.stat().st_uid}: "
+                             "choose a -o DIR of your own")
+        out.mkdir(mode=0o700, parents=True, exist_ok=True)
+        # The trace holds command lines and paths: owner only, whatever the umask, and an
+        # empty directory open to others is closed rather than refused (it has nothing yet).
+        mode = out.stat().st_mode & 0o777
+        if mode != 0o700:
+            os.chmod(out, 0o700)
+            if existed and mode & 0o077:
+                print(f"iotrace: output directory {out} was open to others (mode {mode:04o}): "
+                      "made it owner-only (0700), as the trace holds command lines",
+                      file=sys.stderr, flush=True)
         probe = out / ".iotrace-write-test"
         probe.write_bytes(b"")
         probe.unlink()

@@ -42,6 +42,7 @@ from tracer.api import (
     role_counts,
     series_label,
 )
+from tracer.private import open_private
 
 LOOP_STATES = ("data_wait_io", "data_wait_cpu", "sync_loading", "checkpoint", "compute", "other")
 STATE_COLOURS = {
@@ -343,7 +344,8 @@ def write_html(trace: Trace, out_path: str | os.PathLike[str]) -> Path:
     out = Path(out_path)
     tmp = out.with_name(f".{out.name}.tmp")
     try:
-        tmp.write_text(page, encoding="utf-8")
+        with open_private(tmp) as f:  # it has the command lines of the trace
+            f.write(page.encode())
         os.replace(tmp, out)
     finally:
         tmp.unlink(missing_ok=True)

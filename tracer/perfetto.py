@@ -59,6 +59,7 @@ from pathlib import Path
 import pandas as pd
 
 from tracer.api import Trace, TraceError, load
+from tracer.private import open_private
 from tracer.segments import _first_line, segment_problems
 
 IOTRACE_PID = 0x7A00_0000
@@ -726,7 +727,7 @@ def _write_json(path: Path, doc: dict, allow_nan: bool) -> None:
         data = gzip.compress(data, compresslevel=6)
     tmp = path.with_name(f".{path.name}.tmp")
     try:
-        with open(tmp, "wb") as f:
+        with open_private(tmp) as f:  # it has the command lines of the trace
             f.write(data)
         os.replace(tmp, path)
     except BaseException:

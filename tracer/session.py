@@ -105,7 +105,7 @@ class TraceOptions:
     csv: Path | None = None  # per-interval numbers as CSV (dstat --output)
     gpu: str = "auto"  # --gpu auto|off|0,2
     command_output: Path | None = None  # the started command's stdout+stderr go there
-    redact_paths: bool = False  # hash paths (and path-like command words) in every output
+    redact_paths: bool = False  # hash names (paths, command words, comms) in every output
     bpf_stats: str = "sampled"  # count BPF programs' runs: sampled|always|off (selfcost.STATS_MODES)
     roll_s: float = 5.0
     argv: list[str] = field(default_factory=lambda: list(sys.argv))
@@ -128,7 +128,7 @@ class HeldChild:
             try:
                 os.close(err_r)
                 if output is not None:
-                    fd = os.open(output, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+                    fd = os.open(output, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
                     os.dup2(fd, 1)
                     os.dup2(fd, 2)
                     os.close(fd)
@@ -413,7 +413,8 @@ class Session:
         if pid in owners or not psutil.pid_exists(pid):
             return  # already traced (a target or a descendant of one), or gone
         self.add_target(pid)
-        print(f"Tracing PID {pid} ({self.processes.get(pid).comm if self.processes.get(pid) else '?'})"
+        proc = self.processes.get(pid)
+        print(f"Tracing PID {pid} ({self.redact.comm(proc.comm) if proc else '?'})"
               " and its descendants", file=self.err, flush=True)
 
     def on_event(self, raw: bytes) -> None:
@@ -581,6 +582,7 @@ class Session:
                 self.processes.fill_cmdline(proc)
                 row = proc.row()
                 row["cmdline"] = self.redact.cmdline(row["cmdline"])
+                row["comm"] = self.redact.comm(row["comm"])
                 rows.append(row)
                 proc.written = True
         self.writer.add("processes", rows)
