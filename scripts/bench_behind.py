@@ -71,10 +71,13 @@ def main() -> int:
         read = {r["path"] for r in files if r["pid"] == work.pid and r["op"] == "read"}
         want = {str(data / f"f{i:05d}.bin") for i in range(args.files)}
         meta = json.loads((out / "meta.json").read_text())
-        rss = (meta.get("self_cost") or {}).get("tracer", {}).get("peak_rss_bytes", 0)
+        cost = meta.get("self_cost") or {}
+        rss = cost.get("tracer", {}).get("peak_rss_bytes", 0)
+        lost = cost.get("file_paths_lost") or {}
         print(f"files read {args.files} in {read_s:.1f} s; with their path {len(want & read)}; "
               f"shown by inode {sum(p.startswith('(inode') for p in read)}; "
-              f"events lost {meta.get('events_lost')}; tracer peak RSS {rss / 2**20:.1f} MiB")
+              f"events lost {meta.get('events_lost')} (paths recovered from directories "
+              f"{lost.get('recovered', 0)}); tracer peak RSS {rss / 2**20:.1f} MiB")
         return 0
     finally:
         for p in busy:
