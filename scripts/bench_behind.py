@@ -33,6 +33,7 @@ def main() -> int:
     ap.add_argument("--files", type=int, default=20000)
     ap.add_argument("--stop-s", type=float, default=0.0, help="SIGSTOP iotrace this long")
     ap.add_argument("--busy", type=int, default=0, help="CPU-bound loops beside the job")
+    ap.add_argument("--bpf-stats", default="sampled", help="iotrace's --bpf-stats")
     ap.add_argument("--dir", default="/var/tmp", help="where the files are made (not tmpfs)")
     args = ap.parse_args()
     base = Path(tempfile.mkdtemp(prefix="iotrace-behind-", dir=args.dir))
@@ -51,7 +52,8 @@ def main() -> int:
         out = base / "trace"
         env = dict(os.environ, PYTHONPATH=str(ROOT))
         tracer = subprocess.Popen([sys.executable, "-m", "tracer.cli", "--pid", str(work.pid),
-                                   "-o", str(out), "--no-tui"], cwd=ROOT, env=env,
+                                   "-o", str(out), "--no-tui",
+                                   "--bpf-stats", args.bpf_stats], cwd=ROOT, env=env,
                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         if not tracer.stderr.readline().startswith("Tracing"):
             print("iotrace did not start:", tracer.stderr.read(), file=sys.stderr)
@@ -78,6 +80,10 @@ def main() -> int:
               f"shown by inode {sum(p.startswith('(inode') for p in read)}; "
               f"events lost {meta.get('events_lost')} (paths recovered from directories "
               f"{lost.get('recovered', 0)}); tracer peak RSS {rss / 2**20:.1f} MiB")
+        for p in cost.get("programs") or []:
+            if p.get("run_cnt"):
+                print(f"  {p['object']}/{p['name']}: {p['run_cnt']} runs, "
+                      f"{p['ns_per_run']:.0f} ns/run")
         return 0
     finally:
         for p in busy:
