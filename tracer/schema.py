@@ -89,7 +89,9 @@ TABLES: dict[str, pa.Schema] = {
         _field("comm", DICT_STRING),
         _field("role", DICT_STRING),
         _field("path", DICT_STRING),  # absolute, as the process sees it; "(deleted)" appended
-        _field("path_source", DICT_STRING),  # kernel (dentry walk), proc_fd (fallback), unknown
+        # kernel (dentry walk), proc_fd, sibling (the record was lost: found in a directory of
+        # files whose records came), unknown; tracer/files.py has them all
+        _field("path_source", DICT_STRING),
         _field("fs_type", DICT_STRING),  # ext4, xfs, overlay, nfs, fuse, tmpfs, ...
         _field("device", DICT_STRING),  # the file system's device, MAJ:MIN or disk name
         _field("inode", pa.int64()),

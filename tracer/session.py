@@ -570,7 +570,8 @@ class Session:
         return SelfCost(programs, self.probes.events_lost(), self.probes.map_full_drops(),
                         self.meter.read(not final), self.stats_unavailable,
                         self.probes.stats_before, dict(self.probes.max_entries),
-                        self.probes.stats_seconds, self.opts.bpf_stats, *unseen)
+                        self.probes.stats_seconds, self.opts.bpf_stats, *unseen,
+                        *self.files.lost_paths())
 
     def _write_processes(self, pids) -> None:
         assert self.writer is not None
