@@ -111,6 +111,29 @@ class TraceOptions:
     argv: list[str] = field(default_factory=lambda: list(sys.argv))
 
 
+PR_SET_PDEATHSIG = 1
+
+
+_libc = None  # resolved before forking: a forked child must not import (another thread may
+# hold an import lock at the fork)
+
+
+def _load_libc():
+    global _libc
+    if _libc is None:
+        import ctypes
+
+        _libc = (ctypes, ctypes.CDLL(None, use_errno=True))
+    return _libc
+
+
+def _set_pdeathsig(sig: int) -> None:
+    """prctl(PR_SET_PDEATHSIG): the signal this process gets when its parent thread dies."""
+    ctypes, libc = _load_libc()
+    if libc.prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+
+
 class HeldChild:
     """A forked child that stops itself (SIGSTOP) until it is tracked, then execs the command.
 
@@ -122,11 +145,19 @@ class HeldChild:
         """`output`: a file for the command's stdout and stderr (the live view owns the
         terminal); None leaves them alone."""
         self.argv = argv
+        _load_libc()
         err_r, err_w = os.pipe2(os.O_CLOEXEC)
+        parent = os.getpid()
         pid = os.fork()
         if pid == 0:  # the child: no Python-level cleanup may run here
             try:
                 os.close(err_r)
+                # Killed while holding it, iotrace must not leave it stopped for ever: the
+                # kernel kills it with its parent (a stopped process takes SIGKILL). Undone by
+                # release(), so the command itself runs as if iotrace had not been there.
+                _set_pdeathsig(signal.SIGKILL)
+                if os.getppid() != parent:  # the parent died before the prctl took effect
+                    os._exit(127)
                 if output is not None:
                     fd = os.open(output, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
                     os.dup2(fd, 1)
@@ -135,6 +166,7 @@ class HeldChild:
                 signal.signal(signal.SIGINT, signal.SIG_DFL)
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)
                 os.kill(os.getpid(), signal.SIGSTOP)
+                _set_pdeathsig(0)  # tracked now: the job outlives iotrace, as any command does
                 os.execvp(argv[0], argv)
             except OSError as e:
                 os.write(err_w, f"{e.errno}:{e.strerror}".encode())
