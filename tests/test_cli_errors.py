@@ -47,6 +47,11 @@ def free_pid() -> int:
     (["--", "/nonexistent/cmd"], USAGE, ["cannot execute '/nonexistent/cmd'"]),
     (["--", "no-such-command-xyz"], USAGE, ["cannot execute 'no-such-command-xyz'"]),
     (["-o", "/proc/iotrace-out", "--", "true"], USAGE, ["cannot write the output directory"]),
+    # Checked before anything is attached (they failed after `Tracing`, the job untraced):
+    (["-i", "inf", "--", "true"], USAGE, ["--interval must be at most"]),
+    (["-d", "inf", "--", "true"], USAGE, ["--duration must be at most"]),
+    (["--slow-ms", "1e30", "--", "true"], USAGE, ["--slow-ms must be at most"]),
+    (["-o", "", "--", "true"], USAGE, ["-o '' names no directory"]),
 ])
 def test_bad_usage(args, code, words):
     one_line_error(run_iotrace(*args), code, *words)
@@ -61,6 +66,23 @@ def test_output_not_empty(tmp_path):
     (tmp_path / "old.txt").write_text("x")
     one_line_error(run_iotrace("-o", str(tmp_path), "--", "true"), USAGE, "is not empty")
     assert os.listdir(tmp_path) == ["old.txt"]  # nothing touched
+
+
+@needs_root
+def test_csv_that_cannot_be_written(tmp_path):
+    out = tmp_path / "t"
+    r = run_iotrace("-o", str(out), "--csv", "/proc/iotrace.csv", "--", "true")
+    one_line_error(r, USAGE, "cannot write --csv /proc/iotrace.csv")
+    assert "Tracing" not in r.stderr  # refused before the job started
+
+
+@needs_root
+def test_csv_is_not_overwritten(tmp_path):
+    csv = tmp_path / "numbers.csv"
+    csv.write_text("keep me\n")
+    one_line_error(run_iotrace("-o", str(tmp_path / "t"), "--csv", str(csv), "--", "true"),
+                   USAGE, f"--csv {csv} exists")
+    assert csv.read_text() == "keep me\n"
 
 
 def test_output_is_a_file(tmp_path):
