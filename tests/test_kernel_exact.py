@@ -584,3 +584,23 @@ def test_requests_left_in_flight_at_the_end_count_as_unseen():
         assert p.block_unseen(leftovers=True) == (2, 4096 + 8192)
     finally:
         p.close()
+
+
+@needs_root
+@pytest.mark.parametrize("script, code, exit_code, exit_signal", [
+    ("exit 7", 7, 7, None),
+    ("exit 1", 1, 1, None),
+    ("kill -SEGV $$", 128 + 11, None, 11),
+    ("exit 0", 0, 0, None),
+])
+def test_command_status_is_iotrace_status(tmp_path, script, code, exit_code, exit_signal):
+    """iotrace -- CMD exits as CMD did (like time and strace), and its processes row says how."""
+    out = tmp_path / "t"
+    r = run_iotrace("-o", str(out), *EXACT, "--", "sh", "-c", script)
+    assert r.returncode == code, r.stderr
+    assert "Trace written to" in r.stdout and "error" not in r.stderr
+    procs = pd.read_parquet(out / "processes").drop_duplicates("pid", keep="last")
+    sh = procs[procs["role"] == "main"].iloc[0]
+    got_code = None if pd.isna(sh["exit_code"]) else int(sh["exit_code"])
+    got_signal = None if pd.isna(sh["exit_signal"]) else int(sh["exit_signal"])
+    assert (got_code, got_signal) == (exit_code, exit_signal)

@@ -1,6 +1,7 @@
 """The `iotrace` command: parse, validate, delegate. One clear line and an exit code per bad input.
 
-Exit codes (DESIGN.md): 0 success, 2 bad usage or input, 3 the host cannot trace, 1 a bug.
+Exit codes (DESIGN.md): 0 success, 2 bad usage or input, 3 the host cannot trace, 1 a bug;
+after a trace of `-- CMD`, CMD's status (its code, or 128 + its signal), as the README says.
 """
 
 from __future__ import annotations

@@ -655,6 +655,15 @@ class Session:
                               self.aggregator.file_totals, self.files, findings, cost,
                               startup=self.diagnosis.startup_lines())
 
+    def exit_code(self) -> int:
+        """What iotrace exits with after a trace: the started command's status, as time(1) and
+        strace give it (a code as is, 128 + the signal that killed it), so that a script sees
+        the job fail; 0 when tracing PIDs or --auto, or when the command still runs (--duration)."""
+        if not self.child or not self.child.reap():
+            return EXIT_OK
+        status = self.child.status
+        return status if status >= 0 else 128 - status
+
     def close_view(self) -> None:
         """Leaves the live view's screen so that what follows goes to normal scrollback."""
         if self.view:
@@ -693,7 +702,7 @@ def run_trace(opts: TraceOptions, out: TextIO = sys.stdout, err: TextIO = sys.st
         if session.command_log:
             print(f"The command's output is in {session.command_log}", file=out)
         print(f"\nTrace written to {opts.output}", file=out, flush=True)
-        return EXIT_OK
+        return session.exit_code()
     finally:
         session.close()
         for s, h in old.items():
