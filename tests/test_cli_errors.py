@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 
 import pytest
@@ -159,3 +160,47 @@ def test_export_bad_input(tmp_path):
     one_line_error(run_iotrace("export", str(tmp_path / "none"), "--perfetto",
                                str(tmp_path / "o.json")), USAGE)
     one_line_error(run_iotrace("export", str(tmp_path)), USAGE, "--perfetto")
+
+
+ZOMBIE_PARENT = """
+import os, time
+pid = os.fork()
+if pid == 0:
+    os._exit(0)
+while open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z":
+    time.sleep(0.01)
+print(pid, flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.fixture
+def zombie():
+    """A child that has exited and that its parent does not reap."""
+    parent = subprocess.Popen([sys.executable, "-c", ZOMBIE_PARENT], stdout=subprocess.PIPE,
+                              text=True)
+    yield int(parent.stdout.readline())
+    parent.kill()
+    parent.wait()
+
+
+def test_pid_of_a_zombie(zombie):
+    r = run_iotrace("--pid", str(zombie))
+    one_line_error(r, USAGE, f"PID {zombie} has exited", "nothing to trace")
+    assert "Finding" not in r.stdout
+
+
+@needs_root
+def test_pid_that_exits_while_attaching_traces_nothing(zombie, tmp_path):
+    """Past the command line's check (the process exits between it and attaching): no trace of
+    nothing, no verdict, a usage failure."""
+    from tracer.errors import TraceFailure
+    from tracer.session import TraceOptions, run_trace
+
+    out = tmp_path / "t"
+    out.mkdir()
+    with pytest.raises(TraceFailure) as e:
+        run_trace(TraceOptions(output=out, pids=[zombie], bpf_stats="off"))
+    assert e.value.exit_code == USAGE
+    assert "nothing traced" in str(e.value)
+    assert not any(out.iterdir())

@@ -298,6 +298,7 @@ class Session:
             self.probes.attach()
         except HostCannotTrace as e:
             raise TraceFailure(str(e), EXIT_HOST) from None
+        self._check_targets_alive()
         try:
             source, self.gpu_note = gpu.open_source(self.opts.gpu)
         except gpu.GpuUnavailable as e:
@@ -360,6 +361,19 @@ class Session:
         # Start-up is over: what the imports made lives as long as the process, so the garbage
         # collector's full passes need not walk it again (one took 40 ms).
         gc.freeze()
+
+    def _check_targets_alive(self) -> None:
+        """--pid: a target that was a zombie, or exited while the programs attached, left
+        nothing to trace; a trace of nothing would end in a verdict from no data."""
+        if not self.opts.pids or self.opts.auto:
+            return
+        targets = [p for p in self.processes.by_pid.values() if p.is_target]
+        alive = [p for p in targets if p.alive and not _gone(p.pid)]
+        if alive:
+            return
+        pids = " ".join(map(str, self.opts.pids))
+        raise TraceFailure(f"nothing traced: PID {pids} exited before iotrace attached (or is "
+                           "a zombie): check the job is running (pgrep -a python)", EXIT_USAGE)
 
     def _meta(self, start_ns: int) -> dict:
         try:
