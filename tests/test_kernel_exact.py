@@ -604,3 +604,22 @@ def test_command_status_is_iotrace_status(tmp_path, script, code, exit_code, exi
     got_code = None if pd.isna(sh["exit_code"]) else int(sh["exit_code"])
     got_signal = None if pd.isna(sh["exit_signal"]) else int(sh["exit_signal"])
     assert (got_code, got_signal) == (exit_code, exit_signal)
+
+
+def test_closed_stdout_stops_the_lines_not_the_trace(tmp_path):
+    """`iotrace ... | head -2`: the reader goes after two lines; the job is still traced to
+    its end and iotrace exits as the job did."""
+    out, marker = tmp_path / "t", tmp_path / "done"
+    p = subprocess.Popen([*IOTRACE, "-o", str(out), "-i", "0.1", *EXACT, "--", "sh", "-c",
+                          f"sleep 2; echo ok > {marker}; exit 5"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    for _ in range(2):
+        assert p.stdout.readline()
+    p.stdout.close()  # as head does
+    err = p.stderr.read()
+    assert p.wait(timeout=60) == 5, err
+    assert "error" not in err and "Traceback" not in err, err
+    assert f"Trace written to {out}" in err
+    assert marker.read_text() == "ok\n"
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["stop_reason"] == "targets exited"

@@ -264,6 +264,7 @@ class Session:
         self._finishing = False
         self.final_findings: list = []
         self.command_log: Path | None = None
+        self.stdout_gone = False  # its reader closed stdout (a pipe): nothing more goes there
 
     # -- start ------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -570,7 +571,12 @@ class Session:
         if self.view:
             self.view.update(snap, loop_rows, self.findings, events_lost=lost)
         elif self.lines and not self._finishing:
-            self.lines.write(snap, loop_rows, self.findings)
+            try:
+                self.lines.write(snap, loop_rows, self.findings)
+            except BrokenPipeError:  # `iotrace ... | head`: the lines stop, not the trace
+                self.lines = None
+                self.stdout_gone = True
+                _drop_stdout(self.out)
         if self.csv:
             self.csv.write(snap, loop_rows)
         if quiet:  # deleted from the kernel map above
@@ -699,6 +705,18 @@ class Session:
             self.child.abandon()
 
 
+def _drop_stdout(out: TextIO) -> None:
+    """Whoever read `out` has gone (a closed pipe): later writes, and the interpreter's flush
+    at exit, go to /dev/null instead of failing."""
+    try:
+        fd = out.fileno()
+    except (AttributeError, OSError, ValueError):
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fd)
+    os.close(devnull)
+
+
 def run_trace(opts: TraceOptions, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
     """Runs a whole trace; returns the exit code. Expected failures raise TraceFailure."""
     session = Session(opts, out, err)
@@ -712,10 +730,16 @@ def run_trace(opts: TraceOptions, out: TextIO = sys.stdout, err: TextIO = sys.st
         session.loop()
         summary = session.finish()
         session.close_view()
-        print(summary, file=out)
-        if session.command_log:
-            print(f"The command's output is in {session.command_log}", file=out)
-        print(f"\nTrace written to {opts.output}", file=out, flush=True)
+        try:
+            print(summary, file=out)
+            if session.command_log:
+                print(f"The command's output is in {session.command_log}", file=out)
+            print(f"\nTrace written to {opts.output}", file=out, flush=True)
+        except BrokenPipeError:  # the reader left; the trace is complete all the same
+            session.stdout_gone = True
+            _drop_stdout(out)
+        if session.stdout_gone:  # where the trace is, where someone may still read it
+            print(f"Trace written to {opts.output}", file=err, flush=True)
         return session.exit_code()
     finally:
         session.close()
