@@ -204,3 +204,18 @@ def test_pid_that_exits_while_attaching_traces_nothing(zombie, tmp_path):
     assert e.value.exit_code == USAGE
     assert "nothing traced" in str(e.value)
     assert not any(out.iterdir())
+
+
+@needs_root
+@pytest.mark.skipif(shutil.which("setpriv") is None, reason="needs setpriv (util-linux)")
+def test_doctor_without_privilege_does_not_blame_the_kernel():
+    """Root with no capabilities left: bpf() is refused, so a probe that creates a map fails as
+    on a kernel without the feature; the doctor must blame the privilege only."""
+    r = subprocess.run(["setpriv", "--bounding-set=-all", "--inh-caps=-all", *IOTRACE, "doctor"],
+                       capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert r.returncode == HOST, r.stdout + r.stderr
+    assert "FAIL  privileges" in r.stdout
+    failed = [line for line in r.stdout.splitlines() if line.startswith("FAIL")]
+    assert len(failed) == 1, r.stdout
+    assert "upgrade the kernel" not in r.stdout and "kernel < 5.8)" not in r.stdout
+    assert "fix privileges (see above)" in r.stdout
