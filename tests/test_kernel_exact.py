@@ -623,3 +623,25 @@ def test_closed_stdout_stops_the_lines_not_the_trace(tmp_path):
     assert marker.read_text() == "ok\n"
     meta = json.loads((out / "meta.json").read_text())
     assert meta["stop_reason"] == "targets exited"
+
+
+def test_auto_match_skips_iotrace_and_its_wrappers(tmp_path):
+    """--auto --match REGEX: the scripts iotrace runs under hold REGEX in their command lines;
+    only the real job that matches is traced."""
+    out = tmp_path / "trace"
+    job = subprocess.Popen([sys.executable, "-c", "import sys, time; time.sleep(60)",
+                            "zzmatch-job"])
+    iotrace = " ".join([*IOTRACE, "--auto", "--match", "zzmatch", "-d", "2", "-i", "0.5",
+                        "-o", str(out)])
+    # The shell stays (a command follows), a wrapper whose command line matches.
+    wrapper = subprocess.Popen(["sh", "-c", f"{iotrace}; echo wrapped zzmatch"], cwd=ROOT,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _, err = wrapper.communicate(timeout=60)
+        assert wrapper.returncode == 0, err
+    finally:
+        job.kill()
+        job.wait()
+    mains = set(pd.read_parquet(out / "processes").query("role == 'main'").pid)
+    assert job.pid in mains
+    assert wrapper.pid not in mains, err

@@ -242,6 +242,9 @@ class Session:
         self._stats_off_at: float | None = None  # --bpf-stats sampled: when to stop counting
         self.match = re.compile(opts.match) if opts.match else None
         self._scanned: set[int] = set()
+        # iotrace and the processes it runs under (a wrapper script, sudo, a shell) are never a
+        # job to find: their command lines hold iotrace's own --match REGEX.
+        self._ours = {os.getpid(), *(p.pid for p in psutil.Process().parents())}
         self.proc = ProcSampler()
         # A command traced from its first instruction has a start-up (imports, set-up) that the
         # verdicts leave out; a job attached to is usually past it.
@@ -440,7 +443,7 @@ class Session:
         me = os.getpid()
         for p in psutil.process_iter(["pid", "ppid", "name", "cmdline"]):
             pid = p.info["pid"]
-            if pid == me or pid in self._scanned:
+            if pid == me or pid in self._scanned or pid in self._ours:
                 continue
             self._scanned.add(pid)
             if p.info["name"] == WORKER_COMM:
@@ -454,7 +457,7 @@ class Session:
     def _discovered(self, pid: int) -> None:
         """A training process was found: trace it (or the process behind its forkserver)."""
         pid = _job_of(pid)
-        if pid in (0, 1, os.getpid()):
+        if pid in (0, 1) or pid in self._ours:  # tracing an ancestor would trace iotrace too
             return
         owners = self.processes.owners()
         if pid in owners or not psutil.pid_exists(pid):
