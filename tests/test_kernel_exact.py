@@ -645,3 +645,15 @@ def test_auto_match_skips_iotrace_and_its_wrappers(tmp_path):
     mains = set(pd.read_parquet(out / "processes").query("role == 'main'").pid)
     assert job.pid in mains
     assert wrapper.pid not in mains, err
+
+
+def test_command_starts_with_the_default_signal_dispositions(tmp_path):
+    """The started command ignores no signal that it would not ignore untraced (Python, which
+    iotrace is, ignores SIGPIPE and SIGXFSZ, and exec keeps an ignored signal ignored)."""
+    status = tmp_path / "status"
+    r = run_iotrace("-o", str(tmp_path / "t"), *EXACT, "--", "sh", "-c",
+                    f"grep SigIgn /proc/self/status > {status}")
+    assert r.returncode == 0, r.stderr
+    ignored = int(status.read_text().split()[1], 16)
+    for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGTERM):
+        assert not ignored & (1 << (sig - 1)), f"{sig.name} ignored"

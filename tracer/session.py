@@ -165,6 +165,10 @@ class HeldChild:
                     os.close(fd)
                 signal.signal(signal.SIGINT, signal.SIG_DFL)
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                # Python ignores these, and an ignored signal stays ignored across exec: the
+                # command would get EPIPE instead of dying in `| head`, as it does untraced.
+                signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+                signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
                 os.kill(os.getpid(), signal.SIGSTOP)
                 _set_pdeathsig(0)  # tracked now: the job outlives iotrace, as any command does
                 os.execvp(argv[0], argv)
