@@ -94,7 +94,8 @@ def trace_parser() -> argparse.ArgumentParser:
                    help="no live view: one line per interval instead (implied when stdout is not "
                         "a terminal)")
     p.add_argument("--csv", metavar="FILE",
-                   help="also write per-interval system, device and process numbers as CSV")
+                   help="also write per-interval system, device and process numbers as CSV "
+                        "to FILE, which must not exist yet")
     p.add_argument("--redact-paths", action="store_true",
                    help="hash file paths (each component) in every output: the trace, the "
                         "summary, the live view")
