@@ -55,7 +55,9 @@ TABLES: dict[str, pa.Schema] = {
         _field("cmdline", pa.string()),
         _field("first_seen", TIMESTAMP),
         _field("exit", TIMESTAMP, nullable=True),  # null while the process runs
+        # How it ended: the code of a normal exit, or the signal that killed it (the other null).
         _field("exit_code", pa.int32(), nullable=True),
+        _field("exit_signal", pa.int32(), nullable=True),
         # DataLoader workers: which set of workers (0, 1, ... as they are re-forked every epoch
         # without persistent_workers) and the index in it (fork order); null for others.
         _field("worker_generation", pa.int32(), nullable=True),

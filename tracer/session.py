@@ -111,6 +111,29 @@ class TraceOptions:
     argv: list[str] = field(default_factory=lambda: list(sys.argv))
 
 
+PR_SET_PDEATHSIG = 1
+
+
+_libc = None  # resolved before forking: a forked child must not import (another thread may
+# hold an import lock at the fork)
+
+
+def _load_libc():
+    global _libc
+    if _libc is None:
+        import ctypes
+
+        _libc = (ctypes, ctypes.CDLL(None, use_errno=True))
+    return _libc
+
+
+def _set_pdeathsig(sig: int) -> None:
+    """prctl(PR_SET_PDEATHSIG): the signal this process gets when its parent thread dies."""
+    ctypes, libc = _load_libc()
+    if libc.prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+
+
 class HeldChild:
     """A forked child that stops itself (SIGSTOP) until it is tracked, then execs the command.
 
@@ -122,11 +145,19 @@ class HeldChild:
         """`output`: a file for the command's stdout and stderr (the live view owns the
         terminal); None leaves them alone."""
         self.argv = argv
+        _load_libc()
         err_r, err_w = os.pipe2(os.O_CLOEXEC)
+        parent = os.getpid()
         pid = os.fork()
         if pid == 0:  # the child: no Python-level cleanup may run here
             try:
                 os.close(err_r)
+                # Killed while holding it, iotrace must not leave it stopped for ever: the
+                # kernel kills it with its parent (a stopped process takes SIGKILL). Undone by
+                # release(), so the command itself runs as if iotrace had not been there.
+                _set_pdeathsig(signal.SIGKILL)
+                if os.getppid() != parent:  # the parent died before the prctl took effect
+                    os._exit(127)
                 if output is not None:
                     fd = os.open(output, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
                     os.dup2(fd, 1)
@@ -134,7 +165,12 @@ class HeldChild:
                     os.close(fd)
                 signal.signal(signal.SIGINT, signal.SIG_DFL)
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                # Python ignores these, and an ignored signal stays ignored across exec: the
+                # command would get EPIPE instead of dying in `| head`, as it does untraced.
+                signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+                signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
                 os.kill(os.getpid(), signal.SIGSTOP)
+                _set_pdeathsig(0)  # tracked now: the job outlives iotrace, as any command does
                 os.execvp(argv[0], argv)
             except OSError as e:
                 os.write(err_w, f"{e.errno}:{e.strerror}".encode())
@@ -210,6 +246,9 @@ class Session:
         self._stats_off_at: float | None = None  # --bpf-stats sampled: when to stop counting
         self.match = re.compile(opts.match) if opts.match else None
         self._scanned: set[int] = set()
+        # iotrace and the processes it runs under (a wrapper script, sudo, a shell) are never a
+        # job to find: their command lines hold iotrace's own --match REGEX.
+        self._ours = {os.getpid(), *(p.pid for p in psutil.Process().parents())}
         self.proc = ProcSampler()
         # A command traced from its first instruction has a start-up (imports, set-up) that the
         # verdicts leave out; a job attached to is usually past it.
@@ -232,6 +271,7 @@ class Session:
         self._finishing = False
         self.final_findings: list = []
         self.command_log: Path | None = None
+        self.stdout_gone = False  # its reader closed stdout (a pipe): nothing more goes there
 
     # -- start ------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -266,6 +306,7 @@ class Session:
             self.probes.attach()
         except HostCannotTrace as e:
             raise TraceFailure(str(e), EXIT_HOST) from None
+        self._check_targets_alive()
         try:
             source, self.gpu_note = gpu.open_source(self.opts.gpu)
         except gpu.GpuUnavailable as e:
@@ -328,6 +369,19 @@ class Session:
         # Start-up is over: what the imports made lives as long as the process, so the garbage
         # collector's full passes need not walk it again (one took 40 ms).
         gc.freeze()
+
+    def _check_targets_alive(self) -> None:
+        """--pid: a target that was a zombie, or exited while the programs attached, left
+        nothing to trace; a trace of nothing would end in a verdict from no data."""
+        if not self.opts.pids or self.opts.auto:
+            return
+        targets = [p for p in self.processes.by_pid.values() if p.is_target]
+        alive = [p for p in targets if p.alive and not _gone(p.pid)]
+        if alive:
+            return
+        pids = " ".join(map(str, self.opts.pids))
+        raise TraceFailure(f"nothing traced: PID {pids} exited before iotrace attached (or is "
+                           "a zombie): check the job is running (pgrep -a python)", EXIT_USAGE)
 
     def _meta(self, start_ns: int) -> dict:
         try:
@@ -393,7 +447,7 @@ class Session:
         me = os.getpid()
         for p in psutil.process_iter(["pid", "ppid", "name", "cmdline"]):
             pid = p.info["pid"]
-            if pid == me or pid in self._scanned:
+            if pid == me or pid in self._scanned or pid in self._ours:
                 continue
             self._scanned.add(pid)
             if p.info["name"] == WORKER_COMM:
@@ -407,7 +461,7 @@ class Session:
     def _discovered(self, pid: int) -> None:
         """A training process was found: trace it (or the process behind its forkserver)."""
         pid = _job_of(pid)
-        if pid in (0, 1, os.getpid()):
+        if pid in (0, 1) or pid in self._ours:  # tracing an ancestor would trace iotrace too
             return
         owners = self.processes.owners()
         if pid in owners or not psutil.pid_exists(pid):
@@ -525,7 +579,12 @@ class Session:
         if self.view:
             self.view.update(snap, loop_rows, self.findings, events_lost=lost)
         elif self.lines and not self._finishing:
-            self.lines.write(snap, loop_rows, self.findings)
+            try:
+                self.lines.write(snap, loop_rows, self.findings)
+            except BrokenPipeError:  # `iotrace ... | head`: the lines stop, not the trace
+                self.lines = None
+                self.stdout_gone = True
+                _drop_stdout(self.out)
         if self.csv:
             self.csv.write(snap, loop_rows)
         if quiet:  # deleted from the kernel map above
@@ -626,6 +685,15 @@ class Session:
                               self.aggregator.file_totals, self.files, findings, cost,
                               startup=self.diagnosis.startup_lines())
 
+    def exit_code(self) -> int:
+        """What iotrace exits with after a trace: the started command's status, as time(1) and
+        strace give it (a code as is, 128 + the signal that killed it), so that a script sees
+        the job fail; 0 when tracing PIDs or --auto, or when the command still runs (--duration)."""
+        if not self.child or not self.child.reap():
+            return EXIT_OK
+        status = self.child.status
+        return status if status >= 0 else 128 - status
+
     def close_view(self) -> None:
         """Leaves the live view's screen so that what follows goes to normal scrollback."""
         if self.view:
@@ -647,6 +715,18 @@ class Session:
             self.child.abandon()
 
 
+def _drop_stdout(out: TextIO) -> None:
+    """Whoever read `out` has gone (a closed pipe): later writes, and the interpreter's flush
+    at exit, go to /dev/null instead of failing."""
+    try:
+        fd = out.fileno()
+    except (AttributeError, OSError, ValueError):
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fd)
+    os.close(devnull)
+
+
 def run_trace(opts: TraceOptions, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
     """Runs a whole trace; returns the exit code. Expected failures raise TraceFailure."""
     session = Session(opts, out, err)
@@ -660,11 +740,17 @@ def run_trace(opts: TraceOptions, out: TextIO = sys.stdout, err: TextIO = sys.st
         session.loop()
         summary = session.finish()
         session.close_view()
-        print(summary, file=out)
-        if session.command_log:
-            print(f"The command's output is in {session.command_log}", file=out)
-        print(f"\nTrace written to {opts.output}", file=out, flush=True)
-        return EXIT_OK
+        try:
+            print(summary, file=out)
+            if session.command_log:
+                print(f"The command's output is in {session.command_log}", file=out)
+            print(f"\nTrace written to {opts.output}", file=out, flush=True)
+        except BrokenPipeError:  # the reader left; the trace is complete all the same
+            session.stdout_gone = True
+            _drop_stdout(out)
+        if session.stdout_gone:  # where the trace is, where someone may still read it
+            print(f"Trace written to {opts.output}", file=err, flush=True)
+        return session.exit_code()
     finally:
         session.close()
         for s, h in old.items():
