@@ -34,6 +34,7 @@ struct path_walk {
 	struct dentry *root_dentry;
 	struct vfsmount *root_mnt;
 	__u32 depth;
+	__u32 len; /* bytes of names filled */
 	__u32 done;
 };
 
@@ -45,7 +46,7 @@ static long path_walk_step(__u32 i, void *ctx)
 	struct vfsmount *vfsmnt = w->vfsmnt;
 	struct mount *mnt = w->mnt, *up;
 	struct iot_file_event *e;
-	__u32 zero = 0;
+	__u32 zero = 0, len;
 	long n;
 
 	if (vfsmnt && dentry == w->root_dentry && vfsmnt == w->root_mnt) {
@@ -70,12 +71,17 @@ static long path_walk_step(__u32 i, void *ctx)
 		return 0;
 	}
 	e = bpf_map_lookup_elem(&file_scratch, &zero);
-	if (!e || w->depth >= IOT_PATH_DEPTH)
+	/* room for one more name of the longest kind: the walk stops (truncated) otherwise */
+	len = w->len;
+	if (!e || w->depth >= IOT_PATH_DEPTH || len > IOT_PATH_BYTES - IOT_NAME_LEN)
 		return 1;
-	n = bpf_probe_read_kernel_str(e->names[w->depth & (IOT_PATH_DEPTH - 1)], IOT_NAME_LEN,
+	n = bpf_probe_read_kernel_str(e->names + len, IOT_NAME_LEN,
 				      BPF_CORE_READ(dentry, d_name.name));
+	if (n <= 0)
+		return 1;
 	if (n >= IOT_NAME_LEN)
 		e->flags |= IOT_FILE_TRUNCATED; /* maybe cut: user space checks /proc/PID/fd */
+	w->len += n;
 	w->depth++;
 	w->dentry = parent;
 	return 0;
@@ -87,7 +93,7 @@ static __always_inline void send_path(const struct file_id *id, struct inode *in
 				      __u32 tgid, __u32 flags, struct path_walk *w)
 {
 	struct iot_file_event *e;
-	__u32 zero = 0;
+	__u32 zero = 0, len;
 	__u8 one = 1;
 
 	if (bpf_map_update_elem(&files_seen, id, &one, BPF_NOEXIST))
@@ -101,16 +107,19 @@ static __always_inline void send_path(const struct file_id *id, struct inode *in
 	e->fd = fd;
 	e->ino = id->ino;
 	e->gen = id->gen;
-	e->pad = 0;
 	e->flags = flags | (BPF_CORE_READ(inode, i_nlink) == 0 ? IOT_FILE_DELETED : 0);
 	bpf_probe_read_kernel_str(e->fstype, sizeof(e->fstype),
 				  BPF_CORE_READ(inode, i_sb, s_type, name));
 	bpf_loop(IOT_PATH_DEPTH + 16, path_walk_step, w, 0);
 	e->depth = w->depth;
+	e->len = w->len;
 	if (!w->done)
 		e->flags |= IOT_FILE_TRUNCATED;
+	len = w->len;
+	if (len > IOT_PATH_BYTES) /* never: for the verifier */
+		len = IOT_PATH_BYTES;
 	/* a cut path is completed from /proc/PID/fd: wake user space while the fd is open */
-	if (bpf_ringbuf_output(&events, e, sizeof(*e),
+	if (bpf_ringbuf_output(&events, e, __builtin_offsetof(struct iot_file_event, names) + len,
 			       e->flags & IOT_FILE_TRUNCATED ? BPF_RB_FORCE_WAKEUP : events_wakeup())) {
 		count_lost_event();
 		bpf_map_delete_elem(&files_seen, id); /* try again next time */

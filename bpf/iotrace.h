@@ -10,7 +10,8 @@
 #define IOT_MAX_SLOTS 40 /* log2 ns slots: slot i holds [2^i, 2^(i+1)) ns, the last one everything above */
 #define IOT_COMM_LEN 16
 #define IOT_PATH_DEPTH 32 /* path components sent per file; deeper paths are marked truncated */
-#define IOT_NAME_LEN 64   /* bytes per component, NUL included */
+#define IOT_NAME_LEN 64   /* most bytes per component, NUL included */
+#define IOT_PATH_BYTES 2048 /* the components of a file event, packed */
 #define IOT_FSTYPE_LEN 16
 
 enum iot_layer {
@@ -235,7 +236,9 @@ enum iot_file_flags {
 				 * system's root; user space prefixes its mount point */
 };
 
-/* First sight of a file. Path components from the file up: names[0] is the base name. */
+/* First sight of a file. Path components from the file up, packed, each ended by a NUL: the
+ * first is the base name. Only the head and the `len` bytes of names used are sent: a record is
+ * a few hundred bytes instead of 2 KiB, so the ring buffer holds that many more first sights. */
 struct iot_file_event {
 	__u32 kind;
 	__u32 pid;
@@ -245,9 +248,9 @@ struct iot_file_event {
 	__u32 depth; /* components filled */
 	__u32 flags; /* enum iot_file_flags */
 	__u32 gen; /* the inode's generation: (dev, ino, gen) is the file */
-	__u32 pad;
+	__u32 len; /* bytes of names used, NULs included */
 	char fstype[IOT_FSTYPE_LEN];
-	char names[IOT_PATH_DEPTH][IOT_NAME_LEN];
+	char names[IOT_PATH_BYTES];
 };
 
 /* One slow operation (like fsslower / biosnoop). */

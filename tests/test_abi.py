@@ -33,12 +33,14 @@ int main(void) {
     S(sys_start); O(sys_start, file); O(sys_start, op); O(sys_start, target);
     O(sys_start, last_sent);
     S(file_id); O(file_id, gen); O(file_id, ino); O(file_key, ino); O(file_key, gen);
-    O(file_key, op); O(iot_file_event, gen); O(iot_file_event, fstype);
+    O(file_key, op); O(iot_file_event, gen); O(iot_file_event, len); O(iot_file_event, fstype);
     O(iot_slow_event, ino); O(iot_slow_event, file_gen); O(iot_slow_event, layer);
     O(iot_slow_event, op); O(iot_slow_event, ts_ns); O(iot_slow_event, comm);
     printf("slot_tag_small %llu\nslot_tag_big %llu\n", (unsigned long long)slot_tag(1, 2, 3),
            (unsigned long long)slot_tag(~0ull, 0x123456789abcdefull, 6));
     printf("IOT_MAX_SLOTS %d\nIOT_COMM_LEN %d\n", IOT_MAX_SLOTS, IOT_COMM_LEN);
+    printf("IOT_PATH_DEPTH %d\nIOT_NAME_LEN %d\nIOT_PATH_BYTES %d\n", IOT_PATH_DEPTH,
+           IOT_NAME_LEN, IOT_PATH_BYTES);
     printf("IOT_LAYER_SYSCALL %d\nIOT_LAYER_BLOCK %d\nIOT_LAYER_BLOCK_QUEUE %d\n",
            IOT_LAYER_SYSCALL, IOT_LAYER_BLOCK, IOT_LAYER_BLOCK_QUEUE);
     printf("IOT_OP_READ %d\nIOT_OP_FSYNC %d\nIOT_OP_OTHER %d\n", IOT_OP_READ, IOT_OP_FSYNC,
@@ -100,22 +102,28 @@ def test_file_identity_layouts(c_layout):
     record and slow events, at the offsets the struct formats here decode."""
     assert (c_layout["file_id"], c_layout["file_id.gen"], c_layout["file_id.ino"]) == (16, 4, 8)
     assert [c_layout[f"file_key.{f}"] for f in ("ino", "gen", "op")] == [8, 16, 20]
-    assert c_layout["iot_file_event.gen"] == 32 and c_layout["iot_file_event.fstype"] == 40
+    assert c_layout["iot_file_event.gen"] == 32 and c_layout["iot_file_event.len"] == 36
+    assert c_layout["iot_file_event.fstype"] == 40
     assert [c_layout[f"iot_slow_event.{f}"] for f in ("ino", "file_gen", "layer", "op", "ts_ns",
                                                        "comm")] == [16, 28, 32, 33, 40, 72]
     raw = abi.SLOW_EVENT.pack(abi.EVENT_SLOW, 1, 2, 3, 4, 5, 6, 1, 2, 7, 8, 9, 10, b"x")
     ev = abi.decode_slow_event(raw)
     assert (ev.ino, ev.file_dev, ev.file_gen, ev.layer, ev.op, ev.ts_ns) == (4, 5, 6, "syscall",
                                                                               "fsync", 7)
-    head = abi.FILE_EVENT_HEAD.pack(abi.EVENT_FILE, 1, 2, -1, 3, 0, 0, 0xFEED, b"ext4")
-    fe = abi.decode_file_event(head + bytes(abi.PATH_DEPTH * abi.NAME_LEN))
-    assert (fe.ino, fe.gen, fe.fs_type) == (3, 0xFEED, "ext4")
+    head = abi.FILE_EVENT_HEAD.pack(abi.EVENT_FILE, 1, 2, -1, 3, 0, 0, 0xFEED, 0, b"ext4")
+    fe = abi.decode_file_event(head)  # a record is only as long as the names it carries
+    assert (fe.ino, fe.gen, fe.fs_type, fe.names) == (3, 0xFEED, "ext4", ())
+    names = b"f.bin\0data\0var\0"  # packed, the base name first
+    head = abi.FILE_EVENT_HEAD.pack(abi.EVENT_FILE, 1, 2, -1, 3, 3, 0, 0, len(names), b"ext4")
+    assert abi.decode_file_event(head + names).path == "/var/data/f.bin"
 
 
 def test_constants(c_layout):
     assert c_layout["iot_config"] == abi.CONFIG.size
     assert c_layout["IOT_MAX_SLOTS"] == abi.MAX_SLOTS
     assert c_layout["IOT_COMM_LEN"] == abi.COMM_LEN
+    assert (c_layout["IOT_PATH_DEPTH"], c_layout["IOT_NAME_LEN"], c_layout["IOT_PATH_BYTES"]) == (
+        abi.PATH_DEPTH, abi.NAME_LEN, abi.PATH_BYTES)
     assert abi.LAYERS[c_layout["IOT_LAYER_SYSCALL"]] == "syscall"
     assert abi.LAYERS[c_layout["IOT_LAYER_BLOCK"]] == "block"
     assert abi.LAYERS[c_layout["IOT_LAYER_BLOCK_QUEUE"]] == "block_queue"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 
 import pytest
@@ -47,6 +48,11 @@ def free_pid() -> int:
     (["--", "/nonexistent/cmd"], USAGE, ["cannot execute '/nonexistent/cmd'"]),
     (["--", "no-such-command-xyz"], USAGE, ["cannot execute 'no-such-command-xyz'"]),
     (["-o", "/proc/iotrace-out", "--", "true"], USAGE, ["cannot write the output directory"]),
+    # Checked before anything is attached (they failed after `Tracing`, the job untraced):
+    (["-i", "inf", "--", "true"], USAGE, ["--interval must be at most"]),
+    (["-d", "inf", "--", "true"], USAGE, ["--duration must be at most"]),
+    (["--slow-ms", "1e30", "--", "true"], USAGE, ["--slow-ms must be at most"]),
+    (["-o", "", "--", "true"], USAGE, ["-o '' names no directory"]),
 ])
 def test_bad_usage(args, code, words):
     one_line_error(run_iotrace(*args), code, *words)
@@ -61,6 +67,23 @@ def test_output_not_empty(tmp_path):
     (tmp_path / "old.txt").write_text("x")
     one_line_error(run_iotrace("-o", str(tmp_path), "--", "true"), USAGE, "is not empty")
     assert os.listdir(tmp_path) == ["old.txt"]  # nothing touched
+
+
+@needs_root
+def test_csv_that_cannot_be_written(tmp_path):
+    out = tmp_path / "t"
+    r = run_iotrace("-o", str(out), "--csv", "/proc/iotrace.csv", "--", "true")
+    one_line_error(r, USAGE, "cannot write --csv /proc/iotrace.csv")
+    assert "Tracing" not in r.stderr  # refused before the job started
+
+
+@needs_root
+def test_csv_is_not_overwritten(tmp_path):
+    csv = tmp_path / "numbers.csv"
+    csv.write_text("keep me\n")
+    one_line_error(run_iotrace("-o", str(tmp_path / "t"), "--csv", str(csv), "--", "true"),
+                   USAGE, f"--csv {csv} exists")
+    assert csv.read_text() == "keep me\n"
 
 
 def test_output_is_a_file(tmp_path):
@@ -137,3 +160,62 @@ def test_export_bad_input(tmp_path):
     one_line_error(run_iotrace("export", str(tmp_path / "none"), "--perfetto",
                                str(tmp_path / "o.json")), USAGE)
     one_line_error(run_iotrace("export", str(tmp_path)), USAGE, "--perfetto")
+
+
+ZOMBIE_PARENT = """
+import os, time
+pid = os.fork()
+if pid == 0:
+    os._exit(0)
+while open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z":
+    time.sleep(0.01)
+print(pid, flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.fixture
+def zombie():
+    """A child that has exited and that its parent does not reap."""
+    parent = subprocess.Popen([sys.executable, "-c", ZOMBIE_PARENT], stdout=subprocess.PIPE,
+                              text=True)
+    yield int(parent.stdout.readline())
+    parent.kill()
+    parent.wait()
+
+
+def test_pid_of_a_zombie(zombie):
+    r = run_iotrace("--pid", str(zombie))
+    one_line_error(r, USAGE, f"PID {zombie} has exited", "nothing to trace")
+    assert "Finding" not in r.stdout
+
+
+@needs_root
+def test_pid_that_exits_while_attaching_traces_nothing(zombie, tmp_path):
+    """Past the command line's check (the process exits between it and attaching): no trace of
+    nothing, no verdict, a usage failure."""
+    from tracer.errors import TraceFailure
+    from tracer.session import TraceOptions, run_trace
+
+    out = tmp_path / "t"
+    out.mkdir()
+    with pytest.raises(TraceFailure) as e:
+        run_trace(TraceOptions(output=out, pids=[zombie], bpf_stats="off"))
+    assert e.value.exit_code == USAGE
+    assert "nothing traced" in str(e.value)
+    assert not any(out.iterdir())
+
+
+@needs_root
+@pytest.mark.skipif(shutil.which("setpriv") is None, reason="needs setpriv (util-linux)")
+def test_doctor_without_privilege_does_not_blame_the_kernel():
+    """Root with no capabilities left: bpf() is refused, so a probe that creates a map fails as
+    on a kernel without the feature; the doctor must blame the privilege only."""
+    r = subprocess.run(["setpriv", "--bounding-set=-all", "--inh-caps=-all", *IOTRACE, "doctor"],
+                       capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert r.returncode == HOST, r.stdout + r.stderr
+    assert "FAIL  privileges" in r.stdout
+    failed = [line for line in r.stdout.splitlines() if line.startswith("FAIL")]
+    assert len(failed) == 1, r.stdout
+    assert "upgrade the kernel" not in r.stdout and "kernel < 5.8)" not in r.stdout
+    assert "fix privileges (see above)" in r.stdout

@@ -584,3 +584,76 @@ def test_requests_left_in_flight_at_the_end_count_as_unseen():
         assert p.block_unseen(leftovers=True) == (2, 4096 + 8192)
     finally:
         p.close()
+
+
+@needs_root
+@pytest.mark.parametrize("script, code, exit_code, exit_signal", [
+    ("exit 7", 7, 7, None),
+    ("exit 1", 1, 1, None),
+    ("kill -SEGV $$", 128 + 11, None, 11),
+    ("exit 0", 0, 0, None),
+])
+def test_command_status_is_iotrace_status(tmp_path, script, code, exit_code, exit_signal):
+    """iotrace -- CMD exits as CMD did (like time and strace), and its processes row says how."""
+    out = tmp_path / "t"
+    r = run_iotrace("-o", str(out), *EXACT, "--", "sh", "-c", script)
+    assert r.returncode == code, r.stderr
+    assert "Trace written to" in r.stdout and "error" not in r.stderr
+    procs = pd.read_parquet(out / "processes").drop_duplicates("pid", keep="last")
+    sh = procs[procs["role"] == "main"].iloc[0]
+    got_code = None if pd.isna(sh["exit_code"]) else int(sh["exit_code"])
+    got_signal = None if pd.isna(sh["exit_signal"]) else int(sh["exit_signal"])
+    assert (got_code, got_signal) == (exit_code, exit_signal)
+
+
+def test_closed_stdout_stops_the_lines_not_the_trace(tmp_path):
+    """`iotrace ... | head -2`: the reader goes after two lines; the job is still traced to
+    its end and iotrace exits as the job did."""
+    out, marker = tmp_path / "t", tmp_path / "done"
+    p = subprocess.Popen([*IOTRACE, "-o", str(out), "-i", "0.1", *EXACT, "--", "sh", "-c",
+                          f"sleep 2; echo ok > {marker}; exit 5"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    for _ in range(2):
+        assert p.stdout.readline()
+    p.stdout.close()  # as head does
+    err = p.stderr.read()
+    assert p.wait(timeout=60) == 5, err
+    assert "error" not in err and "Traceback" not in err, err
+    assert f"Trace written to {out}" in err
+    assert marker.read_text() == "ok\n"
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["stop_reason"] == "targets exited"
+
+
+def test_auto_match_skips_iotrace_and_its_wrappers(tmp_path):
+    """--auto --match REGEX: the scripts iotrace runs under hold REGEX in their command lines;
+    only the real job that matches is traced."""
+    out = tmp_path / "trace"
+    job = subprocess.Popen([sys.executable, "-c", "import sys, time; time.sleep(60)",
+                            "zzmatch-job"])
+    iotrace = " ".join([*IOTRACE, "--auto", "--match", "zzmatch", "-d", "2", "-i", "0.5",
+                        "-o", str(out)])
+    # The shell stays (a command follows), a wrapper whose command line matches.
+    wrapper = subprocess.Popen(["sh", "-c", f"{iotrace}; echo wrapped zzmatch"], cwd=ROOT,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _, err = wrapper.communicate(timeout=60)
+        assert wrapper.returncode == 0, err
+    finally:
+        job.kill()
+        job.wait()
+    mains = set(pd.read_parquet(out / "processes").query("role == 'main'").pid)
+    assert job.pid in mains
+    assert wrapper.pid not in mains, err
+
+
+def test_command_starts_with_the_default_signal_dispositions(tmp_path):
+    """The started command ignores no signal that it would not ignore untraced (Python, which
+    iotrace is, ignores SIGPIPE and SIGXFSZ, and exec keeps an ignored signal ignored)."""
+    status = tmp_path / "status"
+    r = run_iotrace("-o", str(tmp_path / "t"), *EXACT, "--", "sh", "-c",
+                    f"grep SigIgn /proc/self/status > {status}")
+    assert r.returncode == 0, r.stderr
+    ignored = int(status.read_text().split()[1], 16)
+    for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGTERM):
+        assert not ignored & (1 << (sig - 1)), f"{sig.name} ignored"

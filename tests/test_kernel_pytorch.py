@@ -4,70 +4,30 @@ traced in attach mode by the real tracer, asserting the leading finding."""
 from __future__ import annotations
 
 import json
-import signal
-import subprocess
-import time
-from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from conftest import IOTRACE, ROOT, needs_root
+from conftest import needs_root
 from tracer.diagnose import IO_KINDS
 
 torch = pytest.importorskip("torch", reason="the PyTorch scenarios need torch (pip install torch)")
+from scenario_trace import attached  # noqa: E402
+
 from tracer.workloads.scenarios import prepare  # noqa: E402
 
 pytestmark = [needs_root, pytest.mark.kernel]
-
-
-def _workers_running(pid: int) -> bool:
-    try:
-        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-    except OSError:
-        return False
-    for child in children:
-        try:
-            if Path(f"/proc/{child}/comm").read_text().strip() == "pt_data_worker":
-                return True
-        except OSError:
-            continue
-    return False
 
 
 def trace_scenario(name: str, tmp_path, workdir, after_workers: bool = False):
     """(final findings, findings written while it ran, processes, iotrace's stdout); with
     `after_workers`, iotrace attaches once the DataLoader workers run (mid first epoch)."""
     sc = prepare(name, workdir)
-    out = tmp_path / "trace"
     try:
-        run = sc.start(ready=True)
-        if after_workers:
-            run.go()
-            deadline = time.monotonic() + 60
-            while not _workers_running(run.pid) and time.monotonic() < deadline:
-                time.sleep(0.05)
-            assert _workers_running(run.pid), "no DataLoader worker started"
-        tracer = subprocess.Popen([*IOTRACE, "--pid", str(run.pid), "-o", str(out)], cwd=ROOT,
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        try:
-            line = tracer.stderr.readline()
-            assert line.startswith("Tracing"), line + tracer.stderr.read()
-            run.go()
-            result = run.wait(timeout=240)
-            assert result.returncode == 0, result.stderr[-2000:]
-            stdout, stderr = tracer.communicate(timeout=60)  # ends with its target
-            assert tracer.returncode == 0, stderr
-        finally:
-            if tracer.poll() is None:
-                tracer.send_signal(signal.SIGINT)
-                tracer.communicate(timeout=60)
+        t = attached(sc, tmp_path / "trace", after_workers=after_workers)
     finally:
         sc.cleanup()
-    findings = pd.read_parquet(out / "findings")
-    final = findings[findings.ts == findings.ts.max()].sort_values("severity", ascending=False)
-    during = findings[findings.ts < findings.ts.max()]  # written while the job ran
-    return final, during, pd.read_parquet(out / "processes"), stdout
+    return t.final_findings(), t.findings_during(), t.table("processes"), t.stdout
 
 
 @pytest.fixture(scope="module")

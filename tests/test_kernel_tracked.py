@@ -96,7 +96,9 @@ def test_syscall_in_flight_is_read_through_a_pidfd(probes, tmp_path):
     """The main thread's read of a pipe that blocks: seen in flight (its start, op, fd kind)
     while it blocks, and gone once it returned."""
     r, w = os.pipe()
-    reader = subprocess.Popen(["sh", "-c", "read line; exec sleep 30"], stdin=r)
+    # The first read is a gate: the shell may block in it before it is tracked (no record
+    # then); the second is entered once tracked.
+    reader = subprocess.Popen(["sh", "-c", "read gate; read line; exec sleep 30"], stdin=r)
     os.close(r)
 
     def blocked_read():
@@ -107,6 +109,7 @@ def test_syscall_in_flight_is_read_through_a_pidfd(probes, tmp_path):
 
     try:
         probes.track(reader.pid)
+        os.write(w, b"gate\n")
         deadline = time.monotonic() + 10
         while not blocked_read() and time.monotonic() < deadline:
             time.sleep(0.02)  # until the shell blocks in read(0)

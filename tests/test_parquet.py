@@ -119,6 +119,7 @@ def test_latency_and_processes_columns() -> None:
         ("first_seen", ts, False),
         ("exit", ts, True),
         ("exit_code", pa.int32(), True),
+        ("exit_signal", pa.int32(), True),
         ("worker_generation", pa.int32(), True),
         ("worker_index", pa.int32(), True),
         ("ns_pid", pa.int32(), True),
@@ -693,3 +694,14 @@ def test_import_tracer_is_light() -> None:
     )
     env = dict(os.environ, PYTHONPATH=str(REPO))
     subprocess.run([sys.executable, "-c", code], check=True, env=env)
+
+
+def test_exit_status_is_split_into_code_and_signal() -> None:
+    """The kernel's exit_code is a wait status: exit(1) is 256, a SIGSEGV with a core 139."""
+    from tracer.processes import split_wait_status
+
+    assert split_wait_status(0) == (0, None)
+    assert split_wait_status(1 << 8) == (1, None)
+    assert split_wait_status(7 << 8) == (7, None)
+    assert split_wait_status(9) == (None, 9)
+    assert split_wait_status(11 | 0x80) == (None, 11)

@@ -473,22 +473,32 @@ def enable_stats() -> int:
     return _check_rc(lib().bpf_enable_stats(BPF_STATS_RUN_TIME), "BPF_ENABLE_STATS")
 
 
-BTF_KIND_TYPEDEF = 8
+BTF_KIND_STRUCT, BTF_KIND_TYPEDEF = 4, 8
 _vmlinux_btf: int | None = None
 
 
 def has_btf_tracepoint(name: str) -> bool:
     """True when the kernel's BTF knows tracepoint `name` (tp_btf programs can attach to it):
-    it has the typedef btf_trace_<name>. The kernel's BTF is parsed once (libbpf's own lookup
-    parses it again on every call, ~10 ms each)."""
+    it has the typedef btf_trace_<name>."""
+    return _btf_has(f"btf_trace_{name}", BTF_KIND_TYPEDEF)
+
+
+def btf_has_struct(name: str) -> bool:
+    """True when the kernel's BTF has `struct name`: a kernel feature seen without bpf(), so
+    without privilege."""
+    return _btf_has(name, BTF_KIND_STRUCT)
+
+
+def _btf_has(name: str, kind: int) -> bool:
+    """The kernel's BTF is parsed once (libbpf's own lookup parses it again on every call,
+    ~10 ms each)."""
     global _vmlinux_btf
     so = lib()
     if _vmlinux_btf is None:
         _vmlinux_btf = so.btf__load_vmlinux_btf() or 0
     if not _vmlinux_btf:
         return False
-    return so.btf__find_by_name_kind(_vmlinux_btf, f"btf_trace_{name}".encode(),
-                                     BTF_KIND_TYPEDEF) > 0
+    return so.btf__find_by_name_kind(_vmlinux_btf, name.encode(), kind) > 0
 
 
 def num_possible_cpus() -> int:
@@ -496,4 +506,6 @@ def num_possible_cpus() -> int:
 
 
 def probe_ringbuf() -> bool:
+    """Creates a ring buffer map: needs privilege (without it libbpf answers 0, as for a kernel
+    that lacks the map type)."""
     return lib().libbpf_probe_bpf_map_type(BPF_MAP_TYPE_RINGBUF, None) == 1

@@ -14,6 +14,7 @@ MAX_SLOTS = 40  # IOT_MAX_SLOTS
 COMM_LEN = 16  # IOT_COMM_LEN
 PATH_DEPTH = 32  # IOT_PATH_DEPTH
 NAME_LEN = 64  # IOT_NAME_LEN
+PATH_BYTES = 2048  # IOT_PATH_BYTES
 FSTYPE_LEN = 16  # IOT_FSTYPE_LEN
 
 # enum iot_layer
@@ -95,9 +96,10 @@ def slot_tags_ok(table: int, rows):
     return tags == rows[:, 0]
 
 
-# struct iot_file_event: kind, pid, dev, fd, ino, depth, flags, gen, fstype (names follow)
-FILE_EVENT_HEAD = struct.Struct(f"<IIIiQIII4x{FSTYPE_LEN}s")
-FILE_EVENT_SIZE = FILE_EVENT_HEAD.size + PATH_DEPTH * NAME_LEN
+# struct iot_file_event: kind, pid, dev, fd, ino, depth, flags, gen, len, fstype (names follow,
+# packed: only `len` bytes of them are sent)
+FILE_EVENT_HEAD = struct.Struct(f"<IIIiQIIII{FSTYPE_LEN}s")
+FILE_EVENT_SIZE = FILE_EVENT_HEAD.size + PATH_BYTES
 # struct iot_slow_event: kind, pid, tid, dev, ino, file_dev, file_gen, layer, op, ts_ns, offset,
 # bytes, latency_ns, comm
 SLOW_EVENT = struct.Struct(f"<IIIIQIIBB6xQQQQ{COMM_LEN}s")
@@ -209,10 +211,10 @@ def event_kind(raw: bytes) -> int:
 
 
 def decode_file_event(raw: bytes) -> FileEvent:
-    _, pid, dev, fd, ino, depth, flags, gen, fstype = FILE_EVENT_HEAD.unpack_from(raw)
+    _, pid, dev, fd, ino, depth, flags, gen, size, fstype = FILE_EVENT_HEAD.unpack_from(raw)
     base = FILE_EVENT_HEAD.size
-    depth = min(depth, PATH_DEPTH)
-    names = tuple(_cstr(raw[base + i * NAME_LEN: base + (i + 1) * NAME_LEN]) for i in range(depth))
+    packed = raw[base: base + min(size, PATH_BYTES)].split(b"\0")
+    names = tuple(n.decode(errors="replace") for n in packed[:min(depth, PATH_DEPTH, len(packed))])
     return FileEvent(pid, dev, ino, fd, _cstr(fstype), names, bool(flags & FILE_TRUNCATED),
                      bool(flags & FILE_DELETED), bool(flags & FILE_FS_ROOT), gen)
 

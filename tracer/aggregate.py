@@ -155,7 +155,7 @@ class Aggregator:
             proc = self.processes.get(t.pid)
             woken = dict(zip(abi.WAKERS, delta[4:], strict=True))
             rows.append({
-                "ts": ts_ns, "pid": t.pid, "tid": tid, "comm": t.comm,
+                "ts": ts_ns, "pid": t.pid, "tid": tid, "comm": self.files.redact.comm(t.comm),
                 "role": role_of_pid(proc), "oncpu_ns": delta[0],
                 "runnable_ns": delta[1], "sleep_ns": delta[2], "iowait_ns": delta[3],
                 "woken_by_worker_ns": woken["worker"], "woken_by_pin_ns": woken["pin"],
@@ -217,7 +217,8 @@ class Aggregator:
             comm_role = who.get(key.pid)
             if comm_role is None:
                 proc = self.processes.get(key.pid)
-                comm_role = who[key.pid] = (proc.comm if proc else "", role_of_pid(proc))
+                comm_role = who[key.pid] = (self.files.redact.comm(proc.comm if proc else ""),
+                                            role_of_pid(proc))
             hit = None
             if key.op == "read" and nbytes:
                 hit = max(0.0, 1.0 - missed * PAGE_SIZE / nbytes) * 100.0
@@ -257,14 +258,15 @@ class Aggregator:
         device = device_name(ev.dev)  # syscall: the file system's device; block: the disk
         self.pending_events.append({
             "ts": ts_ns, "pid": ev.pid, "tid": ev.tid,
-            "comm": ev.comm or (proc.comm if proc else ""), "role": role_of_pid(proc),
+            "comm": self.files.redact.comm(ev.comm or (proc.comm if proc else "")),
+            "role": role_of_pid(proc),
             "layer": ev.layer, "op": ev.op, "path": path, "device": device, "offset": ev.offset,
             "bytes": ev.bytes, "latency_ns": ev.latency_ns,
         })
 
     def _rows(self, key: Series, delta: np.ndarray, ts_ns: int) -> list[dict]:
         proc = self.processes.get(key.pid)
-        comm = proc.comm if proc else ""
+        comm = self.files.redact.comm(proc.comm if proc else "")  # roles: from the real name
         role = role_of_pid(proc)
         out = []
         for slot in np.flatnonzero(delta[0]):

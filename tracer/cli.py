@@ -1,7 +1,8 @@
 """The `iotrace` command: parse, validate, delegate. One clear line and an exit code per bad input.
 
 Exit codes (DESIGN.md): 0 success, 2 bad usage or input, 3 the host cannot trace, 1 a bug;
-and 4 (tracer.errors.EXIT_OUTPUT) when the trace directory fills up or fails while tracing.
+and 4 (tracer.errors.EXIT_OUTPUT) when the trace directory fills up or fails while tracing;
+after a trace of `-- CMD`, CMD's status (its code, or 128 + its signal), as the README says.
 """
 
 from __future__ import annotations
@@ -37,7 +38,10 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{message} (see iotrace --help)")
 
 
-def _positive(name: str, allow_zero: bool = False):
+def _positive(name: str, allow_zero: bool = False, most: float = 1e9):
+    """`most`: the largest value taken (a finite number of seconds or milliseconds that the
+    kernel's u64 nanoseconds and meta.json's JSON can hold), so that nothing fails after
+    attaching."""
     def parse(text: str) -> float:
         try:
             v = float(text)
@@ -46,6 +50,8 @@ def _positive(name: str, allow_zero: bool = False):
                 f"{name} must be a number, not {text!r}") from None
         if v < 0 or (v == 0 and not allow_zero) or math.isnan(v):
             raise argparse.ArgumentTypeError(f"{name} must be greater than 0, not {text}")
+        if v > most:
+            raise argparse.ArgumentTypeError(f"{name} must be at most {most:g}, not {text}")
         return v
 
     return parse
@@ -55,6 +61,9 @@ def _pid(text: str) -> int:
     if not text.isdigit() or int(text) <= 0:
         raise argparse.ArgumentTypeError(f"{text!r} is not a PID (a positive integer)")
     return int(text)
+
+
+SLOW_MS_MAX = 86_400_000.0  # a day: longer is no "slow operation" worth an event
 
 
 def trace_parser() -> argparse.ArgumentParser:
@@ -69,7 +78,7 @@ def trace_parser() -> argparse.ArgumentParser:
                    help="seconds between snapshots of the in-kernel counters (default 1)")
     p.add_argument("-o", "--output", metavar="DIR",
                    help="trace directory (default ./iotrace-YYYYmmdd-HHMMSS); must be new or empty")
-    p.add_argument("--slow-ms", type=_positive("--slow-ms"), default=10.0, metavar="MS",
+    p.add_argument("--slow-ms", type=_positive("--slow-ms", most=SLOW_MS_MAX), default=10.0, metavar="MS",
                    help="record each operation slower than MS milliseconds as an event (default 10)")
     p.add_argument("--auto", action="store_true",
                    help="trace every PyTorch training job on the host as it appears: a process "
@@ -86,10 +95,12 @@ def trace_parser() -> argparse.ArgumentParser:
                    help="no live view: one line per interval instead (implied when stdout is not "
                         "a terminal)")
     p.add_argument("--csv", metavar="FILE",
-                   help="also write per-interval system, device and process numbers as CSV")
+                   help="also write per-interval system, device and process numbers as CSV "
+                        "to FILE, which must not exist yet")
     p.add_argument("--redact-paths", action="store_true",
-                   help="hash file paths (each component) in every output: the trace, the "
-                        "summary, the live view")
+                   help="hash names in every output (the trace, the summary, the live view): "
+                        "paths, command-line words but option names and launchers such as "
+                        "python3, process names but PyTorch's")
     p.add_argument("--bpf-stats", choices=("sampled", "always", "off"), default="sampled",
                    help="count iotrace's own BPF programs' runs and time (the kernel's BPF stats): "
                         "during the first 2 %% of every interval (sampled, the default), the whole run "
@@ -101,6 +112,9 @@ def trace_parser() -> argparse.ArgumentParser:
 
 def prepare_output(path: str | None) -> Path:
     """Creates the trace directory; refuses a non-empty one or one that cannot be written."""
+    if path == "":
+        raise UsageError("-o '' names no directory: give -o DIR, or leave -o out for "
+                         "./iotrace-YYYYmmdd-HHMMSS")
     out = Path(path or time.strftime("iotrace-%Y%m%d-%H%M%S"))
     try:
         if out.exists() and not out.is_dir():
@@ -108,7 +122,20 @@ def prepare_output(path: str | None) -> Path:
         if out.exists() and any(out.iterdir()):
             raise UsageError(f"output directory {out} is not empty: choose a new -o DIR or "
                              "remove it")
-        out.mkdir(mode=0o700, parents=True, exist_ok=True)  # paths can be sensitive
+        existed = out.exists()
+        if existed and out.stat().st_uid != os.geteuid():
+            raise UsageError(f"output directory {out} belongs to uid {out.stat().st_uid}: "
+                             "choose a -o DIR of your own")
+        out.mkdir(mode=0o700, parents=True, exist_ok=True)
+        # The trace holds command lines and paths: owner only, whatever the umask, and an
+        # empty directory open to others is closed rather than refused (it has nothing yet).
+        mode = out.stat().st_mode & 0o777
+        if mode != 0o700:
+            os.chmod(out, 0o700)
+            if existed and mode & 0o077:
+                print(f"iotrace: output directory {out} was open to others (mode {mode:04o}): "
+                      "made it owner-only (0700), as the trace holds command lines",
+                      file=sys.stderr, flush=True)
         probe = out / ".iotrace-write-test"
         probe.write_bytes(b"")
         probe.unlink()
@@ -118,12 +145,41 @@ def prepare_output(path: str | None) -> Path:
     return out
 
 
+def prepare_csv(path: str) -> Path:
+    """Creates the --csv file before anything is attached: a file that cannot be written fails
+    here, not after the job started, and an existing file is never overwritten."""
+    if path == "":
+        raise UsageError("--csv '' names no file: give --csv FILE")
+    csv = Path(path)
+    try:
+        with open(csv, "x"):
+            pass
+    except FileExistsError:
+        raise UsageError(f"--csv {csv} exists: choose a new file or remove it") from None
+    except OSError as e:
+        raise UsageError(f"cannot write --csv {csv}: {e.strerror}: choose another file") from None
+    return csv
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except (OSError, IndexError):
+        return False
+
+
 def _check_pids(pids: list[int]) -> None:
     for pid in pids:
         if pid == os.getpid():
             raise UsageError(f"PID {pid} is iotrace itself: give the PID of the job to trace")
         if not os.path.exists(f"/proc/{pid}"):
             raise UsageError(f"no process with PID {pid}: check it is running (pgrep -a python)")
+    # pgrep lists zombies too: one among live PIDs is left out later, all of them leave nothing
+    if pids and all(_zombie(pid) for pid in pids):
+        listed = " ".join(map(str, pids))
+        raise UsageError(f"PID {listed} has exited (a zombie its parent has not reaped): nothing "
+                         "to trace; check the job is running (pgrep -a python)")
 
 
 def _check_command(cmd: list[str]) -> None:
@@ -185,11 +241,12 @@ def cmd_trace(argv: list[str]) -> int:
     if problem:
         raise TraceFailure(problem, EXIT_HOST)
     out = prepare_output(args.output)
+    csv = prepare_csv(args.csv) if args.csv is not None else None
     opts = TraceOptions(output=out, pids=args.pid, command=command, duration_s=args.duration,
                         interval_s=args.interval, slow_ms=args.slow_ms, auto=args.auto,
                         match=args.match, prometheus=listen,
                         tui=sys.stdout.isatty() and not args.no_tui,
-                        csv=Path(args.csv) if args.csv else None, gpu=args.gpu,
+                        csv=csv, gpu=args.gpu,
                         redact_paths=args.redact_paths, bpf_stats=args.bpf_stats,
                         argv=["iotrace", *argv])
     return run_trace(opts)

@@ -274,12 +274,19 @@ class Diagnosis:
             left -= ns["sync_loading"]
             # A sleep is credited to its waker when it ends, perhaps an interval or more after
             # it began, while the sleep itself is counted as it passes: so the loop's sleep in
-            # this interval is split by who ended its sleeps over the last few intervals.
+            # this interval is split by who ended its sleeps here when those cover at least
+            # half of it (short waits for batches: the interval speaks for itself), else over
+            # the last few intervals (a wait still in progress goes the way the last ones went;
+            # an older window alone would lag behind a change, e.g. the workers' start).
             data = th["woken_by_worker_ns"] + th["woken_by_pin_ns"]
+            woken = data + th["woken_by_own_ns"] + th["woken_by_other_ns"]
             recent = self.wakes.setdefault(pid, deque(maxlen=t.wake_window))
-            recent.append((data, data + th["woken_by_own_ns"] + th["woken_by_other_ns"]))
-            ended = sum(a for _, a in recent)
-            share = sum(d for d, _ in recent) / ended if ended else 0.0
+            recent.append((data, woken))
+            if woken and 2 * woken >= th["sleep_ns"]:
+                share = data / woken
+            else:
+                ended = sum(a for _, a in recent)
+                share = sum(d for d, _ in recent) / ended if ended else 0.0
             wait = min(round(th["sleep_ns"] * share), left)
             io, cpu = worker_io[pid], worker_cpu[pid]
             io_share = io / (io + cpu) if io + cpu else 0.0

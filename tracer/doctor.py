@@ -112,9 +112,24 @@ def _measure_self(probes: Probes, calls: int = SELF_CALLS) -> Check:
                  f"{format_ns(total_ns / calls)} of BPF per call ({per_prog})")
 
 
+def _ringbuf_check(privileged: bool) -> Check:
+    """Probing creates a map, which needs the privileges; without them the kernel's BTF tells
+    whether it has ring buffers (struct bpf_ringbuf), so a missing privilege is not blamed on
+    the kernel."""
+    if privileged:
+        ring = _libbpf.probe_ringbuf()
+        return Check("ring buffer", ring, "BPF_MAP_TYPE_RINGBUF supported" if ring else
+                     "unsupported (kernel < 5.8): upgrade the kernel")
+    if _libbpf.btf_has_struct("bpf_ringbuf"):
+        return Check("ring buffer", None, "the kernel has ring buffers (its BTF has struct "
+                     "bpf_ringbuf); not probed without the privileges above")
+    return Check("ring buffer", None, "not probed without the privileges above (creating a "
+                 "map needs them); the kernel's BTF has no struct bpf_ringbuf (kernel < 5.8?)")
+
+
 def run_checks() -> list[Check]:
     checks = []
-    problem = privilege_problem()
+    problem = problem_priv = privilege_problem()
     who = "root" if os.geteuid() == 0 else f"uid {os.geteuid()} with CAP_BPF+CAP_PERFMON"
     checks.append(Check("privileges", problem is None, problem or who))
     problem = btf_problem()
@@ -125,14 +140,14 @@ def run_checks() -> list[Check]:
         btf_tp = _libbpf.has_btf_tracepoint("sched_switch")
         checks.append(Check("tp_btf", True, "tp_btf programs (direct BTF access)" if btf_tp
                             else "no BTF for tracepoints: raw_tp programs used instead"))
-        ring = _libbpf.probe_ringbuf()
-        checks.append(Check("ring buffer", ring, "BPF_MAP_TYPE_RINGBUF supported" if ring else
-                            "unsupported (kernel < 5.8): upgrade the kernel"))
+        checks.append(_ringbuf_check(privileged=problem_priv is None))
         missing = [o for o in OBJECTS if not (BPF_DIR / f"{o}.bpf.o").exists()]
         checks.append(Check("BPF objects", not missing, f"{BPF_DIR}" if not missing else
                             f"missing {', '.join(missing)}: run 'make build'"))
         if all(c.ok for c in checks):
             checks.extend(_load_attach_checks())
+        elif problem_priv and all(c.ok is not False for c in checks[1:]):
+            checks.append(Check("load+attach", None, "not tried without the privileges above"))
     checks.append(Check("kprobes/fentry", None, "not used: iotrace needs only tracepoints"))
     checks.append(_nvml_check())
     return checks

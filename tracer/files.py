@@ -11,16 +11,21 @@ module asks /proc/PID/fd instead and says so in `path_source`.
 
 from __future__ import annotations
 
+import fcntl
 import glob
 import os
+import stat
+import time
 from dataclasses import dataclass
 
 from tracer.abi import NAME_LEN, FileEvent, dev_major_minor
 from tracer.devices import device_name
 from tracer.redact import Redactor
 
-KERNEL, INODE, PROC_FD, PROC_MAPS, LOOKUP, TRUNCATED, UNKNOWN = (
-    "kernel", "inode", "proc_fd", "proc_maps", "lookup", "truncated", "unknown")
+KERNEL, INODE, PROC_FD, PROC_MAPS, LOOKUP, SIBLING, TRUNCATED, UNKNOWN = (
+    "kernel", "inode", "proc_fd", "proc_maps", "lookup", "sibling", "truncated", "unknown")
+FS_IOC_GETVERSION = 0x80087601  # _IOR('v', 1, long): the inode's generation (ext4, xfs, btrfs)
+RESCAN_S = 1.0  # a file system's known directories are listed again at most this often
 
 
 @dataclass(frozen=True)
@@ -28,6 +33,8 @@ class FileInfo:
     path: str  # absolute, as the process sees it; " (deleted)" appended for unlinked files
     # kernel: dentry walk from an open file; inode: from the inode's dentry (page cache only),
     # joined to the mount point; proc_fd, proc_maps, lookup: user-space fallbacks
+    # sibling: its path came from no record (the kernel's was lost), but from a directory of
+    # files whose paths did come, where an entry has its device, inode and generation
     path_source: str
     fs_type: str
     device: str  # the file system's device: a disk name (vda1 -> vda's partition) or MAJ:MIN
@@ -134,10 +141,61 @@ def _from_proc(pid: int, dev: int, ino: int) -> tuple[str, str] | None:
     return None
 
 
+def _generation(path: str) -> int | None:
+    """The inode generation of regular file `path`, None where the file system does not say."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY)
+    except OSError:
+        return None
+    try:
+        return int.from_bytes(fcntl.ioctl(fd, FS_IOC_GETVERSION, bytes(8))[:4], "little")
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _same_file(host_path: str, dev: int, ino: int, gen: int) -> bool:
+    try:
+        st = os.stat(host_path, follow_symlinks=False)
+    except OSError:
+        return False
+    if not stat.S_ISREG(st.st_mode) or st.st_ino != ino or st.st_dev != os.makedev(
+            *dev_major_minor(dev)):
+        return False
+    found = _generation(host_path) if gen else None
+    return found is None or found == gen
+
+
+def _list_dirs(dirs: dict[str, int]) -> dict[int, tuple[str, str]]:
+    """Inode -> (path as the process sees it, path here) of every entry of `dirs` (directory ->
+    a pid whose root it is under): d_ino from the listing, no stat per entry."""
+    index: dict[int, tuple[str, str]] = {}
+    for d, pid in dirs.items():
+        root = f"/proc/{pid}/root"
+        if not os.path.exists(root):
+            root = ""
+        try:
+            with os.scandir(root + d) as it:
+                for entry in it:
+                    index[entry.inode()] = (os.path.join(d, entry.name), entry.path)
+        except OSError:
+            continue
+    return index
+
+
 class FileTable:
     def __init__(self, redactor: Redactor | None = None) -> None:
         self.by_id: dict[tuple[int, int, int], FileInfo] = {}  # (dev, ino, gen)
         self.redact = redactor or Redactor(False)
+        # For files whose record never came (the ring buffer was full): the directories of
+        # files with a kernel path, by file system, listed when such a file is first met.
+        self._dirs: dict[int, dict[str, int]] = {}
+        self._index: dict[int, dict[int, tuple[str, str]]] = {}
+        self._listed_at: dict[int, float] = {}
+        self._not_found: set[tuple[int, int, int]] = set()
+        self._unnamed: set[tuple[int, int, int]] = set()  # shown as "(inode N on dev)"
+        self._recovered = 0
 
     def on_event(self, ev: FileEvent) -> FileInfo:
         path, source = ev.path, KERNEL
@@ -154,6 +212,8 @@ class FileTable:
                 path, source = "..." + path, TRUNCATED
         if ev.deleted and not path.endswith(" (deleted)"):
             path += " (deleted)"
+        elif source != TRUNCATED:
+            self._dirs.setdefault(ev.dev, {})[os.path.dirname(path)] = ev.pid
         info = FileInfo(self.redact.path(path), source, ev.fs_type, device_name(ev.dev))
         self.by_id[(ev.dev, ev.ino, ev.gen)] = info
         return info
@@ -161,14 +221,45 @@ class FileTable:
     def get(self, dev: int, ino: int, gen: int, pid: int | None = None) -> FileInfo:
         """The file's info; for one the kernel never sent (seen only through page-cache misses,
         or its event was lost), asks /proc/PID/maps and /proc/PID/fd once (which know inode
-        numbers, not generations: the file found there is the one that has the number now)."""
+        numbers, not generations: the file found there is the one that has the number now),
+        then the directories of known files on its file system (which check the generation)."""
         info = self.by_id.get((dev, ino, gen))
         if info is not None:
             return info
         found = _from_proc(pid, dev, ino) if pid else None
+        if not found and (path := self._by_sibling(dev, ino, gen)) is not None:
+            found = (path, SIBLING)
+            self._recovered += 1
         if found:
             info = FileInfo(self.redact.path(found[0]), found[1], _fs_type(dev), device_name(dev))
             self.by_id[(dev, ino, gen)] = info
             return info
+        self._unnamed.add((dev, ino, gen))
         return FileInfo(f"(inode {ino} on {device_name(dev)})", UNKNOWN, _fs_type(dev),
                         device_name(dev))
+
+    def lost_paths(self) -> tuple[int, int]:
+        """(files named from their directory, files still without a name) so far."""
+        return self._recovered, sum(k not in self.by_id for k in self._unnamed)
+
+    def _by_sibling(self, dev: int, ino: int, gen: int) -> str | None:
+        """A file whose record was lost, found in a directory of files whose records came (a
+        data set's files share a few directories). The listing is kept: one listing serves
+        every file it holds; one missing from it is looked for again in a listing made after
+        RESCAN_S, then given up."""
+        key = (dev, ino, gen)
+        dirs = self._dirs.get(dev)
+        if not dirs or key in self._not_found:
+            return None
+        hit = self._index.get(dev, {}).get(ino)
+        if hit is None:
+            now = time.monotonic()
+            if now - self._listed_at.get(dev, -RESCAN_S) < RESCAN_S:
+                return None  # asked again next interval
+            self._index[dev] = _list_dirs(dirs)
+            self._listed_at[dev] = now
+            hit = self._index[dev].get(ino)
+        if hit is None or not _same_file(hit[1], dev, ino, gen):
+            self._not_found.add(key)
+            return None
+        return hit[0]

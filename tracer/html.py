@@ -42,6 +42,7 @@ from tracer.api import (
     role_counts,
     series_label,
 )
+from tracer.private import open_private
 
 LOOP_STATES = ("data_wait_io", "data_wait_cpu", "sync_loading", "checkpoint", "compute", "other")
 STATE_COLOURS = {
@@ -343,7 +344,8 @@ def write_html(trace: Trace, out_path: str | os.PathLike[str]) -> Path:
     out = Path(out_path)
     tmp = out.with_name(f".{out.name}.tmp")
     try:
-        tmp.write_text(page, encoding="utf-8")
+        with open_private(tmp) as f:  # it has the command lines of the trace
+            f.write(page.encode())
         os.replace(tmp, out)
     finally:
         tmp.unlink(missing_ok=True)
@@ -381,7 +383,7 @@ def summary_json(trace: Trace, top: int = 10) -> dict:
     ``targets`` ({pids, command}), ``start``/``stop`` (ISO 8601 UTC), ``duration_s``,
     ``stop_reason``, ``events_lost``, ``self_cost`` (what tracing cost, as meta.json has it;
     null for traces without it), ``roles`` (processes per role), ``processes`` (pid, ppid,
-    comm, role, cmdline, exit_code), ``latency`` (one entry per process and histogram series:
+    comm, role, cmdline, exit_code, exit_signal), ``latency`` (one entry per process and histogram series:
     pid, comm, role, layer, op, target, device, attribution, what, count, bytes, p50_ns,
     p99_ns; layers syscall, block_queue, block), ``pagecache`` (pages missed per process),
     ``loop`` (per training process: seconds and percent per state), ``top_files`` (see
@@ -413,7 +415,8 @@ def summary_json(trace: Trace, top: int = 10) -> dict:
                          "state_pct": {s: (100 * ns[f"{s}_ns"] / total if total else None)
                                        for s in LOOP_STATES}})
     procs = trace.processes.drop_duplicates("pid", keep="last").sort_values("pid")
-    processes = [{k: r[k] for k in ("pid", "ppid", "comm", "role", "cmdline", "exit_code")}
+    processes = [{k: r.get(k) for k in ("pid", "ppid", "comm", "role", "cmdline", "exit_code",
+                                        "exit_signal")}
                  for r in procs.astype({"comm": object, "role": object}).to_dict("records")]
     findings = [{"kind": f["kind"], "severity": f["severity"], "pid": f["pid"],
                  "summary": f["summary"], "advice": f["advice"], "evidence": f["evidence"],

@@ -59,6 +59,7 @@ from pathlib import Path
 import pandas as pd
 
 from tracer.api import Trace, TraceError, load
+from tracer.private import open_private
 from tracer.segments import _first_line, segment_problems
 
 IOTRACE_PID = 0x7A00_0000
@@ -410,7 +411,8 @@ def _collect(trace: Trace, timeline: _Timeline) -> None:
             procs[int(r.pid)] = {
                 "comm": _text(r.comm) or "?", "role": _text(r.role), "ppid": _int(r.ppid),
                 "cmdline": _text(r.cmdline), "first": _int(r.first_ns), "exit": _int(r.exit_ns),
-                "exit_code": _int(r.exit_code), "generation": _int(r.worker_generation),
+                "exit_code": _int(r.exit_code),
+                "exit_signal": _int(getattr(r, "exit_signal", None)), "generation": _int(r.worker_generation),
                 "index": _int(r.worker_index)}
     for frame in (events, loop):
         if frame.empty:
@@ -439,6 +441,7 @@ def _collect(trace: Trace, timeline: _Timeline) -> None:
             timeline.slice(track, p["first"], end, f"{p['comm']} {pid}", "iotrace.process", {
                 "pid": pid, "ppid": p.get("ppid"), "role": p.get("role"),
                 "cmdline": p.get("cmdline"), "exit_code": p.get("exit_code"),
+                "exit_signal": p.get("exit_signal"),
                 "worker_generation": p.get("generation"), "worker_index": p.get("index"),
                 "exited": p.get("exit") is not None})
 
@@ -726,7 +729,7 @@ def _write_json(path: Path, doc: dict, allow_nan: bool) -> None:
         data = gzip.compress(data, compresslevel=6)
     tmp = path.with_name(f".{path.name}.tmp")
     try:
-        with open(tmp, "wb") as f:
+        with open_private(tmp) as f:  # it has the command lines of the trace
             f.write(data)
         os.replace(tmp, path)
     except BaseException:

@@ -25,7 +25,8 @@ class Process:
     cmdline: str
     first_seen_ns: int  # UTC ns
     exit_ns: int | None = None  # UTC ns
-    exit_code: int | None = None
+    exit_code: int | None = None  # the code of a normal exit (exit(3) is 3)
+    exit_signal: int | None = None  # the signal that killed it (SIGSEGV is 11)
     written: dict | None = None  # its last row given to the trace (a new one when it changes)
     forgotten: bool = False  # gone, and its kernel counters deleted
     pin_tids: set[int] = field(default_factory=set)  # its pin-memory threads (pt_data_pin)
@@ -45,8 +46,18 @@ class Process:
         return {"pid": self.pid, "ppid": self.ppid, "comm": self.comm, "role": self.role,
                 "cmdline": self.cmdline, "first_seen": self.first_seen_ns,
                 "exit": self.exit_ns, "exit_code": self.exit_code,
+                "exit_signal": self.exit_signal,
                 "worker_generation": self.worker_generation, "worker_index": self.worker_index,
                 "ns_pid": self.ns_pid}
+
+
+def split_wait_status(raw: int) -> tuple[int | None, int | None]:
+    """The kernel's task exit_code is a wait status (exit(1) is 256, a SIGSEGV 11 or 139 with
+    a core dump): (exit code, None) for a normal exit, (None, signal) for a killed process."""
+    sig = raw & 0x7F
+    if sig:
+        return None, sig
+    return (raw >> 8) & 0xFF, None
 
 
 def ns_pid(pid: int, proc: str = "/proc") -> int | None:
@@ -123,7 +134,8 @@ class ProcessTable:
             proc.ns_pid = ev.ns_pid or proc.ns_pid
             proc.cmdline = _cmdline(ev.pid) or proc.cmdline
         elif ev.kind == abi.EVENT_EXIT:
-            proc.exit_ns, proc.exit_code = ts, ev.exit_code
+            proc.exit_ns = ts
+            proc.exit_code, proc.exit_signal = split_wait_status(ev.exit_code)
             if not proc.cmdline:
                 proc.cmdline = proc.comm
         elif ev.kind == abi.EVENT_RENAME:

@@ -56,7 +56,9 @@ TABLES: dict[str, pa.Schema] = {
         _field("cmdline", pa.string()),
         _field("first_seen", TIMESTAMP),
         _field("exit", TIMESTAMP, nullable=True),  # null while the process runs
+        # How it ended: the code of a normal exit, or the signal that killed it (the other null).
         _field("exit_code", pa.int32(), nullable=True),
+        _field("exit_signal", pa.int32(), nullable=True),
         # DataLoader workers: which set of workers (0, 1, ... as they are re-forked every epoch
         # without persistent_workers) and the index in it (fork order); null for others.
         _field("worker_generation", pa.int32(), nullable=True),
@@ -90,7 +92,9 @@ TABLES: dict[str, pa.Schema] = {
         _field("comm", DICT_STRING),
         _field("role", DICT_STRING),
         _field("path", DICT_STRING),  # absolute, as the process sees it; "(deleted)" appended
-        _field("path_source", DICT_STRING),  # kernel (dentry walk), proc_fd (fallback), unknown
+        # kernel (dentry walk), proc_fd, sibling (the record was lost: found in a directory of
+        # files whose records came), unknown; tracer/files.py has them all
+        _field("path_source", DICT_STRING),
         _field("fs_type", DICT_STRING),  # ext4, xfs, overlay, nfs, fuse, tmpfs, ...
         _field("device", DICT_STRING),  # the file system's device, MAJ:MIN or disk name
         _field("inode", pa.int64()),

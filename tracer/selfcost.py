@@ -103,6 +103,10 @@ class SelfCost:
     # in no histogram, since their latency is unknown
     block_unseen_requests: int = 0
     block_unseen_bytes: int = 0
+    # files whose first-sight record was lost (events_lost counts every record, a file's
+    # retries too): found in the directories of files whose records came, or left unnamed
+    paths_recovered: int = 0
+    paths_unknown: int = 0
 
     @property
     def bpf_cpu_pct(self) -> float | None:
@@ -156,6 +160,7 @@ class SelfCost:
             "totals": {"run_cnt": self.run_cnt, "run_time_ns": self.run_time_ns,
                        "ns_per_run": _round(self.ns_per_run)},
             "events_lost": self.events_lost,
+            "file_paths_lost": {"recovered": self.paths_recovered, "unknown": self.paths_unknown},
             "map_full_drops": dict(self.map_full_drops),
             "block_completions_unseen": {"requests": self.block_unseen_requests,
                                          "bytes": self.block_unseen_bytes},
@@ -179,6 +184,7 @@ class SelfCost:
                            float(t.get("tracing_seconds") or 0), t.get("cpu_pct"), None,
                            int(t.get("peak_rss_bytes") or 0))
         unseen = d.get("block_completions_unseen") or {}
+        paths = d.get("file_paths_lost") or {}
         unavailable = stats.get("unavailable")
         if not stats.get("enabled", True) and not unavailable:
             unavailable = "BPF stats were off"
@@ -187,7 +193,8 @@ class SelfCost:
                    unavailable, stats.get("previous_sysctl"),
                    {str(k): int(v) for k, v in (d.get("map_entries") or {}).items()},
                    float(stats.get("seconds_counted") or 0), str(stats.get("mode") or "always"),
-                   int(unseen.get("requests") or 0), int(unseen.get("bytes") or 0))
+                   int(unseen.get("requests") or 0), int(unseen.get("bytes") or 0),
+                   int(paths.get("recovered") or 0), int(paths.get("unknown") or 0))
 
 
 def _round(v: float | None) -> float | None:
@@ -228,9 +235,14 @@ def render_self_cost(cost: SelfCost, top: int = TOP_PROGRAMS) -> list[str]:
         drops += (f"; {cost.block_unseen_requests} block requests "
                   f"({format_bytes(cost.block_unseen_bytes)}) ended unseen: the kernel ran no "
                   "completion program for them, so the block layer's counts are short by them")
+    lost_paths = ""
+    if cost.paths_recovered or cost.paths_unknown:
+        lost_paths = (f" (paths of files: {cost.paths_recovered} found in their directories, "
+                      f"{cost.paths_unknown} unknown)")
     lines = ["", f"iotrace's own cost: {bpf}; tracer {_pct_text(t.cpu_pct)} of one core "
              f"({t.cpu_s:.2f} s CPU, {t.setup_cpu_s:.2f} s of it start-up), peak RSS "
-             f"{format_bytes(t.peak_rss_bytes)}; {cost.events_lost} events lost, {drops}."]
+             f"{format_bytes(t.peak_rss_bytes)}; {cost.events_lost} events lost{lost_paths}, "
+             f"{drops}."]
     ranked = cost.top_programs(top)
     if ranked:
         width = max(len(p.label) for p in ranked)

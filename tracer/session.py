@@ -108,10 +108,33 @@ class TraceOptions:
     csv: Path | None = None  # per-interval numbers as CSV (dstat --output)
     gpu: str = "auto"  # --gpu auto|off|0,2
     command_output: Path | None = None  # the started command's stdout+stderr go there
-    redact_paths: bool = False  # hash paths (and path-like command words) in every output
+    redact_paths: bool = False  # hash names (paths, command words, comms) in every output
     bpf_stats: str = "sampled"  # count BPF programs' runs: sampled|always|off (selfcost.STATS_MODES)
     roll_s: float = 5.0
     argv: list[str] = field(default_factory=lambda: list(sys.argv))
+
+
+PR_SET_PDEATHSIG = 1
+
+
+_libc = None  # resolved before forking: a forked child must not import (another thread may
+# hold an import lock at the fork)
+
+
+def _load_libc():
+    global _libc
+    if _libc is None:
+        import ctypes
+
+        _libc = (ctypes, ctypes.CDLL(None, use_errno=True))
+    return _libc
+
+
+def _set_pdeathsig(sig: int) -> None:
+    """prctl(PR_SET_PDEATHSIG): the signal this process gets when its parent thread dies."""
+    ctypes, libc = _load_libc()
+    if libc.prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
 
 
 class HeldChild:
@@ -125,19 +148,32 @@ class HeldChild:
         """`output`: a file for the command's stdout and stderr (the live view owns the
         terminal); None leaves them alone."""
         self.argv = argv
+        _load_libc()
         err_r, err_w = os.pipe2(os.O_CLOEXEC)
+        parent = os.getpid()
         pid = os.fork()
         if pid == 0:  # the child: no Python-level cleanup may run here
             try:
                 os.close(err_r)
+                # Killed while holding it, iotrace must not leave it stopped for ever: the
+                # kernel kills it with its parent (a stopped process takes SIGKILL). Undone by
+                # release(), so the command itself runs as if iotrace had not been there.
+                _set_pdeathsig(signal.SIGKILL)
+                if os.getppid() != parent:  # the parent died before the prctl took effect
+                    os._exit(127)
                 if output is not None:
-                    fd = os.open(output, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+                    fd = os.open(output, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
                     os.dup2(fd, 1)
                     os.dup2(fd, 2)
                     os.close(fd)
                 for sig in STOP_SIGNALS:
                     signal.signal(sig, signal.SIG_DFL)
+                # Python ignores these, and an ignored signal stays ignored across exec: the
+                # command would get EPIPE instead of dying in `| head`, as it does untraced.
+                signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+                signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
                 os.kill(os.getpid(), signal.SIGSTOP)
+                _set_pdeathsig(0)  # tracked now: the job outlives iotrace, as any command does
                 os.execvp(argv[0], argv)
             except OSError as e:
                 os.write(err_w, f"{e.errno}:{e.strerror}".encode())
@@ -213,6 +249,9 @@ class Session:
         self._stats_off_at: float | None = None  # --bpf-stats sampled: when to stop counting
         self.match = re.compile(opts.match) if opts.match else None
         self._scanned: set[int] = set()
+        # iotrace and the processes it runs under (a wrapper script, sudo, a shell) are never a
+        # job to find: their command lines hold iotrace's own --match REGEX.
+        self._ours = {os.getpid(), *(p.pid for p in psutil.Process().parents())}
         self.proc = ProcSampler()
         # A command traced from its first instruction has a start-up (imports, set-up) that the
         # verdicts leave out; a job attached to is usually past it.
@@ -236,6 +275,7 @@ class Session:
         self.final_findings: list = []
         self.command_log: Path | None = None
         self.write_error: OSError | None = None  # the write that failed (a full disk)
+        self.stdout_gone = False  # its reader closed stdout (a pipe): nothing more goes there
 
     # -- start ------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -270,6 +310,7 @@ class Session:
             self.probes.attach()
         except HostCannotTrace as e:
             raise TraceFailure(str(e), EXIT_HOST) from None
+        self._check_targets_alive()
         try:
             source, self.gpu_note = gpu.open_source(self.opts.gpu)
         except gpu.GpuUnavailable as e:
@@ -338,6 +379,19 @@ class Session:
         # collector's full passes need not walk it again (one took 40 ms).
         gc.freeze()
 
+    def _check_targets_alive(self) -> None:
+        """--pid: a target that was a zombie, or exited while the programs attached, left
+        nothing to trace; a trace of nothing would end in a verdict from no data."""
+        if not self.opts.pids or self.opts.auto:
+            return
+        targets = [p for p in self.processes.by_pid.values() if p.is_target]
+        alive = [p for p in targets if p.alive and not _gone(p.pid)]
+        if alive:
+            return
+        pids = " ".join(map(str, self.opts.pids))
+        raise TraceFailure(f"nothing traced: PID {pids} exited before iotrace attached (or is "
+                           "a zombie): check the job is running (pgrep -a python)", EXIT_USAGE)
+
     def _meta(self, start_ns: int) -> dict:
         try:
             boot_id = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
@@ -402,7 +456,7 @@ class Session:
         me = os.getpid()
         for p in psutil.process_iter(["pid", "ppid", "name", "cmdline"]):
             pid = p.info["pid"]
-            if pid == me or pid in self._scanned:
+            if pid == me or pid in self._scanned or pid in self._ours:
                 continue
             self._scanned.add(pid)
             if p.info["name"] == WORKER_COMM:
@@ -416,13 +470,14 @@ class Session:
     def _discovered(self, pid: int) -> None:
         """A training process was found: trace it (or the process behind its forkserver)."""
         pid = _job_of(pid)
-        if pid in (0, 1, os.getpid()):
+        if pid in (0, 1) or pid in self._ours:  # tracing an ancestor would trace iotrace too
             return
         owners = self.processes.owners()
         if pid in owners or not psutil.pid_exists(pid):
             return  # already traced (a target or a descendant of one), or gone
         self.add_target(pid)
-        print(f"Tracing PID {pid} ({self.processes.get(pid).comm if self.processes.get(pid) else '?'})"
+        proc = self.processes.get(pid)
+        print(f"Tracing PID {pid} ({self.redact.comm(proc.comm) if proc else '?'})"
               " and its descendants", file=self.err, flush=True)
 
     def on_event(self, raw: bytes) -> None:
@@ -535,7 +590,11 @@ class Session:
         elif self.lines and not self._finishing:
             try:
                 self.lines.write(snap, loop_rows, self.findings)
-            except OSError:  # stdout's reader went away (an SSH session without a terminal)
+            except BrokenPipeError:  # `iotrace ... | head`: the lines stop, not the trace
+                self.lines = None
+                self.stdout_gone = True
+                _drop_stdout(self.out)
+            except OSError:  # the terminal is gone (an SSH drop without SIGHUP): stop cleanly
                 self.lines = None
                 self.request_stop("stdout closed")
         if self.csv:
@@ -599,7 +658,8 @@ class Session:
         return SelfCost(programs, self.probes.events_lost(), self.probes.map_full_drops(),
                         self.meter.read(not final), self.stats_unavailable,
                         self.probes.stats_before, dict(self.probes.max_entries),
-                        self.probes.stats_seconds, self.opts.bpf_stats, *unseen)
+                        self.probes.stats_seconds, self.opts.bpf_stats, *unseen,
+                        *self.files.lost_paths())
 
     def _write_processes(self) -> None:
         """A `processes` row for each process new or changed (name, exit, worker numbering)
@@ -613,6 +673,7 @@ class Session:
             self.processes.fill_cmdline(proc)
             row = proc.row()
             row["cmdline"] = self.redact.cmdline(row["cmdline"])
+            row["comm"] = self.redact.comm(row["comm"])
             if row != proc.written:
                 rows.append(row)
                 proc.written = row
@@ -663,6 +724,15 @@ class Session:
                               self.aggregator.file_totals, self.files, findings, cost,
                               startup=self.diagnosis.startup_lines())
 
+    def exit_code(self) -> int:
+        """What iotrace exits with after a trace: the started command's status, as time(1) and
+        strace give it (a code as is, 128 + the signal that killed it), so that a script sees
+        the job fail; 0 when tracing PIDs or --auto, or when the command still runs (--duration)."""
+        if not self.child or not self.child.reap():
+            return EXIT_OK
+        status = self.child.status
+        return status if status >= 0 else 128 - status
+
     def close_view(self) -> None:
         """Leaves the live view's screen so that what follows goes to normal scrollback."""
         if self.view:
@@ -707,11 +777,24 @@ def _say(text: str, out: TextIO) -> None:
 
 
 def _silence() -> None:
-    fd = os.open(os.devnull, os.O_WRONLY)
-    for target in (1, 2):
+    _to_devnull(1, 2)
+
+
+def _drop_stdout(out: TextIO) -> None:
+    """Whoever read `out` has gone (a closed pipe): later writes, and the interpreter's flush
+    at exit, go to /dev/null instead of failing."""
+    try:
+        _to_devnull(out.fileno())
+    except (AttributeError, OSError, ValueError):
+        return
+
+
+def _to_devnull(*fds: int) -> None:
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    for fd in fds:
         with contextlib.suppress(OSError):
-            os.dup2(fd, target)
-    os.close(fd)
+            os.dup2(devnull, fd)
+    os.close(devnull)
 
 
 def run_trace(opts: TraceOptions, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
@@ -734,8 +817,16 @@ def run_trace(opts: TraceOptions, out: TextIO = sys.stdout, err: TextIO = sys.st
             _say(text, out)
             _say(f"iotrace: error: {cannot_write_message(session.write_error, opts.output)}", err)
             return EXIT_OUTPUT
-        _say(f"{text}\n\nTrace written to {opts.output}", out)
-        return EXIT_OK
+        try:
+            print(f"{text}\n\nTrace written to {opts.output}", file=out, flush=True)
+        except BrokenPipeError:  # the reader left; the trace is complete all the same
+            session.stdout_gone = True
+            _drop_stdout(out)
+        except (OSError, ValueError):  # a terminal that hung up: nothing to print to
+            _silence()
+        if session.stdout_gone:  # where the trace is, where someone may still read it
+            _say(f"Trace written to {opts.output}", err)
+        return session.exit_code()
     finally:
         session.close()
         for s, h in old.items():

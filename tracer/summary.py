@@ -76,7 +76,8 @@ def render_summary(totals: Mapping[Series, np.ndarray], processes: ProcessTable,
         lines.append("No I/O was traced (the targets did no read/write/fsync syscalls and no block I/O).")
     for pid in sorted(by_pid):
         proc = processes.get(pid)
-        name = f"{proc.comm} ({proc.role})" if proc else "?"
+        comm = files.redact.comm(proc.comm) if proc and files else proc.comm if proc else ""
+        name = f"{comm} ({proc.role})" if proc else "?"
         parent = f", parent {proc.ppid}" if proc and not proc.is_target else ""
         lines.append("")
         lines.append(f"pid {pid} {name}{parent}")

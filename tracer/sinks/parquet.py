@@ -29,6 +29,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tracer import __version__
+from tracer.private import mkdir_private, open_private
 from tracer.schema import SCHEMA_VERSION, TABLES, table_from_rows
 
 if TYPE_CHECKING:
@@ -64,7 +65,7 @@ def _write_atomic(path: Path, write: Callable[[BinaryIO], object]) -> None:
     """
     tmp = path.with_name(f".{path.name}.tmp")
     try:
-        with open(tmp, "wb") as f:
+        with open_private(tmp) as f:
             write(f)
             f.flush()
             os.fsync(f.fileno())
@@ -83,7 +84,8 @@ def write_segment(folder: Path, data: pa.Table, replace: bool = False) -> Path:
     `replace`, it becomes the table's only segment: part-00000 is written atomically over the
     first, then the other segments are removed (a reader sees the old table or the new one,
     never none; `iotrace report` rewriting `gpu_idle` uses this)."""
-    folder.mkdir(parents=True, exist_ok=True)
+    if not folder.is_dir():
+        mkdir_private(folder)
     parts = sorted(p for p in folder.iterdir() if _PART_RE.fullmatch(p.name))
     number = 0 if replace else (int(_PART_RE.fullmatch(parts[-1].name)[1]) + 1 if parts else 0)
     path = folder / segment_name(number)
@@ -219,7 +221,7 @@ class TraceWriter:
     def _write_segment(self, table: str, data: pa.Table) -> None:
         folder = self.directory / table
         if not folder.is_dir():
-            folder.mkdir()
+            mkdir_private(folder)
             _fsync_dir(self.directory)
         number = self._next_segment.get(table)
         if number is None:

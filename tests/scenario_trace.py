@@ -1,0 +1,100 @@
+"""Real PyTorch scenarios (tracer.workloads.scenarios) traced by the real tracer, the two ways
+users trace: started by iotrace (`iotrace -- CMD`), or attached to (`iotrace --pid`) before
+training or once the DataLoader workers run."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+import psutil
+
+from conftest import IOTRACE, ROOT
+from tracer.roles import WORKER_COMM
+from tracer.workloads.scenarios import Output, Scenario, parse_output
+
+
+@dataclass
+class Traced:
+    out: Path  # the trace directory
+    job: Output  # what the job printed (its own clock: epochs, checkpoints)
+    stdout: str  # iotrace's
+    stderr: str
+    workers_started: pd.Timestamp | None = None  # attached after them: when the first started
+
+    def table(self, name: str) -> pd.DataFrame:
+        return pd.read_parquet(self.out / name)
+
+    def final_findings(self) -> pd.DataFrame:
+        f = self.table("findings")
+        return f[f.ts == f.ts.max()].sort_values("severity", ascending=False)
+
+    def findings_during(self) -> pd.DataFrame:
+        """The findings written while the job ran (every 10 s), before the final ones."""
+        f = self.table("findings")
+        return f[f.ts < f.ts.max()]
+
+
+def launched(sc: Scenario, out: Path, extra: Sequence[str] = ()) -> Traced:
+    """`iotrace -o OUT -- CMD`: traced from its first instruction."""
+    sc.prepare_cache()
+    tracer = subprocess.run([*IOTRACE, "-o", str(out), "--", *sc.argv, *extra], cwd=ROOT,
+                            env=sc.env, capture_output=True, text=True, timeout=300)
+    assert tracer.returncode == 0, tracer.stderr[-2000:]
+    # without a terminal the job's output is the tracer's own: parse it there
+    job = parse_output(0, tracer.stdout, tracer.stderr)
+    return Traced(out, job, tracer.stdout, tracer.stderr)
+
+
+def wait_for_workers(pid: int, timeout: float = 120) -> tuple[list[int], pd.Timestamp]:
+    """The job's DataLoader worker PIDs once one runs, and when the first one started."""
+    job = psutil.Process(pid)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        workers = [c for c in job.children() if c.name() == WORKER_COMM]
+        if workers:
+            started = min(w.create_time() for w in workers)
+            return [w.pid for w in workers], pd.Timestamp(started, unit="s", tz="UTC")
+        time.sleep(0.05)
+    raise AssertionError("the job started no DataLoader worker")
+
+
+def attached(sc: Scenario, out: Path, *, after_workers: bool = False, extra: Sequence[str] = (),
+             pids_of: Callable[[int, list[int]], list[int]] | None = None,
+             others: Sequence[int] = ()) -> Traced:
+    """`iotrace --pid PID -o OUT`, attached once the job is set up, before training, or with
+    `after_workers` once its DataLoader workers run. `pids_of(job, workers)`: the PIDs to give
+    (default the job's); `others`: unrelated PIDs given too (they outlive the job, so the
+    tracer is then stopped as Ctrl-C would)."""
+    run = sc.start(ready=True, extra_args=list(extra))
+    started = None
+    pids = [run.pid]
+    if after_workers:
+        run.go()
+        workers, started = wait_for_workers(run.pid)
+        time.sleep(0.5)  # they read by now
+        if pids_of is not None:
+            pids = pids_of(run.pid, workers)
+    tracer = subprocess.Popen([*IOTRACE, "--pid", *map(str, [*pids, *others]), "-o", str(out)],
+                              cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = tracer.stderr.readline()
+        assert line.startswith("Tracing"), line + tracer.stderr.read()
+        run.go()  # (already going when attached after the workers)
+        job = run.wait(timeout=300)
+        assert job.returncode == 0, job.stderr[-2000:]
+        if others:
+            time.sleep(1.5)
+            tracer.send_signal(signal.SIGINT)
+        stdout, stderr = tracer.communicate(timeout=60)  # ends with its targets
+        assert tracer.returncode == 0, stderr
+    finally:
+        if tracer.poll() is None:
+            tracer.send_signal(signal.SIGINT)
+            tracer.communicate(timeout=60)
+    return Traced(out, job, stdout, line + stderr, started)
