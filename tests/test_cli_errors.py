@@ -219,3 +219,16 @@ def test_doctor_without_privilege_does_not_blame_the_kernel():
     assert len(failed) == 1, r.stdout
     assert "upgrade the kernel" not in r.stdout and "kernel < 5.8)" not in r.stdout
     assert "fix privileges (see above)" in r.stdout
+
+
+@pytest.mark.kernel
+@needs_root
+def test_report_into_a_closed_pipe(tmp_path):
+    """`iotrace report DIR | head -2`: the reader leaves early; no error, no traceback."""
+    out = tmp_path / "trace"
+    assert run_iotrace("-o", str(out), "--", "true").returncode == 0
+    r = subprocess.run(f"{' '.join(IOTRACE)} report {out} | head -2; exit ${{PIPESTATUS[0]}}",
+                       shell=True, executable="/bin/bash", cwd=ROOT, capture_output=True,
+                       text=True, timeout=60)
+    assert len(r.stdout.splitlines()) == 2
+    assert r.returncode == 0 and "error" not in r.stderr, r.stderr

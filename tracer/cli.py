@@ -361,6 +361,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("iotrace: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `iotrace report DIR | head`: the reader had what it wanted
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # (else the flush at exit fails again)
+        os.close(devnull)
+        return EXIT_OK
     except Exception as e:  # a bug: say so in one line; the traceback only on request
         if os.environ.get("IOTRACE_DEBUG"):
             raise
