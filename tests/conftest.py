@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -70,3 +72,19 @@ def unseen(out: Path) -> tuple[int, int]:
 def run_iotrace(*args: str, timeout: float = 60, **kw) -> subprocess.CompletedProcess:
     return subprocess.run([*IOTRACE, *args], capture_output=True, text=True, timeout=timeout,
                           cwd=ROOT, **kw)
+
+
+def kill_9_after_a_roll(out: Path, loop: str, timeout: float = 30) -> None:
+    """Traces `sh -c LOOP` into `out` and kill -9s iotrace (and the job, its process group) once
+    a `latency` segment has rolled: nothing of iotrace runs at exit."""
+    tracer = subprocess.Popen([*IOTRACE, "-o", str(out), "-i", "0.5", "--", "sh", "-c", loop],
+                              cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              start_new_session=True)
+    try:
+        assert tracer.stderr.readline().startswith("Tracing")
+        deadline = time.monotonic() + timeout
+        while not list(out.glob("latency/part-*.parquet")) and time.monotonic() < deadline:
+            time.sleep(0.2)
+    finally:
+        os.killpg(tracer.pid, signal.SIGKILL)
+        tracer.wait(timeout=10)

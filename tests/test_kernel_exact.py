@@ -18,7 +18,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from conftest import EXACT, IOTRACE, ROOT, needs_root, run_iotrace, unseen, warm
+from conftest import EXACT, IOTRACE, ROOT, kill_9_after_a_roll, needs_root, run_iotrace, unseen, warm
 from tracer import abi
 from tracer._libbpf import Map
 from tracer.loader import Probes
@@ -255,25 +255,13 @@ def test_interval_lines_and_csv(tmp_path):
 def test_kill_9_keeps_every_closed_segment(tmp_path):
     """Segments roll every few seconds (5 s): after kill -9 the rolled ones are readable."""
     out = tmp_path / "trace"
-    loop = "while :; do head -c 4096 /etc/hostname > /dev/null; sleep 0.05; done"
-    tracer = subprocess.Popen([*IOTRACE, "-o", str(out), "-i", "0.5", "--", "sh", "-c", loop],
-                              cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              start_new_session=True)
-    try:
-        assert tracer.stderr.readline().startswith("Tracing")
-        deadline = time.monotonic() + 20
-        while not list(out.glob("latency/part-*.parquet")) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        os.killpg(tracer.pid, signal.SIGKILL)
-        tracer.wait(timeout=10)
-        parts = sorted(out.glob("latency/part-*.parquet"))
-        assert parts, "no segment was rolled within 20 s"
-        lat = pd.read_parquet(out / "latency")
-        assert (lat[lat.layer == "syscall"]["count"] > 0).all()
-        assert not list(out.glob("latency/part-*.tmp"))
-    finally:
-        if tracer.poll() is None:
-            os.killpg(tracer.pid, signal.SIGKILL)
+    kill_9_after_a_roll(out, "while :; do head -c 4096 /etc/hostname > /dev/null; sleep 0.05; done",
+                        timeout=20)
+    parts = sorted(out.glob("latency/part-*.parquet"))
+    assert parts, "no segment was rolled within 20 s"
+    lat = pd.read_parquet(out / "latency")
+    assert (lat[lat.layer == "syscall"]["count"] > 0).all()
+    assert not list(out.glob("latency/part-*.tmp"))
 
 
 def test_auto_discovers_jobs_started_later(tmp_path):

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from conftest import IOTRACE, ROOT, needs_root
+from conftest import IOTRACE, ROOT, kill_9_after_a_roll, needs_root
 from tracer import load as tracer_load
 
 pytestmark = needs_root
@@ -117,21 +117,8 @@ def test_kill_9_keeps_the_processes_and_says_cut_short(tmp_path):
     """After kill -9 nothing runs at exit: the processes rows rolled with the other segments
     still name the training loop, and the report says the trace was cut short."""
     out = tmp_path / "trace"
-    loop = "while :; do read x < /etc/hostname; sleep 0.05; done"  # the shell itself reads
-    tracer = subprocess.Popen([*IOTRACE, "-o", str(out), "-i", "0.5", "--", "sh", "-c", loop],
-                              cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              start_new_session=True)
-    try:
-        assert tracer.stderr.readline().startswith("Tracing")
-        deadline = time.monotonic() + 30
-        while not list(out.glob("latency/part-*.parquet")) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        os.killpg(tracer.pid, signal.SIGKILL)
-        tracer.wait(timeout=10)
-    finally:
-        if tracer.poll() is None:
-            os.killpg(tracer.pid, signal.SIGKILL)
-            tracer.wait()
+    # the shell itself reads
+    kill_9_after_a_roll(out, "while :; do read x < /etc/hostname; sleep 0.05; done")
     assert _meta(out)["stop_ns"] is None
     trace = tracer_load(out)
     procs = trace.processes.drop_duplicates("pid", keep="last")
