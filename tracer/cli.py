@@ -1,6 +1,6 @@
 """The `iotrace` command: parse, validate, delegate. One clear line and an exit code per bad input.
 
-Exit codes (DESIGN.md): 0 success, 2 bad usage or input, 3 the host cannot trace, 1 a bug;
+Exit codes (README, "Exit codes"): 0 success, 2 bad usage or input, 3 the host cannot trace, 1 a bug;
 and 4 (tracer.errors.EXIT_OUTPUT) when the trace directory fills up or fails while tracing;
 after a trace of `-- CMD`, CMD's status (its code, or 128 + its signal), as the README says.
 """
@@ -18,7 +18,7 @@ import warnings
 from pathlib import Path
 
 from tracer import __version__
-from tracer.errors import EXIT_BUG, EXIT_HOST, EXIT_OK, EXIT_USAGE, TraceFailure
+from tracer.errors import EXIT_BUG, EXIT_HOST, EXIT_OK, EXIT_USAGE, TraceFailure, drop_output
 from tracer.host import tracing_problem
 
 SUBCOMMANDS = ("doctor", "demo", "report", "export")
@@ -362,9 +362,7 @@ def main(argv: list[str] | None = None) -> int:
         print("iotrace: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:  # `iotrace report DIR | head`: the reader had what it wanted
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())  # (else the flush at exit fails again)
-        os.close(devnull)
+        drop_output(sys.stdout)
         return EXIT_OK
     except Exception as e:  # a bug: say so in one line; the traceback only on request
         if os.environ.get("IOTRACE_DEBUG"):

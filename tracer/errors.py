@@ -1,4 +1,9 @@
-"""Exit codes (DESIGN.md) and the one exception that carries a user-facing failure."""
+"""Exit codes (README, "Exit codes") and the one exception that carries a user-facing failure;
+and what to do with an output whose reader left."""
+
+import contextlib
+import os
+from typing import TextIO
 
 EXIT_OK, EXIT_BUG, EXIT_USAGE, EXIT_HOST = 0, 1, 2, 3
 # The trace directory could not be written while tracing (a full disk, a quota, an I/O error):
@@ -13,3 +18,13 @@ class TraceFailure(Exception):
     def __init__(self, message: str, exit_code: int):
         super().__init__(message)
         self.exit_code = exit_code
+
+
+def drop_output(*streams: TextIO) -> None:
+    """Whoever read these streams has gone (a closed pipe, a terminal that hung up): later
+    writes, and the interpreter's flush at exit, go to /dev/null instead of failing again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    for stream in streams:
+        with contextlib.suppress(AttributeError, OSError, ValueError):
+            os.dup2(devnull, stream.fileno())
+    os.close(devnull)

@@ -30,7 +30,14 @@ import psutil
 from tracer import abi, gpu
 from tracer.clock import Clock
 from tracer.diagnose import Diagnosis, add_gpu_evidence
-from tracer.errors import EXIT_HOST, EXIT_OK, EXIT_OUTPUT, EXIT_USAGE, TraceFailure
+from tracer.errors import (
+    EXIT_HOST,
+    EXIT_OK,
+    EXIT_OUTPUT,
+    EXIT_USAGE,
+    TraceFailure,
+    drop_output,
+)
 from tracer.files import FileTable
 from tracer.host import tracing_problem, yield_to_job
 from tracer.loader import BadSetting, HostCannotTrace, Probes
@@ -593,7 +600,7 @@ class Session:
             except BrokenPipeError:  # `iotrace ... | head`: the lines stop, not the trace
                 self.lines = None
                 self.stdout_gone = True
-                _drop_stdout(self.out)
+                drop_output(self.out)
             except OSError:  # the terminal is gone (an SSH drop without SIGHUP): stop cleanly
                 self.lines = None
                 self.request_stop("stdout closed")
@@ -773,28 +780,7 @@ def _say(text: str, out: TextIO) -> None:
     try:
         print(text, file=out, flush=True)
     except (OSError, ValueError):
-        _silence()
-
-
-def _silence() -> None:
-    _to_devnull(1, 2)
-
-
-def _drop_stdout(out: TextIO) -> None:
-    """Whoever read `out` has gone (a closed pipe): later writes, and the interpreter's flush
-    at exit, go to /dev/null instead of failing."""
-    try:
-        _to_devnull(out.fileno())
-    except (AttributeError, OSError, ValueError):
-        return
-
-
-def _to_devnull(*fds: int) -> None:
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    for fd in fds:
-        with contextlib.suppress(OSError):
-            os.dup2(devnull, fd)
-    os.close(devnull)
+        drop_output(sys.stdout, sys.stderr)
 
 
 def run_trace(opts: TraceOptions, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
@@ -821,9 +807,9 @@ def run_trace(opts: TraceOptions, out: TextIO = sys.stdout, err: TextIO = sys.st
             print(f"{text}\n\nTrace written to {opts.output}", file=out, flush=True)
         except BrokenPipeError:  # the reader left; the trace is complete all the same
             session.stdout_gone = True
-            _drop_stdout(out)
+            drop_output(out)
         except (OSError, ValueError):  # a terminal that hung up: nothing to print to
-            _silence()
+            drop_output(sys.stdout, sys.stderr)
         if session.stdout_gone:  # where the trace is, where someone may still read it
             _say(f"Trace written to {opts.output}", err)
         return session.exit_code()
