@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -88,3 +89,21 @@ def kill_9_after_a_roll(out: Path, loop: str, timeout: float = 30) -> None:
     finally:
         os.killpg(tracer.pid, signal.SIGKILL)
         tracer.wait(timeout=10)
+
+
+@contextlib.contextmanager
+def tracing_a_sleeper(out: Path, interval: str) -> Iterator[tuple[subprocess.Popen, subprocess.Popen]]:
+    """`iotrace --pid` of a `sleep 60` into `out`, once it says it is tracing: (the sleeper,
+    the tracer); both are ended afterwards whatever the test did."""
+    sleeper = subprocess.Popen(["sleep", "60"])
+    tracer = subprocess.Popen([*IOTRACE, "--pid", str(sleeper.pid), "-o", str(out), "-i", interval],
+                              cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert tracer.stderr.readline().startswith("Tracing")
+        yield sleeper, tracer
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+        if tracer.poll() is None:
+            tracer.kill()
+            tracer.wait()

@@ -18,7 +18,17 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from conftest import EXACT, IOTRACE, ROOT, kill_9_after_a_roll, needs_root, run_iotrace, unseen, warm
+from conftest import (
+    EXACT,
+    IOTRACE,
+    ROOT,
+    kill_9_after_a_roll,
+    needs_root,
+    run_iotrace,
+    tracing_a_sleeper,
+    unseen,
+    warm,
+)
 from tracer import abi
 from tracer._libbpf import Map
 from tracer.loader import Probes
@@ -210,12 +220,8 @@ def _held_prog_ids(pid: int) -> set[int]:
 @pytest.mark.parametrize("how", ["SIGINT", "SIGTERM", "SIGKILL"])
 def test_stop_by_signal_leaves_nothing_attached(tmp_path, how):
     stats_before = Path("/proc/sys/kernel/bpf_stats_enabled").read_text()
-    sleeper = subprocess.Popen(["sleep", "60"])
     out = tmp_path / "trace"
-    tracer = subprocess.Popen([*IOTRACE, "--pid", str(sleeper.pid), "-o", str(out), "-i", "0.2"],
-                              cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        assert tracer.stderr.readline().startswith("Tracing")
+    with tracing_a_sleeper(out, "0.2") as (sleeper, tracer):
         mine = _held_prog_ids(tracer.pid)
         assert len(mine) >= 10 and mine <= _prog_ids()  # really attached
         time.sleep(0.5)
@@ -233,11 +239,6 @@ def test_stop_by_signal_leaves_nothing_attached(tmp_path, how):
         # BPF stats were held by an fd, not the sysctl: the kernel gave them back, even on -9.
         assert Path("/proc/sys/kernel/bpf_stats_enabled").read_text() == stats_before
         assert (out / "meta.json").exists()
-    finally:
-        sleeper.kill()
-        sleeper.wait()
-        if tracer.poll() is None:
-            tracer.kill()
 
 
 def test_interval_lines_and_csv(tmp_path):

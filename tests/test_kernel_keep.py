@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from conftest import IOTRACE, ROOT, kill_9_after_a_roll, needs_root
+from conftest import IOTRACE, ROOT, kill_9_after_a_roll, needs_root, tracing_a_sleeper
 from tracer import load as tracer_load
 
 pytestmark = needs_root
@@ -90,12 +90,8 @@ def test_terminal_hangup_finishes_the_trace(tmp_path):
 def test_sighup_without_a_terminal_finishes_the_trace(tmp_path):
     """`kill -HUP` (nohup-less scripts, a parent that hangs up) with stdout a pipe: the summary
     is printed and the trace closed."""
-    sleeper = subprocess.Popen(["sleep", "60"])
     out = tmp_path / "trace"
-    tracer = subprocess.Popen([*IOTRACE, "--pid", str(sleeper.pid), "-o", str(out), "-i", "0.3"],
-                              cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        assert tracer.stderr.readline().startswith("Tracing")
+    with tracing_a_sleeper(out, "0.3") as (sleeper, tracer):
         time.sleep(1)
         tracer.send_signal(signal.SIGHUP)
         stdout, stderr = tracer.communicate(timeout=60)
@@ -104,12 +100,6 @@ def test_sighup_without_a_terminal_finishes_the_trace(tmp_path):
         meta = _meta(out)
         assert meta["stop_reason"] == "SIGHUP" and meta["stop_ns"] is not None
         assert pd.read_parquet(out / "processes").pid.tolist() == [sleeper.pid]
-    finally:
-        sleeper.kill()
-        sleeper.wait()
-        if tracer.poll() is None:
-            tracer.kill()
-            tracer.wait()
 
 
 
