@@ -25,7 +25,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 ROOT = Path(__file__).resolve().parent.parent
-WORK = ROOT / "tests/workloads/many_files.py"
+sys.path.insert(0, str(ROOT / "tests/workloads"))
+import many_files  # noqa: E402  (the test's workload)
 
 
 def main() -> int:
@@ -41,14 +42,7 @@ def main() -> int:
             for _ in range(args.busy)]
     try:
         data = base / "many"
-        data.mkdir()
-        for i in range(args.files):
-            (data / f"f{i:05d}.bin").write_bytes(b"x" * 64)
-        ready_r, ready_w = os.pipe()
-        work = subprocess.Popen([sys.executable, str(WORK), str(data), str(ready_w)],
-                                pass_fds=(ready_w,))
-        os.close(ready_w)
-        assert os.read(ready_r, 1) == b"r"
+        work, ready_r = many_files.start(data, (f"f{i:05d}.bin" for i in range(args.files)))
         out = base / "trace"
         env = dict(os.environ, PYTHONPATH=str(ROOT))
         tracer = subprocess.Popen([sys.executable, "-m", "tracer.cli", "--pid", str(work.pid),

@@ -8,16 +8,15 @@ import json
 import os
 import signal
 import subprocess
-import sys
 
 import pandas as pd
 import pytest
+from workloads.many_files import start
 
 from conftest import EXACT, IOTRACE, ROOT, needs_root
 
 pytestmark = [needs_root, pytest.mark.kernel]
 
-WORK = ROOT / "tests/workloads/many_files.py"
 FILES = 20000  # the issue's count: far more first sights than a 1 MiB ring buffer held at 2 KiB each
 
 
@@ -25,14 +24,7 @@ def read_while_stopped(tmp_path, names: list[str]):
     """Reads each of `names` (made in a fresh directory) once while iotrace is stopped; the
     trace's files (read by the job), the names wanted, and meta.json."""
     data = tmp_path / "many"
-    data.mkdir()
-    for name in names:
-        (data / name).write_bytes(b"x" * 64)
-    ready_r, ready_w = os.pipe()
-    work = subprocess.Popen([sys.executable, str(WORK), str(data), str(ready_w)],
-                            pass_fds=(ready_w,))
-    os.close(ready_w)
-    assert os.read(ready_r, 1) == b"r"
+    work, ready_r = start(data, names)
     out = tmp_path / "trace"
     tracer = subprocess.Popen([*IOTRACE, "--pid", str(work.pid), "-o", str(out), *EXACT],
                               cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,

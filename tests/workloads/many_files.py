@@ -4,7 +4,24 @@ a second SIGUSR1. Run as `python many_files.py DIR READY_FD`."""
 
 import os
 import signal
+import subprocess
 import sys
+from pathlib import Path
+
+
+def start(folder: Path, names) -> tuple[subprocess.Popen, int]:
+    """Makes `names` (64 bytes each) in the new `folder` and starts this workload on it, set up
+    and waiting for SIGUSR1: (the process, the fd its "d" comes on)."""
+    folder.mkdir()
+    for name in names:
+        (folder / name).write_bytes(b"x" * 64)
+    ready_r, ready_w = os.pipe()
+    work = subprocess.Popen([sys.executable, __file__, str(folder), str(ready_w)],
+                            pass_fds=(ready_w,))
+    os.close(ready_w)
+    if os.read(ready_r, 1) != b"r":
+        raise RuntimeError("many_files.py did not get ready")
+    return work, ready_r
 
 
 def main() -> None:
