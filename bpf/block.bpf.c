@@ -267,6 +267,8 @@ static __always_inline bool rq_folio_owner(struct request *rq, struct rq_start *
 	struct folio *folio = bio_first_folio(BPF_CORE_READ(rq, bio));
 	struct address_space *mapping;
 	struct folio_owner *o;
+	bool owned;
+	__u32 tgid;
 	__u64 key;
 
 	if (!folio)
@@ -276,13 +278,14 @@ static __always_inline bool rq_folio_owner(struct request *rq, struct rq_start *
 	if (!o)
 		return false;
 	mapping = BPF_CORE_READ(folio, mapping);
-	if (o->mapping != (__u64)mapping || o->index != BPF_CORE_READ(folio, index) ||
-	    !is_tracked(o->tgid)) {
-		bpf_map_delete_elem(&folio_owners, &key);
+	/* the folio was freed and reused since, or its owner is gone: not this request's */
+	owned = o->mapping == (__u64)mapping && o->index == BPF_CORE_READ(folio, index) &&
+		is_tracked(o->tgid);
+	tgid = o->tgid; /* read before the delete frees the entry */
+	bpf_map_delete_elem(&folio_owners, &key); /* used up either way */
+	if (!owned)
 		return false;
-	}
-	s->tgid = o->tgid;
-	bpf_map_delete_elem(&folio_owners, &key);
+	s->tgid = tgid;
 	inode_id(BPF_CORE_READ(mapping, host), &s->file);
 	return true;
 }
