@@ -410,7 +410,7 @@ def floor_main(mode: str, loop_argv: list[str]) -> int:
     attaches that pair of scripts/bench_floor.bpf.c, runs the loop (its PID is the timing
     floor's filter), detaches."""
     sys.path.insert(0, str(REPO))
-    from tracer import _libbpf
+    from tracer.kernel import libbpf as _libbpf
 
     obj = _libbpf.BpfObject(str(FLOOR_OBJ))
     for prog in obj.programs():

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU check for tracer/gpu.py on a machine with an NVIDIA GPU (offline is fine; about a minute).
+# GPU check for tracer/gpu/ on a machine with an NVIDIA GPU (offline is fine; about a minute).
 #
 #   scripts/gpu_check.sh            run from anywhere; uses the repo's .venv when it has pynvml,
 #                                   else the system python3 with pynvml, else the system python3
@@ -115,7 +115,8 @@ fi
 timeout 100 "$PY" - "$WORK/load.json" "${LOADPID:-0}" <<'EOF'
 import json, os, sys, time
 
-from tracer.gpu import GpuUnavailable, GpuSampler, IdleDetector, NvmlSource, mig_reason, soft_idle_s
+from tracer.gpu.idle import IdleDetector, soft_idle_s
+from tracer.gpu.nvml import GpuSampler, GpuUnavailable, NvmlSource, mig_reason
 
 out, loadpid = sys.argv[1], int(sys.argv[2])
 try:

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Check iotrace's iostat columns (tracer.procfs.ProcSampler) against sysstat's iostat.
+"""Check iotrace's iostat columns (tracer.live.procfs.ProcSampler) against sysstat's iostat.
 
     .venv/bin/python scripts/iostat_parity.py [--intervals 3] [--bs 16k] [--dir /var/tmp]
 
@@ -44,8 +44,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from tracer.clock import Clock  # noqa: E402
-from tracer.procfs import ProcSampler  # noqa: E402
+from tracer.live.clock import Clock  # noqa: E402
+from tracer.live.procfs import ProcSampler  # noqa: E402
 
 FILE_MIB = 256
 WARMUP_S = 0.5

@@ -15,7 +15,7 @@ import pandas as pd
 import psutil
 
 from conftest import IOTRACE, ROOT
-from tracer.roles import WORKER_COMM
+from tracer.core.roles import WORKER_COMM
 from tracer.workloads.scenarios import Output, Scenario, parse_output
 
 

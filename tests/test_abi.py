@@ -1,4 +1,4 @@
-"""tracer/abi.py mirrors bpf/iotrace.h: compile the header and compare every size and offset."""
+"""tracer/core/abi.py mirrors bpf/iotrace.h: compile the header and compare every size and offset."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import subprocess
 import pytest
 
 from conftest import ROOT
-from tracer import abi
+from tracer.core import abi
 
 PROBE = r"""
 #include <stdio.h>

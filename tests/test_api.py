@@ -1,5 +1,5 @@
 """The trace as a product: `Trace.percentiles/findings/summary/_repr_html_`, the HTML and JSON
-reports (`tracer.html`), other readers (DuckDB, pyarrow.dataset), and ``tracer.trace(...)``.
+reports (`tracer.render.html`), other readers (DuckDB, pyarrow.dataset), and ``tracer.trace(...)``.
 
 Most tests use a trace built by hand with `TraceWriter` (exact expected numbers, no root); the
 ones marked `kernel` trace real processes.
@@ -25,12 +25,12 @@ import tracer
 from conftest import IOTRACE, ROOT, needs_root
 from tracer import attach
 from tracer.api import Trace, TraceError, load
-from tracer.histogram import percentile_ns
-from tracer.html import render_html, summary_json, write_html
+from tracer.core.histogram import percentile_ns
+from tracer.render.html import render_html, summary_json, write_html
+from tracer.render.summary import max_seen
 from tracer.report import file_totals_from_files, totals_from_latency
-from tracer.schema import SCHEMA_VERSION, TABLES
 from tracer.sinks.parquet import TraceWriter
-from tracer.summary import max_seen
+from tracer.tracedir.schema import SCHEMA_VERSION, TABLES
 
 S = 1_000_000_000
 T0 = 1_700_000_000 * S  # start of the hand-built trace
@@ -244,7 +244,7 @@ def test_percentiles_open_last_bucket_gives_its_lower_bound(tmp_path: Path) -> N
 
 
 def test_percentiles_match_the_terminal_summary(hand: Path) -> None:
-    """Per series, the same numbers as `render_summary` prints (tracer.histogram.percentile_ns,
+    """Per series, the same numbers as `render_summary` prints (tracer.core.histogram.percentile_ns,
     at most the slowest file syscall that the files rows know)."""
     trace = load(hand)
     series = ["pid", "layer", "op", "target", "device", "attribution"]

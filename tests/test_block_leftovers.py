@@ -9,10 +9,10 @@ import time
 from pathlib import Path
 
 from conftest import needs_root
-from tracer import abi
-from tracer._libbpf import Map
-from tracer.loader import Probes
-from tracer.procfs import in_flight_by_devt
+from tracer.core import abi
+from tracer.kernel.libbpf import Map
+from tracer.kernel.probes import Probes
+from tracer.live.procfs import in_flight_by_devt
 
 
 def _disk_of(path: Path) -> int:

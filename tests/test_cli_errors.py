@@ -195,7 +195,7 @@ def test_pid_that_exits_while_attaching_traces_nothing(zombie, tmp_path):
     """Past the command line's check (the process exits between it and attaching): no trace of
     nothing, no verdict, a usage failure."""
     from tracer.errors import TraceFailure
-    from tracer.session import TraceOptions, run_trace
+    from tracer.live.session import TraceOptions, run_trace
 
     out = tmp_path / "t"
     out.mkdir()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from tracer.diagnose import IO_KINDS, Diagnosis
+from tracer.core.diagnose import IO_KINDS, Diagnosis
 
 MS = 1_000_000
 S = 1_000_000_000

@@ -15,28 +15,30 @@ from pathlib import Path
 
 import pytest
 
-from tracer import gpu
-from tracer.gpu import (
+from tracer.gpu import idle, nvml
+from tracer.gpu.idle import (
+    IdleDetector,
+    IdleSpan,
+    analyse,
+    attribute,
+    gpu_evidence,
+    gpu_owners,
+    gpu_sentence,
+    idle_spans,
+    soft_idle_s,
+)
+from tracer.gpu.nvml import (
     GpuDevice,
     GpuError,
     GpuLost,
     GpuMonitor,
     GpuSampler,
     GpuUnavailable,
-    IdleDetector,
-    IdleSpan,
     NvmlSource,
-    analyse,
-    attribute,
     calibrate,
-    gpu_evidence,
-    gpu_owners,
-    gpu_sentence,
-    idle_spans,
     open_source,
-    soft_idle_s,
 )
-from tracer.schema import TABLES, table_from_rows
+from tracer.tracedir.schema import TABLES, table_from_rows
 
 DATA = Path(__file__).resolve().parent / "data" / "nvml"
 S = 1_000_000_000  # ns
@@ -129,7 +131,7 @@ def test_calibrate_picks_the_clock_the_newest_sample_is_close_to() -> None:
 
 def test_calibrate_refuses_a_timestamp_far_from_every_clock() -> None:
     now = {"realtime": 1_760_000_000 * S, "monotonic": 86_358 * S, "boottime": 86_400 * S}
-    with pytest.raises(gpu.CalibrationError, match="fit no clock"):
+    with pytest.raises(nvml.CalibrationError, match="fit no clock"):
         calibrate([86_300_000_000], now)  # 100 s before boottime, 58 s after monotonic
     with pytest.raises(ValueError, match="at least one"):
         calibrate([], now)
@@ -330,9 +332,9 @@ def test_failed_queries_are_one_line_each_and_a_lost_gpu_stops_being_polled() ->
 
 def loop_row(pid: int, end_s: float, **ns_ms: int) -> dict:
     row = {"ts": utc(end_s), "pid": pid, "interval_ns": S}
-    for s in gpu.STATES:
+    for s in idle.STATES:
         row[f"{s}_ns"] = ns_ms.get(s, 0) * MS
-    row["state"] = max(gpu.STATES, key=lambda s: row[f"{s}_ns"])
+    row["state"] = max(idle.STATES, key=lambda s: row[f"{s}_ns"])
     return row
 
 
@@ -352,7 +354,7 @@ OTHER_JOB = [loop_row(5555, t, data_wait_cpu=1000) for t in (3.5, 4.5, 5.5, 8.5,
 
 
 def expected_idle(pid: int | None = 4242) -> list[dict]:
-    zero = {f"{s}_frac": 0.0 for s in gpu.STATES}
+    zero = {f"{s}_frac": 0.0 for s in idle.STATES}
     return [
         # Span 1: half of (2.5, 3.5], all of (3.5, 4.5], half of (4.5, 5.5]:
         # data_wait_io 250 + 900 + 200 ms, data_wait_cpu 100 ms, compute 250 + 300 ms of 2 s.
@@ -422,7 +424,7 @@ def test_evidence_numbers_and_sentence_for_the_stalls() -> None:
     idle = analyse(rows, LOOP)
     ev = gpu_evidence(idle, rows)
     [g] = ev["gpus"]
-    observed = utc(11.0) - (utc(0.2) - gpu.DEFAULT_PERIOD_NS)
+    observed = utc(11.0) - (utc(0.2) - nvml.DEFAULT_PERIOD_NS)
     assert g["observed_ns"] == observed
     assert g["idle_ns"] == 4 * S and g["spans"] == 2 and g["pid"] == 4242
     assert g["idle_pct"] == pytest.approx(100 * 4 * S / observed)
@@ -432,7 +434,7 @@ def test_evidence_numbers_and_sentence_for_the_stalls() -> None:
     }
     assert g["top_cause"] == "data_wait_io" and g["top_cause_pct"] == pytest.approx(33.75)
     assert g["soft_idle_ns"] == round(
-        (32 * 0.05 * 0.2 + 0.05 * gpu.DEFAULT_PERIOD_NS / S + 2 * 0.5 * 0.2 + 19 * 0.2 + 0.97 * 0.2) * S)
+        (32 * 0.05 * 0.2 + 0.05 * nvml.DEFAULT_PERIOD_NS / S + 2 * 0.5 * 0.2 + 19 * 0.2 + 0.97 * 0.2) * S)
     assert gpu_sentence(g) == (
         "GPU 0 idle 36 % of the time; 34 % of that while the loop waited on DataLoader reads")
     json.dumps(ev)  # goes into findings.evidence as it is
@@ -449,7 +451,7 @@ def test_evidence_sentence_of_the_design_example() -> None:
     ev = gpu_evidence(attribute(spans, loop), rows)
     assert gpu_sentence(ev["gpus"][0]) == (
         "GPU 0 idle 62 % of the time; 85 % of that while the loop waited on DataLoader reads")
-    assert gpu.gpu_sentences(gpu_evidence([], rows)) == ["GPU 0 idle 0 % of the time"]
+    assert idle.gpu_sentences(gpu_evidence([], rows)) == ["GPU 0 idle 0 % of the time"]
 
 
 # -- the session's entry point ------------------------------------------------------------------
@@ -483,9 +485,9 @@ def test_monitor_per_interval_matches_the_offline_analysis() -> None:
 
 
 def test_schema_states_match_the_diagnosis() -> None:
-    from tracer.diagnose import STATES
+    from tracer.core.diagnose import STATES
 
-    assert gpu.STATES == STATES
+    assert idle.STATES == STATES
     assert [f"{s}_frac" for s in STATES] == [n for n in TABLES["gpu_idle"].names if n.endswith("_frac")]
 
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from tracer import abi
-from tracer.aggregate import Aggregator, Reading, Series
-from tracer.clock import Clock
-from tracer.histogram import percentile_ns, render
-from tracer.processes import Process, ProcessTable
+from tracer.core import abi
+from tracer.core.histogram import percentile_ns, render
+from tracer.live.aggregate import Aggregator, Reading, Series
+from tracer.live.clock import Clock
+from tracer.live.processes import Process, ProcessTable
+from tracer.render.summary import render_summary
 from tracer.report import totals_from_latency
-from tracer.summary import render_summary
 
 
 def hist_bytes(counts: dict[int, int], nbytes: dict[int, int] | None = None) -> bytes:
@@ -123,7 +123,7 @@ def test_idle_file_keys_are_dropped_and_counted_afresh():
 def test_rows_of_a_process_not_registered_yet_are_valid():
     """Counters of a just-forked process can be read before its fork record: its rows say
     `child` (a traced descendant) and fit the strict schema."""
-    from tracer.schema import table_from_rows
+    from tracer.tracedir.schema import table_from_rows
 
     agg = Aggregator(ProcessTable(Clock()))
     fkey = abi.FILE_KEY.pack(99, 1, 42, 0, 0)
@@ -136,7 +136,7 @@ def test_rows_of_a_process_not_registered_yet_are_valid():
 
 
 def test_percentiles_stay_at_or_below_the_slowest_operation_seen():
-    from tracer.histogram import percentile_ns
+    from tracer.core.histogram import percentile_ns
 
     counts = [0] * 64
     counts[31] = 4  # four fsyncs in [2.15 s, 4.29 s), all of 2.53 s

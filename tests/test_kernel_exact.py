@@ -29,9 +29,9 @@ from conftest import (
     unseen,
     warm,
 )
-from tracer import abi
-from tracer._libbpf import Map
-from tracer.loader import Probes
+from tracer.core import abi
+from tracer.kernel.libbpf import Map
+from tracer.kernel.probes import Probes
 from tracer.workloads.dataset import throttle, throttle_cgroup, unthrottle
 
 pytestmark = [needs_root, pytest.mark.kernel]

@@ -154,7 +154,7 @@ def test_idle_file_counters_dropped_and_read_again_count_exactly(tmp_path, sizes
     values, from their slot or, with the one slot taken by another file, from the hash map)
     and a file read again gets a new key: bursts of reads with idle gaps longer than that add
     up exactly."""
-    from tracer.session import FILE_IDLE_INTERVALS
+    from tracer.live.session import FILE_IDLE_INTERVALS
 
     data = tmp_path / "data.bin"
     make_file(data, 1)
@@ -288,8 +288,8 @@ def test_report_recomputes_gpu_idle_offline(tmp_path):
     """A real trace of a CPU job plus an NVML stream recorded elsewhere (constructed here):
     `iotrace report` finds the idle span, gives its cause from the loop's state, writes
     DIR/gpu_idle, and puts the GPU sentence into the findings and the spans into --json."""
-    from tracer.schema import table_from_rows
     from tracer.sinks.parquet import write_segment
+    from tracer.tracedir.schema import table_from_rows
 
     out = tmp_path / "trace"
     busy = "import time\nt = time.time()\nwhile time.time() - t < 4: sum(range(10000))\n"
@@ -473,7 +473,7 @@ def test_reused_inode_number_gets_its_own_path(tmp_path):
 
     # The diagnosis keys checkpoints by path: two checkpoints, each under its own name, and so
     # the finding when the writes are a large enough share of the loop's time to make one.
-    from tracer.diagnose import Diagnosis
+    from tracer.core.diagnose import Diagnosis
 
     diag = Diagnosis()
     for ts, rows in files.groupby("ts"):

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from conftest import needs_root
-from tracer.diagnose import IO_KINDS
+from tracer.core.diagnose import IO_KINDS
 
 torch = pytest.importorskip("torch", reason="the PyTorch scenarios need torch (pip install torch)")
 from scenario_trace import attached  # noqa: E402

@@ -16,7 +16,7 @@ import pytest
 from test_kernel_exact import K, M, N, P, S, prime, workload_args
 
 from conftest import IOTRACE, ROOT, needs_root, run_iotrace
-from tracer.selfcost import SelfCost, render_self_cost
+from tracer.core.selfcost import SelfCost, render_self_cost
 
 pytestmark = [needs_root, pytest.mark.kernel]
 

@@ -12,9 +12,9 @@ import time
 import pytest
 
 from conftest import needs_root
-from tracer import abi
-from tracer._libbpf import Map
-from tracer.loader import Probes
+from tracer.core import abi
+from tracer.kernel.libbpf import Map
+from tracer.kernel.probes import Probes
 
 pytestmark = [needs_root, pytest.mark.kernel]
 

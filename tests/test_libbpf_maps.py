@@ -8,7 +8,7 @@ import os
 import pytest
 
 from conftest import needs_root
-from tracer import _libbpf
+from tracer.kernel import libbpf as _libbpf
 
 pytestmark = [needs_root, pytest.mark.kernel]
 
@@ -55,8 +55,8 @@ def test_a_key_in_a_slot_and_in_the_map_adds_up():
     """A key can be in its slot and in the hash map at once (maps.bpf.h): the reading adds the
     two. Counts are summed; the maximum latency is the later interval's, or the larger of the
     same interval's."""
-    from tracer import abi
-    from tracer.loader import add_file_stats, add_hists
+    from tracer.core import abi
+    from tracer.kernel.probes import add_file_stats, add_hists
 
     a = abi.FILE_STAT.pack(3, 300, 30, 1, 0, 20, 7)
     b = abi.FILE_STAT.pack(2, 200, 25, 0, 4, 15, 8)

@@ -19,9 +19,9 @@ import pytest
 
 import tracer
 from tracer.api import Trace, TraceError, load
-from tracer.schema import SCHEMA_VERSION, SCHEMA_VERSION_KEY, TABLES, table_from_rows
 from tracer.sinks import parquet as parquet_sink
 from tracer.sinks.parquet import TraceWriter
+from tracer.tracedir.schema import SCHEMA_VERSION, SCHEMA_VERSION_KEY, TABLES, table_from_rows
 
 REPO = Path(__file__).resolve().parent.parent
 T0 = 1_700_000_000_123_456_789  # a wall-clock time, ns since the epoch
@@ -698,7 +698,7 @@ def test_import_tracer_is_light() -> None:
 
 def test_exit_status_is_split_into_code_and_signal() -> None:
     """The kernel's exit_code is a wait status: exit(1) is 256, a SIGSEGV with a core 139."""
-    from tracer.processes import split_wait_status
+    from tracer.live.processes import split_wait_status
 
     assert split_wait_status(0) == (0, None)
     assert split_wait_status(1 << 8) == (1, None)

@@ -1,4 +1,4 @@
-"""Perfetto / Chrome trace JSON export (`tracer.perfetto`), alone and merged into Kineto traces.
+"""Perfetto / Chrome trace JSON export (`tracer.render.perfetto`), alone and merged into Kineto traces.
 
 Most tests use a trace built by hand with `TraceWriter`, so that every slice and counter value is
 known exactly; one test (root) traces a real run of torch.profiler and merges its Kineto trace.
@@ -22,7 +22,7 @@ import pytest
 
 from conftest import ROOT, needs_root, run_iotrace
 from tracer.api import TraceError, load
-from tracer.perfetto import (
+from tracer.render.perfetto import (
     IOTRACE_PID,
     KINETO_BASE_PERIOD_NS,
     KinetoError,

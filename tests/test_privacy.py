@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from conftest import IOTRACE, ROOT, needs_root, run_iotrace, warm
-from tracer.redact import KEPT_PROGRAMS, Redactor
+from tracer.core.redact import KEPT_PROGRAMS, Redactor
 
 # A job that takes a secret on its command line three ways, reads a file by a relative name and
 # starts a program whose name is a secret too (its comm).

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tracer.procfs import (
+from tracer.live.procfs import (
     CpuTimes,
     DiskCounters,
     NetCounters,
@@ -19,7 +19,7 @@ from tracer.procfs import (
     parse_net_dev,
     parse_stat,
 )
-from tracer.schema import TABLES, table_from_rows
+from tracer.tracedir.schema import TABLES, table_from_rows
 
 T0 = 1_700_000_000_000_000_000
 TWO_S = 2_000_000_000  # every canned interval below is 2 s

@@ -12,10 +12,10 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tracer import __version__
-from tracer.abi import MAP_FULL_MAPS
-from tracer.aggregate import Snapshot
-from tracer.diagnose import KINDS, STATES, Finding
-from tracer.selfcost import ProgramCost, SelfCost, TracerCpu
+from tracer.core.abi import MAP_FULL_MAPS
+from tracer.core.diagnose import KINDS, STATES, Finding
+from tracer.core.selfcost import ProgramCost, SelfCost, TracerCpu
+from tracer.live.aggregate import Snapshot
 from tracer.sinks.prometheus import DEFAULT_HOST, DEFAULT_PORT, LE_BOUNDS_NS, PrometheusSink, parse_listen
 
 S = 10**9

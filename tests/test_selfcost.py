@@ -7,8 +7,7 @@ import time
 
 import pytest
 
-from tracer.loader import BadSetting, map_sizes_from_env
-from tracer.selfcost import (
+from tracer.core.selfcost import (
     ProgramCost,
     SelfCost,
     TracerCpu,
@@ -16,6 +15,7 @@ from tracer.selfcost import (
     format_count,
     render_self_cost,
 )
+from tracer.kernel.probes import BadSetting, map_sizes_from_env
 
 PROGRAMS = (
     ProgramCost("syscall", "enter_a", "tracepoint", 20_000, 12_180_000, 0),

@@ -7,9 +7,9 @@ Interval 1 s. Per interval `i` (0-based) the workers read `100 + i` and `50` 1 M
 
 from __future__ import annotations
 
-from tracer.abi import slot_bounds_ns
-from tracer.aggregate import Snapshot
-from tracer.diagnose import Finding
+from tracer.core.abi import slot_bounds_ns
+from tracer.core.diagnose import Finding
+from tracer.live.aggregate import Snapshot
 
 T0 = 1_700_000_000_000_000_000  # 2023-11-14 22:13:20 UTC
 SEC = 1_000_000_000

@@ -7,7 +7,7 @@
 
 Each table is read on first access with ``pd.read_parquet(DIR/<table>)`` and then cached. Timestamps
 are ``datetime64[ns, UTC]``, dictionary-encoded strings are categoricals, durations are int64
-nanoseconds in columns named ``*_ns`` (see `tracer.schema`).
+nanoseconds in columns named ``*_ns`` (see `tracer.tracedir.schema`).
 
 Beyond the raw tables, a `Trace` answers the usual questions directly:
 
@@ -33,10 +33,10 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from tracer.abi import ATTRIBUTIONS, LAYERS, MAX_SLOTS, OPS, TARGETS
-from tracer.histogram import MaxSeen, format_bytes, format_ns
-from tracer.schema import SCHEMA_VERSION, TABLES
+from tracer.core.abi import ATTRIBUTIONS, LAYERS, MAX_SLOTS, OPS, TARGETS
+from tracer.core.histogram import MaxSeen, format_bytes, format_ns
 from tracer.sinks.parquet import META_FILE
+from tracer.tracedir.schema import SCHEMA_VERSION, TABLES
 
 _SEGMENT_GLOB = "part-*.parquet"
 _OPEN_SLOT_LO_NS = 1 << (MAX_SLOTS - 1)
@@ -111,7 +111,7 @@ class Trace:
 
         import pyarrow.parquet as pq
 
-        from tracer.segments import segment_problems
+        from tracer.tracedir.segments import segment_problems
 
         columns = TABLES[name].names if name in TABLES else None
         bad = dict(segment_problems(folder, name, columns)) if name in TABLES else {}
@@ -195,7 +195,7 @@ class Trace:
         How: the buckets of a group are summed over every interval and process in it into one
         log2 histogram; the q-th percentile is the value of rank ``q/100 * count``, found by
         walking the buckets in order and interpolating linearly inside the bucket
-        ``[bucket_lo_ns, bucket_hi_ns)`` where that rank falls (as `tracer.histogram.percentile_ns`
+        ``[bucket_lo_ns, bucket_hi_ns)`` where that rank falls (as `tracer.core.histogram.percentile_ns`
         does for the terminal summary, whose p50/p99 these equal). The true percentile lies in
         the same bucket, so the result is off by less than the bucket's width: **at most a
         factor of 2** either way (the bucket's upper bound is twice its lower bound). The last,
@@ -318,7 +318,7 @@ class Trace:
             "pids": g["pid"].nunique(),
             "roles": g["role"].agg(lambda r: ",".join(sorted({str(x) for x in r.dropna()}))),
         })
-        from tracer.aggregate import PAGE_SIZE
+        from tracer.live.aggregate import PAGE_SIZE
 
         hit = 100 * (1 - top["pages_missed"] * PAGE_SIZE / top["read_bytes"].where(
             top["read_bytes"] > 0))
@@ -533,7 +533,7 @@ def overview_html(trace: Trace, top: int = 10) -> str:
         facts.append(("Host", host))
     facts.append(("Events lost", str(meta.get("events_lost", 0))))
     if isinstance(meta.get("self_cost"), dict):
-        from tracer.selfcost import SelfCost, render_self_cost
+        from tracer.core.selfcost import SelfCost, render_self_cost
 
         line = render_self_cost(SelfCost.from_meta(meta["self_cost"]), top=0)[1]
         facts.append(("iotrace's own cost", line.split(": ", 1)[1]))

@@ -158,7 +158,7 @@ def _site_dirs() -> set[str]:
 
 
 def _privilege_problem() -> str | None:
-    from tracer.host import privilege_problem
+    from tracer.kernel.host import privilege_problem
 
     return privilege_problem()
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from tracer import __version__
 from tracer.errors import EXIT_BUG, EXIT_HOST, EXIT_OK, EXIT_USAGE, TraceFailure, drop_output
-from tracer.host import tracing_problem
+from tracer.kernel.host import tracing_problem
 
 SUBCOMMANDS = ("doctor", "demo", "report", "export")
 
@@ -201,7 +201,7 @@ def _split_command(argv: list[str]) -> tuple[list[str], list[str]]:
 
 
 def cmd_trace(argv: list[str]) -> int:
-    from tracer.session import TraceOptions, run_trace
+    from tracer.live.session import TraceOptions, run_trace
 
     opts_argv, command = _split_command(argv)
     if "--pid" in opts_argv:
@@ -288,7 +288,7 @@ def cmd_report(argv: list[str]) -> int:
     import json
 
     from tracer.api import TraceError, load
-    from tracer.html import summary_json, write_html
+    from tracer.render.html import summary_json, write_html
     from tracer.report import recompute_gpu
 
     try:
@@ -326,7 +326,7 @@ def cmd_export(argv: list[str]) -> int:
                    help="add iotrace's tracks into this torch.profiler trace, aligned by wall clock")
     args = p.parse_args(argv)
     from tracer.api import TraceError, load
-    from tracer.perfetto import KinetoError, export_perfetto
+    from tracer.render.perfetto import KinetoError, export_perfetto
 
     try:
         path = export_perfetto(load(args.directory), args.perfetto, merge=args.merge)

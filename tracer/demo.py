@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TextIO
 
 from tracer.errors import EXIT_OK, EXIT_USAGE, TraceFailure
-from tracer.session import Session, TraceOptions
+from tracer.live.session import Session, TraceOptions
 
 CONFIGS = (
     ("sync_loading", "num_workers=0: the training loop loads every batch itself"),

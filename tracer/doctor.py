@@ -6,10 +6,10 @@ import os
 from dataclasses import dataclass
 from typing import TextIO
 
-from tracer import _libbpf
-from tracer.histogram import format_ns
-from tracer.host import btf_path, btf_problem, privilege_problem
-from tracer.loader import (
+from tracer.core.histogram import format_ns
+from tracer.kernel import libbpf as _libbpf
+from tracer.kernel.host import btf_path, btf_problem, privilege_problem
+from tracer.kernel.probes import (
     BPF_DIR,
     OBJECTS,
     BadSetting,

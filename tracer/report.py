@@ -12,16 +12,16 @@ from typing import TextIO
 import numpy as np
 import pandas as pd
 
-from tracer import abi
-from tracer.aggregate import FileTotals, Series
 from tracer.api import Trace, TraceError, load
-from tracer.clock import Clock
-from tracer.diagnose import Diagnosis
+from tracer.core import abi
+from tracer.core.diagnose import Diagnosis
+from tracer.core.selfcost import SelfCost
 from tracer.errors import EXIT_USAGE, TraceFailure
-from tracer.files import FileInfo, FileTable
-from tracer.processes import Process, ProcessTable
-from tracer.selfcost import SelfCost
-from tracer.summary import render_summary
+from tracer.live.aggregate import FileTotals, Series
+from tracer.live.clock import Clock
+from tracer.live.files import FileInfo, FileTable
+from tracer.live.processes import Process, ProcessTable
+from tracer.render.summary import render_summary
 
 
 def _text(v) -> str | None:
@@ -98,20 +98,20 @@ def recompute_gpu(trace: Trace, write: bool = True) -> tuple[list[dict], list[di
     no process list per GPU: the GPU belongs to the single `main` process (with several, pid
     is null and the cause `unknown`). Writes DIR/gpu_idle (replacing it) unless `write` is
     False. Returns (gpu_idle rows, gpu rows), or None without a gpu table."""
-    from tracer import gpu
-    from tracer.schema import table_from_rows
+    from tracer.gpu import idle
     from tracer.sinks.parquet import write_segment
+    from tracer.tracedir.schema import table_from_rows
 
     gpu_df = trace["gpu"]
     if gpu_df.empty:
         return None
     gpu_rows = [_plain_row(r) for r in _as_records(gpu_df)]
     loop_rows = [_plain_row(r) for r in _as_records(trace["loop"])]
-    idle = gpu.analyse(gpu_rows, loop_rows)
+    spans = idle.analyse(gpu_rows, loop_rows)
     if write:
-        write_segment(trace.directory / "gpu_idle", table_from_rows("gpu_idle", idle), replace=True)
+        write_segment(trace.directory / "gpu_idle", table_from_rows("gpu_idle", spans), replace=True)
         trace._cache.pop("gpu_idle", None)
-    return idle, gpu_rows
+    return spans, gpu_rows
 
 
 def _as_records(df: pd.DataFrame) -> list[dict]:
@@ -143,7 +143,7 @@ def report(directory: str, out: TextIO) -> int:
     findings = diagnosis.findings()
     gpu = recompute_gpu(trace)
     if gpu is not None:
-        from tracer.diagnose import add_gpu_evidence
+        from tracer.core.diagnose import add_gpu_evidence
 
         add_gpu_evidence(findings, *gpu)
     lost = trace.meta.get("events_lost", 0)

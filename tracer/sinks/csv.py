@@ -6,7 +6,7 @@ tracer leaves every finished row). Columns, in this order:
 time                    end of the interval, UTC, ISO 8601 with milliseconds (2023-11-14T22:13:21.000Z)
 interval_s              length of the interval, seconds
 cpu_usr_pct, cpu_sys_pct, cpu_idl_pct, cpu_wai_pct
-                        dstat's cpu columns, percent (the `system` table, tracer.procfs)
+                        dstat's cpu columns, percent (the `system` table, tracer.live.procfs)
 mem_used_bytes, mem_cache_bytes
                         dstat's memory used and page cache, bytes at the end of the interval
 net_recv_bytes_s, net_send_bytes_s
@@ -43,8 +43,8 @@ import datetime as dt
 from collections.abc import Iterable
 from pathlib import Path
 
-from tracer.diagnose import STATES
-from tracer.histogram import percentile_ns
+from tracer.core.diagnose import STATES
+from tracer.core.histogram import percentile_ns
 from tracer.ui import stats
 
 SYSTEM_COLUMNS = (  # (csv column, `system` row key)
@@ -92,7 +92,7 @@ class CsvSink:
         return cols
 
     def write(self, snapshot, loop_rows: Iterable[dict] = ()) -> None:
-        """One interval: its snapshot (tracer.aggregate.Snapshot) and its `loop` rows."""
+        """One interval: its snapshot (tracer.live.aggregate.Snapshot) and its `loop` rows."""
         if self.closed:
             raise ValueError("CsvSink is closed")
         if self.devices is None:

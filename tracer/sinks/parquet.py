@@ -29,8 +29,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tracer import __version__
-from tracer.private import mkdir_private, open_private
-from tracer.schema import SCHEMA_VERSION, TABLES, table_from_rows
+from tracer.tracedir.private import mkdir_private, open_private
+from tracer.tracedir.schema import SCHEMA_VERSION, TABLES, table_from_rows
 
 if TYPE_CHECKING:
     from typing import Self
@@ -161,7 +161,7 @@ class TraceWriter:
     def add(self, table: str, rows: list[Mapping[str, object]]) -> None:
         """Buffer `rows` for `table` until the next flush.
 
-        Rows are checked against the table's schema now (see `tracer.schema.table_from_rows`), so
+        Rows are checked against the table's schema now (see `tracer.tracedir.schema.table_from_rows`), so
         a bad row raises ValueError here, at the caller, and never at flush time.
         """
         self._check_open()

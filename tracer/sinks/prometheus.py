@@ -12,7 +12,7 @@ Metrics (base units; docs/prometheus.md has the full description and example que
   iotrace_syscall_io_latency_seconds{role,op}        histogram, read/write/fsync/... on files
   iotrace_read_bytes_total{role,layer}               counter, layer = syscall | block
   iotrace_written_bytes_total{role,layer}            counter
-  iotrace_training_loop_seconds_total{state}         counter, tracer.diagnose.STATES
+  iotrace_training_loop_seconds_total{state}         counter, tracer.core.diagnose.STATES
   iotrace_gpu_idle_seconds_total{gpu,cause}          counter
   iotrace_findings{kind}                             gauge, severity 0-100 (0: not found now)
   iotrace_events_lost_total                          counter
@@ -58,8 +58,8 @@ from prometheus_client.core import (
 from prometheus_client.utils import floatToGoString
 
 from tracer import __version__
-from tracer.abi import MAP_FULL_MAPS
-from tracer.diagnose import KINDS, STATES
+from tracer.core.abi import MAP_FULL_MAPS
+from tracer.core.diagnose import KINDS, STATES
 
 DEFAULT_HOST = "127.0.0.1"
 # The Prometheus wiki's exporter range (9100-9999) is fully allocated; 9473 is free of everything
@@ -201,14 +201,14 @@ class PrometheusSink:
                gpu_idle_rows: Iterable[dict] = (), events_lost: int = 0) -> None:
         """Folds one interval in.
 
-        snapshot       tracer.aggregate.Snapshot of the interval (its latency rows are deltas)
+        snapshot       tracer.live.aggregate.Snapshot of the interval (its latency rows are deltas)
         loop_rows      the interval's `loop` rows (one per training process)
-        findings       the findings as they stand now (tracer.diagnose.Finding or findings rows);
+        findings       the findings as they stand now (tracer.core.diagnose.Finding or findings rows);
                        they replace the previous ones: a kind not among them goes back to 0
         gpu_idle_rows  `gpu_idle` rows of spans that ended in this interval, each span once
         events_lost    the ring buffer's cumulative lost-event count (Probes.events_lost());
                        the counter never goes down, whatever is passed
-        snapshot.cost, when set (tracer.selfcost.SelfCost), gives the iotrace_self_* metrics.
+        snapshot.cost, when set (tracer.core.selfcost.SelfCost), gives the iotrace_self_* metrics.
         """
         severity: dict[str, int] = {}
         for f in findings:

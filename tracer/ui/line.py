@@ -4,7 +4,7 @@
         time|usr sys wai| read  writ|  ops/s    p99|dwio dwcpu load ckpt comp other|kind
     22:13:22| 35   8  22|  150  10.0|    161 5.01ms|  45    10    0    0   40     5|dataloader_io_bound
 
-Columns: local time at the end of the interval; cpu usr/sys/wai percent (dstat's, tracer.procfs);
+Columns: local time at the end of the interval; cpu usr/sys/wai percent (dstat's, tracer.live.procfs);
 disk read/write MB/s (2**20 bytes, whole disks, dstat's dsk/total); file read syscalls of every
 traced process per second and their p99 latency (log2 histogram); the training loop's time by
 state in percent (dwio/dwcpu: data wait I/O/CPU, load: sync loading, ckpt: checkpoint, comp:
@@ -17,8 +17,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import TextIO
 
-from tracer.diagnose import STATES
-from tracer.histogram import percentile_ns
+from tracer.core.diagnose import STATES
+from tracer.core.histogram import percentile_ns
 from tracer.ui import stats
 from tracer.ui.fmt import clock, short_ns
 
@@ -53,7 +53,7 @@ def _mbs(n: float) -> str:
 
 def interval_line(snapshot, loop_rows: Iterable[dict] = (), findings: Sequence = (),
                   interval_s: float = 1.0) -> str:
-    """The line of one interval: `snapshot` (tracer.aggregate.Snapshot), its `loop` rows, the
+    """The line of one interval: `snapshot` (tracer.live.aggregate.Snapshot), its `loop` rows, the
     current findings (most severe first); `interval_s` stands in when the snapshot has no
     interval (the first of a run)."""
     itv_s = stats.interval_ns(snapshot, interval_s) / 1e9

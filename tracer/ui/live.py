@@ -110,7 +110,7 @@ class LiveView:
     # -- per interval ----------------------------------------------------------------------------
     def update(self, snapshot, loop_rows: Iterable[dict] = (), findings: Sequence = (),
                events_lost: int = 0) -> None:
-        """One interval's snapshot (tracer.aggregate.Snapshot), its `loop` rows, the current
+        """One interval's snapshot (tracer.live.aggregate.Snapshot), its `loop` rows, the current
         findings (most severe first) and the events lost so far; redraws the screen."""
         with self._lock:
             self.state.update(snapshot, loop_rows, findings, events_lost)

@@ -1,6 +1,6 @@
 """Numbers the live view, the interval line and the CSV sink derive from snapshots (pure).
 
-Every function here takes rows exactly as `tracer.aggregate.Snapshot` holds them and returns
+Every function here takes rows exactly as `tracer.live.aggregate.Snapshot` holds them and returns
 plain values; nothing reads the kernel or /proc. Definitions shared by all three outputs:
 
 - file I/O of a process: its `syscall` latency rows with target ``file`` (reads and writes of
@@ -20,10 +20,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from tracer.abi import MAX_SLOTS
-from tracer.aggregate import PAGE_SIZE
-from tracer.diagnose import STATES
-from tracer.roles import CHILD, DATALOADER_WORKER, MAIN
+from tracer.core.abi import MAX_SLOTS
+from tracer.core.diagnose import STATES
+from tracer.core.roles import CHILD, DATALOADER_WORKER, MAIN
+from tracer.live.aggregate import PAGE_SIZE
 
 ROLES = (MAIN, DATALOADER_WORKER, CHILD)
 """Roles in display order; rows whose role is unknown (None) show as ``?``."""

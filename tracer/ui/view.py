@@ -14,7 +14,7 @@ text. What each pane shows:
 - `SystemPane`: `dstat -cmnd` columns, one line per interval of the window (dstat scrolls).
 
 Units: MB is 2**20 bytes (as `iostat -m`), kB 1024 bytes (as iostat); latencies are log2
-histogram percentiles (see tracer.histogram: exact to a factor of two, interpolated within).
+histogram percentiles (see tracer.core.histogram: exact to a factor of two, interpolated within).
 Definitions of file I/O, block I/O and "blocked" are in tracer.ui.stats.
 """
 
@@ -31,10 +31,10 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from tracer.abi import MAX_SLOTS, slot_bounds_ns
-from tracer.diagnose import STATES
-from tracer.histogram import format_ns, percentile_ns
-from tracer.roles import CHILD, DATALOADER_WORKER, MAIN
+from tracer.core.abi import MAX_SLOTS, slot_bounds_ns
+from tracer.core.diagnose import STATES
+from tracer.core.histogram import format_ns, percentile_ns
+from tracer.core.roles import CHILD, DATALOADER_WORKER, MAIN
 from tracer.ui import stats
 from tracer.ui.fmt import clock, dstat_bytes, elapsed, short_ns
 
@@ -308,7 +308,7 @@ class ProcessPane:
 
 
 def histogram_lines(counts: Sequence[int], bar_width: int = HIST_BAR) -> list[str]:
-    """biolatency's table in fewer columns than tracer.histogram.render (compact bounds, a
+    """biolatency's table in fewer columns than tracer.core.histogram.render (compact bounds, a
     shorter bar), so it fits beside the system pane: the span of non-empty slots only."""
     used = [i for i, n in enumerate(counts) if n]
     if not used:
@@ -399,7 +399,7 @@ class FilesPane:
 
 
 class DevicePane(_SizedPane):
-    """`iostat -x` columns per disk for the last interval (tracer.procfs has the formulas)."""
+    """`iostat -x` columns per disk for the last interval (tracer.live.procfs has the formulas)."""
 
     def body(self) -> Table | Text:
         last = self.state.last

@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 
 import psutil
 
-from tracer import abi
-from tracer.clock import Clock
-from tracer.roles import DATALOADER_WORKER, PIN_COMM, role_of
+from tracer.core import abi
+from tracer.core.roles import DATALOADER_WORKER, PIN_COMM, role_of
+from tracer.live.clock import Clock
 
 
 @dataclass

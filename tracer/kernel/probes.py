@@ -14,8 +14,9 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from tracer import _libbpf, abi
-from tracer._libbpf import (
+from tracer.core import abi
+from tracer.kernel import libbpf as _libbpf
+from tracer.kernel.libbpf import (
     BpfObject,
     LibbpfError,
     LibbpfMissing,
@@ -26,14 +27,14 @@ from tracer._libbpf import (
     ProgStats,
     RingBuffer,
 )
-from tracer.procfs import in_flight_by_devt
+from tracer.live.procfs import in_flight_by_devt
 
 # At the end of a trace, how long the disks of held block records are watched for a moment with
 # nothing in flight (block_unseen): a job on the same disk keeps a request in flight 62 % of the
 # time here (iowork --direct, queue depth 1), so one look misses a record that ended unseen.
 LEFTOVER_WAIT_S = 0.5
 
-BPF_DIR = Path(__file__).parent / "bpf"
+BPF_DIR = Path(__file__).parent.parent / "bpf"
 PAGE_SHIFT = (os.sysconf("SC_PAGE_SIZE") - 1).bit_length()
 
 OBJECTS = ("proc", "syscall", "pagecache", "block", "sched")  # proc first: it makes the shared maps

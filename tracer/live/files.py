@@ -18,9 +18,9 @@ import stat
 import time
 from dataclasses import dataclass
 
-from tracer.abi import NAME_LEN, FileEvent, dev_major_minor
-from tracer.devices import device_name
-from tracer.redact import Redactor
+from tracer.core.abi import NAME_LEN, FileEvent, dev_major_minor
+from tracer.core.redact import Redactor
+from tracer.live.devices import device_name
 
 KERNEL, INODE, PROC_FD, PROC_MAPS, LOOKUP, SIBLING, TRUNCATED, UNKNOWN = (
     "kernel", "inode", "proc_fd", "proc_maps", "lookup", "sibling", "truncated", "unknown")

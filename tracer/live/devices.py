@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from tracer.abi import dev_major_minor
+from tracer.core.abi import dev_major_minor
 
 SYS_DEV_BLOCK = "/sys/dev/block"
 

@@ -26,7 +26,7 @@ import hashlib
 import os
 import re
 
-from tracer.roles import ELASTIC_COMM, PIN_COMM, WORKER_COMM
+from tracer.core.roles import ELASTIC_COMM, PIN_COMM, WORKER_COMM
 
 # Launchers and interpreters a training job is started with: their names say how the job runs
 # and nothing about it.

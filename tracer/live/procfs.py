@@ -7,11 +7,11 @@ Two layers, as psutil has them:
   of its format and names its quirks;
 - `ProcSampler`, which reads those files under an overridable proc root (and the list of disks
   under an overridable sys root) once per interval and turns counter deltas into the rows of
-  the `devices` and `system` tables (`tracer.schema`).
+  the `devices` and `system` tables (`tracer.tracedir.schema`).
 
 Why not psutil here. psutil reads /proc through one process-wide setting, ``psutil.PROCFS_PATH``;
 pointing it at canned files would also redirect the psutil calls the rest of the tracer makes
-in the same process (`tracer.processes`, `tracer.session`), so it cannot serve as a per-sampler
+in the same process (`tracer.live.processes`, `tracer.live.session`), so it cannot serve as a per-sampler
 proc root. It also cannot give iostat's columns: `psutil.disk_io_counters` has no weighted time in
 queue (iostat's aqu-sz) and no discard counters (part of iostat's await), and it reads
 /sys/block itself. Its CPU times come as float seconds and its "used" memory follows `free`, not
@@ -31,7 +31,7 @@ iostat -x, as sysstat 12 computes it (iostat.c `write_ext_stat`, common.c
 - %util = ms with I/O in flight / interval ms * 100; not capped at 100, as iostat does not cap it.
 
 One deliberate difference: iostat measures the interval with /proc/uptime, in 1/100 s; here it is
-the difference of the ``ts_ns`` the caller gives (`tracer.clock.Clock.now_ns`, which is
+the difference of the ``ts_ns`` the caller gives (`tracer.live.clock.Clock.now_ns`, which is
 CLOCK_MONOTONIC shifted to UTC, so it never jumps), accurate to the nanosecond.
 
 dstat, as dstat 0.7.4 (and its successor dool) computes the columns kept here:
@@ -345,7 +345,7 @@ class ProcSampler:
     def sample(self, ts_ns: int) -> tuple[list[dict[str, object]], dict[str, object] | None]:
         """Rows for the interval that ends now, stamped `ts_ns`.
 
-        `ts_ns` is UTC nanoseconds from a clock that does not jump (`tracer.clock.Clock.now_ns`):
+        `ts_ns` is UTC nanoseconds from a clock that does not jump (`tracer.live.clock.Clock.now_ns`):
         the interval is the difference between two calls' `ts_ns`. The first call only reads
         the counters and returns ([], None). Later calls return one `devices` row per whole disk
         (columns of iostat -x, see the module docstring; rates per second, kB = 1024 bytes, times
@@ -358,7 +358,7 @@ class ProcSampler:
         if prev is not None and ts_ns <= prev.ts_ns:
             raise ValueError(
                 f"ts_ns {ts_ns} is not after the previous sample's {prev.ts_ns}: "
-                "pass a monotonic-based time such as tracer.clock.Clock().now_ns()"
+                "pass a monotonic-based time such as tracer.live.clock.Clock().now_ns()"
             )
         cur = self._read(ts_ns)
         self._prev = cur

@@ -13,7 +13,7 @@ import resource
 import time
 from dataclasses import dataclass, field
 
-from tracer.histogram import format_bytes, format_ns
+from tracer.core.histogram import format_bytes, format_ns
 
 TOP_PROGRAMS = 5  # programs listed in the summary, most time first
 # --bpf-stats: "sampled" (default) counts the programs' runs during the first STATS_SHARE of

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from tracer.abi import slot_bounds_ns
+from tracer.core.abi import slot_bounds_ns
 
 BAR_WIDTH = 40
 

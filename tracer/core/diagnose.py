@@ -23,8 +23,8 @@ from collections import defaultdict, deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from tracer.histogram import format_bytes, format_ns, percentile_ns
-from tracer.roles import DATALOADER_WORKER, MAIN
+from tracer.core.histogram import format_bytes, format_ns, percentile_ns
+from tracer.core.roles import DATALOADER_WORKER, MAIN
 
 STATES = ("data_wait_io", "data_wait_cpu", "sync_loading", "checkpoint", "compute", "other")
 IO_KINDS = ("sync_loading", "dataloader_io_bound", "checkpoint_stall", "device_saturated",
@@ -701,7 +701,7 @@ def add_gpu_evidence(findings: list[Finding], idle_rows: list[dict], gpu_rows: l
     DataLoader reads")."""
     if not gpu_rows:
         return
-    from tracer.gpu import gpu_evidence, gpu_sentences
+    from tracer.gpu.idle import gpu_evidence, gpu_sentences
 
     ev = gpu_evidence(idle_rows, gpu_rows)
     sentences = gpu_sentences(ev)

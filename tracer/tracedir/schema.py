@@ -93,7 +93,7 @@ TABLES: dict[str, pa.Schema] = {
         _field("role", DICT_STRING),
         _field("path", DICT_STRING),  # absolute, as the process sees it; "(deleted)" appended
         # kernel (dentry walk), proc_fd, sibling (the record was lost: found in a directory of
-        # files whose records came), unknown; tracer/files.py has them all
+        # files whose records came), unknown; tracer/live/files.py has them all
         _field("path_source", DICT_STRING),
         _field("fs_type", DICT_STRING),  # ext4, xfs, overlay, nfs, fuse, tmpfs, ...
         _field("device", DICT_STRING),  # the file system's device, MAJ:MIN or disk name
@@ -141,12 +141,12 @@ TABLES: dict[str, pa.Schema] = {
         _field("woken_by_other_ns", NS),
         # The read/write/fsync of a regular file the thread was in when the interval ended
         # (main threads of `main` processes only), its file and when it started: a syscall
-        # lasting seconds is charged in the intervals it spans (tracer.diagnose).
+        # lasting seconds is charged in the intervals it spans (tracer.core.diagnose).
         _field("syscall_op", DICT_STRING, nullable=True),
         _field("syscall_path", DICT_STRING, nullable=True),
         _field("syscall_since", TIMESTAMP, nullable=True),
     ),
-    # The training loop's time per interval, classified (tracer.diagnose has the rules).
+    # The training loop's time per interval, classified (tracer.core.diagnose has the rules).
     "loop": _schema(
         _field("ts", TIMESTAMP),  # end of the interval
         _field("pid", pa.int32()),  # the main process; its main thread is the loop
@@ -159,7 +159,7 @@ TABLES: dict[str, pa.Schema] = {
         _field("other_ns", NS),
         _field("state", DICT_STRING),  # the largest of the six
     ),
-    # Per whole disk per interval, the columns of `iostat -x` (tracer.procfs has the formulas).
+    # Per whole disk per interval, the columns of `iostat -x` (tracer.live.procfs has the formulas).
     "devices": _schema(
         _field("ts", TIMESTAMP),  # end of the interval
         _field("device", DICT_STRING),  # kernel name, e.g. "nvme0n1" (node_exporter's `device`)
@@ -173,7 +173,7 @@ TABLES: dict[str, pa.Schema] = {
         _field("aqu_sz", pa.float64()),  # mean number of requests in flight
         _field("util_pct", pa.float64()),  # percent of the interval with a request in flight
     ),
-    # Host-wide per interval, the columns of `dstat -cdnm` (tracer.procfs has the definitions).
+    # Host-wide per interval, the columns of `dstat -cdnm` (tracer.live.procfs has the definitions).
     "system": _schema(
         _field("ts", TIMESTAMP),  # end of the interval
         _field("cpu_user_pct", pa.float64()),  # user + nice + irq + softirq, as dstat's usr
@@ -225,7 +225,7 @@ TABLES: dict[str, pa.Schema] = {
         _field("ts", TIMESTAMP),  # when the verdict was reached
         _field("start", TIMESTAMP),  # the span of the trace it covers
         _field("end", TIMESTAMP),
-        _field("kind", DICT_STRING),  # sync_loading, dataloader_io_bound, ... (tracer.diagnose)
+        _field("kind", DICT_STRING),  # sync_loading, dataloader_io_bound, ... (tracer.core.diagnose)
         _field("severity", pa.int32()),  # 0-100
         _field("pid", pa.int32(), nullable=True),  # the training process it is about
         _field("summary", pa.string()),  # one sentence in plain words, with the key numbers

@@ -27,9 +27,11 @@ from typing import TYPE_CHECKING, TextIO
 
 import psutil
 
-from tracer import abi, gpu
-from tracer.clock import Clock
-from tracer.diagnose import Diagnosis, add_gpu_evidence
+from tracer.core import abi
+from tracer.core.diagnose import Diagnosis, add_gpu_evidence
+from tracer.core.redact import Redactor
+from tracer.core.roles import ELASTIC_COMM, WORKER_COMM
+from tracer.core.selfcost import STATS_SHARE, ProgramCost, SelfCost, TracerMeter
 from tracer.errors import (
     EXIT_HOST,
     EXIT_OK,
@@ -38,25 +40,24 @@ from tracer.errors import (
     TraceFailure,
     drop_output,
 )
-from tracer.files import FileTable
-from tracer.host import tracing_problem, yield_to_job
-from tracer.loader import BadSetting, HostCannotTrace, Probes
-from tracer.processes import ProcessTable
-from tracer.procfs import ProcSampler
-from tracer.redact import Redactor
-from tracer.roles import ELASTIC_COMM, WORKER_COMM
-from tracer.selfcost import STATS_SHARE, ProgramCost, SelfCost, TracerMeter
+from tracer.gpu import nvml
+from tracer.kernel.host import tracing_problem, yield_to_job
+from tracer.kernel.probes import BadSetting, HostCannotTrace, Probes
+from tracer.live.clock import Clock
+from tracer.live.files import FileTable
+from tracer.live.processes import ProcessTable
+from tracer.live.procfs import ProcSampler
 
 if TYPE_CHECKING:
-    from tracer.aggregate import Snapshot
+    from tracer.live.aggregate import Snapshot
     from tracer.sinks.csv import CsvSink
     from tracer.sinks.parquet import TraceWriter
     from tracer.sinks.prometheus import PrometheusSink
     from tracer.ui import LinePrinter, LiveView
 
 # Imported while the BPF objects load (a thread), so that they do not delay attaching.
-HEAVY_MODULES = ("tracer.aggregate", "tracer.sinks.parquet", "tracer.sinks.csv",
-                 "tracer.sinks.prometheus", "tracer.ui", "tracer.summary")
+HEAVY_MODULES = ("tracer.live.aggregate", "tracer.sinks.parquet", "tracer.sinks.csv",
+                 "tracer.sinks.prometheus", "tracer.ui", "tracer.render.summary")
 
 
 def _preload() -> threading.Thread:
@@ -78,7 +79,7 @@ class NoPandas:
 
     def find_spec(self, name: str, path=None, target=None):
         if name == "pandas" or name.startswith("pandas."):
-            raise ModuleNotFoundError("iotrace: not while tracing (tracer/session.py NoPandas)",
+            raise ModuleNotFoundError("iotrace: not while tracing (tracer/live/session.py NoPandas)",
                                       name=name)
         return None
 
@@ -245,7 +246,7 @@ class Session:
         self.processes = ProcessTable(self.clock)
         self.redact = Redactor(opts.redact_paths)
         self.files = FileTable(self.redact)
-        self.aggregator = None  # made once attached (tracer.aggregate imports numpy)
+        self.aggregator = None  # made once attached (tracer.live.aggregate imports numpy)
         try:
             self.probes = Probes(slow_ns=int(opts.slow_ms * 1e6), auto_discover=opts.auto)
         except BadSetting as e:
@@ -270,7 +271,7 @@ class Session:
         self.view: LiveView | None = None
         self.lines: LinePrinter | None = None
         self.csv: CsvSink | None = None
-        self.gpu: gpu.GpuMonitor | None = None
+        self.gpu: nvml.GpuMonitor | None = None
         self.gpu_note: str | None = None  # why GPU sampling is off, when it is
         self.gpu_rows: deque[dict] = deque(maxlen=GPU_ROWS_KEPT)
         self.gpu_idle: list[dict] = []
@@ -319,11 +320,11 @@ class Session:
             raise TraceFailure(str(e), EXIT_HOST) from None
         self._check_targets_alive()
         try:
-            source, self.gpu_note = gpu.open_source(self.opts.gpu)
-        except gpu.GpuUnavailable as e:
+            source, self.gpu_note = nvml.open_source(self.opts.gpu)
+        except nvml.GpuUnavailable as e:
             raise TraceFailure(str(e), EXIT_HOST) from None
         if source is not None:
-            self.gpu = gpu.GpuMonitor(source)
+            self.gpu = nvml.GpuMonitor(source)
         if self.opts.prometheus:
             from tracer.sinks.prometheus import PrometheusSink
 
@@ -353,7 +354,7 @@ class Session:
         # normal priority); attaching ran at the normal one, so as not to delay it.
         yield_to_job()
         preload.join()
-        from tracer.aggregate import Aggregator
+        from tracer.live.aggregate import Aggregator
         from tracer.sinks.csv import CsvSink
         from tracer.sinks.parquet import TraceWriter
         from tracer.ui import LinePrinter, LiveView
@@ -537,7 +538,7 @@ class Session:
             if _gone(proc.pid):  # died before it was tracked, or its exit event was lost
                 self.processes.mark_gone(proc.pid)
         epoch = self.probes.next_epoch()
-        from tracer.aggregate import Reading
+        from tracer.live.aggregate import Reading
 
         file_stats = self.probes.read_file_stats()
         # Per-file counters idle for FILE_IDLE_INTERVALS are deleted (a job reading millions of
@@ -725,7 +726,7 @@ class Session:
                   f"{lost} events lost.")
         if self.gpu_note:
             header += f"\n{self.gpu_note}."
-        from tracer.summary import render_summary
+        from tracer.render.summary import render_summary
 
         return render_summary(self.aggregator.totals, self.processes, header,
                               self.aggregator.file_totals, self.files, findings, cost,

@@ -59,8 +59,8 @@ from pathlib import Path
 import pandas as pd
 
 from tracer.api import Trace, TraceError, load
-from tracer.private import open_private
-from tracer.segments import _first_line, segment_problems
+from tracer.tracedir.private import open_private
+from tracer.tracedir.segments import _first_line, segment_problems
 
 IOTRACE_PID = 0x7A00_0000
 """pid of the ``iotrace`` process in a merged trace (Linux PIDs stay below 2^22)."""

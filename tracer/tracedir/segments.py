@@ -14,7 +14,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tracer.schema import SCHEMA_VERSION, SCHEMA_VERSION_KEY, TABLES
+from tracer.tracedir.schema import SCHEMA_VERSION, SCHEMA_VERSION_KEY, TABLES
 
 
 def segment_problems(
@@ -25,7 +25,7 @@ def segment_problems(
 
     A segment is listed when it is empty, not Parquet or cut short (no readable footer), written
     with another schema version, or foreign: it lacks one of `columns` (default: every column of
-    the table in `tracer.schema.TABLES`) or has one with another type (dictionary-encoded and
+    the table in `tracer.tracedir.schema.TABLES`) or has one with another type (dictionary-encoded and
     plain strings count as the same). With `read_data`, every segment is also read in full,
     which finds damaged data pages (slower: reads the whole table). Returns ``(path, reason)``
     pairs in segment order; an empty list when all are fine.

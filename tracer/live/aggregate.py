@@ -12,12 +12,12 @@ from typing import NamedTuple
 
 import numpy as np
 
-from tracer import abi
-from tracer.devices import device_name
-from tracer.files import FileTable
-from tracer.processes import ProcessTable
-from tracer.roles import CHILD
-from tracer.selfcost import SelfCost
+from tracer.core import abi
+from tracer.core.roles import CHILD
+from tracer.core.selfcost import SelfCost
+from tracer.live.devices import device_name
+from tracer.live.files import FileTable
+from tracer.live.processes import ProcessTable
 
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 NO_SYSCALL = {"syscall_op": None, "syscall_path": None, "syscall_since": None}

@@ -42,7 +42,7 @@ from tracer.api import (
     role_counts,
     series_label,
 )
-from tracer.private import open_private
+from tracer.tracedir.private import open_private
 
 LOOP_STATES = ("data_wait_io", "data_wait_cpu", "sync_loading", "checkpoint", "compute", "other")
 STATE_COLOURS = {
@@ -307,7 +307,7 @@ def render_html(trace: Trace) -> str:
         "<h2>Training loop, file reads and GPU over time</h2>",
         _figure(timeline_svg(trace),
                 "Top: the share of each interval the training loop spent in each state "
-                "(tracer.diagnose classifies it). Middle: bytes read from files by read "
+                "(tracer.core.diagnose classifies it). Middle: bytes read from files by read "
                 "syscalls per second, per role. Bottom: GPU utilisation from NVML, with the GPU's "
                 "idle spans shaded by what the training loop was doing (their cause).",
                 "No training-loop, file-read or GPU rows in this trace."),

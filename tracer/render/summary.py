@@ -6,12 +6,12 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from tracer.aggregate import PAGE_SIZE, FileTotals, Series
-from tracer.diagnose import Finding, render_findings
-from tracer.files import FileTable
-from tracer.histogram import MaxSeen, format_bytes, format_ns, percentile_ns, render
-from tracer.processes import ProcessTable
-from tracer.selfcost import SelfCost, render_self_cost
+from tracer.core.diagnose import Finding, render_findings
+from tracer.core.histogram import MaxSeen, format_bytes, format_ns, percentile_ns, render
+from tracer.core.selfcost import SelfCost, render_self_cost
+from tracer.live.aggregate import PAGE_SIZE, FileTotals, Series
+from tracer.live.files import FileTable
+from tracer.live.processes import ProcessTable
 
 HISTOGRAM_MIN_OPS = 10  # fewer operations get their one summary line only
 TOP_FILES = 10

@@ -1,0 +1,296 @@
+"""GPU idle spans, and what the training loop was doing while the GPU idled. Pure: rows in,
+rows out; `iotrace report` and the live `GpuMonitor` share it."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+STATES = ("data_wait_io", "data_wait_cpu", "sync_loading", "checkpoint", "compute", "other")
+"""The training-loop states of the `loop` table (same order as `tracer.diagnose.STATES`)."""
+
+UNKNOWN = "unknown"
+"""The cause of an idle span no loop interval overlaps (or whose GPU has no known process)."""
+
+IDLE_UTIL_PCT = 5.0
+"""A sample at or below this utilisation is idle."""
+
+MIN_IDLE_SAMPLES = 2
+"""A hard idle span needs at least this many consecutive idle samples..."""
+
+MIN_IDLE_NS = 333_333_334
+"""...or idle samples covering at least this long (two periods of the common 1/6 s sampling): a GPU
+that samples once a second, or a utilisation-rates row standing for an empty sample buffer."""
+
+
+# -- idle spans ---------------------------------------------------------------------------------
+
+
+def ns_of(value: Any) -> int:
+    """int ns from an int, a pandas Timestamp/Timedelta, or a numpy datetime64/timedelta64/integer."""
+    if isinstance(value, int):
+        return value
+    inner = getattr(value, "value", None)  # pandas Timestamp / Timedelta: ns since the epoch (UTC)
+    if isinstance(inner, int):
+        return inner
+    dtype = str(getattr(value, "dtype", ""))
+    if dtype.startswith("datetime64"):
+        return int(value.astype("datetime64[ns]").astype("int64"))
+    if dtype.startswith("timedelta64"):
+        return int(value.astype("timedelta64[ns]").astype("int64"))
+    return int(value)
+
+
+@dataclass(frozen=True)
+class IdleSpan:
+    gpu: int
+    start: int  # UTC ns: the start of the first idle sample's period
+    end: int  # UTC ns: the end of the last idle sample's period
+    samples: int
+
+    @property
+    def duration_ns(self) -> int:
+        return self.end - self.start
+
+
+class IdleDetector:
+    """Hard idle spans from `gpu` rows fed in time order per GPU (as `GpuSampler.poll` makes them).
+
+    A run of consecutive rows with util <= threshold_pct is a span when it has at least min_samples
+    rows, or covers at least min_duration_ns. A span is returned by the `feed` whose rows end it (the
+    first busy row after it); `flush` ends the runs still open (end of trace, or a lost GPU).
+    """
+
+    def __init__(self, threshold_pct: float = IDLE_UTIL_PCT, min_samples: int = MIN_IDLE_SAMPLES,
+                 min_duration_ns: int = MIN_IDLE_NS) -> None:
+        self.threshold_pct = threshold_pct
+        self.min_samples = min_samples
+        self.min_duration_ns = min_duration_ns
+        self._runs: dict[int, list[int]] = {}  # gpu -> [start, end, samples]
+
+    def feed(self, rows: Iterable[Mapping[str, Any]]) -> list[IdleSpan]:
+        spans = []
+        for row in rows:
+            gpu = int(row["gpu"])
+            ts = ns_of(row["ts"])
+            start = ts - ns_of(row["sample_period_ns"])
+            run = self._runs.get(gpu)
+            if float(row["util_pct"]) <= self.threshold_pct:
+                if run is None:
+                    self._runs[gpu] = [start, ts, 1]
+                else:
+                    run[1] = ts
+                    run[2] += 1
+            elif run is not None:
+                span = self._close(gpu)
+                if span:
+                    spans.append(span)
+        return spans
+
+    def _close(self, gpu: int) -> IdleSpan | None:
+        start, end, n = self._runs.pop(gpu)
+        if n >= self.min_samples or end - start >= self.min_duration_ns:
+            return IdleSpan(gpu, start, end, n)
+        return None
+
+    def flush(self, gpu: int | None = None) -> list[IdleSpan]:
+        """End the open runs (of one GPU, or all) and return those that are spans."""
+        gpus = sorted(self._runs) if gpu is None else [gpu] if gpu in self._runs else []
+        return [s for s in (self._close(g) for g in gpus) if s]
+
+    def open_since(self) -> int | None:
+        """The start of the earliest run still open (its span may still come), or None."""
+        return min((r[0] for r in self._runs.values()), default=None)
+
+
+def idle_spans(gpu_rows: Iterable[Mapping[str, Any]], **kwargs: Any) -> list[IdleSpan]:
+    """All hard idle spans of a whole `gpu` table (any row order), by GPU then start."""
+    rows = sorted(gpu_rows, key=lambda r: (int(r["gpu"]), ns_of(r["ts"])))
+    detector = IdleDetector(**kwargs)
+    spans = detector.feed(rows) + detector.flush()
+    return sorted(spans, key=lambda s: (s.gpu, s.start))
+
+
+def soft_idle_s(gpu_rows: Iterable[Mapping[str, Any]], start_ns: int, end_ns: int) -> dict[int, float]:
+    """Soft idle seconds per GPU in [start_ns, end_ns): the sum of (1 - util/100) * period over the
+    rows, a row straddling a bound counting with the part of its period inside."""
+    out: dict[int, float] = {}
+    for row in gpu_rows:
+        gpu = int(row["gpu"])
+        hi = ns_of(row["ts"])
+        lo = hi - ns_of(row["sample_period_ns"])
+        inside = min(hi, end_ns) - max(lo, start_ns)
+        out.setdefault(gpu, 0.0)
+        if inside > 0:
+            out[gpu] += (1.0 - float(row["util_pct"]) / 100.0) * inside / 1e9
+    return out
+
+
+# -- attribution --------------------------------------------------------------------------------
+
+
+def gpu_owners(processes: Mapping[int, Sequence[int]],
+               main_of: Mapping[int, int] | Callable[[int], int | None]) -> dict[int, int]:
+    """GPU index -> the traced main process using it.
+
+    `processes` is `GpuSampler.processes` (per GPU, host PIDs, most device memory first);
+    `main_of` maps a traced PID (the main process or any of its workers/children) to its main
+    process and leaves untraced PIDs out (or returns None). The first traced PID on a GPU wins.
+    """
+    lookup = main_of.get if isinstance(main_of, Mapping) else main_of
+    owners = {}
+    for gpu, pids in processes.items():
+        for pid in pids:
+            main = lookup(pid)
+            if main is not None:
+                owners[gpu] = int(main)
+                break
+    return owners
+
+
+def attribute(spans: Iterable[IdleSpan | Mapping[str, Any]], loop_rows: Iterable[Mapping[str, Any]],
+              gpu_pids: Mapping[int, int] | None = None) -> list[dict]:
+    """Rows of the `gpu_idle` table: each span with what the training loop did during it.
+
+    `loop_rows` are rows of the `loop` table (ts = end of the interval). The span's pid is
+    gpu_pids[gpu]; without an entry, the single pid of `loop_rows` (offline rule), else null.
+    Each loop interval overlapping the span gives its state times in proportion to the overlap
+    (uniform within the interval). `<state>_frac` are the shares of the covered part of the span
+    (they add up to 1 when anything is covered); `coverage` is the share of the span that loop
+    intervals cover; cause = the state with the largest share ("unknown" when nothing is covered);
+    confidence = that share x coverage.
+    """
+    gpu_pids = dict(gpu_pids or {})
+    by_pid: dict[int, list[tuple[int, int, dict[str, int]]]] = {}
+    for row in loop_rows:
+        end = ns_of(row["ts"])
+        start = end - ns_of(row["interval_ns"])
+        by_pid.setdefault(int(row["pid"]), []).append(
+            (start, end, {s: ns_of(row[f"{s}_ns"]) for s in STATES}))
+    single = next(iter(by_pid)) if len(by_pid) == 1 else None
+    out = []
+    for span in spans:
+        if isinstance(span, Mapping):
+            span = IdleSpan(int(span["gpu"]), ns_of(span["start"]), ns_of(span["end"]),
+                            int(span.get("samples", 0)))
+        pid = gpu_pids.get(span.gpu, single)
+        duration = span.duration_ns
+        state_ns = dict.fromkeys(STATES, 0.0)
+        covered = 0
+        intervals = by_pid.get(pid, []) if pid is not None else []
+        for lo, hi, ns in intervals:
+            overlap = min(hi, span.end) - max(lo, span.start)
+            if overlap <= 0 or hi <= lo:
+                continue
+            covered += overlap
+            for s in STATES:
+                state_ns[s] += ns[s] * overlap / (hi - lo)
+        total = sum(state_ns.values())
+        fracs = {s: (state_ns[s] / total if total > 0 else 0.0) for s in STATES}
+        coverage = min(1.0, covered / duration) if duration > 0 else 0.0
+        if total > 0:
+            cause = max(STATES, key=lambda s: fracs[s])  # ties: the earlier state in STATES
+            confidence = fracs[cause] * coverage
+        else:
+            cause, confidence = UNKNOWN, 0.0
+        out.append({"start": span.start, "end": span.end, "duration_ns": duration, "gpu": span.gpu,
+                    "pid": pid, "cause": cause, **{f"{s}_frac": fracs[s] for s in STATES},
+                    "coverage": coverage, "confidence": confidence})
+    return out
+
+
+def analyse(gpu_rows: Sequence[Mapping[str, Any]], loop_rows: Iterable[Mapping[str, Any]],
+            gpu_pids: Mapping[int, int] | None = None, **detector: Any) -> list[dict]:
+    """Offline (`iotrace report`): the `gpu_idle` rows of a whole trace."""
+    return attribute(idle_spans(gpu_rows, **detector), loop_rows, gpu_pids)
+
+
+# -- evidence -----------------------------------------------------------------------------------
+
+
+CAUSE_WORDS = {
+    "data_wait_io": "while the loop waited on DataLoader reads",
+    "data_wait_cpu": "while the loop waited on DataLoader workers busy on the CPU",
+    "sync_loading": "while the loop itself read data (no DataLoader workers)",
+    "checkpoint": "while the loop wrote a checkpoint",
+    "compute": "while the loop was busy on the CPU, not waiting for data",
+    "other": "while the loop was doing something else",
+    UNKNOWN: "with no record of what the training loop was doing",
+}
+
+
+def gpu_evidence(idle_rows: Iterable[Mapping[str, Any]], gpu_rows: Iterable[Mapping[str, Any]]) -> dict:
+    """Numbers for the findings, per GPU.
+
+    observed_ns is the time the `gpu` rows cover (first row's period start to last row); idle_pct the
+    share of it in hard idle spans; soft_idle_pct the soft idle time's share. idle_by_cause_ns splits
+    the idle time by loop state (duration x <state>_frac x coverage; the uncovered rest is
+    "unknown"), idle_share_pct the same as percent of the idle time; top_cause is the largest.
+    Returns {"gpus": [{gpu, uuid, name, pid, observed_ns, idle_ns, idle_pct, spans, soft_idle_ns,
+    soft_idle_pct, idle_by_cause_ns, idle_share_pct, top_cause, top_cause_pct}, ...]} by GPU index.
+    """
+    bounds: dict[int, list[int]] = {}
+    names: dict[int, tuple[str, str]] = {}
+    soft: dict[int, float] = {}
+    for row in gpu_rows:
+        gpu = int(row["gpu"])
+        ts = ns_of(row["ts"])
+        period = ns_of(row["sample_period_ns"])
+        b = bounds.setdefault(gpu, [ts - period, ts])
+        b[0], b[1] = min(b[0], ts - period), max(b[1], ts)
+        names.setdefault(gpu, (str(row.get("uuid", "")), str(row.get("name", ""))))
+        soft[gpu] = soft.get(gpu, 0.0) + (1.0 - float(row["util_pct"]) / 100.0) * period
+    idle: dict[int, dict[str, float]] = {}
+    spans: dict[int, int] = {}
+    pids: dict[int, int | None] = {}
+    for row in idle_rows:
+        gpu = int(row["gpu"])
+        duration = ns_of(row["duration_ns"])
+        coverage = float(row["coverage"])
+        by = idle.setdefault(gpu, dict.fromkeys((*STATES, UNKNOWN), 0.0))
+        for s in STATES:
+            by[s] += duration * float(row[f"{s}_frac"]) * coverage
+        covered = sum(float(row[f"{s}_frac"]) for s in STATES) * coverage
+        by[UNKNOWN] += duration * max(0.0, 1.0 - covered)
+        spans[gpu] = spans.get(gpu, 0) + 1
+        pid = row.get("pid")
+        if pid is not None and not (isinstance(pid, float) and math.isnan(pid)):
+            pids.setdefault(gpu, int(pid))
+    out = []
+    for gpu in sorted(set(bounds) | set(idle)):
+        observed = bounds[gpu][1] - bounds[gpu][0] if gpu in bounds else 0
+        by = idle.get(gpu, dict.fromkeys((*STATES, UNKNOWN), 0.0))
+        idle_ns = sum(by.values())
+        share = {c: (100.0 * v / idle_ns if idle_ns else 0.0) for c, v in by.items()}
+        top = max(by, key=lambda c: by[c]) if idle_ns else None
+        uuid, name = names.get(gpu, ("", ""))
+        out.append({
+            "gpu": gpu, "uuid": uuid, "name": name, "pid": pids.get(gpu),
+            "observed_ns": observed, "idle_ns": round(idle_ns),
+            "idle_pct": 100.0 * idle_ns / observed if observed else 0.0,
+            "spans": spans.get(gpu, 0),
+            "soft_idle_ns": round(soft.get(gpu, 0.0)),
+            "soft_idle_pct": 100.0 * soft.get(gpu, 0.0) / observed if observed else 0.0,
+            "idle_by_cause_ns": {c: round(v) for c, v in by.items()},
+            "idle_share_pct": share,
+            "top_cause": top,
+            "top_cause_pct": share[top] if top else 0.0,
+        })
+    return {"gpus": out}
+
+
+def gpu_sentence(gpu: Mapping[str, Any]) -> str:
+    """One sentence for one GPU of `gpu_evidence`, e.g. "GPU 0 idle 62 % of the time; 85 % of that
+    while the loop waited on DataLoader reads"."""
+    head = f"GPU {gpu['gpu']} idle {gpu['idle_pct']:.0f} % of the time"
+    if not gpu["spans"] or not gpu["top_cause"]:
+        return head
+    return f"{head}; {gpu['top_cause_pct']:.0f} % of that {CAUSE_WORDS[gpu['top_cause']]}"
+
+
+def gpu_sentences(evidence: Mapping[str, Any]) -> list[str]:
+    return [gpu_sentence(g) for g in evidence["gpus"]]
+
+

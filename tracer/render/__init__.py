@@ -1,0 +1,1 @@
+"""A trace (or a run's snapshots) as text, HTML, JSON and Perfetto."""

@@ -1,0 +1,1 @@
+"""The trace directory: its tables' schema, its segments, its files' modes."""
