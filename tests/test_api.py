@@ -609,6 +609,7 @@ def test_trace_stops_and_loads_when_the_block_raises(tmp_path: Path) -> None:
 
 
 @needs_root
+@pytest.mark.kernel
 def test_trace_reports_iotrace_errors(tmp_path: Path) -> None:
     (tmp_path / "t").mkdir()
     (tmp_path / "t" / "x").write_text("not empty")

@@ -13,6 +13,8 @@ import pytest
 from conftest import IOTRACE, ROOT, needs_root, run_iotrace
 
 USAGE, HOST = 2, 3
+# Checked after the privileges: without them iotrace says so first (exit 3).
+PAST_PRIVILEGES = [needs_root, pytest.mark.kernel]
 
 
 def one_line_error(r: subprocess.CompletedProcess, code: int, *words: str) -> None:
@@ -47,12 +49,14 @@ def free_pid() -> int:
     (["--bogus", "--", "true"], USAGE, ["unrecognized arguments: --bogus"]),
     (["--", "/nonexistent/cmd"], USAGE, ["cannot execute '/nonexistent/cmd'"]),
     (["--", "no-such-command-xyz"], USAGE, ["cannot execute 'no-such-command-xyz'"]),
-    (["-o", "/proc/iotrace-out", "--", "true"], USAGE, ["cannot write the output directory"]),
+    pytest.param(["-o", "/proc/iotrace-out", "--", "true"], USAGE,
+                 ["cannot write the output directory"], marks=PAST_PRIVILEGES),
     # Checked before anything is attached (they failed after `Tracing`, the job untraced):
     (["-i", "inf", "--", "true"], USAGE, ["--interval must be at most"]),
     (["-d", "inf", "--", "true"], USAGE, ["--duration must be at most"]),
     (["--slow-ms", "1e30", "--", "true"], USAGE, ["--slow-ms must be at most"]),
-    (["-o", "", "--", "true"], USAGE, ["-o '' names no directory"]),
+    pytest.param(["-o", "", "--", "true"], USAGE, ["-o '' names no directory"],
+                 marks=PAST_PRIVILEGES),
 ])
 def test_bad_usage(args, code, words):
     one_line_error(run_iotrace(*args), code, *words)
@@ -63,6 +67,8 @@ def test_no_such_pid():
     one_line_error(run_iotrace("--pid", str(pid)), USAGE, f"no process with PID {pid}")
 
 
+@needs_root
+@pytest.mark.kernel
 def test_output_not_empty(tmp_path):
     (tmp_path / "old.txt").write_text("x")
     one_line_error(run_iotrace("-o", str(tmp_path), "--", "true"), USAGE, "is not empty")
@@ -70,6 +76,7 @@ def test_output_not_empty(tmp_path):
 
 
 @needs_root
+@pytest.mark.kernel
 def test_csv_that_cannot_be_written(tmp_path):
     out = tmp_path / "t"
     r = run_iotrace("-o", str(out), "--csv", "/proc/iotrace.csv", "--", "true")
@@ -78,6 +85,7 @@ def test_csv_that_cannot_be_written(tmp_path):
 
 
 @needs_root
+@pytest.mark.kernel
 def test_csv_is_not_overwritten(tmp_path):
     csv = tmp_path / "numbers.csv"
     csv.write_text("keep me\n")
@@ -86,6 +94,8 @@ def test_csv_is_not_overwritten(tmp_path):
     assert csv.read_text() == "keep me\n"
 
 
+@needs_root
+@pytest.mark.kernel
 def test_output_is_a_file(tmp_path):
     f = tmp_path / "f"
     f.write_text("x")
@@ -97,6 +107,7 @@ def test_report_of_missing_trace(tmp_path):
 
 
 @needs_root
+@pytest.mark.kernel
 def test_no_btf(tmp_path):
     r = run_iotrace("-o", str(tmp_path / "t"), "--", "true",
                     env={**os.environ, "IOTRACE_BTF": "/nonexistent/vmlinux"})
@@ -104,6 +115,7 @@ def test_no_btf(tmp_path):
 
 
 @needs_root
+@pytest.mark.kernel
 def test_no_libbpf(tmp_path):
     r = run_iotrace("-o", str(tmp_path / "t"), "--", "true",
                     env={**os.environ, "IOTRACE_LIBBPF": "/nonexistent/libbpf.so.1"})
@@ -111,6 +123,7 @@ def test_no_libbpf(tmp_path):
 
 
 @needs_root
+@pytest.mark.kernel
 @pytest.mark.skipif(shutil.which("setpriv") is None, reason="needs setpriv (util-linux)")
 def test_not_root():
     scratch = tempfile.mkdtemp(prefix="iotrace-nonroot-", dir="/tmp")
@@ -125,6 +138,7 @@ def test_not_root():
 
 
 @needs_root
+@pytest.mark.kernel
 def test_doctor_says_host_can_trace():
     r = run_iotrace("doctor")
     assert r.returncode == 0, r.stdout + r.stderr
@@ -134,6 +148,7 @@ def test_doctor_says_host_can_trace():
 
 
 @needs_root
+@pytest.mark.kernel
 def test_doctor_without_btf_fails_clearly():
     r = run_iotrace("doctor", env={**os.environ, "IOTRACE_BTF": "/nonexistent/vmlinux"})
     assert r.returncode == HOST
@@ -141,6 +156,7 @@ def test_doctor_without_btf_fails_clearly():
 
 
 @needs_root
+@pytest.mark.kernel
 def test_command_that_fails_to_exec(tmp_path):
     """Found and executable, but the kernel refuses it: reported after the exec attempt."""
     bogus = tmp_path / "not-a-program"
@@ -191,6 +207,7 @@ def test_pid_of_a_zombie(zombie):
 
 
 @needs_root
+@pytest.mark.kernel
 def test_pid_that_exits_while_attaching_traces_nothing(zombie, tmp_path):
     """Past the command line's check (the process exits between it and attaching): no trace of
     nothing, no verdict, a usage failure."""
@@ -207,6 +224,7 @@ def test_pid_that_exits_while_attaching_traces_nothing(zombie, tmp_path):
 
 
 @needs_root
+@pytest.mark.kernel
 @pytest.mark.skipif(shutil.which("setpriv") is None, reason="needs setpriv (util-linux)")
 def test_doctor_without_privilege_does_not_blame_the_kernel():
     """Root with no capabilities left: bpf() is refused, so a probe that creates a map fails as
