@@ -10,7 +10,7 @@ APT_PKGS := clang llvm libbpf-dev libbpf1 bpftool make gcc libc6-dev python3-ven
 	chromium-headless-shell
 NEED_CMDS := clang bpftool cc tmux chromium-headless-shell
 
-.PHONY: run test build deps venv clean lint
+.PHONY: run test unit build deps venv clean lint
 
 run: build venv
 	$(VENV)/bin/iotrace demo
@@ -18,6 +18,14 @@ run: build venv
 # pytest exits 5 when it collected no test: that is a failure of the suite here, said clearly.
 test: build venv $(WORKLOADS)
 	@rc=0; $(PY) -m pytest -q -ra tests || rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "error: pytest collected no tests"; fi; exit $$rc
+
+# The unit tests: every test not marked `kernel`, which needs no root, no BPF, no capabilities.
+# Run as root, they run with every capability dropped (setpriv), as they would as any other
+# user: a test that needs privileges and is not marked `kernel` fails here.
+DROP_CAPS := $(if $(filter 0,$(shell id -u)),setpriv --inh-caps=-all --bounding-set=-all)
+unit: venv
+	@rc=0; $(DROP_CAPS) $(PY) -m pytest -q -ra -m "not kernel" tests || rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "error: pytest collected no tests"; fi; exit $$rc
 
 build: deps $(BPF_OBJ)
