@@ -555,9 +555,9 @@ def test_trace_without_privileges_fails_before_starting(monkeypatch: pytest.Monk
     assert not (tmp_path / "t").exists()
 
 
+@needs_root  # the privilege check comes first without root
+@pytest.mark.kernel
 def test_trace_of_a_missing_pid(tmp_path: Path) -> None:
-    if attach._privilege_problem():  # root without capabilities too
-        pytest.skip("the privilege check comes first without the privileges to trace")
     with pytest.raises(ProcessLookupError, match="no process with PID 999999999"), \
             tracer.trace(pid=999_999_999, output=tmp_path / "t"):
         pass
