@@ -10,15 +10,27 @@ APT_PKGS := clang llvm libbpf-dev libbpf1 bpftool make gcc libc6-dev python3-ven
 	chromium-headless-shell
 NEED_CMDS := clang bpftool cc tmux chromium-headless-shell
 
-.PHONY: run test build deps venv clean lint
+.PHONY: run test unit build deps venv clean lint
 
 run: build venv
 	$(VENV)/bin/iotrace demo
 
+# The unit tests: every test not marked `kernel`, which needs no root, no BPF, no capabilities.
+# Run as root, they run with every capability dropped (setpriv), as they would as any other
+# user: a test that needs privileges and is not marked `kernel` fails here.
+DROP_CAPS := $(if $(filter 0,$(shell id -u)),setpriv --inh-caps=-all --bounding-set=-all)
 # pytest exits 5 when it collected no test: that is a failure of the suite here, said clearly.
+PYTEST = rc=0; $(1) $(PY) -m pytest -q -ra -m $(2) tests || rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "error: pytest collected no tests"; fi
+
+# Every test: the unit tests as `make unit` runs them, then the `kernel` ones (as root); it fails
+# when either run fails.
 test: build venv $(WORKLOADS)
-	@rc=0; $(PY) -m pytest -q -ra tests || rc=$$?; \
-	if [ $$rc -eq 5 ]; then echo "error: pytest collected no tests"; fi; exit $$rc
+	@$(call PYTEST,$(DROP_CAPS),"not kernel"); unit=$$rc; \
+	$(call PYTEST,,kernel); [ $$unit -ne 0 ] && exit $$unit; exit $$rc
+
+unit: venv
+	@$(call PYTEST,$(DROP_CAPS),"not kernel"); exit $$rc
 
 build: deps $(BPF_OBJ)
 

@@ -22,7 +22,20 @@ IOWORK_SRC = ROOT / "tests/workloads/iowork.c"
 IOWORK = ROOT / "tests/workloads/bin/iowork"
 DATA_MIB = 64
 
-needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="loads BPF programs: needs root")
+NEEDS_ROOT = "loads BPF programs: needs root"
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason=NEEDS_ROOT)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Keeps the split honest: `pytest -m "not kernel"` (`make unit`) must pass with no
+    privileges, so a test that needs them and is not marked `kernel` fails the collection:
+    one marked `needs_root`, or one in a test_kernel_*.py file (root-only files)."""
+    unmarked = [item.nodeid for item in items if item.get_closest_marker("kernel") is None and (
+        item.path.name.startswith("test_kernel_")
+        or any(m.kwargs.get("reason") == NEEDS_ROOT for m in item.iter_markers("skipif")))]
+    if unmarked:
+        raise pytest.UsageError("needs root but is not marked kernel (add pytest.mark.kernel, "
+                                "as for the others): " + ", ".join(unmarked))
 
 
 @pytest.fixture(scope="session")

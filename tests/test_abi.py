@@ -185,6 +185,25 @@ def test_slot_tags_checked_against_their_keys():
     assert abi.slot_tags_ok(abi.HIST_SLOTS, hrows).tolist() == [True, False]
 
 
+def test_a_key_in_a_slot_and_in_the_map_adds_up():
+    """A key can be in its slot and in the hash map at once (maps.bpf.h): the reading adds the
+    two. Counts are summed; the maximum latency is the later interval's, or the larger of the
+    same interval's."""
+    from tracer.core import abi
+    from tracer.kernel.probes import add_file_stats, add_hists
+
+    a = abi.FILE_STAT.pack(3, 300, 30, 1, 0, 20, 7)
+    b = abi.FILE_STAT.pack(2, 200, 25, 0, 4, 15, 8)
+    assert abi.FILE_STAT.unpack(add_file_stats(a, b)) == (5, 500, 55, 1, 4, 15, 8)
+    assert abi.FILE_STAT.unpack(add_file_stats(b, a)) == (5, 500, 55, 1, 4, 15, 8)
+    c = abi.FILE_STAT.pack(1, 100, 40, 0, 0, 40, 7)
+    assert abi.FILE_STAT.unpack(add_file_stats(a, c)) == (4, 400, 70, 1, 0, 40, 7)
+    h1 = bytes(abi.HIST_SIZE)[:-8] + (5).to_bytes(8, "little")
+    h2 = (2).to_bytes(8, "little") + bytes(abi.HIST_SIZE - 16) + (1).to_bytes(8, "little")
+    total = abi.decode_hist(add_hists(h1, h2))
+    assert total[0, 0] == 2 and total[1, -1] == 6 and total.sum() == 8
+
+
 def test_block_request_records(c_layout):
     """The records of block requests in flight, which user space reads at the end for requests
     whose end no completion program saw (loader.Probes.block_unseen)."""

@@ -555,9 +555,9 @@ def test_trace_without_privileges_fails_before_starting(monkeypatch: pytest.Monk
     assert not (tmp_path / "t").exists()
 
 
+@needs_root  # the privilege check comes first without root
+@pytest.mark.kernel
 def test_trace_of_a_missing_pid(tmp_path: Path) -> None:
-    if os.geteuid() != 0:
-        pytest.skip("the privilege check comes first without root")
     with pytest.raises(ProcessLookupError, match="no process with PID 999999999"), \
             tracer.trace(pid=999_999_999, output=tmp_path / "t"):
         pass
@@ -609,6 +609,7 @@ def test_trace_stops_and_loads_when_the_block_raises(tmp_path: Path) -> None:
 
 
 @needs_root
+@pytest.mark.kernel
 def test_trace_reports_iotrace_errors(tmp_path: Path) -> None:
     (tmp_path / "t").mkdir()
     (tmp_path / "t" / "x").write_text("not empty")

@@ -8,11 +8,15 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
+
 from conftest import needs_root
 from tracer.core import abi
 from tracer.kernel.libbpf import Map
 from tracer.kernel.probes import Probes
 from tracer.live.procfs import in_flight_by_devt
+
+pytestmark = [needs_root, pytest.mark.kernel]
 
 
 def _disk_of(path: Path) -> int:
@@ -25,7 +29,6 @@ def _disk_of(path: Path) -> int:
     return major << 20 | minor
 
 
-@needs_root
 def test_leftovers_are_exact_beside_a_busy_disk(iowork, data_file):
     """Two records of requests that ended unseen, planted in the loaded maps, on the disk an
     untraced O_DIRECT reader (queue depth 1) keeps busy most of the time: every end-of-trace

@@ -11,8 +11,12 @@ import tempfile
 import pytest
 
 from conftest import IOTRACE, ROOT, needs_root, run_iotrace
+from tracer.kernel.host import privilege_problem
+from tracer.kernel.probes import BPF_DIR, OBJECTS
 
 USAGE, HOST = 2, 3
+# Checked after the privileges: without them iotrace says so first (exit 3).
+PAST_PRIVILEGES = [needs_root, pytest.mark.kernel]
 
 
 def one_line_error(r: subprocess.CompletedProcess, code: int, *words: str) -> None:
@@ -23,6 +27,16 @@ def one_line_error(r: subprocess.CompletedProcess, code: int, *words: str) -> No
     assert "Traceback" not in r.stderr + r.stdout
     for w in words:
         assert w in lines[0], lines[0]
+
+
+def without_privileges(*setpriv_args: str) -> list[str]:
+    """The prefix that runs a command without the privileges to trace: none where this process
+    has none already (the unit tests as any user), else `setpriv SETPRIV_ARGS` (as root)."""
+    if privilege_problem():
+        return []
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("dropping the privileges to trace needs root and setpriv (util-linux)")
+    return ["setpriv", *setpriv_args]
 
 
 def free_pid() -> int:
@@ -47,12 +61,14 @@ def free_pid() -> int:
     (["--bogus", "--", "true"], USAGE, ["unrecognized arguments: --bogus"]),
     (["--", "/nonexistent/cmd"], USAGE, ["cannot execute '/nonexistent/cmd'"]),
     (["--", "no-such-command-xyz"], USAGE, ["cannot execute 'no-such-command-xyz'"]),
-    (["-o", "/proc/iotrace-out", "--", "true"], USAGE, ["cannot write the output directory"]),
+    pytest.param(["-o", "/proc/iotrace-out", "--", "true"], USAGE,
+                 ["cannot write the output directory"], marks=PAST_PRIVILEGES),
     # Checked before anything is attached (they failed after `Tracing`, the job untraced):
     (["-i", "inf", "--", "true"], USAGE, ["--interval must be at most"]),
     (["-d", "inf", "--", "true"], USAGE, ["--duration must be at most"]),
     (["--slow-ms", "1e30", "--", "true"], USAGE, ["--slow-ms must be at most"]),
-    (["-o", "", "--", "true"], USAGE, ["-o '' names no directory"]),
+    pytest.param(["-o", "", "--", "true"], USAGE, ["-o '' names no directory"],
+                 marks=PAST_PRIVILEGES),
 ])
 def test_bad_usage(args, code, words):
     one_line_error(run_iotrace(*args), code, *words)
@@ -63,6 +79,8 @@ def test_no_such_pid():
     one_line_error(run_iotrace("--pid", str(pid)), USAGE, f"no process with PID {pid}")
 
 
+@needs_root
+@pytest.mark.kernel
 def test_output_not_empty(tmp_path):
     (tmp_path / "old.txt").write_text("x")
     one_line_error(run_iotrace("-o", str(tmp_path), "--", "true"), USAGE, "is not empty")
@@ -70,6 +88,7 @@ def test_output_not_empty(tmp_path):
 
 
 @needs_root
+@pytest.mark.kernel
 def test_csv_that_cannot_be_written(tmp_path):
     out = tmp_path / "t"
     r = run_iotrace("-o", str(out), "--csv", "/proc/iotrace.csv", "--", "true")
@@ -78,6 +97,7 @@ def test_csv_that_cannot_be_written(tmp_path):
 
 
 @needs_root
+@pytest.mark.kernel
 def test_csv_is_not_overwritten(tmp_path):
     csv = tmp_path / "numbers.csv"
     csv.write_text("keep me\n")
@@ -86,6 +106,8 @@ def test_csv_is_not_overwritten(tmp_path):
     assert csv.read_text() == "keep me\n"
 
 
+@needs_root
+@pytest.mark.kernel
 def test_output_is_a_file(tmp_path):
     f = tmp_path / "f"
     f.write_text("x")
@@ -97,6 +119,7 @@ def test_report_of_missing_trace(tmp_path):
 
 
 @needs_root
+@pytest.mark.kernel
 def test_no_btf(tmp_path):
     r = run_iotrace("-o", str(tmp_path / "t"), "--", "true",
                     env={**os.environ, "IOTRACE_BTF": "/nonexistent/vmlinux"})
@@ -104,20 +127,20 @@ def test_no_btf(tmp_path):
 
 
 @needs_root
+@pytest.mark.kernel
 def test_no_libbpf(tmp_path):
     r = run_iotrace("-o", str(tmp_path / "t"), "--", "true",
                     env={**os.environ, "IOTRACE_LIBBPF": "/nonexistent/libbpf.so.1"})
     one_line_error(r, HOST, "cannot load /nonexistent/libbpf.so.1", "libbpf")
 
 
-@needs_root
-@pytest.mark.skipif(shutil.which("setpriv") is None, reason="needs setpriv (util-linux)")
 def test_not_root():
+    prefix = without_privileges("--reuid=65534", "--regid=65534", "--clear-groups",
+                                "--inh-caps=-all")
     scratch = tempfile.mkdtemp(prefix="iotrace-nonroot-", dir="/tmp")
     os.chmod(scratch, 0o777)
     out = os.path.join(scratch, "t")
-    r = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
-                        "--inh-caps=-all", *IOTRACE, "-o", str(out), "--", "true"],
+    r = subprocess.run([*prefix, *IOTRACE, "-o", str(out), "--", "true"],
                        capture_output=True, text=True, timeout=60, cwd=ROOT)
     one_line_error(r, HOST, "without CAP_BPF and CAP_PERFMON", "root")
     assert not os.path.exists(out)  # nothing created when the host cannot trace
@@ -125,6 +148,7 @@ def test_not_root():
 
 
 @needs_root
+@pytest.mark.kernel
 def test_doctor_says_host_can_trace():
     r = run_iotrace("doctor")
     assert r.returncode == 0, r.stdout + r.stderr
@@ -134,6 +158,7 @@ def test_doctor_says_host_can_trace():
 
 
 @needs_root
+@pytest.mark.kernel
 def test_doctor_without_btf_fails_clearly():
     r = run_iotrace("doctor", env={**os.environ, "IOTRACE_BTF": "/nonexistent/vmlinux"})
     assert r.returncode == HOST
@@ -141,6 +166,7 @@ def test_doctor_without_btf_fails_clearly():
 
 
 @needs_root
+@pytest.mark.kernel
 def test_command_that_fails_to_exec(tmp_path):
     """Found and executable, but the kernel refuses it: reported after the exec attempt."""
     bogus = tmp_path / "not-a-program"
@@ -191,6 +217,7 @@ def test_pid_of_a_zombie(zombie):
 
 
 @needs_root
+@pytest.mark.kernel
 def test_pid_that_exits_while_attaching_traces_nothing(zombie, tmp_path):
     """Past the command line's check (the process exits between it and attaching): no trace of
     nothing, no verdict, a usage failure."""
@@ -206,12 +233,14 @@ def test_pid_that_exits_while_attaching_traces_nothing(zombie, tmp_path):
     assert not any(out.iterdir())
 
 
-@needs_root
-@pytest.mark.skipif(shutil.which("setpriv") is None, reason="needs setpriv (util-linux)")
 def test_doctor_without_privilege_does_not_blame_the_kernel():
-    """Root with no capabilities left: bpf() is refused, so a probe that creates a map fails as
-    on a kernel without the feature; the doctor must blame the privilege only."""
-    r = subprocess.run(["setpriv", "--bounding-set=-all", "--inh-caps=-all", *IOTRACE, "doctor"],
+    """Without the capabilities (root with none left, or any other user): bpf() is refused, so
+    a probe that creates a map fails as on a kernel without the feature; the doctor must blame
+    the privilege only."""
+    prefix = without_privileges("--bounding-set=-all", "--inh-caps=-all")
+    if not all((BPF_DIR / f"{o}.bpf.o").exists() for o in OBJECTS):
+        pytest.skip("no BPF objects (make build): the doctor would blame them too")
+    r = subprocess.run([*prefix, *IOTRACE, "doctor"],
                        capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert r.returncode == HOST, r.stdout + r.stderr
     assert "FAIL  privileges" in r.stdout

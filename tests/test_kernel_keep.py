@@ -17,11 +17,12 @@ import time
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 from conftest import IOTRACE, ROOT, kill_9_after_a_roll, needs_root, tracing_a_sleeper
 from tracer import load as tracer_load
 
-pytestmark = needs_root
+pytestmark = [needs_root, pytest.mark.kernel]
 
 
 def _drain(fd: int, seconds: float, until: bytes | None = None) -> bytes:

@@ -49,22 +49,3 @@ def test_take_returns_the_value_as_deleted():
         assert m.take(key) is None  # no such entry
     finally:
         os.close(m.fd)
-
-
-def test_a_key_in_a_slot_and_in_the_map_adds_up():
-    """A key can be in its slot and in the hash map at once (maps.bpf.h): the reading adds the
-    two. Counts are summed; the maximum latency is the later interval's, or the larger of the
-    same interval's."""
-    from tracer.core import abi
-    from tracer.kernel.probes import add_file_stats, add_hists
-
-    a = abi.FILE_STAT.pack(3, 300, 30, 1, 0, 20, 7)
-    b = abi.FILE_STAT.pack(2, 200, 25, 0, 4, 15, 8)
-    assert abi.FILE_STAT.unpack(add_file_stats(a, b)) == (5, 500, 55, 1, 4, 15, 8)
-    assert abi.FILE_STAT.unpack(add_file_stats(b, a)) == (5, 500, 55, 1, 4, 15, 8)
-    c = abi.FILE_STAT.pack(1, 100, 40, 0, 0, 40, 7)
-    assert abi.FILE_STAT.unpack(add_file_stats(a, c)) == (4, 400, 70, 1, 0, 40, 7)
-    h1 = bytes(abi.HIST_SIZE)[:-8] + (5).to_bytes(8, "little")
-    h2 = (2).to_bytes(8, "little") + bytes(abi.HIST_SIZE - 16) + (1).to_bytes(8, "little")
-    total = abi.decode_hist(add_hists(h1, h2))
-    assert total[0, 0] == 2 and total[1, -1] == 6 and total.sum() == 8

@@ -41,6 +41,7 @@ def _strings_of_trace(out: Path) -> str:
 
 
 @needs_root
+@pytest.mark.kernel
 def test_redact_paths_leaves_no_name_in_any_output(iowork, tmp_path):
     """Secret tokens (--token=S, --key S, -t S), a relative file name, the script's and an
     executable's name: none of them in stderr/stdout, meta.json, any table, `iotrace report`
@@ -111,6 +112,7 @@ def _modes(out: Path) -> dict[str, str]:
 
 
 @needs_root
+@pytest.mark.kernel
 def test_trace_is_private_whatever_the_umask(iowork, data_file, tmp_path):
     """Under umask 000, with an existing empty -o directory open to everyone (0777): the
     directory is made 0700 (said in one line on stderr), every folder in it is 0700 and every
@@ -138,6 +140,7 @@ def test_trace_is_private_whatever_the_umask(iowork, data_file, tmp_path):
     assert stat.S_IMODE(html.stat().st_mode) == 0o600
 
 
+@pytest.mark.kernel
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to own a directory as another user")
 def test_refuses_an_output_directory_of_another_user(tmp_path):
     """An empty -o directory that someone else owns is not taken over (and not chmod'ed)."""
