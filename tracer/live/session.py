@@ -43,6 +43,7 @@ from tracer.errors import (
 from tracer.gpu import nvml
 from tracer.kernel.host import tracing_problem, yield_to_job
 from tracer.kernel.probes import BadSetting, HostCannotTrace, Probes
+from tracer.live.child import STOP_SIGNALS, HeldChild
 from tracer.live.clock import Clock
 from tracer.live.files import FileTable
 from tracer.live.processes import ProcessTable
@@ -96,8 +97,6 @@ POLL_MS = 100  # ring-buffer wait; bounds how late a signal or an exit is notice
 FINDINGS_EVERY_S = 10.0  # during a run, verdicts over the last window are written this often
 FILE_IDLE_INTERVALS = 5  # per-file kernel counters untouched this long are dropped (taken
 # with their last counts, so nothing is lost; read again, a file gets a new key)
-# A closed terminal or a dropped SSH session sends SIGHUP: it ends the trace as Ctrl-C does.
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 GPU_ROWS_KEPT = 500_000  # NVML samples kept in memory for the findings' GPU evidence (~1 day, 1 GPU)
 
 
@@ -120,104 +119,6 @@ class TraceOptions:
     bpf_stats: str = "sampled"  # count BPF programs' runs: sampled|always|off (selfcost.STATS_MODES)
     roll_s: float = 5.0
     argv: list[str] = field(default_factory=lambda: list(sys.argv))
-
-
-PR_SET_PDEATHSIG = 1
-
-
-_libc = None  # resolved before forking: a forked child must not import (another thread may
-# hold an import lock at the fork)
-
-
-def _load_libc():
-    global _libc
-    if _libc is None:
-        import ctypes
-
-        _libc = (ctypes, ctypes.CDLL(None, use_errno=True))
-    return _libc
-
-
-def _set_pdeathsig(sig: int) -> None:
-    """prctl(PR_SET_PDEATHSIG): the signal this process gets when its parent thread dies."""
-    ctypes, libc = _load_libc()
-    if libc.prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0) != 0:
-        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
-
-
-class HeldChild:
-    """A forked child that stops itself (SIGSTOP) until it is tracked, then execs the command.
-
-    Stopping does no syscall the tracer counts (a pipe handshake would show up as a pipe read
-    of the traced command). A failed exec is reported back through a close-on-exec pipe.
-    """
-
-    def __init__(self, argv: list[str], output: Path | None = None):
-        """`output`: a file for the command's stdout and stderr (the live view owns the
-        terminal); None leaves them alone."""
-        self.argv = argv
-        _load_libc()
-        err_r, err_w = os.pipe2(os.O_CLOEXEC)
-        parent = os.getpid()
-        pid = os.fork()
-        if pid == 0:  # the child: no Python-level cleanup may run here
-            try:
-                os.close(err_r)
-                # Killed while holding it, iotrace must not leave it stopped for ever: the
-                # kernel kills it with its parent (a stopped process takes SIGKILL). Undone by
-                # release(), so the command itself runs as if iotrace had not been there.
-                _set_pdeathsig(signal.SIGKILL)
-                if os.getppid() != parent:  # the parent died before the prctl took effect
-                    os._exit(127)
-                if output is not None:
-                    fd = os.open(output, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-                    os.dup2(fd, 1)
-                    os.dup2(fd, 2)
-                    os.close(fd)
-                for sig in STOP_SIGNALS:
-                    signal.signal(sig, signal.SIG_DFL)
-                # Python ignores these, and an ignored signal stays ignored across exec: the
-                # command would get EPIPE instead of dying in `| head`, as it does untraced.
-                signal.signal(signal.SIGPIPE, signal.SIG_DFL)
-                signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
-                os.kill(os.getpid(), signal.SIGSTOP)
-                _set_pdeathsig(0)  # tracked now: the job outlives iotrace, as any command does
-                os.execvp(argv[0], argv)
-            except OSError as e:
-                os.write(err_w, f"{e.errno}:{e.strerror}".encode())
-            finally:
-                os._exit(127)
-        os.close(err_w)
-        _, status = os.waitpid(pid, os.WUNTRACED)
-        self.pid, self._err = pid, err_r
-        self.status: int | None = None
-        if not os.WIFSTOPPED(status):
-            self.status = os.waitstatus_to_exitcode(status)
-        self.released = False
-
-    def release(self) -> None:
-        """Lets the child exec; raises TraceFailure if the exec failed."""
-        self.released = True
-        os.kill(self.pid, signal.SIGCONT)
-        failure = os.read(self._err, 512).decode(errors="replace")
-        os.close(self._err)
-        if failure:
-            self.reap(block=True)
-            reason = failure.split(":", 1)[-1]
-            raise TraceFailure(f"cannot execute {self.argv[0]!r}: {reason}", EXIT_USAGE)
-
-    def abandon(self) -> None:
-        """The trace could not start: the child must not run the command untraced."""
-        os.kill(self.pid, signal.SIGKILL)
-        self.reap(block=True)
-
-    def reap(self, block: bool = False) -> bool:
-        """True once the child has exited (and is reaped)."""
-        if self.status is None:
-            pid, status = os.waitpid(self.pid, 0 if block else os.WNOHANG)
-            if pid:
-                self.status = os.waitstatus_to_exitcode(status)
-        return self.status is not None
 
 
 def _job_of(pid: int) -> int:
@@ -736,10 +637,8 @@ class Session:
         """What iotrace exits with after a trace: the started command's status, as time(1) and
         strace give it (a code as is, 128 + the signal that killed it), so that a script sees
         the job fail; 0 when tracing PIDs or --auto, or when the command still runs (--duration)."""
-        if not self.child or not self.child.reap():
-            return EXIT_OK
-        status = self.child.status
-        return status if status >= 0 else 128 - status
+        code = self.child.exit_code() if self.child else None
+        return EXIT_OK if code is None else code
 
     def close_view(self) -> None:
         """Leaves the live view's screen so that what follows goes to normal scrollback."""
