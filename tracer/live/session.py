@@ -14,7 +14,6 @@ import errno
 import gc
 import importlib
 import os
-import re
 import signal
 import socket
 import sys
@@ -25,12 +24,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
-import psutil
-
 from tracer.core import abi
 from tracer.core.diagnose import Diagnosis, add_gpu_evidence
 from tracer.core.redact import Redactor
-from tracer.core.roles import ELASTIC_COMM, WORKER_COMM
+from tracer.core.roles import ELASTIC_COMM
 from tracer.core.selfcost import STATS_SHARE, ProgramCost, SelfCost, TracerMeter
 from tracer.errors import (
     EXIT_HOST,
@@ -45,6 +42,7 @@ from tracer.kernel.host import tracing_problem, yield_to_job
 from tracer.kernel.probes import BadSetting, HostCannotTrace, Probes
 from tracer.live.child import STOP_SIGNALS, HeldChild
 from tracer.live.clock import Clock
+from tracer.live.discovery import Discovery, gone
 from tracer.live.files import FileTable
 from tracer.live.processes import ProcessTable
 from tracer.live.procfs import ProcSampler
@@ -121,25 +119,6 @@ class TraceOptions:
     argv: list[str] = field(default_factory=lambda: list(sys.argv))
 
 
-def _job_of(pid: int) -> int:
-    """The training process behind a DataLoader worker's parent: the parent itself, or the
-    process that started it when it is a multiprocessing forkserver."""
-    try:
-        proc = psutil.Process(pid)
-        if "multiprocessing.forkserver" in " ".join(proc.cmdline()):
-            return proc.ppid()
-    except psutil.Error:
-        pass
-    return pid
-
-
-def _gone(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
-
-
 class Session:
     def __init__(self, opts: TraceOptions, out: TextIO, err: TextIO):
         self.opts, self.out, self.err = opts, out, err
@@ -156,11 +135,7 @@ class Session:
         self.no_pandas = NoPandas()
         self.stats_unavailable: str | None = None  # why BPF programs' costs are not counted
         self._stats_off_at: float | None = None  # --bpf-stats sampled: when to stop counting
-        self.match = re.compile(opts.match) if opts.match else None
-        self._scanned: set[int] = set()
-        # iotrace and the processes it runs under (a wrapper script, sudo, a shell) are never a
-        # job to find: their command lines hold iotrace's own --match REGEX.
-        self._ours = {os.getpid(), *(p.pid for p in psutil.Process().parents())}
+        self.discovery = Discovery(self.processes, self.probes, self.redact, err, opts.match)
         self.proc = ProcSampler()
         # A command traced from its first instruction has a start-up (imports, set-up) that the
         # verdicts leave out; a job attached to is usually past it.
@@ -211,10 +186,10 @@ class Session:
             self.child = HeldChild(self.opts.command, self.command_log)
             self.processes.add_started(self.child.pid, os.getpid(), self.opts.command)
             self.probes.track(self.child.pid)
-        for pid in self._targets(self.opts.pids):
-            self.add_target(pid)
+        for pid in self.discovery.targets(self.opts.pids):
+            self.discovery.add_target(pid)
         if self.opts.auto:
-            self.discover()
+            self.discovery.scan()
         try:
             self.probes.attach()
         except HostCannotTrace as e:
@@ -294,7 +269,7 @@ class Session:
         if not self.opts.pids or self.opts.auto:
             return
         targets = [p for p in self.processes.by_pid.values() if p.is_target]
-        alive = [p for p in targets if p.alive and not _gone(p.pid)]
+        alive = [p for p in targets if p.alive and not gone(p.pid)]
         if alive:
             return
         pids = " ".join(map(str, self.opts.pids))
@@ -318,83 +293,12 @@ class Session:
             "events_lost": 0, "self_cost": None,
         }
 
-    def _targets(self, pids: list[int]) -> list[int]:
-        """The processes to trace as `main` for the PIDs given (`$(pgrep -f train.py)` lists a
-        trainer and its DataLoader workers alike): a PID below another given one is traced as
-        its descendant, with the role its name and place give it; a DataLoader worker given
-        without its parent stands for its training process, which is traced instead."""
-        given, out = set(pids), []
-        for pid in pids:
-            try:
-                proc = psutil.Process(pid)
-                if given & {p.pid for p in proc.parents()}:
-                    continue
-                if proc.name() == WORKER_COMM:
-                    parent = _job_of(proc.ppid())
-                    print(f"iotrace: PID {pid} is a DataLoader worker: tracing its training "
-                          f"process, PID {parent}, and its descendants", file=self.err,
-                          flush=True)
-                    pid = parent
-            except psutil.Error:
-                pass  # gone: add_target says so
-            if pid not in out:
-                out.append(pid)
-        return out
-
-    def add_target(self, pid: int) -> None:
-        """Traces a process and its descendants: the kernel follows its forks from now on, the
-        ones alive now are found in /proc and marked in the kernel as if it had seen them
-        start (a DataLoader worker as a worker)."""
-        if self.processes.get(pid) is not None:
-            return
-        try:
-            proc = psutil.Process(pid)
-            # first: its forks from now on are followed in the kernel
-            self.probes.track(pid, worker=proc.name() == WORKER_COMM)
-            self.processes.add_existing(pid, is_target=True)
-            for kid in proc.children(recursive=True):
-                if kid.pid != os.getpid() and self.processes.get(kid.pid) is None:
-                    self.probes.track(kid.pid, pid, worker=kid.name() == WORKER_COMM)
-                    self.processes.add_existing(kid.pid, is_target=False)
-        except psutil.NoSuchProcess:
-            self.processes.mark_gone(pid)
-
-    def discover(self) -> None:
-        """--auto: finds training jobs in /proc (DataLoader workers' parents, torchrun agents,
-        --match); the kernel reports new ones as they name their workers (EVENT_DISCOVER)."""
-        me = os.getpid()
-        for p in psutil.process_iter(["pid", "ppid", "name", "cmdline"]):
-            pid = p.info["pid"]
-            if pid == me or pid in self._scanned or pid in self._ours:
-                continue
-            self._scanned.add(pid)
-            if p.info["name"] == WORKER_COMM:
-                self._discovered(p.info["ppid"])
-            elif p.info["name"] == ELASTIC_COMM or self._matches(p.info["cmdline"]):
-                self._discovered(pid)
-
-    def _matches(self, cmdline: list[str] | None) -> bool:
-        return bool(self.match and self.match.search(" ".join(cmdline or ())))
-
-    def _discovered(self, pid: int) -> None:
-        """A training process was found: trace it (or the process behind its forkserver)."""
-        pid = _job_of(pid)
-        if pid in (0, 1) or pid in self._ours:  # tracing an ancestor would trace iotrace too
-            return
-        owners = self.processes.owners()
-        if pid in owners or not psutil.pid_exists(pid):
-            return  # already traced (a target or a descendant of one), or gone
-        self.add_target(pid)
-        proc = self.processes.get(pid)
-        print(f"Tracing PID {pid} ({self.redact.comm(proc.comm) if proc else '?'})"
-              " and its descendants", file=self.err, flush=True)
-
     def on_event(self, raw: bytes) -> None:
         """One ring-buffer record: process life cycle, a file's path, or a slow operation."""
         kind = abi.event_kind(raw)
         if kind == abi.EVENT_DISCOVER:
             ev = abi.decode_proc_event(raw)
-            self._discovered(ev.pid if ev.comm == ELASTIC_COMM else ev.ppid)
+            self.discovery.found(ev.pid if ev.comm == ELASTIC_COMM else ev.ppid)
         elif kind == abi.EVENT_FILE:
             self.files.on_event(abi.decode_file_event(raw))
         elif kind == abi.EVENT_SLOW:
@@ -433,10 +337,10 @@ class Session:
 
     def tick(self) -> Snapshot:
         """One interval: map deltas -> snapshot -> sinks; forget processes gone a while."""
-        if self.match:
-            self.discover()
+        if self.discovery.match:
+            self.discovery.scan()
         for proc in self.processes.alive():
-            if _gone(proc.pid):  # died before it was tracked, or its exit event was lost
+            if gone(proc.pid):  # died before it was tracked, or its exit event was lost
                 self.processes.mark_gone(proc.pid)
         epoch = self.probes.next_epoch()
         from tracer.live.aggregate import Reading
@@ -511,18 +415,18 @@ class Session:
         if quiet:  # deleted from the kernel map above
             self.aggregator.forget(quiet)
         if self._forget_next:
-            gone = self._forget_next
-            stale = [k for k in reading.hists if abi.HIST_KEY.unpack_from(k)[0] in gone]
+            dead = self._forget_next
+            stale = [k for k in reading.hists if abi.HIST_KEY.unpack_from(k)[0] in dead]
             stale_files = [k for k in reading.file_stats
-                           if abi.FILE_KEY.unpack_from(k)[0] in gone]
+                           if abi.FILE_KEY.unpack_from(k)[0] in dead]
             stale_tids = [tid for tid, raw in reading.threads.items()
-                          if abi.TGID.unpack_from(raw)[0] in gone]
+                          if abi.TGID.unpack_from(raw)[0] in dead]
             self.probes.delete_hists(stale)
             self.probes.delete_file_stats(stale_files)
             self.probes.delete_threads(stale_tids)
             self.aggregator.forget(stale + stale_files, stale_tids)
-            self.probes.forget_pidfds(gone)
-            for pid in gone:
+            self.probes.forget_pidfds(dead)
+            for pid in dead:
                 self.processes.by_pid[pid].forgotten = True
         self._forget_next = {p.pid for p in self.processes.by_pid.values()
                              if not p.alive and not p.forgotten}
