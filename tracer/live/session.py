@@ -1,15 +1,15 @@
-"""One tracing run: load and attach, follow the targets, write one snapshot per interval, stop.
+"""One tracing run: load and attach, follow the targets, write one interval at a time, stop.
 
-The straight line: check host -> load -> track targets -> attach -> `Tracing` -> loop
-(poll events, every interval read the maps into a snapshot for the sinks) -> detach -> last
-snapshot -> close sinks -> summary. Everything opened is closed in `finally`, so an error or a
-signal keeps what was collected.
+The straight line: check host -> load -> track targets (tracer.live.child, .discovery) ->
+attach -> `Tracing` -> loop (poll events; every interval: read the maps, /proc, the GPUs ->
+the pure step (tracer.live.step) makes one `Interval` -> every sink writes it) -> the last
+interval through the same path -> close the sinks -> summary -> detach. Everything opened is
+closed in `finally`, so an error or a signal keeps what was collected.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import errno
 import gc
 import importlib
@@ -19,13 +19,12 @@ import socket
 import sys
 import threading
 import time
-from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from tracer.core import abi
-from tracer.core.diagnose import Diagnosis, add_gpu_evidence
+from tracer.core.diagnose import Diagnosis
 from tracer.core.redact import Redactor
 from tracer.core.roles import ELASTIC_COMM
 from tracer.core.selfcost import STATS_SHARE, ProgramCost, SelfCost, TracerMeter
@@ -48,11 +47,11 @@ from tracer.live.processes import ProcessTable
 from tracer.live.procfs import ProcSampler
 
 if TYPE_CHECKING:
-    from tracer.live.aggregate import Snapshot
-    from tracer.sinks.csv import CsvSink
-    from tracer.sinks.parquet import TraceWriter
-    from tracer.sinks.prometheus import PrometheusSink
-    from tracer.ui import LinePrinter, LiveView
+    from tracer.core.interval import Interval
+    from tracer.live.aggregate import Reading
+    from tracer.live.step import Step
+    from tracer.sinks import Sink
+    from tracer.sinks.parquet import ParquetSink
 
 # Imported while the BPF objects load (a thread), so that they do not delay attaching.
 HEAVY_MODULES = ("tracer.live.aggregate", "tracer.sinks.parquet", "tracer.sinks.csv",
@@ -92,10 +91,8 @@ class NoPandas:
 
 
 POLL_MS = 100  # ring-buffer wait; bounds how late a signal or an exit is noticed
-FINDINGS_EVERY_S = 10.0  # during a run, verdicts over the last window are written this often
 FILE_IDLE_INTERVALS = 5  # per-file kernel counters untouched this long are dropped (taken
 # with their last counts, so nothing is lost; read again, a file gets a new key)
-GPU_ROWS_KEPT = 500_000  # NVML samples kept in memory for the findings' GPU evidence (~1 day, 1 GPU)
 
 
 @dataclass
@@ -120,13 +117,14 @@ class TraceOptions:
 
 
 class Session:
+    """start() -> loop() (each interval: read -> step -> every sink) -> finish() -> close()."""
+
     def __init__(self, opts: TraceOptions, out: TextIO, err: TextIO):
         self.opts, self.out, self.err = opts, out, err
         self.clock = Clock()
         self.processes = ProcessTable(self.clock)
         self.redact = Redactor(opts.redact_paths)
         self.files = FileTable(self.redact)
-        self.aggregator = None  # made once attached (tracer.live.aggregate imports numpy)
         try:
             self.probes = Probes(slow_ns=int(opts.slow_ms * 1e6), auto_discover=opts.auto)
         except BadSetting as e:
@@ -137,25 +135,14 @@ class Session:
         self._stats_off_at: float | None = None  # --bpf-stats sampled: when to stop counting
         self.discovery = Discovery(self.processes, self.probes, self.redact, err, opts.match)
         self.proc = ProcSampler()
-        # A command traced from its first instruction has a start-up (imports, set-up) that the
-        # verdicts leave out; a job attached to is usually past it.
-        self.diagnosis = Diagnosis(page_size=os.sysconf("SC_PAGE_SIZE"),
-                                   startup=bool(opts.command))
-        self._last_findings_ns = 0
-        self.findings: list = []  # the current verdicts (last window), for live sinks
-        self.prometheus: PrometheusSink | None = None
-        self.view: LiveView | None = None
-        self.lines: LinePrinter | None = None
-        self.csv: CsvSink | None = None
         self.gpu: nvml.GpuMonitor | None = None
         self.gpu_note: str | None = None  # why GPU sampling is off, when it is
-        self.gpu_rows: deque[dict] = deque(maxlen=GPU_ROWS_KEPT)
-        self.gpu_idle: list[dict] = []
-        self.writer: TraceWriter | None = None
+        self.step: Step | None = None  # made once attached (tracer.live.aggregate imports numpy)
+        self.sinks: list[Sink] = []  # every interval goes to each, in this order
+        self.trace: ParquetSink | None = None  # the trace directory (among the sinks)
         self.child: HeldChild | None = None
         self.stop_reason: str | None = None
         self._forget_next: set[int] = set()
-        self._finishing = False
         self.final_findings: list = []
         self.command_log: Path | None = None
         self.write_error: OSError | None = None  # the write that failed (a full disk)
@@ -173,12 +160,7 @@ class Session:
             self.probes.load()
         except HostCannotTrace as e:
             raise TraceFailure(str(e), EXIT_HOST) from None
-        if self.opts.bpf_stats == "off":
-            self.stats_unavailable = "not counted (--bpf-stats off)"
-        else:
-            self.stats_unavailable = self.probes.enable_stats()
-            if self.opts.bpf_stats == "sampled":
-                self.probes.pause_stats()  # it could be turned on: the loop samples from here
+        self._start_stats()
         self.probes.open_events(self.on_event)
         if self.opts.command:
             self.command_log = self.opts.command_output or (
@@ -195,30 +177,10 @@ class Session:
         except HostCannotTrace as e:
             raise TraceFailure(str(e), EXIT_HOST) from None
         self._check_targets_alive()
-        try:
-            source, self.gpu_note = nvml.open_source(self.opts.gpu)
-        except nvml.GpuUnavailable as e:
-            raise TraceFailure(str(e), EXIT_HOST) from None
-        if source is not None:
-            self.gpu = nvml.GpuMonitor(source)
+        self._open_gpu()
         if self.opts.prometheus:
-            from tracer.sinks.prometheus import PrometheusSink
-
-            self.prometheus = PrometheusSink()
-            try:
-                self.prometheus.start(*self.opts.prometheus)
-            except OSError as e:
-                raise TraceFailure(str(e), EXIT_USAGE) from None
-            print(f"Serving metrics on {self.prometheus.url}", file=self.err, flush=True)
-        if self.opts.auto:
-            what = "PyTorch training jobs as they appear (--auto)"
-            if self.processes.by_pid:
-                what += f", now PID {' '.join(map(str, sorted(self.processes.by_pid)))}"
-        elif self.opts.command:
-            what = " ".join(self.redact.argv(self.opts.command))
-        else:
-            what = "PID " + " ".join(map(str, sorted(p.pid for p in self.processes.by_pid.values()
-                                                     if p.is_target)))
+            self._serve_metrics()
+        what = self._what()
         if self.child:
             self.child.release()  # programs are attached: the command is traced from its exec
         print(f"Tracing I/O of {what} and its descendants... Hit Ctrl-C to end.",
@@ -230,38 +192,89 @@ class Session:
         # normal priority); attaching ran at the normal one, so as not to delay it.
         yield_to_job()
         preload.join()
+        self._open_sinks(start_ns, what)
+        # Start-up is over: what the imports made lives as long as the process, so the garbage
+        # collector's full passes need not walk it again (one took 40 ms).
+        gc.freeze()
+
+    def _start_stats(self) -> None:
+        if self.opts.bpf_stats == "off":
+            self.stats_unavailable = "not counted (--bpf-stats off)"
+        else:
+            self.stats_unavailable = self.probes.enable_stats()
+            if self.opts.bpf_stats == "sampled":
+                self.probes.pause_stats()  # it could be turned on: the loop samples from here
+
+    def _open_gpu(self) -> None:
+        try:
+            source, self.gpu_note = nvml.open_source(self.opts.gpu)
+        except nvml.GpuUnavailable as e:
+            raise TraceFailure(str(e), EXIT_HOST) from None
+        if source is not None:
+            self.gpu = nvml.GpuMonitor(source)
+
+    def _serve_metrics(self) -> None:
+        from tracer.sinks.prometheus import PrometheusSink
+
+        prometheus = PrometheusSink()
+        try:
+            prometheus.start(*self.opts.prometheus)
+        except OSError as e:
+            raise TraceFailure(str(e), EXIT_USAGE) from None
+        self.sinks.append(prometheus)
+        print(f"Serving metrics on {prometheus.url}", file=self.err, flush=True)
+
+    def _what(self) -> str:
+        """What is traced, as the first line and the live view's header say it."""
+        if self.opts.auto:
+            what = "PyTorch training jobs as they appear (--auto)"
+            if self.processes.by_pid:
+                what += f", now PID {' '.join(map(str, sorted(self.processes.by_pid)))}"
+            return what
+        if self.opts.command:
+            return " ".join(self.redact.argv(self.opts.command))
+        return "PID " + " ".join(map(str, sorted(p.pid for p in self.processes.by_pid.values()
+                                                 if p.is_target)))
+
+    def _open_sinks(self, start_ns: int, what: str) -> None:
+        """The step, the trace directory and the other sinks; the first interval starts here."""
         from tracer.live.aggregate import Aggregator
+        from tracer.live.step import Step
         from tracer.sinks.csv import CsvSink
-        from tracer.sinks.parquet import TraceWriter
-        from tracer.ui import LinePrinter, LiveView
+        from tracer.sinks.parquet import ParquetSink, TraceWriter
+        from tracer.ui import LinePrinter, LiveView, NotePrinter
 
         # The tracer's own CPU from here: what came before is start-up, not the steady cost of
         # tracing.
         self.meter = TracerMeter()
-        self.aggregator = Aggregator(self.processes, self.files)
+        aggregator = Aggregator(self.processes, self.files)
+        # A command traced from its first instruction has a start-up (imports, set-up) that the
+        # verdicts leave out; a job attached to is usually past it.
+        diagnosis = Diagnosis(page_size=os.sysconf("SC_PAGE_SIZE"), startup=bool(self.opts.command))
+        self.step = Step(aggregator, diagnosis, self.gpu)
         try:
-            self.writer = TraceWriter(self.opts.output, self._meta(start_ns),
-                                      roll_s=self.opts.roll_s)
+            writer = TraceWriter(self.opts.output, self._meta(start_ns), roll_s=self.opts.roll_s)
         except OSError as e:
             raise TraceFailure(cannot_write_message(e, self.opts.output, started=False),
                                EXIT_OUTPUT) from None
-        self.aggregator.last_ts_ns = self.clock.now_ns()  # the first interval starts now
-        self.proc.sample(self.aggregator.last_ts_ns)  # primes the /proc counters
+        # First: were a later sink to fail, the trace has the interval already.
+        self.trace = ParquetSink(writer, self._stop_meta, self._cannot_write)
+        self.sinks.insert(0, self.trace)
+        aggregator.last_ts_ns = self.clock.now_ns()  # the first interval starts now
+        self.proc.sample(aggregator.last_ts_ns)  # primes the /proc counters
         if self.opts.csv:
             try:
-                self.csv = CsvSink(self.opts.csv, interval_s=self.opts.interval_s)
+                self.sinks.append(CsvSink(self.opts.csv, interval_s=self.opts.interval_s))
             except OSError as e:
                 raise TraceFailure(f"cannot write --csv {self.opts.csv}: {e.strerror}",
                                    EXIT_USAGE) from None
         if self.opts.tui:
-            self.view = LiveView(targets=what, interval_s=self.opts.interval_s,
-                                 on_quit=lambda: self.request_stop("q"))
-            self.view.start()
-        else:
-            self.lines = LinePrinter(self.out, self.opts.interval_s)
-        # Start-up is over: what the imports made lives as long as the process, so the garbage
-        # collector's full passes need not walk it again (one took 40 ms).
-        gc.freeze()
+            view = LiveView(targets=what, interval_s=self.opts.interval_s,
+                            on_quit=lambda: self.request_stop("q"))
+            self.sinks.append(view.start())
+        else:  # where the live view owns the terminal, it alone shows notes
+            self.sinks += [LinePrinter(self.out, self.opts.interval_s, on_error=self._stdout_failed),
+                           NotePrinter(self.err)]
 
     def _check_targets_alive(self) -> None:
         """--pid: a target that was a zombie, or exited while the programs attached, left
@@ -293,6 +306,10 @@ class Session:
             "events_lost": 0, "self_cost": None,
         }
 
+    def _stop_meta(self) -> dict:
+        """meta.json's fields of how the trace ended, as the trace is closed."""
+        return {"stop_ns": self.clock.now_ns(), "stop_reason": self.stop_reason}
+
     def on_event(self, raw: bytes) -> None:
         """One ring-buffer record: process life cycle, a file's path, or a slow operation."""
         kind = abi.event_kind(raw)
@@ -303,7 +320,7 @@ class Session:
             self.files.on_event(abi.decode_file_event(raw))
         elif kind == abi.EVENT_SLOW:
             ev = abi.decode_slow_event(raw)
-            self.aggregator.on_slow(ev, self.clock.to_utc_ns(ev.ts_ns))
+            self.step.aggregator.on_slow(ev, self.clock.to_utc_ns(ev.ts_ns))
         else:
             self.processes.on_event(abi.decode_proc_event(raw))
 
@@ -335,21 +352,47 @@ class Session:
             if not self.opts.auto and not self.processes.alive():
                 self.request_stop("targets exited")
 
-    def tick(self) -> Snapshot:
-        """One interval: map deltas -> snapshot -> sinks; forget processes gone a while."""
+    def tick(self, final: bool = False) -> Interval:
+        """One interval: read the maps, /proc, the GPUs and iotrace's cost; the step makes the
+        Interval; every sink writes it; processes gone a while are forgotten. `final`: the run's
+        last interval."""
         if self.discovery.match:
             self.discovery.scan()
         for proc in self.processes.alive():
             if gone(proc.pid):  # died before it was tracked, or its exit event was lost
                 self.processes.mark_gone(proc.pid)
-        epoch = self.probes.next_epoch()
+        reading, quiet = self._read()
+        # A process forks before it does I/O, so its FORK record is in the ring buffer before
+        # its counters are in the maps just read: take the records now, the rows get its name.
+        self.probes.poll_events(0)
+        ts_ns = self.clock.to_utc_ns(reading.monotonic_ns)
+        devices, system = self.proc.sample(ts_ns)
+        gpu_rows = self.gpu.poll(ts_ns) if self.gpu else []
+        cost = self.self_cost(final)
+        if not final:
+            self._sample_stats(time.monotonic())
+        assert self.step is not None and self.trace is not None
+        # Every segment roll carries the processes seen or changed since the last: a killed
+        # tracer's trace still names every process its other rows mention.
+        processes = self._process_rows() if final or self.trace.roll_due() else None
+        interval = self.step.interval(reading, ts_ns, devices=devices, system=system,
+                                      gpu_rows=gpu_rows, cost=cost, owners=self.processes.owners(),
+                                      processes=processes, final=final)
+        for sink in self.sinks:
+            sink.write(interval)
+        self._forget(reading, quiet)
+        return interval
+
+    def _read(self) -> tuple[Reading, list[bytes]]:
+        """The kernel's maps, and the per-file keys taken out of them as idle."""
         from tracer.live.aggregate import Reading
 
+        epoch = self.probes.next_epoch()
         file_stats = self.probes.read_file_stats()
         # Per-file counters idle for FILE_IDLE_INTERVALS are deleted (a job reading millions of
         # files keeps the kernel map small, and every interval reads all of it): taken out of
         # the map with their values, which join this reading, so what came since is counted.
-        quiet = self.aggregator.idle_file_keys(FILE_IDLE_INTERVALS)
+        quiet = self.step.aggregator.idle_file_keys(FILE_IDLE_INTERVALS)
         if quiet:
             file_stats.update(self.probes.take_file_stats(quiet))
         hists, threads = self.probes.read_hists(), self.probes.read_threads()
@@ -358,62 +401,14 @@ class Session:
         mains = [p.pid for p in self.processes.alive() if p.is_target]
         reading = Reading(hists, file_stats, epoch, threads, time.monotonic_ns(),
                           self.probes.syscalls_in_flight(mains))
-        # A process forks before it does I/O, so its FORK record is in the ring buffer before
-        # its counters are in the maps just read: take the records now, the rows get its name.
-        self.probes.poll_events(0)
-        now_ns = self.clock.to_utc_ns(reading.monotonic_ns)
-        snap = self.aggregator.interval(reading, now_ns)
-        devices, system = self.proc.sample(now_ns)
-        snap = dataclasses.replace(snap, devices=devices, system=system)
-        assert self.writer is not None
-        for table in ("latency", "files", "events", "threads", "devices"):
-            self.writer.add(table, getattr(snap, table))
-        self.writer.add("system", [snap.system] if snap.system else [])
-        owners = self.processes.owners()  # pid -> its main process, for the loop and the GPUs
-        loop_rows = self.diagnosis.add(
-            snap.ts_ns, snap.interval_ns, snap.threads, snap.files, snap.latency, snap.devices,
-            owners)
-        self.writer.add("loop", loop_rows)
-        self.findings = self.diagnosis.findings(self.diagnosis.thresholds.window_s)
-        if not self._last_findings_ns:  # the first verdicts once FINDINGS_EVERY_S have passed,
-            self._last_findings_ns = snap.ts_ns - snap.interval_ns  # not after one interval
-        if not self._finishing and snap.ts_ns - self._last_findings_ns >= FINDINGS_EVERY_S * 1e9:
-            self._last_findings_ns = snap.ts_ns
-            self.writer.add("findings", [f.row(snap.ts_ns) for f in self.findings])
-        idle: list[dict] = []
-        if self.gpu:
-            gpu_rows, idle = self.gpu.interval(snap.ts_ns, loop_rows, owners)
-            snap = dataclasses.replace(snap, gpu=gpu_rows)
-            self.writer.add("gpu", gpu_rows)
-            self.writer.add("gpu_idle", idle)
-            self.gpu_rows.extend(gpu_rows)
-            self.gpu_idle.extend(idle)
-            for note in self.gpu.take_notes():
-                if not self.view:
-                    print(f"iotrace: {note}", file=self.err, flush=True)
-        cost = self.self_cost()
-        self._sample_stats(time.monotonic())
-        snap = dataclasses.replace(snap, cost=cost)
-        lost = cost.events_lost
-        if self.prometheus:
-            self.prometheus.update(snap, loop_rows, self.findings, gpu_idle_rows=idle,
-                                   events_lost=lost)
-        if self.view:
-            self.view.update(snap, loop_rows, self.findings, events_lost=lost)
-        elif self.lines and not self._finishing:
-            try:
-                self.lines.write(snap, loop_rows, self.findings)
-            except BrokenPipeError:  # `iotrace ... | head`: the lines stop, not the trace
-                self.lines = None
-                self.stdout_gone = True
-                drop_output(self.out)
-            except OSError:  # the terminal is gone (an SSH drop without SIGHUP): stop cleanly
-                self.lines = None
-                self.request_stop("stdout closed")
-        if self.csv:
-            self.csv.write(snap, loop_rows)
-        if quiet:  # deleted from the kernel map above
-            self.aggregator.forget(quiet)
+        return reading, quiet
+
+    def _forget(self, reading: Reading, quiet: list[bytes]) -> None:
+        """Drops the kernel's entries of processes that exited before the last reading (their
+        last counts are in it) and of the idle per-file keys taken out."""
+        aggregator = self.step.aggregator
+        if quiet:  # deleted from the kernel map by _read
+            aggregator.forget(quiet)
         if self._forget_next:
             dead = self._forget_next
             stale = [k for k in reading.hists if abi.HIST_KEY.unpack_from(k)[0] in dead]
@@ -424,30 +419,27 @@ class Session:
             self.probes.delete_hists(stale)
             self.probes.delete_file_stats(stale_files)
             self.probes.delete_threads(stale_tids)
-            self.aggregator.forget(stale + stale_files, stale_tids)
+            aggregator.forget(stale + stale_files, stale_tids)
             self.probes.forget_pidfds(dead)
             for pid in dead:
                 self.processes.by_pid[pid].forgotten = True
         self._forget_next = {p.pid for p in self.processes.by_pid.values()
                              if not p.alive and not p.forgotten}
-        if self.writer.roll_due():
-            # Every segment roll carries the processes seen or changed since the last: a
-            # killed tracer's trace still names every process its other rows mention.
-            self._write_processes()
-            try:
-                self.writer.maybe_roll()
-            except OSError as e:
-                self._cannot_write(e)
-        return snap
 
     def _cannot_write(self, error: OSError) -> None:
-        """A segment could not be written (a full disk): stop tracing, write nothing more, keep
-        what is written; run_trace says which file and exits EXIT_OUTPUT."""
+        """The trace sink could not write a segment (a full disk) and writes nothing more: stop
+        tracing, keep what is written; run_trace says which file and exits EXIT_OUTPUT."""
         if self.write_error is None:
             self.write_error = error
-        assert self.writer is not None
-        self.writer.give_up()
         self.request_stop(f"cannot write the trace: {error.strerror}")
+
+    def _stdout_failed(self, error: OSError) -> None:
+        """The interval lines could not be printed; they stop."""
+        if isinstance(error, BrokenPipeError):  # `iotrace ... | head`: the lines, not the trace
+            self.stdout_gone = True
+            drop_output(self.out)
+        else:  # the terminal is gone (an SSH drop without SIGHUP): stop cleanly
+            self.request_stop("stdout closed")
 
     def _sample_stats(self, now: float) -> None:
         """--bpf-stats sampled: an interval starts; the kernel counts the programs' runs for
@@ -474,10 +466,9 @@ class Session:
                         self.probes.stats_seconds, self.opts.bpf_stats, *unseen,
                         *self.files.lost_paths())
 
-    def _write_processes(self) -> None:
+    def _process_rows(self) -> list[dict]:
         """A `processes` row for each process new or changed (name, exit, worker numbering)
         since its last row: readers take the last row per pid."""
-        assert self.writer is not None
         self.processes.number_workers()
         rows = []
         for proc in self.processes.by_pid.values():
@@ -490,52 +481,30 @@ class Session:
             if row != proc.written:
                 rows.append(row)
                 proc.written = row
-        self.writer.add("processes", rows)
+        return rows
 
     # -- stop -----------------------------------------------------------------------------------------
     def finish(self) -> str:
-        """Takes the last snapshot, closes the trace; returns the summary text. The programs
-        stay attached until close() (detaching waits for the kernel: about a second), so the
-        summary comes first; what completes after this last read is not in the trace, as
-        with any stop."""
+        """The last interval, through every sink, which are then closed (the trace among
+        them); returns the summary text. The programs stay attached until close() (detaching
+        waits for the kernel: about a second), so the summary comes first; what completes
+        after this last read is not in the trace, as with any stop."""
         self.probes.poll_events(0)
-        self._finishing = True
-        findings = []
-        self.final_findings = findings
-        cost = None
-        if self.writer:
-            snap = self.tick()
-            self._write_processes()
-            findings = self.diagnosis.findings()
-            if self.gpu:
-                last = self.gpu.finish()
-                self.writer.add("gpu_idle", last)
-                self.gpu_idle.extend(last)
-                add_gpu_evidence(findings, self.gpu_idle, list(self.gpu_rows))
-                self.writer.update_meta(gpu=self.gpu.meta())
-            self.writer.add("findings", [f.row(snap.ts_ns) for f in findings])
-            self.final_findings = findings
-            cost = self.self_cost(final=True)
-            try:
-                # While running, a process got a row each time it changed; closed, it has one.
-                self.writer.compact("processes", ("pid", "first_seen"))
-                self.writer.close(stop_ns=self.clock.now_ns(), stop_reason=self.stop_reason,
-                                  events_lost=cost.events_lost, self_cost=cost.meta())
-            except OSError as e:
-                self._cannot_write(e)
-                self.writer.close(stop_ns=self.clock.now_ns(), stop_reason=self.stop_reason,
-                                  events_lost=cost.events_lost, self_cost=cost.meta())
-        lost = cost.events_lost if cost else self.probes.events_lost()
+        assert self.step is not None
+        last = self.tick(final=True)
+        self.final_findings, cost = last.final_findings, last.snapshot.cost
+        self._close_sinks()
         n = len(self.processes.by_pid)
         header = (f"Traced {n} process{'es' if n != 1 else ''} ({self.stop_reason or 'stopped'}); "
-                  f"{lost} events lost.")
+                  f"{cost.events_lost} events lost.")
         if self.gpu_note:
             header += f"\n{self.gpu_note}."
         from tracer.render.summary import render_summary
 
-        return render_summary(self.aggregator.totals, self.processes, header,
-                              self.aggregator.file_totals, self.files, findings, cost,
-                              startup=self.diagnosis.startup_lines())
+        aggregator = self.step.aggregator
+        return render_summary(aggregator.totals, self.processes, header, aggregator.file_totals,
+                              self.files, self.final_findings, cost,
+                              startup=self.step.diagnosis.startup_lines())
 
     def exit_code(self) -> int:
         """What iotrace exits with after a trace: the started command's status, as time(1) and
@@ -544,21 +513,18 @@ class Session:
         code = self.child.exit_code() if self.child else None
         return EXIT_OK if code is None else code
 
-    def close_view(self) -> None:
-        """Leaves the live view's screen so that what follows goes to normal scrollback."""
-        if self.view:
-            self.view.close()
+    def _close_sinks(self) -> None:
+        """Closes every sink, the last in the list first (the live view leaves the screen
+        first, the trace closes last), each even if another fails."""
+        sinks, self.sinks = self.sinks, []
+        with contextlib.ExitStack() as stack:
+            for sink in sinks:
+                stack.callback(sink.close)
 
     def close(self) -> None:
-        self.close_view()
+        self._close_sinks()
         if self.gpu:
             self.gpu.close()
-        if self.csv:
-            self.csv.close()
-        if self.prometheus:
-            self.prometheus.stop()
-        if self.writer and not self.writer.closed:
-            self.writer.close(stop_ns=self.clock.now_ns(), stop_reason=self.stop_reason)
         self.probes.close()
         self.no_pandas.remove()
         if self.child and not self.child.released:
@@ -598,9 +564,7 @@ def run_trace(opts: TraceOptions, out: TextIO = sys.stdout, err: TextIO = sys.st
     try:
         session.start()
         session.loop()
-        summary = session.finish()
-        session.close_view()
-        text = summary
+        text = session.finish()  # every sink is closed: the live view has left the screen
         if session.command_log:
             text += f"\nThe command's output is in {session.command_log}"
         if session.write_error is not None:
