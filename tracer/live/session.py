@@ -27,7 +27,6 @@ from tracer.core import abi
 from tracer.core.diagnose import Diagnosis
 from tracer.core.redact import Redactor
 from tracer.core.roles import ELASTIC_COMM
-from tracer.core.selfcost import STATS_SHARE, ProgramCost, SelfCost, TracerMeter
 from tracer.errors import (
     EXIT_HOST,
     EXIT_OK,
@@ -41,8 +40,10 @@ from tracer.kernel.host import tracing_problem, yield_to_job
 from tracer.kernel.probes import BadSetting, HostCannotTrace, Probes
 from tracer.live.child import STOP_SIGNALS, HeldChild
 from tracer.live.clock import Clock
+from tracer.live.cost import CostReader
 from tracer.live.discovery import Discovery, gone
 from tracer.live.files import FileTable
+from tracer.live.forget import Forgetter
 from tracer.live.processes import ProcessTable
 from tracer.live.procfs import ProcSampler
 
@@ -129,10 +130,8 @@ class Session:
             self.probes = Probes(slow_ns=int(opts.slow_ms * 1e6), auto_discover=opts.auto)
         except BadSetting as e:
             raise TraceFailure(str(e), EXIT_USAGE) from None
-        self.meter: TracerMeter | None = None  # the tracer's own CPU, from when tracing starts
         self.no_pandas = NoPandas()
-        self.stats_unavailable: str | None = None  # why BPF programs' costs are not counted
-        self._stats_off_at: float | None = None  # --bpf-stats sampled: when to stop counting
+        self.cost = CostReader(self.probes, self.files, opts.bpf_stats, opts.interval_s)
         self.discovery = Discovery(self.processes, self.probes, self.redact, err, opts.match)
         self.proc = ProcSampler()
         self.gpu: nvml.GpuMonitor | None = None
@@ -142,7 +141,7 @@ class Session:
         self.trace: ParquetSink | None = None  # the trace directory (among the sinks)
         self.child: HeldChild | None = None
         self.stop_reason: str | None = None
-        self._forget_next: set[int] = set()
+        self.forget = Forgetter(self.probes, self.processes)
         self.final_findings: list = []
         self.command_log: Path | None = None
         self.write_error: OSError | None = None  # the write that failed (a full disk)
@@ -160,7 +159,7 @@ class Session:
             self.probes.load()
         except HostCannotTrace as e:
             raise TraceFailure(str(e), EXIT_HOST) from None
-        self._start_stats()
+        self.cost.start_stats()
         self.probes.open_events(self.on_event)
         if self.opts.command:
             self.command_log = self.opts.command_output or (
@@ -185,8 +184,8 @@ class Session:
             self.child.release()  # programs are attached: the command is traced from its exec
         print(f"Tracing I/O of {what} and its descendants... Hit Ctrl-C to end.",
               file=self.err, flush=True)
-        if self.stats_unavailable and self.opts.bpf_stats != "off":
-            print(f"iotrace: per-program cost unavailable: {self.stats_unavailable}",
+        if self.cost.unavailable and self.opts.bpf_stats != "off":
+            print(f"iotrace: per-program cost unavailable: {self.cost.unavailable}",
                   file=self.err, flush=True)
         # From here on the tracer gives way to the job (the command, forked above, keeps the
         # normal priority); attaching ran at the normal one, so as not to delay it.
@@ -196,14 +195,6 @@ class Session:
         # Start-up is over: what the imports made lives as long as the process, so the garbage
         # collector's full passes need not walk it again (one took 40 ms).
         gc.freeze()
-
-    def _start_stats(self) -> None:
-        if self.opts.bpf_stats == "off":
-            self.stats_unavailable = "not counted (--bpf-stats off)"
-        else:
-            self.stats_unavailable = self.probes.enable_stats()
-            if self.opts.bpf_stats == "sampled":
-                self.probes.pause_stats()  # it could be turned on: the loop samples from here
 
     def _open_gpu(self) -> None:
         try:
@@ -244,9 +235,7 @@ class Session:
         from tracer.sinks.parquet import ParquetSink, TraceWriter
         from tracer.ui import LinePrinter, LiveView, NotePrinter
 
-        # The tracer's own CPU from here: what came before is start-up, not the steady cost of
-        # tracing.
-        self.meter = TracerMeter()
+        self.cost.start_meter()
         aggregator = Aggregator(self.processes, self.files)
         # A command traced from its first instruction has a start-up (imports, set-up) that the
         # verdicts leave out; a job attached to is usually past it.
@@ -332,16 +321,14 @@ class Session:
     def loop(self) -> None:
         started = time.monotonic()
         next_tick = started + self.opts.interval_s
-        self._sample_stats(started)
+        self.cost.sample(started)
         while not self.stop_reason:
             now = time.monotonic()
-            until = min(next_tick, self._stats_off_at or next_tick)
+            until = min(next_tick, self.cost.off_at or next_tick)
             wait_ms = int(max(0.0, min(until - now, POLL_MS / 1000)) * 1000)
             self.probes.poll_events(wait_ms)
             now = time.monotonic()
-            if self._stats_off_at is not None and now >= self._stats_off_at:
-                self.probes.pause_stats()
-                self._stats_off_at = None
+            self.cost.pause_if_due(now)
             if self.opts.duration_s is not None and now - started >= self.opts.duration_s:
                 self.request_stop("duration")
             if now >= next_tick:
@@ -368,9 +355,9 @@ class Session:
         ts_ns = self.clock.to_utc_ns(reading.monotonic_ns)
         devices, system = self.proc.sample(ts_ns)
         gpu_rows = self.gpu.poll(ts_ns) if self.gpu else []
-        cost = self.self_cost(final)
+        cost = self.cost.read(final)
         if not final:
-            self._sample_stats(time.monotonic())
+            self.cost.sample(time.monotonic())
         assert self.step is not None and self.trace is not None
         # Every segment roll carries the processes seen or changed since the last: a killed
         # tracer's trace still names every process its other rows mention.
@@ -380,7 +367,7 @@ class Session:
                                       processes=processes, final=final)
         for sink in self.sinks:
             sink.write(interval)
-        self._forget(reading, quiet)
+        self.forget.after(reading, quiet, self.step.aggregator)
         return interval
 
     def _read(self) -> tuple[Reading, list[bytes]]:
@@ -403,29 +390,6 @@ class Session:
                           self.probes.syscalls_in_flight(mains))
         return reading, quiet
 
-    def _forget(self, reading: Reading, quiet: list[bytes]) -> None:
-        """Drops the kernel's entries of processes that exited before the last reading (their
-        last counts are in it) and of the idle per-file keys taken out."""
-        aggregator = self.step.aggregator
-        if quiet:  # deleted from the kernel map by _read
-            aggregator.forget(quiet)
-        if self._forget_next:
-            dead = self._forget_next
-            stale = [k for k in reading.hists if abi.HIST_KEY.unpack_from(k)[0] in dead]
-            stale_files = [k for k in reading.file_stats
-                           if abi.FILE_KEY.unpack_from(k)[0] in dead]
-            stale_tids = [tid for tid, raw in reading.threads.items()
-                          if abi.TGID.unpack_from(raw)[0] in dead]
-            self.probes.delete_hists(stale)
-            self.probes.delete_file_stats(stale_files)
-            self.probes.delete_threads(stale_tids)
-            aggregator.forget(stale + stale_files, stale_tids)
-            self.probes.forget_pidfds(dead)
-            for pid in dead:
-                self.processes.by_pid[pid].forgotten = True
-        self._forget_next = {p.pid for p in self.processes.by_pid.values()
-                             if not p.alive and not p.forgotten}
-
     def _cannot_write(self, error: OSError) -> None:
         """The trace sink could not write a segment (a full disk) and writes nothing more: stop
         tracing, keep what is written; run_trace says which file and exits EXIT_OUTPUT."""
@@ -440,31 +404,6 @@ class Session:
             drop_output(self.out)
         else:  # the terminal is gone (an SSH drop without SIGHUP): stop cleanly
             self.request_stop("stdout closed")
-
-    def _sample_stats(self, now: float) -> None:
-        """--bpf-stats sampled: an interval starts; the kernel counts the programs' runs for
-        its first STATS_SHARE (the loop turns the counting off again)."""
-        if self.opts.bpf_stats != "sampled" or self.stats_unavailable is not None:
-            return
-        self.probes.enable_stats()
-        self._stats_off_at = now + STATS_SHARE * self.opts.interval_s
-
-    def self_cost(self, final: bool = False) -> SelfCost:
-        """iotrace's own cost so far, where a new interval starts for the CPU share; `final`: the
-        last reading, where none starts and the requests left in flight that ended unseen are
-        counted too."""
-        assert self.meter is not None
-        programs = ()
-        if self.stats_unavailable is None:
-            programs = tuple(ProgramCost(obj, name, sec, st.run_cnt, st.run_time_ns,
-                                         st.recursion_misses)
-                             for obj, name, sec, st in self.probes.program_stats())
-        unseen = self.probes.block_unseen(leftovers=final)
-        return SelfCost(programs, self.probes.events_lost(), self.probes.map_full_drops(),
-                        self.meter.read(not final), self.stats_unavailable,
-                        self.probes.stats_before, dict(self.probes.max_entries),
-                        self.probes.stats_seconds, self.opts.bpf_stats, *unseen,
-                        *self.files.lost_paths())
 
     def _process_rows(self) -> list[dict]:
         """A `processes` row for each process new or changed (name, exit, worker numbering)
