@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tracer.core.diagnose import Finding
+from tracer.core.interval import Interval
 from tracer.core.selfcost import ProgramCost, SelfCost, TracerCpu
 from tracer.live.aggregate import Snapshot
 from tracer.sinks.prometheus import DEFAULT_PORT, PrometheusSink, parse_listen
@@ -62,9 +63,10 @@ def exported_names() -> set[str]:
            for layer in ("syscall", "block", "block_queue")]
     cost = SelfCost((ProgramCost("block", "p", "tp_btf/block_rq_issue", 10, 5000, 0),), 0,
                     {"hists": 0}, TracerCpu(1.0, 0.5, 2.0, 25.0, 25.0, 1 << 27))
-    sink.update(Snapshot(10**18, 10**9, lat, cost=cost), [{"compute_ns": 10**9}],
-                [Finding("sync_loading", 50, 1, "x", {})],
-                [{"gpu": 0, "cause": "sync_loading", "duration_ns": 10**9}], 1)
+    sink.write(Interval(Snapshot(10**18, 10**9, lat, cost=cost), [{"compute_ns": 10**9}],
+                        [Finding("sync_loading", 50, 1, "x", {})],
+                        gpu_idle=[{"gpu": 0, "cause": "sync_loading", "duration_ns": 10**9}],
+                        events_lost=1))
     return {s.name for fam in sink.registry.collect() for s in fam.samples}
 
 

@@ -13,7 +13,7 @@ from conftest import ROOT
 
 HOLDER = """
 import sys, time
-from tracer.live.session import HeldChild
+from tracer.live.child import HeldChild
 child = HeldChild(["true"])
 print(child.pid, flush=True)
 time.sleep(600)

@@ -14,6 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tracer import __version__
 from tracer.core.abi import MAP_FULL_MAPS
 from tracer.core.diagnose import KINDS, STATES, Finding
+from tracer.core.interval import Interval
 from tracer.core.selfcost import ProgramCost, SelfCost, TracerCpu
 from tracer.live.aggregate import Snapshot
 from tracer.sinks.prometheus import DEFAULT_HOST, DEFAULT_PORT, LE_BOUNDS_NS, PrometheusSink, parse_listen
@@ -139,7 +140,7 @@ def scrapes() -> list[str]:
     try:
         texts = []
         for snap, loop, findings, gpu_idle, lost in intervals():
-            s.update(snap, loop, findings, gpu_idle, lost)
+            s.write(Interval(snap, loop, findings, gpu_idle=gpu_idle, events_lost=lost))
             texts.append(scrape(s))
         return texts
     finally:
@@ -304,7 +305,7 @@ def test_scrape_during_updates_is_consistent(sink):
         i = 0
         while not stop.is_set():
             snap, loop, findings, gpu_idle, lost = data[i % 3]
-            sink.update(snap, loop, findings, gpu_idle, lost)
+            sink.write(Interval(snap, loop, findings, gpu_idle=gpu_idle, events_lost=lost))
             i += 1
 
     t = threading.Thread(target=feed)

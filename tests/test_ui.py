@@ -19,6 +19,7 @@ import pytest
 from rich.console import Console
 from ui_snapshots import SEC, findings, loop_rows, snapshot
 
+from tracer.core.interval import Interval
 from tracer.core.selfcost import SelfCost, TracerCpu
 from tracer.live.aggregate import Snapshot
 from tracer.sinks.csv import CsvSink
@@ -283,7 +284,7 @@ def test_line_printer_repeats_the_header():
     out = io.StringIO()
     printer = LinePrinter(out, header_every=2)
     for i in range(3):
-        printer.write(snapshot(i), loop_rows(i))
+        printer.write(Interval(snapshot(i), loop_rows(i)))
     lines = out.getvalue().splitlines()
     assert len(lines) == 2 + 2 + 2 + 1
     assert lines[0].startswith("--time--") and lines[4].startswith("--time--")
@@ -294,12 +295,12 @@ def test_line_printer_repeats_the_header():
 def test_csv_sink(tmp_path):
     path = tmp_path / "x.csv"
     sink = CsvSink(path)
-    sink.write(snapshot(0, interval_ns=0), loop_rows(0))  # the first: interval_s stands in
-    sink.write(snapshot(1, interval_ns=2 * SEC), [])
+    sink.write(Interval(snapshot(0, interval_ns=0), loop_rows(0)))  # the first: interval_s stands in
+    sink.write(Interval(snapshot(1, interval_ns=2 * SEC), []))
     sink.close()
     sink.close()  # twice is fine
     with pytest.raises(ValueError):
-        sink.write(snapshot(2))
+        sink.write(Interval(snapshot(2)))
     header, first, second = path.read_text().splitlines()
     dev = ["r_s", "w_s", "rkb_s", "wkb_s", "r_await_ms", "w_await_ms", "aqu_sz", "util_pct"]
     role = ["procs", "read_bytes_s", "write_bytes_s", "ops_s", "read_p99_ns", "iowait_pct"]
@@ -337,8 +338,8 @@ def test_csv_sink_keeps_the_first_devices(tmp_path):
     first = snapshot(0)
     later = Snapshot(snapshot(1).ts_ns, SEC, devices=[{**first.devices[1], "device": "sdb"}])
     with CsvSink(path) as sink:
-        sink.write(first)
-        sink.write(later)
+        sink.write(Interval(first))
+        sink.write(Interval(later))
     header, _, row = path.read_text().splitlines()
     assert "sdb" not in header
     cells = dict(zip(header.split(","), row.split(","), strict=True))
@@ -354,7 +355,7 @@ def test_live_view_without_a_terminal():
     view = LiveView("PID 1", 1.0, console=console, keys=io.StringIO(),
                     on_quit=lambda: quits.append(1))
     with view:
-        view.update(snapshot(0), loop_rows(0), findings(), 0)
+        view.write(Interval(snapshot(0), loop_rows(0), findings(), events_lost=0))
         view.press("s")
         view.press("l")
         view.press("x")  # ignored

@@ -19,6 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository: 
 
 from ui_snapshots import findings, loop_rows, snapshot
 
+from tracer.core.interval import Interval
 from tracer.ui.live import LiveView
 
 
@@ -31,7 +32,7 @@ def main() -> int:
     deadline = time.monotonic() + args.seconds
     with LiveView(targets="python train.py (demo)", interval_s=args.interval) as view:
         while time.monotonic() < deadline and not view.quit_requested:
-            view.update(snapshot(n), loop_rows(n), findings(), events_lost=0)
+            view.write(Interval(snapshot(n), loop_rows(n), findings(), events_lost=0))
             n += 1
             wake = time.monotonic() + args.interval
             while time.monotonic() < wake and not view.quit_requested:

@@ -558,8 +558,8 @@ class GpuMonitor:
     """What the session calls once per interval: sampling, idle spans and their attribution.
 
     `interval(ts_ns, loop_rows, main_of)` polls the GPUs at `ts_ns` (the interval's end, UTC ns) and
-    returns (gpu rows, gpu_idle rows of the spans that ended); `finish()` returns the spans still open
-    at the end. Loop rows are kept only as long as an open span may need them.
+    returns (gpu rows, gpu_idle rows of the spans that ended): `poll` then `idle`; `finish()` returns
+    the spans still open at the end. Loop rows are kept only as long as an open span may need them.
     """
 
     def __init__(self, source: GpuSource, clocks: Callable[[], Mapping[str, int]] = read_clocks,
@@ -572,8 +572,20 @@ class GpuMonitor:
     def interval(self, ts_ns: int, loop_rows: Iterable[Mapping[str, Any]] = (),
                  main_of: Mapping[int, int] | Callable[[int], int | None] | None = None
                  ) -> tuple[list[dict], list[dict]]:
+        rows = self.poll(ts_ns)
+        return rows, self.idle(ts_ns, rows, loop_rows, main_of)
+
+    def poll(self, ts_ns: int) -> list[dict]:
+        """The GPUs' samples up to `ts_ns` (NVML calls): the `gpu` rows."""
+        return self.sampler.poll(ts_ns)
+
+    def idle(self, ts_ns: int, rows: Iterable[Mapping[str, Any]],
+             loop_rows: Iterable[Mapping[str, Any]] = (),
+             main_of: Mapping[int, int] | Callable[[int], int | None] | None = None
+             ) -> list[dict]:
+        """The gpu_idle rows of the spans that ended, from poll()'s rows; no NVML call, so the
+        session's step (tracer.live.step) can run it."""
         self._loop.extend(loop_rows)
-        rows = self.sampler.poll(ts_ns)
         spans = self.detector.feed(rows)
         for index in [d.index for d in self.sampler.devices if self.sampler.lost(d.index)]:
             spans += self.detector.flush(index)
@@ -581,7 +593,7 @@ class GpuMonitor:
             self._owners.update(gpu_owners(self.sampler.processes, main_of))
         idle = attribute(spans, self._loop, self._owners)
         self._trim(ts_ns)
-        return rows, idle
+        return idle
 
     def _trim(self, ts_ns: int) -> None:
         # A span that starts in the next poll may begin up to a sample period before ts_ns.

@@ -2,6 +2,9 @@
 
 It exposes just the libbpf calls the loader needs, raising :class:`LibbpfError` (with the errno
 text) instead of returning NULL or a negative code. Everything else about BPF lives in loader.py.
+The one libc call Python has no binding for, prctl(PR_SET_PDEATHSIG) for the held child
+(tracer.live.child), is here too: ctypes stays in one module, whose libc handle is loaded at
+import, before any fork.
 """
 
 from __future__ import annotations
@@ -53,6 +56,17 @@ _log: list[str] = []  # libbpf's recent messages, for error reports
 _first = itemgetter(0)
 # What a kernel answers for a map operation it does not have (524: the kernel-internal ENOTSUPP)
 _UNSUPPORTED = (errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP, 524)
+
+
+PR_SET_PDEATHSIG = 1  # include/uapi/linux/prctl.h
+
+
+def set_pdeathsig(sig: int) -> None:
+    """prctl(PR_SET_PDEATHSIG): the signal this process gets when its parent thread dies (0:
+    none). Safe in a forked child: it only calls into the libc loaded at import."""
+    zero = ctypes.c_ulong(0)
+    if _libc.prctl(PR_SET_PDEATHSIG, ctypes.c_ulong(int(sig)), zero, zero, zero) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
 
 
 def _sig(fn, restype, *argtypes):

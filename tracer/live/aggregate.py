@@ -115,8 +115,11 @@ class Aggregator:
         self.last_ts_ns: int | None = None
         self.pending_events: list[dict] = []
 
-    def interval(self, reading: Reading, ts_ns: int) -> Snapshot:
-        """Deltas since the previous call, as rows stamped `ts_ns`; slow events since then."""
+    def interval(self, reading: Reading, ts_ns: int, *, devices: list[dict] | None = None,
+                 system: dict | None = None, gpu: list[dict] | None = None,
+                 cost: SelfCost | None = None) -> Snapshot:
+        """Deltas since the previous call, as rows stamped `ts_ns`; slow events since then. The
+        snapshot's other fields, read elsewhere (/proc, NVML, iotrace's cost), as given."""
         rows: list[dict] = []
         for rkey, rval in reading.hists.items():
             cur = abi.decode_hist(rval)
@@ -137,7 +140,8 @@ class Aggregator:
         interval_ns = ts_ns - self.last_ts_ns if self.last_ts_ns else 0
         self.last_ts_ns = ts_ns
         events, self.pending_events = self.pending_events, []
-        return Snapshot(ts_ns, interval_ns, rows, file_rows, events, thread_rows)
+        return Snapshot(ts_ns, interval_ns, rows, file_rows, events, thread_rows, devices or [],
+                        system, gpu or [], cost)
 
     def _thread_rows(self, threads: dict[int, bytes], mono_ns: int, ts_ns: int,
                      in_flight: dict[int, tuple[int, int, int, int, int, int]]) -> list[dict]:

@@ -40,12 +40,15 @@ from __future__ import annotations
 
 import csv
 import datetime as dt
-from collections.abc import Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tracer.core.diagnose import STATES
 from tracer.core.histogram import percentile_ns
 from tracer.ui import stats
+
+if TYPE_CHECKING:
+    from tracer.core.interval import Interval
 
 SYSTEM_COLUMNS = (  # (csv column, `system` row key)
     ("cpu_usr_pct", "cpu_user_pct"), ("cpu_sys_pct", "cpu_sys_pct"),
@@ -91,10 +94,11 @@ class CsvSink:
         cols += [f"loop_{s}_pct" for s in STATES]
         return cols
 
-    def write(self, snapshot, loop_rows: Iterable[dict] = ()) -> None:
-        """One interval: its snapshot (tracer.live.aggregate.Snapshot) and its `loop` rows."""
+    def write(self, interval: Interval) -> None:
+        """One interval: its snapshot's numbers and its `loop` rows."""
         if self.closed:
             raise ValueError("CsvSink is closed")
+        snapshot = interval.snapshot
         if self.devices is None:
             self.devices = sorted(d["device"] for d in snapshot.devices)
             self._writer.writerow(self.header())
@@ -121,7 +125,7 @@ class CsvSink:
                 _num(sum(stats.blocked_pct(p.iowait_ns, itv) for p in mine) / len(mine)
                      if mine else None),
             ]
-        shares = stats.loop_shares(loop_rows)
+        shares = stats.loop_shares(interval.loop)
         row += [_num(shares[s] if shares else None) for s in STATES]
         self._writer.writerow(row)
         self._file.flush()

@@ -1,6 +1,6 @@
 """Parquet sink: writes a trace directory that survives the tracer being killed.
 
-Layout (DESIGN.md, "The trace directory")::
+Layout::
 
     DIR/meta.json                     schema version, tool version, host, command line, start/stop
     DIR/<table>/part-NNNNN.parquet    one folder per table, one file per rolled segment
@@ -34,6 +34,12 @@ from tracer.tracedir.schema import SCHEMA_VERSION, TABLES, table_from_rows
 
 if TYPE_CHECKING:
     from typing import Self
+
+    from tracer.core.interval import Interval
+
+SNAPSHOT_TABLES = ("latency", "files", "events", "threads", "devices")
+"""The tables whose rows an interval's snapshot holds as lists (`system` is one row, `gpu` too
+is the snapshot's)."""
 
 META_FILE = "meta.json"
 """Name of the trace's metadata file, directly in the trace directory."""
@@ -312,3 +318,55 @@ class TraceWriter:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+class ParquetSink:
+    """The trace directory as a Sink: each interval's rows go to their tables, a segment roll
+    follows when the interval carries `processes` rows (so that every segment names the
+    processes its rows mention), and the final interval compacts `processes` and closes the
+    trace with its meta.
+
+    `stop_meta()` gives meta.json's `stop_ns` and `stop_reason` at the moment of closing.
+    `on_error(e)` is told of a write that failed (a full disk): by then nothing more is
+    written, and what was written before stays readable.
+    """
+
+    def __init__(self, writer: TraceWriter, stop_meta: Callable[[], Mapping[str, object]],
+                 on_error: Callable[[OSError], None]) -> None:
+        self.writer, self.stop_meta, self.on_error = writer, stop_meta, on_error
+
+    def roll_due(self) -> bool:
+        """True when a segment roll is due: the interval should carry `processes` rows."""
+        return self.writer.roll_due()
+
+    def write(self, interval: Interval) -> None:
+        w, snap = self.writer, interval.snapshot
+        for table in SNAPSHOT_TABLES:
+            w.add(table, getattr(snap, table))
+        w.add("system", [snap.system] if snap.system else [])
+        w.add("loop", interval.loop)
+        w.add("findings", interval.findings_rows)
+        w.add("gpu", snap.gpu)
+        w.add("gpu_idle", interval.gpu_idle)
+        if interval.processes is not None:
+            w.add("processes", interval.processes)
+        try:
+            if interval.final:
+                # While running, a process got a row each time it changed; closed, it has one.
+                w.compact("processes", ("pid", "first_seen"))
+                w.close(**interval.meta, **self.stop_meta())
+            elif interval.processes is not None:
+                w.maybe_roll()
+        except OSError as e:
+            self._failed(e)
+            if interval.final:
+                w.close(**interval.meta, **self.stop_meta())
+
+    def _failed(self, error: OSError) -> None:
+        self.writer.give_up()
+        self.on_error(error)
+
+    def close(self) -> None:
+        """Closes a trace whose run never reached its final interval (an error)."""
+        if not self.writer.closed:
+            self.writer.close(**self.stop_meta())

@@ -1,8 +1,8 @@
 """Prometheus sink: `/metrics` over the same interval snapshots every other sink renders.
 
-The session calls `PrometheusSink.update()` once per interval with that interval's snapshot (deltas),
-its `loop` rows, the current findings, the GPU idle spans that ended in it, and the ring buffer's
-cumulative lost-event count. The sink folds them into cumulative state under a lock; a custom
+The session calls `PrometheusSink.write()` once per interval with that interval (its snapshot's
+deltas, its `loop` rows, the current findings, the GPU idle spans that ended in it, and the ring
+buffer's cumulative lost-event count). The sink folds them into cumulative state under a lock; a custom
 collector turns that state into metric families when Prometheus scrapes, from the HTTP server's
 thread. Scrapes are consistent: a histogram's buckets, _count and _sum come from one copy.
 
@@ -46,7 +46,8 @@ from __future__ import annotations
 
 import threading
 from bisect import bisect_left
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, ProcessCollector, start_http_server
 from prometheus_client.core import (
@@ -60,6 +61,9 @@ from prometheus_client.utils import floatToGoString
 from tracer import __version__
 from tracer.core.abi import MAP_FULL_MAPS
 from tracer.core.diagnose import KINDS, STATES
+
+if TYPE_CHECKING:
+    from tracer.core.interval import Interval
 
 DEFAULT_HOST = "127.0.0.1"
 # The Prometheus wiki's exporter range (9100-9999) is fully allocated; 9473 is free of everything
@@ -177,7 +181,7 @@ def _get(obj: object, name: str) -> object:
 class PrometheusSink:
     """Cumulative Prometheus metrics over the interval snapshots; serves them with `start()`.
 
-    `update()` and the collector may run on different threads (the HTTP server scrapes from its
+    `write()` and the collector may run on different threads (the HTTP server scrapes from its
     own); both take the same lock. `registry` holds this sink's collector (and the process_*
     collector): give it to `prometheus_client.generate_latest` to render without a server.
     """
@@ -197,19 +201,20 @@ class PrometheusSink:
 
     # --- input -----------------------------------------------------------------------------
 
-    def update(self, snapshot, loop_rows: Sequence[dict], findings: Iterable,
-               gpu_idle_rows: Iterable[dict] = (), events_lost: int = 0) -> None:
-        """Folds one interval in.
+    def write(self, interval: Interval) -> None:
+        """Folds one interval (tracer.core.interval.Interval) in:
 
-        snapshot       tracer.live.aggregate.Snapshot of the interval (its latency rows are deltas)
-        loop_rows      the interval's `loop` rows (one per training process)
+        snapshot       its latency rows are deltas; its cost, when set (SelfCost), gives the
+                       iotrace_self_* metrics
+        loop           the interval's `loop` rows (one per training process)
         findings       the findings as they stand now (tracer.core.diagnose.Finding or findings rows);
                        they replace the previous ones: a kind not among them goes back to 0
-        gpu_idle_rows  `gpu_idle` rows of spans that ended in this interval, each span once
+        gpu_idle       `gpu_idle` rows of spans that ended in this interval, each span once
         events_lost    the ring buffer's cumulative lost-event count (Probes.events_lost());
                        the counter never goes down, whatever is passed
-        snapshot.cost, when set (tracer.core.selfcost.SelfCost), gives the iotrace_self_* metrics.
         """
+        snapshot, loop_rows, findings = interval.snapshot, interval.loop, interval.findings
+        gpu_idle_rows, events_lost = interval.gpu_idle, interval.events_lost
         severity: dict[str, int] = {}
         for f in findings:
             kind = _label(_get(f, "kind"))
@@ -275,6 +280,10 @@ class PrometheusSink:
             if hist is None:
                 hist = series[labels] = _Hist()
             hist.add(int(row.get("bucket_lo_ns") or 0), int(row.get("bucket_hi_ns") or 0), count)
+
+    def close(self) -> None:
+        """Stops serving: the end of the run (Sink.close)."""
+        self.stop()
 
     def state_copy(self) -> _State:
         with self._lock:

@@ -5,9 +5,9 @@ All of them render the same per-interval snapshot as the other sinks; `stats` ho
 they derive from it (also used by the CSV sink).
 """
 
-from tracer.ui.line import LinePrinter, header_line, interval_line
+from tracer.ui.line import LinePrinter, NotePrinter, header_line, interval_line
 from tracer.ui.live import KEYS, LiveView
 from tracer.ui.view import LAYERS, SORTS, ViewState, render_view
 
-__all__ = ["KEYS", "LAYERS", "SORTS", "LinePrinter", "LiveView", "ViewState", "header_line",
-           "interval_line", "render_view"]
+__all__ = ["KEYS", "LAYERS", "SORTS", "LinePrinter", "LiveView", "NotePrinter", "ViewState",
+           "header_line", "interval_line", "render_view"]

@@ -14,13 +14,16 @@ finding ('-' when none). Values too wide for their column push the line right, t
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from typing import TextIO
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, TextIO
 
 from tracer.core.diagnose import STATES
 from tracer.core.histogram import percentile_ns
 from tracer.ui import stats
 from tracer.ui.fmt import clock, short_ns
+
+if TYPE_CHECKING:
+    from tracer.core.interval import Interval
 
 MB = 1 << 20
 HEADER_EVERY = 25  # LinePrinter repeats the header after this many lines, as dstat does
@@ -76,16 +79,49 @@ def interval_line(snapshot, loop_rows: Iterable[dict] = (), findings: Sequence =
 
 class LinePrinter:
     """Writes `header_line` first and again every HEADER_EVERY lines, then one line per
-    `write(...)` (same arguments as interval_line), flushed, so `| tee` and logs see it live."""
+    interval (interval_line), flushed, so `| tee` and logs see it live. The run's last, partial,
+    interval gets no line: the summary follows it at once.
 
-    def __init__(self, out: TextIO, interval_s: float = 1.0, header_every: int = HEADER_EVERY):
+    `on_error`: called once with the OSError of a write that failed (the reader left, the
+    terminal is gone), after which nothing more is written; None raises it."""
+
+    def __init__(self, out: TextIO, interval_s: float = 1.0, header_every: int = HEADER_EVERY,
+                 on_error: Callable[[OSError], None] | None = None):
         self.out, self.interval_s, self.header_every = out, interval_s, header_every
+        self.on_error = on_error
         self.lines = 0
+        self.failed = False
 
-    def write(self, snapshot, loop_rows: Iterable[dict] = (), findings: Sequence = ()) -> None:
-        if self.header_every and self.lines % self.header_every == 0:
-            print(header_line(), file=self.out)
-        print(interval_line(snapshot, loop_rows, findings, self.interval_s), file=self.out,
-              flush=True)
+    def write(self, interval: Interval) -> None:
+        if interval.final or self.failed:
+            return
+        try:
+            if self.header_every and self.lines % self.header_every == 0:
+                print(header_line(), file=self.out)
+            print(interval_line(interval.snapshot, interval.loop, interval.findings,
+                                self.interval_s), file=self.out, flush=True)
+        except OSError as e:
+            if self.on_error is None:
+                raise
+            self.failed = True
+            self.on_error(e)
+            return
         self.lines += 1
 
+    def close(self) -> None:
+        """Nothing to release: `out` belongs to the caller."""
+
+
+class NotePrinter:
+    """Prints each interval's notes (a GPU lost, ...) as `iotrace: NOTE` lines on `err`; where
+    the live view owns the terminal, there is no NotePrinter."""
+
+    def __init__(self, err: TextIO):
+        self.err = err
+
+    def write(self, interval: Interval) -> None:
+        for note in interval.notes:
+            print(f"iotrace: {note}", file=self.err, flush=True)
+
+    def close(self) -> None:
+        """Nothing to release: `err` belongs to the caller."""

@@ -4,8 +4,8 @@ Use (the session owns it; it never reads the kernel itself):
 
     with LiveView(targets="PID 42", interval_s=1.0) as view:
         while tracing:
-            ...                                    # one interval -> snapshot, loop rows
-            view.update(snap, loop_rows, findings, events_lost)
+            ...                                    # one interval -> an Interval
+            view.write(interval)                   # tracer.core.interval.Interval
             if view.quit_requested: break
     print(summary)                                 # after close: normal scrollback
 
@@ -24,13 +24,16 @@ import sys
 import termios
 import threading
 import tty
-from collections.abc import Callable, Iterable, Sequence
-from typing import TextIO
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TextIO
 
 from rich.console import Console
 from rich.live import Live
 
 from tracer.ui.view import Screen, ViewState
+
+if TYPE_CHECKING:
+    from tracer.core.interval import Interval
 
 KEYS = {"q": "quit", "s": "cycle sort (read, write, latency)",
         "l": "cycle histogram layer (syscall, block, block_queue)",
@@ -40,7 +43,7 @@ KEY_POLL_S = 0.1  # how long the key thread waits on stdin before it checks for 
 
 class LiveView:
     """The full-screen view of a run. Create it when stdout is a terminal (and not --no-tui);
-    `update` once per interval; poll `quit_requested`; `close` (or leave the `with`) before
+    `write` once per interval; poll `quit_requested`; `close` (or leave the `with`) before
     printing the final summary. Closing twice is harmless."""
 
     def __init__(self, targets: str = "", interval_s: float = 1.0, *,
@@ -108,12 +111,12 @@ class LiveView:
         self.close()
 
     # -- per interval ----------------------------------------------------------------------------
-    def update(self, snapshot, loop_rows: Iterable[dict] = (), findings: Sequence = (),
-               events_lost: int = 0) -> None:
-        """One interval's snapshot (tracer.live.aggregate.Snapshot), its `loop` rows, the current
-        findings (most severe first) and the events lost so far; redraws the screen."""
+    def write(self, interval: Interval) -> None:
+        """One interval: its snapshot, its `loop` rows, the current findings (most severe
+        first) and the events lost so far; redraws the screen."""
         with self._lock:
-            self.state.update(snapshot, loop_rows, findings, events_lost)
+            self.state.update(interval.snapshot, interval.loop, interval.findings,
+                              interval.events_lost)
             self._redraw()
 
     def press(self, key: str) -> None:

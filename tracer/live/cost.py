@@ -1,0 +1,65 @@
+"""iotrace's own cost while it traces: the BPF programs' run counts (kernel statistics, on for
+a share of each interval with --bpf-stats sampled), the tracer process's CPU and memory, and
+what the kernel side dropped or lost."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from tracer.core.selfcost import STATS_SHARE, ProgramCost, SelfCost, TracerMeter
+
+if TYPE_CHECKING:
+    from tracer.kernel.probes import Probes
+    from tracer.live.files import FileTable
+
+
+class CostReader:
+    def __init__(self, probes: Probes, files: FileTable, mode: str, interval_s: float):
+        self.probes, self.files, self.mode, self.interval_s = probes, files, mode, interval_s
+        self.unavailable: str | None = None  # why BPF programs' costs are not counted
+        self.off_at: float | None = None  # --bpf-stats sampled: when to stop counting
+        self.meter: TracerMeter | None = None  # the tracer's own CPU, from when tracing starts
+
+    def start_stats(self) -> None:
+        """Once the programs are loaded: can the kernel count their runs?"""
+        if self.mode == "off":
+            self.unavailable = "not counted (--bpf-stats off)"
+        else:
+            self.unavailable = self.probes.enable_stats()
+            if self.mode == "sampled":
+                self.probes.pause_stats()  # it could be turned on: the loop samples from here
+
+    def start_meter(self) -> None:
+        """The tracer's own CPU from here: what came before is start-up, not the steady cost
+        of tracing."""
+        self.meter = TracerMeter()
+
+    def sample(self, now: float) -> None:
+        """--bpf-stats sampled: an interval starts; the kernel counts the programs' runs for
+        its first STATS_SHARE (pause_if_due turns the counting off again)."""
+        if self.mode != "sampled" or self.unavailable is not None:
+            return
+        self.probes.enable_stats()
+        self.off_at = now + STATS_SHARE * self.interval_s
+
+    def pause_if_due(self, now: float) -> None:
+        if self.off_at is not None and now >= self.off_at:
+            self.probes.pause_stats()
+            self.off_at = None
+
+    def read(self, final: bool = False) -> SelfCost:
+        """iotrace's own cost so far, where a new interval starts for the CPU share; `final`: the
+        last reading, where none starts and the requests left in flight that ended unseen are
+        counted too."""
+        assert self.meter is not None
+        programs = ()
+        if self.unavailable is None:
+            programs = tuple(ProgramCost(obj, name, sec, st.run_cnt, st.run_time_ns,
+                                         st.recursion_misses)
+                             for obj, name, sec, st in self.probes.program_stats())
+        unseen = self.probes.block_unseen(leftovers=final)
+        return SelfCost(programs, self.probes.events_lost(), self.probes.map_full_drops(),
+                        self.meter.read(not final), self.unavailable,
+                        self.probes.stats_before, dict(self.probes.max_entries),
+                        self.probes.stats_seconds, self.mode, *unseen,
+                        *self.files.lost_paths())

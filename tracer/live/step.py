@@ -1,0 +1,74 @@
+"""One pure step per interval: what the session read -> the `Interval` every sink writes.
+
+The session does the reading (the kernel's maps, /proc, NVML, iotrace's own cost); this step only
+computes: the snapshot's rows (Aggregator), the training loop's states and the verdicts
+(Diagnosis), the GPU idle spans and what the loop did in them, and, at the end of the run, the
+whole run's verdicts and meta.json's last fields. It holds the state those need across intervals,
+and does no I/O.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import TYPE_CHECKING
+
+from tracer.core.diagnose import add_gpu_evidence
+from tracer.core.interval import Interval
+
+if TYPE_CHECKING:
+    from tracer.core.diagnose import Diagnosis
+    from tracer.core.selfcost import SelfCost
+    from tracer.gpu.nvml import GpuMonitor
+    from tracer.live.aggregate import Aggregator, Reading
+
+FINDINGS_EVERY_S = 10.0  # during a run, verdicts over the last window are written this often
+GPU_ROWS_KEPT = 500_000  # NVML samples kept in memory for the findings' GPU evidence (~1 day, 1 GPU)
+
+
+class Step:
+    def __init__(self, aggregator: Aggregator, diagnosis: Diagnosis,
+                 gpu: GpuMonitor | None = None):
+        self.aggregator, self.diagnosis, self.gpu = aggregator, diagnosis, gpu
+        self._last_findings_ns = 0
+        self.gpu_rows: deque[dict] = deque(maxlen=GPU_ROWS_KEPT)
+        self.gpu_idle: list[dict] = []
+
+    def interval(self, reading: Reading, ts_ns: int, *, devices: list[dict], system: dict | None,
+                 gpu_rows: list[dict], cost: SelfCost, owners: dict[int, int],
+                 processes: list[dict] | None = None, final: bool = False) -> Interval:
+        """One interval ending at `ts_ns` (UTC ns): the maps' `reading`, the host's `devices`
+        and `system` rows, the GPUs' samples, iotrace's cost so far, each process's main
+        process (`owners`), and the `processes` rows to write (None: none this interval).
+        `final`: the run's last interval, which also gets the whole run's verdicts."""
+        snap = self.aggregator.interval(reading, ts_ns, devices=devices, system=system,
+                                        gpu=gpu_rows, cost=cost)
+        loop = self.diagnosis.add(snap.ts_ns, snap.interval_ns, snap.threads, snap.files,
+                                  snap.latency, snap.devices, owners)
+        findings = self.diagnosis.findings(self.diagnosis.thresholds.window_s)
+        rows: list[dict] = []
+        if not self._last_findings_ns:  # the first verdicts once FINDINGS_EVERY_S have passed,
+            self._last_findings_ns = snap.ts_ns - snap.interval_ns  # not after one interval
+        if not final and snap.ts_ns - self._last_findings_ns >= FINDINGS_EVERY_S * 1e9:
+            self._last_findings_ns = snap.ts_ns
+            rows = [f.row(snap.ts_ns) for f in findings]
+        idle: list[dict] = []
+        notes: list[str] = []
+        if self.gpu:
+            idle = self.gpu.idle(snap.ts_ns, gpu_rows, loop, owners)
+            self.gpu_rows.extend(gpu_rows)
+            self.gpu_idle.extend(idle)
+            notes = self.gpu.take_notes()
+        run_findings: list = []
+        meta: dict = {}
+        if final:
+            run_findings = self.diagnosis.findings()
+            if self.gpu:
+                last = self.gpu.finish()  # the spans still open
+                idle = idle + last
+                self.gpu_idle.extend(last)
+                add_gpu_evidence(run_findings, self.gpu_idle, list(self.gpu_rows))
+                meta["gpu"] = self.gpu.meta()
+            rows = [f.row(snap.ts_ns) for f in run_findings]
+            meta.update(events_lost=cost.events_lost, self_cost=cost.meta())
+        return Interval(snap, loop, findings, rows, idle, processes, cost.events_lost, notes,
+                        final, run_findings, meta)
