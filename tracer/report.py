@@ -15,9 +15,10 @@ import pandas as pd
 from tracer.api import Trace, TraceError, load
 from tracer.core import abi
 from tracer.core.diagnose import Diagnosis
+from tracer.core.histogram import slot_of
+from tracer.core.model import FileTotals, Series
 from tracer.core.selfcost import SelfCost
 from tracer.errors import EXIT_USAGE, TraceFailure
-from tracer.live.aggregate import FileTotals, Series
 from tracer.live.clock import Clock
 from tracer.live.files import FileInfo, FileTable
 from tracer.live.processes import Process, ProcessTable
@@ -39,7 +40,7 @@ def totals_from_latency(latency: pd.DataFrame) -> dict[Series, np.ndarray]:
         key = Series(int(r.pid), str(r.layer), str(r.op), _text(r.target), _text(r.device),
                      _text(r.attribution))
         h = totals.setdefault(key, np.zeros((2, abi.MAX_SLOTS), dtype=np.uint64))
-        slot = 0 if r.bucket_lo_ns == 0 else int(r.bucket_lo_ns).bit_length() - 1
+        slot = slot_of(int(r.bucket_lo_ns))
         h[0, slot] += int(r.count)
         h[1, slot] += int(r.bytes)
     return totals
