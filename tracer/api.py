@@ -33,16 +33,13 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from tracer.core.abi import ATTRIBUTIONS, LAYERS, MAX_SLOTS, OPS, TARGETS
-from tracer.core.histogram import MaxSeen, format_bytes, format_ns
+from tracer.core.abi import ATTRIBUTIONS, LAYERS, OPS, PAGE_SIZE, TARGETS
+from tracer.core.histogram import MaxSeen, format_bytes, format_ns, interpolate
+from tracer.core.vocab import LATENCY_LAYERS
 from tracer.sinks.parquet import META_FILE
 from tracer.tracedir.schema import SCHEMA_VERSION, TABLES
 
 _SEGMENT_GLOB = "part-*.parquet"
-_OPEN_SLOT_LO_NS = 1 << (MAX_SLOTS - 1)
-"""Lower bound of the last, open-ended histogram slot (about 9 minutes and up)."""
-LATENCY_LAYERS = ("syscall", "block_queue", "block")
-"""Layers whose histograms hold latencies (the pagecache layer counts missed pages)."""
 _KNOWN_VALUES = {
     "layer": set(LAYERS.values()),
     "op": set(OPS.values()),
@@ -318,8 +315,6 @@ class Trace:
             "pids": g["pid"].nunique(),
             "roles": g["role"].agg(lambda r: ",".join(sorted({str(x) for x in r.dropna()}))),
         })
-        from tracer.live.aggregate import PAGE_SIZE
-
         hit = 100 * (1 - top["pages_missed"] * PAGE_SIZE / top["read_bytes"].where(
             top["read_bytes"] > 0))
         top["cache_hit_pct"] = hit.clip(lower=0.0)
@@ -429,29 +424,11 @@ def _names(value: str | Iterable[str] | None) -> list[str]:
 
 def _interpolate(lo: np.ndarray, hi: np.ndarray, counts: np.ndarray,
                  qs: Sequence[float], max_ns: int | None = None) -> list[float]:
-    """Percentiles `qs` of the histogram with buckets [lo, hi) holding `counts` (sorted by lo);
-    never above `max_ns`, the slowest operation seen, when known (as `percentile_ns`)."""
-    total = int(counts.sum())
-    if total == 0:
-        return [math.nan] * len(qs)
-    cum = np.cumsum(counts)
-    out = []
-    for q in qs:
-        rank = q / 100.0 * total
-        i = min(int(np.searchsorted(cum, rank, side="left")), len(counts) - 1)
-        b_lo, b_hi, n = int(lo[i]), int(hi[i]), int(counts[i])
-        seen = int(cum[i]) - n
-        if b_lo >= _OPEN_SLOT_LO_NS:
-            value = float(b_lo)  # open-ended: its lower bound is all we know
-        else:
-            value = b_lo + (b_hi - b_lo) * max(rank - seen, 0) / n
-        # the slowest operation lies in the highest non-empty bucket; a maximum below it is not
-        # this histogram's
-        used = np.flatnonzero(counts)
-        if max_ns and max_ns >= int(lo[used[-1]]):
-            value = min(value, float(max_ns))
-        out.append(value)
-    return out
+    """Percentiles `qs` of the histogram with buckets [lo, hi) holding `counts` (sorted by lo),
+    as `tracer.core.histogram.interpolate` finds them; NaN for an empty one."""
+    lo_, hi_, n_ = lo.tolist(), hi.tolist(), counts.tolist()
+    out = [interpolate(lo_, hi_, n_, q, max_ns) for q in qs]
+    return [math.nan if v is None else v for v in out]
 
 
 def _evidence(text: object) -> dict:

@@ -30,9 +30,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from tracer.api import Trace, TraceError, load
-
-READY_PREFIX = "Tracing I/O of"
-"""The line iotrace prints on stderr once its programs are attached."""
+from tracer.core.vocab import READY_PREFIX
 
 
 class TracingError(RuntimeError):

@@ -23,13 +23,12 @@ from collections import defaultdict, deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from tracer.core.histogram import format_bytes, format_ns, percentile_ns
-from tracer.core.roles import DATALOADER_WORKER, MAIN
+from tracer.core.abi import MAX_SLOTS
+from tracer.core.histogram import format_bytes, format_ns, percentile_ns, slot_of
+from tracer.core.vocab import DATALOADER_WORKER, FINDING_KINDS, IO_KINDS, LOOP_STATES, MAIN
 
-STATES = ("data_wait_io", "data_wait_cpu", "sync_loading", "checkpoint", "compute", "other")
-IO_KINDS = ("sync_loading", "dataloader_io_bound", "checkpoint_stall", "device_saturated",
-            "small_files", "slow_filesystem")
-KINDS = (*IO_KINDS, "dataloader_cpu_bound", "cold_cache", "not_io_bound")
+STATES = LOOP_STATES  # the loop table's states, by this module's name for them
+KINDS = FINDING_KINDS
 SLOW_FS_TYPES = {"overlay", "nfs", "nfs4", "fuse", "fuseblk", "9p", "virtiofs", "cifs", "smb3",
                  "ceph", "glusterfs", "lustre"}
 # Reads that are not the data set: the interpreter, libraries and the system's own files.
@@ -297,12 +296,12 @@ class Diagnosis:
             ns["other"] = left - ns["compute"]
             loops[pid] = LoopInterval(ts_ns, pid, interval_ns, ns)
         read_counts: dict[tuple[int, str], list[int]] = {}
-        queue, service = [0] * 64, [0] * 64
+        queue, service = [0] * MAX_SLOTS, [0] * MAX_SLOTS
         for r in latency:
-            slot = 0 if r["bucket_lo_ns"] == 0 else int(r["bucket_lo_ns"]).bit_length() - 1
+            slot = slot_of(r["bucket_lo_ns"])
             if r["layer"] == "syscall" and r["op"] == "read" and r["target"] == "file":
                 key = (owner.get(r["pid"], r["pid"]), r["role"])
-                read_counts.setdefault(key, [0] * 64)[slot] += r["count"]
+                read_counts.setdefault(key, [0] * MAX_SLOTS)[slot] += r["count"]
             elif r["layer"] == "block_queue" and r["op"] == "read":
                 queue[slot] += r["count"]
             elif r["layer"] == "block" and r["op"] == "read":
@@ -590,8 +589,8 @@ class Diagnosis:
                 f"{100 * sum(slow.values()) / total:.0f} % of the bytes read came from "
                 f"{', '.join(sorted(slow))}, which add latency on top of the device.",
                 {"read_bytes_by_fs": dict(fs_bytes)}))
-        queue = [sum(iv.queue_counts[i] for iv in training) for i in range(64)]
-        service = [sum(iv.service_counts[i] for iv in training) for i in range(64)]
+        queue = [sum(iv.queue_counts[i] for iv in training) for i in range(MAX_SLOTS)]
+        service = [sum(iv.service_counts[i] for iv in training) for i in range(MAX_SLOTS)]
         q50, s50 = percentile_ns(queue, 50), percentile_ns(service, 50)
         utils = defaultdict(list)
         for iv in training:
@@ -651,7 +650,7 @@ class Diagnosis:
         for iv in ivs:
             for (main, role), counts in iv.read_counts.items():
                 if main == pid:
-                    acc = out.setdefault(role, [0] * 64)
+                    acc = out.setdefault(role, [0] * MAX_SLOTS)
                     for i, c in enumerate(counts):
                         acc[i] += c
         return out

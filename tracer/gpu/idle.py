@@ -8,8 +8,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-STATES = ("data_wait_io", "data_wait_cpu", "sync_loading", "checkpoint", "compute", "other")
-"""The training-loop states of the `loop` table (same order as `tracer.diagnose.STATES`)."""
+from tracer.core.vocab import LOOP_STATES
+
+STATES = LOOP_STATES  # the training loop's states, as the `loop` table has them
 
 UNKNOWN = "unknown"
 """The cause of an idle span no loop interval overlaps (or whose GPU has no known process)."""

@@ -32,6 +32,7 @@ from tracer.core.diagnose import Diagnosis, add_gpu_evidence
 from tracer.core.redact import Redactor
 from tracer.core.roles import ELASTIC_COMM, WORKER_COMM
 from tracer.core.selfcost import STATS_SHARE, ProgramCost, SelfCost, TracerMeter
+from tracer.core.vocab import READY_PREFIX
 from tracer.errors import (
     EXIT_HOST,
     EXIT_OK,
@@ -49,7 +50,7 @@ from tracer.live.processes import ProcessTable
 from tracer.live.procfs import ProcSampler
 
 if TYPE_CHECKING:
-    from tracer.live.aggregate import Snapshot
+    from tracer.core.model import Snapshot
     from tracer.sinks.csv import CsvSink
     from tracer.sinks.parquet import TraceWriter
     from tracer.sinks.prometheus import PrometheusSink
@@ -345,7 +346,7 @@ class Session:
                                                      if p.is_target)))
         if self.child:
             self.child.release()  # programs are attached: the command is traced from its exec
-        print(f"Tracing I/O of {what} and its descendants... Hit Ctrl-C to end.",
+        print(f"{READY_PREFIX} {what} and its descendants... Hit Ctrl-C to end.",
               file=self.err, flush=True)
         if self.stats_unavailable and self.opts.bpf_stats != "off":
             print(f"iotrace: per-program cost unavailable: {self.stats_unavailable}",

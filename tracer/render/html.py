@@ -35,16 +35,16 @@ import numpy as np
 import pandas as pd
 
 from tracer.api import (
-    LATENCY_LAYERS,
     Trace,
     describe_targets,
     overview_html,
     role_counts,
     series_label,
 )
+from tracer.core.histogram import slot_of
+from tracer.core.vocab import LATENCY_LAYERS, LOOP_STATES, MAIN
 from tracer.tracedir.private import open_private
 
-LOOP_STATES = ("data_wait_io", "data_wait_cpu", "sync_loading", "checkpoint", "compute", "other")
 STATE_COLOURS = {
     "data_wait_io": "#d62728",  # red: the loop waits for batches, workers blocked on reads
     "data_wait_cpu": "#ff7f0e",  # orange: waits for batches, workers busy on CPU
@@ -113,8 +113,9 @@ def _seconds(ts: pd.Series, t0_ns: int) -> np.ndarray:
 
 
 def _slot(lo_ns: pd.Series) -> np.ndarray:
-    lo = lo_ns.to_numpy(dtype=np.int64)
-    return np.where(lo <= 0, 0, np.floor(np.log2(np.maximum(lo, 1))).astype(np.int64))
+    """`slot_of` of each row, computed once per distinct bound (a trace has at most MAX_SLOTS)."""
+    bounds, where = np.unique(lo_ns.to_numpy(dtype=np.int64), return_inverse=True)
+    return np.array([slot_of(int(b)) for b in bounds], dtype=np.int64)[where]
 
 
 def _short_bound(slot: int) -> str:
@@ -151,7 +152,7 @@ def heatmap_svg(trace: Trace) -> str | None:
     lo_slot, hi_slot = int(slot.min()), int(slot.max())
     order = {layer: i for i, layer in enumerate(LATENCY_LAYERS)}
     panels = sorted(lat.groupby(["role", "layer"]).groups,
-                    key=lambda k: (k[0] != "main", k[0], order[k[1]]))[:MAX_HEATMAP_PANELS]
+                    key=lambda k: (k[0] != MAIN, k[0], order[k[1]]))[:MAX_HEATMAP_PANELS]
     vmax = 1
     grids = []
     for role, layer in panels:

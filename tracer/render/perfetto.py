@@ -59,6 +59,7 @@ from pathlib import Path
 import pandas as pd
 
 from tracer.api import Trace, TraceError, load
+from tracer.core.vocab import CHILD, DATALOADER_WORKER, LOOP_STATES, MAIN
 from tracer.tracedir.private import open_private
 from tracer.tracedir.segments import _first_line, segment_problems
 
@@ -75,8 +76,7 @@ KINETO_BASE_PERIOD_NS = 7_889_238 * 10**9
 _ALIGN_SLACK_NS = 10**9
 """How far outside the iotrace trace a merged profile may start or end and still overlap it."""
 
-_ROLE_ORDER = {"main": 0, "dataloader_worker": 3, "child": 4}
-_LOOP_STATES = ("data_wait_io", "data_wait_cpu", "sync_loading", "checkpoint", "compute", "other")
+_ROLE_ORDER = {MAIN: 0, DATALOADER_WORKER: 3, CHILD: 4}
 _LAYER_ORDER = {"syscall": 0, "block_queue": 1, "block": 2, "pagecache": 3}
 _SORT_THROUGHPUT, _SORT_GPU, _SORT_OTHERS = 1000, 1001, 2000
 """Process sort indices: main processes (0, 1, ...), then these groups, then the other PIDs."""
@@ -84,13 +84,13 @@ _SORT_THROUGHPUT, _SORT_GPU, _SORT_OTHERS = 1000, 1001, 2000
 _NEEDED: dict[str, tuple[str, ...]] = {
     "processes": ("pid", "ppid", "comm", "role", "cmdline", "first_seen", "exit", "exit_code",
                   "worker_generation", "worker_index"),
-    "loop": ("ts", "pid", "interval_ns", "state", *(f"{s}_ns" for s in _LOOP_STATES)),
+    "loop": ("ts", "pid", "interval_ns", "state", *(f"{s}_ns" for s in LOOP_STATES)),
     "events": ("ts", "pid", "tid", "comm", "role", "layer", "op", "path", "device", "offset",
                "bytes", "latency_ns"),
     "files": ("ts", "pid", "role", "op", "bytes"),
     "gpu": ("ts", "gpu", "util_pct", "sample_period_ns"),
     "gpu_idle": ("start", "end", "duration_ns", "gpu", "pid", "cause", "coverage", "confidence",
-                 *(f"{s}_frac" for s in _LOOP_STATES)),
+                 *(f"{s}_frac" for s in LOOP_STATES)),
 }
 """The tables the export reads and the columns it uses of each."""
 
@@ -421,7 +421,7 @@ def _collect(trace: Trace, timeline: _Timeline) -> None:
         for r in frame[cols].drop_duplicates("pid").itertuples(index=False):
             pid = int(r.pid)
             if pid not in procs:
-                role = _text(getattr(r, "role", None)) or ("main" if frame is loop else None)
+                role = _text(getattr(r, "role", None)) or (MAIN if frame is loop else None)
                 procs[pid] = {"comm": _text(getattr(r, "comm", None)) or "?", "role": role}
 
     def order(pid: int) -> tuple:
@@ -432,7 +432,7 @@ def _collect(trace: Trace, timeline: _Timeline) -> None:
 
     for rank, pid in enumerate(sorted(procs, key=order)):
         p = procs[pid]
-        sort = rank if p.get("role") == "main" else _SORT_OTHERS + rank
+        sort = rank if p.get("role") == MAIN else _SORT_OTHERS + rank
         timeline.group(("pid", pid), f"{p['comm']} ({p.get('role') or 'unknown role'}) {pid}",
                        sort, pid=pid)
         if p.get("first") is not None:
@@ -465,7 +465,7 @@ def _loop_slices(loop: pd.DataFrame, timeline: _Timeline) -> None:
     if loop.empty:
         return
     frame = loop.assign(end_ns=_ns(loop["ts"])).dropna(subset=["end_ns"])
-    state_cols = [f"{s}_ns" for s in _LOOP_STATES]
+    state_cols = [f"{s}_ns" for s in LOOP_STATES]
     for pid, rows in frame.groupby("pid", sort=True):
         runs: list[dict] = []
         prev_end: int | None = None
@@ -594,7 +594,7 @@ def _gpu(gpu: pd.DataFrame, gpu_idle: pd.DataFrame, timeline: _Timeline) -> None
                     "gpu": int(index), "cause": cause, "pid": _int(r.pid),
                     "duration_ns": _int(r.duration_ns), "coverage": _num(r.coverage),
                     "confidence": _num(r.confidence),
-                    **{f"{s}_frac": _num(getattr(r, f"{s}_frac")) for s in _LOOP_STATES}}))
+                    **{f"{s}_frac": _num(getattr(r, f"{s}_frac")) for s in LOOP_STATES}}))
             timeline.lanes("gpu", f"GPU {int(index)} idle", 100 * (int(index) + 1), spans)
 
 

@@ -43,8 +43,8 @@ import datetime as dt
 from collections.abc import Iterable
 from pathlib import Path
 
-from tracer.core.diagnose import STATES
 from tracer.core.histogram import percentile_ns
+from tracer.core.vocab import LOOP_STATES, ROLES
 from tracer.ui import stats
 
 SYSTEM_COLUMNS = (  # (csv column, `system` row key)
@@ -87,8 +87,8 @@ class CsvSink:
     def header(self) -> list[str]:
         cols = ["time", "interval_s", *(c for c, _ in SYSTEM_COLUMNS)]
         cols += [f"{d}_{c}" for d in self.devices or () for c in DEVICE_COLUMNS]
-        cols += [f"{r}_{c}" for r in stats.ROLES for c in ROLE_COLUMNS]
-        cols += [f"loop_{s}_pct" for s in STATES]
+        cols += [f"{r}_{c}" for r in ROLES for c in ROLE_COLUMNS]
+        cols += [f"loop_{s}_pct" for s in LOOP_STATES]
         return cols
 
     def write(self, snapshot, loop_rows: Iterable[dict] = ()) -> None:
@@ -107,7 +107,7 @@ class CsvSink:
             d = by_dev.get(dev, {})
             row += [_num(d.get(c)) for c in DEVICE_COLUMNS]
         procs = stats.processes(snapshot).values()
-        for role in stats.ROLES:
+        for role in ROLES:
             mine = [p for p in procs if p.role == role]
             reads = stats.histogram(r for r in snapshot.latency if r.get("role") == role
                                     and stats.is_file_syscall(r) and r["op"] == "read")
@@ -122,7 +122,7 @@ class CsvSink:
                      if mine else None),
             ]
         shares = stats.loop_shares(loop_rows)
-        row += [_num(shares[s] if shares else None) for s in STATES]
+        row += [_num(shares[s] if shares else None) for s in LOOP_STATES]
         self._writer.writerow(row)
         self._file.flush()
 

@@ -17,8 +17,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import TextIO
 
-from tracer.core.diagnose import STATES
 from tracer.core.histogram import percentile_ns
+from tracer.core.vocab import LOOP_STATES
 from tracer.ui import stats
 from tracer.ui.fmt import clock, short_ns
 
@@ -67,7 +67,7 @@ def interval_line(snapshot, loop_rows: Iterable[dict] = (), findings: Sequence =
     n = sum(reads)
     io = [f"{n / itv_s:.0f}", short_ns(percentile_ns(reads, 99)) if n else "-"]
     shares = stats.loop_shares(loop_rows)
-    loop = [f"{shares[s]:.0f}" for s in STATES] if shares else ["-"] * len(STATES)
+    loop = [f"{shares[s]:.0f}" for s in LOOP_STATES] if shares else ["-"] * len(LOOP_STATES)
     values = [[clock(snapshot.ts_ns)], cpu, disk, io, loop]
     cells = "|".join(" ".join(f"{v:>{w}}" for v, (_, w) in zip(vals, cols, strict=True))
                      for vals, (_, cols) in zip(values, COLUMNS, strict=True))

@@ -32,9 +32,8 @@ from rich.table import Table
 from rich.text import Text
 
 from tracer.core.abi import MAX_SLOTS, slot_bounds_ns
-from tracer.core.diagnose import STATES
-from tracer.core.histogram import format_ns, percentile_ns
-from tracer.core.roles import CHILD, DATALOADER_WORKER, MAIN
+from tracer.core.histogram import format_ns, percentile_ns, slot_of
+from tracer.core.vocab import CHILD, DATALOADER_WORKER, LOOP_STATES, MAIN, ROLES
 from tracer.ui import stats
 from tracer.ui.fmt import clock, dstat_bytes, elapsed, short_ns
 
@@ -180,7 +179,7 @@ class ViewState:
                     continue
                 if self.role is not None and r.get("role") != self.role:
                     continue
-                counts[stats.slot_of(r["bucket_lo_ns"])] += r["count"]
+                counts[slot_of(r["bucket_lo_ns"])] += r["count"]
                 by_op[r["op"]] = by_op.get(r["op"], 0) + r["count"]
         return counts, by_op
 
@@ -213,7 +212,7 @@ class Header:
             if cost.drops:
                 line1.append(f"   map-full drops {cost.drops}", "bold red")
         counts = s.role_counts()
-        roles = ", ".join(f"{counts[r]} {r or '?'}" for r in (*stats.ROLES, None) if counts.get(r))
+        roles = ", ".join(f"{counts[r]} {r or '?'}" for r in (*ROLES, None) if counts.get(r))
         line2 = Text(f"{roles or 'no process yet'}  sort: {s.sort}  layer: {s.layer}  "
                      "q quit, s sort, l layer, r role")
         line1.no_wrap = line2.no_wrap = True
@@ -247,13 +246,13 @@ class FindingPane:
 def loop_bar(shares: dict[str, float], width: int = BAR_WIDTH, color: bool = True) -> Text:
     """A stacked bar of the loop's states, `width` cells split by largest remainder; with
     `color` each state is a coloured block, without it a letter (STATE_GLYPH)."""
-    exact = {s: shares[s] * width / 100.0 for s in STATES}
-    cells = {s: int(exact[s]) for s in STATES}
-    order = sorted(STATES, key=lambda s: (-(exact[s] - cells[s]), STATES.index(s)))
+    exact = {s: shares[s] * width / 100.0 for s in LOOP_STATES}
+    cells = {s: int(exact[s]) for s in LOOP_STATES}
+    order = sorted(LOOP_STATES, key=lambda s: (-(exact[s] - cells[s]), LOOP_STATES.index(s)))
     for s in order[: width - sum(cells.values())]:
         cells[s] += 1
     bar = Text()
-    for s in STATES:
+    for s in LOOP_STATES:
         if cells[s]:
             bar.append(("█" if color else STATE_GLYPH[s]) * cells[s], style=STATE_STYLE[s])
     return bar
@@ -298,12 +297,12 @@ class ProcessPane:
         for r in sorted(loops, key=lambda r: r.pid):
             line = Text(f"loop {r.pid:>7} ")
             line.append_text(loop_bar(r.loop, color=color))
-            parts = [f"{STATE_LABEL[st]} {r.loop[st]:.0f}%" for st in STATES if r.loop[st] >= 0.5]
+            parts = [f"{STATE_LABEL[st]} {r.loop[st]:.0f}%" for st in LOOP_STATES if r.loop[st] >= 0.5]
             line.append("  " + ", ".join(parts))
             line.no_wrap, line.overflow = True, "ellipsis"
             yield line
         if loops and not color:
-            yield Text("      " + ", ".join(f"{STATE_GLYPH[st]} {STATE_LABEL[st]}" for st in STATES),
+            yield Text("      " + ", ".join(f"{STATE_GLYPH[st]} {STATE_LABEL[st]}" for st in LOOP_STATES),
                        style="dim")
 
 
@@ -388,7 +387,7 @@ class FilesPane:
             cells.append((short_ns(f.latency_sum_ns), short_ns(f.latency_max_ns), str(f.reads),
                           dstat_bytes(f.read_bytes), str(f.writes), dstat_bytes(f.write_bytes),
                           "-" if hit is None else f"{hit:.0f}", f.fs_type or "-",
-                          ",".join(ROLE_SHORT.get(r, r) for r in stats.ROLES if r in f.roles)
+                          ",".join(ROLE_SHORT.get(r, r) for r in ROLES if r in f.roles)
                           or "?"))
         # The path gets what the other columns leave (2 cells between columns), cut on the left.
         used = sum(max(len(c.header), *(len(row[i]) for row in cells))
