@@ -12,17 +12,19 @@ from typing import TextIO
 import numpy as np
 import pandas as pd
 
-from tracer.api import Trace, TraceError, load
 from tracer.core import abi
-from tracer.core.diagnose import Diagnosis
+from tracer.core.diagnose import Diagnosis, Finding
 from tracer.core.histogram import slot_of
 from tracer.core.model import FileTotals, Series
 from tracer.core.selfcost import SelfCost
+from tracer.core.vocab import MAIN
 from tracer.errors import EXIT_USAGE, TraceFailure
+from tracer.gpu.idle import add_gpu_evidence
 from tracer.live.clock import Clock
 from tracer.live.files import FileInfo, FileTable
 from tracer.live.processes import Process, ProcessTable
 from tracer.render.summary import render_summary
+from tracer.tracedir.reader import TraceError, TraceReader, load
 
 
 def _text(v) -> str | None:
@@ -76,7 +78,7 @@ def _records(df: pd.DataFrame) -> dict[int, list[dict]]:
     return out
 
 
-def diagnose_trace(trace: Trace, processes: ProcessTable) -> Diagnosis:
+def diagnose_trace(trace: TraceReader, processes: ProcessTable) -> Diagnosis:
     """Replays the per-interval rows through the diagnosis, in time order."""
     d = Diagnosis(startup=bool(trace.targets["command"]))  # as the live run: launch mode
     tables = {name: _records(trace[name]) for name in ("threads", "files", "latency", "devices")}
@@ -92,7 +94,7 @@ def diagnose_trace(trace: Trace, processes: ProcessTable) -> Diagnosis:
     return d
 
 
-def recompute_gpu(trace: Trace, write: bool = True) -> tuple[list[dict], list[dict]] | None:
+def recompute_gpu(trace: TraceReader, write: bool = True) -> tuple[list[dict], list[dict]] | None:
     """With a `gpu` table: the idle spans and their causes again, from the saved NVML samples
     and the training loop's states (so a trace recorded on a GPU host, or an NVML stream
     recorded separately and dropped into DIR/gpu, can be analysed anywhere). Offline there is
@@ -129,35 +131,43 @@ def _plain_row(r: dict) -> dict:
 
 
 def report(directory: str, out: TextIO) -> int:
+    """`iotrace report DIR`: prints the summary, and writes DIR/gpu_idle again from DIR/gpu."""
     try:
         trace = load(directory)
-        latency, files, procs_df = trace.latency, trace.files, trace.processes
+        for table in ("latency", "files", "processes"):  # one unreadable is the user's to fix
+            trace[table]
     except TraceError as e:
         raise TraceFailure(str(e), EXIT_USAGE) from None
+    print(summary_text(trace, directory, write_gpu_idle=True), file=out)
+    return 0
+
+
+def summary_text(trace: TraceReader, name: str | None = None, write_gpu_idle: bool = False) -> str:
+    """The end-of-run summary of `trace` (headed "Trace NAME", by default its directory); the
+    GPU idle spans are recomputed in memory, and written to DIR/gpu_idle if `write_gpu_idle`."""
+    latency, files, procs_df = trace.latency, trace.files, trace.processes
     procs = ProcessTable(Clock())
     # A process has a row when first seen and one more whenever it changed: the last is current.
     for r in procs_df.drop_duplicates("pid", keep="last").itertuples(index=False):
         procs.by_pid[int(r.pid)] = Process(int(r.pid), int(r.ppid), str(r.comm),
-                                           r.role == "main", str(r.cmdline), _ns(r.first_seen))
+                                           r.role == MAIN, str(r.cmdline), _ns(r.first_seen))
     file_totals, file_table = file_totals_from_files(files)
     diagnosis = diagnose_trace(trace, procs)
-    findings = diagnosis.findings()
-    gpu = recompute_gpu(trace)
+    findings: list[Finding] = diagnosis.findings()
+    gpu = recompute_gpu(trace, write=write_gpu_idle)
     if gpu is not None:
-        from tracer.core.diagnose import add_gpu_evidence
-
         add_gpu_evidence(findings, *gpu)
     lost = trace.meta.get("events_lost", 0)
     how = trace.meta.get("stop_reason")
     if trace.meta.get("stop_ns") is None:  # never closed: killed, or the disk filled up
         how = ("cut short: iotrace did not finish this trace, which holds what it wrote up to "
                "its last segments")
-    header = f"Trace {directory}: {len(procs.by_pid)} processes ({how}); {lost} events lost."
+    name = str(trace.directory) if name is None else name
+    header = f"Trace {name}: {len(procs.by_pid)} processes ({how}); {lost} events lost."
     for note in trace.meta.get("unavailable") or []:
         if note.startswith("GPU sampling off"):
             header += f"\n{note}."
     saved = trace.meta.get("self_cost")
     cost = SelfCost.from_meta(saved) if isinstance(saved, dict) else None
-    print(render_summary(totals_from_latency(latency), procs, header, file_totals, file_table,
-                         findings, cost, startup=diagnosis.startup_lines()), file=out)
-    return 0
+    return render_summary(totals_from_latency(latency), procs, header, file_totals, file_table,
+                          findings, cost, startup=diagnosis.startup_lines())

@@ -694,22 +694,6 @@ def _slowest(ivs: list[_Interval], pid: int, role: str, reads: dict[str, list[in
     return top if top and ops == sum(reads.get(role, [])) else None
 
 
-def add_gpu_evidence(findings: list[Finding], idle_rows: list[dict], gpu_rows: list[dict]) -> None:
-    """With NVML: every finding about the training loop also says how idle the GPU was and
-    while doing what ("GPU 0 idle 62 % of the time; 85 % of that while the loop waited on
-    DataLoader reads")."""
-    if not gpu_rows:
-        return
-    from tracer.gpu.idle import gpu_evidence, gpu_sentences
-
-    ev = gpu_evidence(idle_rows, gpu_rows)
-    sentences = gpu_sentences(ev)
-    for f in findings:
-        f.evidence["gpu"] = ev["gpus"]
-        if sentences:
-            f.summary += " " + "; ".join(sentences) + "."
-
-
 def _severity(share: float) -> int:
     return max(1, min(100, round(100 * share)))
 

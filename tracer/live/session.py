@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, TextIO
 import psutil
 
 from tracer.core import abi
-from tracer.core.diagnose import Diagnosis, add_gpu_evidence
+from tracer.core.diagnose import Diagnosis
 from tracer.core.redact import Redactor
 from tracer.core.roles import ELASTIC_COMM, WORKER_COMM
 from tracer.core.selfcost import STATS_SHARE, ProgramCost, SelfCost, TracerMeter
@@ -42,6 +42,7 @@ from tracer.errors import (
     drop_output,
 )
 from tracer.gpu import nvml
+from tracer.gpu.idle import add_gpu_evidence
 from tracer.kernel.host import tracing_problem, yield_to_job
 from tracer.kernel.probes import BadSetting, HostCannotTrace, Probes
 from tracer.live.clock import Clock

@@ -6,7 +6,7 @@ URI), the styles are inline, and the page loads nothing at view time, so it can 
 archived with the run, or opened on an air-gapped cluster. Sections:
 
 1. the overview (targets, duration, findings, p50/p99 per role and layer, top files), the same
-   as a trace shows in Jupyter (`tracer.api.overview_html`);
+   as a trace shows in Jupyter (`tracer.render.overview`);
 2. the training loop's state over time (stacked share of each interval) against file-read
    throughput per role and GPU utilisation;
 3. a latency heat map per role and layer: time x log2 latency bucket, colour = operations;
@@ -34,16 +34,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from tracer.api import (
-    Trace,
-    describe_targets,
-    overview_html,
-    role_counts,
-    series_label,
-)
 from tracer.core.histogram import slot_of
 from tracer.core.vocab import LATENCY_LAYERS, LOOP_STATES, MAIN
+from tracer.render.overview import overview_html, series_label
 from tracer.tracedir.private import open_private
+from tracer.tracedir.reader import TraceReader, describe_targets, role_counts
 
 STATE_COLOURS = {
     "data_wait_io": "#d62728",  # red: the loop waits for batches, workers blocked on reads
@@ -93,7 +88,7 @@ def _svg(fig) -> str:
     return text[text.index("<svg"):]
 
 
-def _t0_ns(trace: Trace, stamps: list[pd.Series]) -> int:
+def _t0_ns(trace: TraceReader, stamps: list[pd.Series]) -> int:
     """Time zero of the plots: the trace's start, else one interval before its first row."""
     if trace.start_ns is not None:
         return trace.start_ns
@@ -101,7 +96,7 @@ def _t0_ns(trace: Trace, stamps: list[pd.Series]) -> int:
     return (min(first) - _interval_ns(trace)) if first else 0
 
 
-def _interval_ns(trace: Trace) -> int:
+def _interval_ns(trace: TraceReader) -> int:
     try:
         return max(1, int(float(trace.meta.get("interval_s") or 1.0) * 1e9))
     except (TypeError, ValueError):
@@ -129,7 +124,7 @@ def _short_bound(slot: int) -> str:
 # -- plots -------------------------------------------------------------------------------------
 
 
-def heatmap_svg(trace: Trace) -> str | None:
+def heatmap_svg(trace: TraceReader) -> str | None:
     """Latency heat maps, one panel per (role, layer): x time, y log2 bucket, colour = ops."""
     _, Figure = _matplotlib()
     from matplotlib.colors import LogNorm
@@ -186,7 +181,7 @@ def heatmap_svg(trace: Trace) -> str | None:
     return _svg(fig)
 
 
-def timeline_svg(trace: Trace) -> str | None:
+def timeline_svg(trace: TraceReader) -> str | None:
     """Training-loop state (stacked) against file-read throughput and GPU utilisation."""
     _, Figure = _matplotlib()
     loop, lat = trace.loop, trace.latency
@@ -282,7 +277,7 @@ def _figure(svg: str | None, caption: str, empty: str) -> str:
     return f"<figure>{svg}<figcaption>{html.escape(caption)}</figcaption></figure>"
 
 
-def _findings_html(trace: Trace) -> str:
+def _findings_html(trace: TraceReader) -> str:
     findings = trace.findings
     if findings.empty:
         return '<p class="note">No findings were recorded.</p>'
@@ -298,7 +293,7 @@ def _findings_html(trace: Trace) -> str:
     return "\n".join(out)
 
 
-def render_html(trace: Trace) -> str:
+def render_html(trace: TraceReader) -> str:
     """The whole report page as one string (see the module's docstring)."""
     files = trace.top_files(TOP_FILES)
     title = f"iotrace report: {describe_targets(trace)}"
@@ -333,12 +328,12 @@ def render_html(trace: Trace) -> str:
             + "\n".join(sections) + "\n</body></html>\n")
 
 
-def write_html(trace: Trace, out_path: str | os.PathLike[str]) -> Path:
+def write_html(trace: TraceReader, out_path: str | os.PathLike[str]) -> Path:
     """Write the self-contained HTML report of `trace` to `out_path`; returns the path.
 
     The file is written under a temporary name and renamed, so a failed report leaves no
     half-written page. Raises ImportError (with the pip command) when matplotlib is missing,
-    `tracer.api.TraceError` when a table cannot be read, OSError when `out_path` cannot be
+    `tracer.TraceError` when a table cannot be read, OSError when `out_path` cannot be
     written.
     """
     page = render_html(trace)
@@ -377,7 +372,7 @@ def _iso(ns: int | None) -> str | None:
     return None if ns is None else pd.Timestamp(ns, unit="ns", tz="UTC").isoformat()
 
 
-def summary_json(trace: Trace, top: int = 10) -> dict:
+def summary_json(trace: TraceReader, top: int = 10) -> dict:
     """The summary for machines (``iotrace report DIR --json``); ``json.dumps`` takes it as is.
 
     Keys: ``schema_version``, ``tool_version``, ``directory``, ``host``, ``kernel``,

@@ -39,7 +39,7 @@ before it, or the one before or after, whichever puts the profile inside the tra
 data earlier than the base is left out (Chrome trace readers reject negative times). A profile
 that does not overlap the iotrace trace at all is refused: it was not recorded during it.
 
-Errors: a trace that cannot be read raises `tracer.api.TraceError` with one line saying what is
+Errors: a trace that cannot be read raises `tracer.TraceError` with one line saying what is
 wrong (a table with damaged or foreign segments names each of them, see `segment_problems`); a
 Kineto file that cannot be read, is not JSON or not a trace raises `KinetoError` (a ValueError);
 failing to write the output raises OSError.
@@ -58,9 +58,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from tracer.api import Trace, TraceError, load
 from tracer.core.vocab import CHILD, DATALOADER_WORKER, LOOP_STATES, MAIN
 from tracer.tracedir.private import open_private
+from tracer.tracedir.reader import TraceError, TraceReader, load
 from tracer.tracedir.segments import _first_line, segment_problems
 
 IOTRACE_PID = 0x7A00_0000
@@ -103,7 +103,7 @@ class KinetoError(ValueError):
 
 
 def export_perfetto(
-    trace: Trace | str | os.PathLike[str],
+    trace: TraceReader | str | os.PathLike[str],
     out_path: str | os.PathLike[str],
     merge: str | os.PathLike[str] | None = None,
 ) -> Path:
@@ -118,7 +118,7 @@ def export_perfetto(
     ValueError: `merge` is not a readable trace, or was not recorded during this trace) or
     OSError (`out_path` cannot be written); every message is one line.
     """
-    if not isinstance(trace, Trace):
+    if not isinstance(trace, TraceReader):
         trace = load(trace)
     out = Path(out_path)
     kineto = read_kineto(merge) if merge is not None else None
@@ -167,7 +167,7 @@ def export_perfetto(
 # -- reading the trace -------------------------------------------------------------------------
 
 
-def _table(trace: Trace, name: str) -> pd.DataFrame:
+def _table(trace: TraceReader, name: str) -> pd.DataFrame:
     """Table `name` of `trace`, with a one-line TraceError naming each segment that is unusable."""
     folder = trace.directory / name
     columns = _NEEDED[name]
@@ -393,7 +393,7 @@ def _read_ns(us: int | float) -> int:
     return int(us * 1000.0) if isinstance(us, float) else us * 1000
 
 
-def _collect(trace: Trace, timeline: _Timeline) -> None:
+def _collect(trace: TraceReader, timeline: _Timeline) -> None:
     processes = _table(trace, "processes")
     loop = _table(trace, "loop")
     events = _table(trace, "events")
@@ -451,7 +451,7 @@ def _collect(trace: Trace, timeline: _Timeline) -> None:
     _gpu(gpu, gpu_idle, timeline)
 
 
-def _end_of_trace(trace: Trace, columns: list[tuple[pd.DataFrame, str]]) -> int:
+def _end_of_trace(trace: TraceReader, columns: list[tuple[pd.DataFrame, str]]) -> int:
     latest = [int(_ns(f[c]).max()) for f, c in columns if not f.empty and _ns(f[c]).notna().any()]
     if trace.stop_ns is not None:
         latest.append(trace.stop_ns)
@@ -512,7 +512,7 @@ def _slow_ops(events: pd.DataFrame, timeline: _Timeline) -> None:
         timeline.lanes(("pid", int(pid)), f"slow {layer} ops", 100 + 1000 * rank, spans)
 
 
-def _interval_lengths(trace: Trace, ends: Iterable[int], loop: pd.DataFrame) -> dict[int, int]:
+def _interval_lengths(trace: TraceReader, ends: Iterable[int], loop: pd.DataFrame) -> dict[int, int]:
     """Length in ns of each interval, by its end: the loop table's ``interval_ns`` where it has
     one; else the time since the previous interval end (or the trace's start) when that is at
     most 1.5 nominal intervals; else the nominal interval (``meta.json``'s ``interval_s``)."""
@@ -537,7 +537,7 @@ def _interval_lengths(trace: Trace, ends: Iterable[int], loop: pd.DataFrame) -> 
     return out
 
 
-def _throughput(trace: Trace, files: pd.DataFrame, loop: pd.DataFrame, timeline: _Timeline) -> None:
+def _throughput(trace: TraceReader, files: pd.DataFrame, loop: pd.DataFrame, timeline: _Timeline) -> None:
     """Read and write bytes/s per role, one value per interval, as counters (0 between)."""
     if files.empty:
         return
@@ -598,7 +598,7 @@ def _gpu(gpu: pd.DataFrame, gpu_idle: pd.DataFrame, timeline: _Timeline) -> None
             timeline.lanes("gpu", f"GPU {int(index)} idle", 100 * (int(index) + 1), spans)
 
 
-def _other_data(trace: Trace) -> dict:
+def _other_data(trace: TraceReader) -> dict:
     meta = trace.meta
     out = {"iotrace_trace": str(trace.directory), "iotrace_version": meta.get("tool_version"),
            "iotrace_schema_version": meta.get("schema_version"), "iotrace_host": meta.get("host")}

@@ -30,13 +30,10 @@ import pyarrow.parquet as pq
 
 from tracer import __version__
 from tracer.tracedir.private import mkdir_private, open_private
-from tracer.tracedir.schema import SCHEMA_VERSION, TABLES, table_from_rows
+from tracer.tracedir.schema import META_FILE, SCHEMA_VERSION, TABLES, table_from_rows
 
 if TYPE_CHECKING:
     from typing import Self
-
-META_FILE = "meta.json"
-"""Name of the trace's metadata file, directly in the trace directory."""
 
 _PART_RE = re.compile(r"part-(\d+)\.parquet")
 _RESERVED_META = ("schema_version", "tool_version")

@@ -26,6 +26,9 @@ SCHEMA_VERSION = 1
 SCHEMA_VERSION_KEY = b"iotrace.schema_version"
 """Key of the schema version in each table schema's key-value metadata."""
 
+META_FILE = "meta.json"
+"""Name of the trace's metadata file, directly in the trace directory."""
+
 TIMESTAMP = pa.timestamp("ns", tz="UTC")
 """Wall-clock time: nanoseconds since the Unix epoch, UTC."""
 
