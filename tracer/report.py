@@ -27,11 +27,11 @@ from tracer.render.summary import render_summary
 from tracer.tracedir.reader import TraceError, TraceReader, load
 
 
-def _text(v) -> str | None:
+def _text(v: object) -> str | None:
     return None if pd.isna(v) else str(v)
 
 
-def _ns(ts) -> int:
+def _ns(ts: object) -> int:
     return int(pd.Timestamp(ts).value)
 
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 from tracer.core.abi import MAX_SLOTS
 from tracer.core.histogram import format_bytes, format_ns, percentile_ns, slot_of
+from tracer.core.model import DeviceRow, FileRow, FindingRow, LatencyRow, LoopRow, ThreadRow
 from tracer.core.vocab import DATALOADER_WORKER, FINDING_KINDS, IO_KINDS, LOOP_STATES, MAIN
 
 STATES = LOOP_STATES  # the loop table's states, by this module's name for them
@@ -105,7 +106,7 @@ class LoopInterval:
     interval_ns: int
     ns: dict[str, int]  # by STATES
 
-    def row(self) -> dict:
+    def row(self) -> LoopRow:
         state = max(STATES, key=lambda s: self.ns[s]) if any(self.ns.values()) else "other"
         return {"ts": self.ts_ns, "pid": self.pid, "interval_ns": self.interval_ns,
                 **{f"{s}_ns": self.ns[s] for s in STATES}, "state": state}
@@ -125,7 +126,7 @@ class Finding:
     def advice(self) -> str:
         return ADVICE[self.kind]
 
-    def row(self, ts_ns: int) -> dict:
+    def row(self, ts_ns: int) -> FindingRow:
         return {"ts": ts_ns, "start": self.start_ns, "end": self.end_ns, "kind": self.kind,
                 "severity": self.severity, "pid": self.pid, "summary": self.summary,
                 "evidence": json.dumps(self.evidence, sort_keys=True), "advice": self.advice}
@@ -226,8 +227,9 @@ class Diagnosis:
     read_ahead: dict[tuple[int, str], int] = field(default_factory=dict)
 
     # -- per interval -------------------------------------------------------------------------
-    def add(self, ts_ns: int, interval_ns: int, threads: Iterable[dict], files: Iterable[dict],
-            latency: Iterable[dict], devices: Iterable[dict], owner: dict[int, int]) -> list[dict]:
+    def add(self, ts_ns: int, interval_ns: int, threads: Iterable[ThreadRow],
+            files: Iterable[FileRow], latency: Iterable[LatencyRow], devices: Iterable[DeviceRow],
+            owner: dict[int, int]) -> list[LoopRow]:
         """One interval's rows; `owner` maps each traced pid to its main pid. Returns the rows of
         the `loop` table for this interval."""
         t = self.thresholds
@@ -314,7 +316,7 @@ class Diagnosis:
             {d["device"]: d["util_pct"] for d in devices}))
         return [loop.row() for loop in loops.values()]
 
-    def _as_it_passes(self, pid: int, th: dict, ts_ns: int, interval_ns: int, ckpt_ns: int,
+    def _as_it_passes(self, pid: int, th: ThreadRow, ts_ns: int, interval_ns: int, ckpt_ns: int,
                       read_ns: int) -> tuple[int, int]:
         """The loop's checkpoint and read time in this interval, counted as it passes: `files`
         rows count a syscall when it returns (a 2.5 s fsync all in the interval where it
@@ -356,7 +358,7 @@ class Diagnosis:
         _since, kind, charged = self.in_flight.pop(pid)
         self.counted_early[(pid, kind)] = self.counted_early.get((pid, kind), 0) + charged
 
-    def _reads(self, begin_ns: int, files: list[dict], threads: list[dict], owner: dict[int, int]
+    def _reads(self, begin_ns: int, files: list[FileRow], threads: list[ThreadRow], owner: dict[int, int]
                ) -> tuple[dict[int, _Reads], dict[int, _Reads], dict[int, tuple[int, int, int]]]:
         """Per main pid: its processes' reads of the data set and of library/system files, its
         loop's time; and the signals that its start-up ended (with the interval's start)."""
@@ -669,7 +671,7 @@ class Diagnosis:
         return max(by_dir, key=by_dir.get)
 
 
-def _read_max(files: list[dict], owner: dict[int, int]) -> dict[tuple[int, str], tuple[int, int]]:
+def _read_max(files: list[FileRow], owner: dict[int, int]) -> dict[tuple[int, str], tuple[int, int]]:
     """(main pid, role) -> (file reads, the slowest in ns; -1 when a row does not know it)."""
     out: dict[tuple[int, str], tuple[int, int]] = {}
     for f in files:

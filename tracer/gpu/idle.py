@@ -207,7 +207,7 @@ def attribute(spans: Iterable[IdleSpan | Mapping[str, Any]], loop_rows: Iterable
 
 
 def analyse(gpu_rows: Sequence[Mapping[str, Any]], loop_rows: Iterable[Mapping[str, Any]],
-            gpu_pids: Mapping[int, int] | None = None, **detector: Any) -> list[dict]:
+            gpu_pids: Mapping[int, int] | None = None, **detector: Any) -> list[GpuIdleRow]:
     """Offline (`iotrace report`): the `gpu_idle` rows of a whole trace."""
     return attribute(idle_spans(gpu_rows, **detector), loop_rows, gpu_pids)
 

@@ -30,6 +30,8 @@ import json
 import math
 import os
 from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -39,6 +41,9 @@ from tracer.core.vocab import LATENCY_LAYERS, LOOP_STATES, MAIN
 from tracer.render.overview import overview_html, series_label
 from tracer.tracedir.private import open_private
 from tracer.tracedir.reader import TraceReader, describe_targets, role_counts
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 STATE_COLOURS = {
     "data_wait_io": "#d62728",  # red: the loop waits for batches, workers blocked on reads
@@ -68,7 +73,7 @@ figcaption { color: #555; font-size: 0.9em; }
 """
 
 
-def _matplotlib():
+def _matplotlib() -> tuple[ModuleType, type[Figure]]:
     try:
         import matplotlib
     except ImportError:
@@ -78,7 +83,7 @@ def _matplotlib():
     return matplotlib, Figure
 
 
-def _svg(fig) -> str:
+def _svg(fig: Figure) -> str:
     """The figure as an inline <svg> element (no XML prolog)."""
     matplotlib, _ = _matplotlib()
     buf = io.StringIO()

@@ -59,7 +59,7 @@ DEVICE_COLUMNS = ("r_s", "w_s", "rkb_s", "wkb_s", "r_await_ms", "w_await_ms", "a
 ROLE_COLUMNS = ("procs", "read_bytes_s", "write_bytes_s", "ops_s", "read_p99_ns", "iowait_pct")
 
 
-def _num(v) -> str:
+def _num(v: float | None) -> str:
     if v is None:
         return ""
     if isinstance(v, int):
@@ -76,7 +76,7 @@ class CsvSink:
     """Writes one CSV row per interval to `path` (see the module docstring for the columns).
     A context manager; `close` is safe to call twice."""
 
-    def __init__(self, path: str | Path, interval_s: float = 1.0):
+    def __init__(self, path: str | Path, interval_s: float = 1.0) -> None:
         self.path = Path(path)
         self.interval_s = interval_s  # stands in for the first snapshot's (it has none)
         self._file = open(self.path, "w", newline="")  # noqa: SIM115 (closed by close())
@@ -134,5 +134,5 @@ class CsvSink:
     def __enter__(self) -> CsvSink:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()

@@ -59,6 +59,7 @@ from prometheus_client.utils import floatToGoString
 
 from tracer import __version__
 from tracer.core.abi import MAP_FULL_MAPS
+from tracer.core.selfcost import SelfCost
 from tracer.core.vocab import FINDING_KINDS, LOOP_STATES, ROLES
 
 DEFAULT_HOST = "127.0.0.1"
@@ -231,7 +232,7 @@ class PrometheusSink:
                 self._add_cost(s, cost)
 
     @staticmethod
-    def _add_cost(s: _State, cost) -> None:
+    def _add_cost(s: _State, cost: SelfCost) -> None:
         """Cumulative readings: kept as the maximum seen, so a counter never goes down."""
         s.bpf_stats_enabled = int(cost.stats_unavailable is None)
         s.bpf_stats_s = max(s.bpf_stats_s, cost.stats_seconds)

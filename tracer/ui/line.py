@@ -18,6 +18,7 @@ from collections.abc import Iterable, Sequence
 from typing import TextIO
 
 from tracer.core.histogram import percentile_ns
+from tracer.core.model import LoopRow, Snapshot
 from tracer.core.vocab import LOOP_STATES
 from tracer.ui import stats
 from tracer.ui.fmt import clock, short_ns
@@ -51,7 +52,7 @@ def _mbs(n: float) -> str:
     return f"{mb:.0f}" if mb >= 99.95 else f"{mb:.1f}"
 
 
-def interval_line(snapshot, loop_rows: Iterable[dict] = (), findings: Sequence = (),
+def interval_line(snapshot: Snapshot, loop_rows: Iterable[LoopRow] = (), findings: Sequence = (),
                   interval_s: float = 1.0) -> str:
     """The line of one interval: `snapshot` (tracer.live.aggregate.Snapshot), its `loop` rows, the
     current findings (most severe first); `interval_s` stands in when the snapshot has no
@@ -78,7 +79,7 @@ class LinePrinter:
     """Writes `header_line` first and again every HEADER_EVERY lines, then one line per
     `write(...)` (same arguments as interval_line), flushed, so `| tee` and logs see it live."""
 
-    def __init__(self, out: TextIO, interval_s: float = 1.0, header_every: int = HEADER_EVERY):
+    def __init__(self, out: TextIO, interval_s: float = 1.0, header_every: int = HEADER_EVERY) -> None:
         self.out, self.interval_s, self.header_every = out, interval_s, header_every
         self.lines = 0
 

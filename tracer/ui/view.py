@@ -25,7 +25,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from rich import box
-from rich.console import Console, ConsoleOptions, Group, RenderResult
+from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
 from rich.measure import Measurement
 from rich.panel import Panel
 from rich.table import Table
@@ -33,6 +33,7 @@ from rich.text import Text
 
 from tracer.core.abi import MAX_SLOTS, slot_bounds_ns
 from tracer.core.histogram import format_ns, percentile_ns, slot_of
+from tracer.core.model import Snapshot
 from tracer.core.vocab import CHILD, DATALOADER_WORKER, LOOP_STATES, MAIN, ROLES
 from tracer.ui import stats
 from tracer.ui.fmt import clock, dstat_bytes, elapsed, short_ns
@@ -86,7 +87,7 @@ class ViewState:
     of the last interval, and the user's choices (sort, layer, role)."""
 
     def __init__(self, targets: str = "", interval_s: float = 1.0, window: int = 5,
-                 started_ns: int | None = None):
+                 started_ns: int | None = None) -> None:
         self.targets = targets  # what is traced, as the header says it ("PID 42", a command)
         self.interval_s = interval_s
         self.window = window
@@ -125,7 +126,7 @@ class ViewState:
 
     # -- derived --------------------------------------------------------------------------------
     @property
-    def last(self):
+    def last(self) -> Snapshot | None:
         return self.snapshots[-1] if self.snapshots else None
 
     @property
@@ -197,7 +198,7 @@ def _window_label(state: ViewState) -> str:
 class Header:
     """Two lines: what is traced and for how long; processes per role and the user's choices."""
 
-    def __init__(self, state: ViewState):
+    def __init__(self, state: ViewState) -> None:
         self.state = state
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
@@ -224,7 +225,7 @@ class Header:
 class FindingPane:
     """The leading finding: the most severe of the current ones, with its advice."""
 
-    def __init__(self, state: ViewState):
+    def __init__(self, state: ViewState) -> None:
         self.state = state
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
@@ -261,7 +262,7 @@ def loop_bar(shares: dict[str, float], width: int = BAR_WIDTH, color: bool = Tru
 class ProcessPane:
     """iotop-like: one row per process of the last interval; the loop bars under the table."""
 
-    def __init__(self, state: ViewState):
+    def __init__(self, state: ViewState) -> None:
         self.state = state
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
@@ -326,10 +327,10 @@ class _SizedPane:
     """A pane that renders one renderable, `body()`, and reports its width (so the layout can
     put panes side by side when they fit)."""
 
-    def __init__(self, state: ViewState):
+    def __init__(self, state: ViewState) -> None:
         self.state = state
 
-    def body(self):
+    def body(self) -> RenderableType:
         raise NotImplementedError
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
@@ -364,7 +365,7 @@ def _path_tail(path: str, width: int) -> str:
 class FilesPane:
     """The files the traced processes spent most time on in syscalls over the window."""
 
-    def __init__(self, state: ViewState, n: int = TOP_FILES):
+    def __init__(self, state: ViewState, n: int = TOP_FILES) -> None:
         self.state, self.n = state, n
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
@@ -422,7 +423,7 @@ class GpuPane:
     """NVML utilisation per GPU over the last interval, with its idle share (shown when --gpu
     sampling is on)."""
 
-    def __init__(self, state: ViewState):
+    def __init__(self, state: ViewState) -> None:
         self.state = state
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
@@ -491,7 +492,7 @@ def render_view(state: ViewState, width: int | None = None, console: Console | N
                  FilesPane(state))
 
 
-def _side_by_side(left, right) -> Table:
+def _side_by_side(left: RenderableType, right: RenderableType) -> Table:
     grid = Table.grid(padding=(0, 1))
     grid.add_column(no_wrap=True)
     grid.add_column(no_wrap=True)
@@ -502,7 +503,7 @@ def _side_by_side(left, right) -> Table:
 class Screen:
     """`render_view` laid out for the console it is rendered on (what LiveView shows)."""
 
-    def __init__(self, state: ViewState):
+    def __init__(self, state: ViewState) -> None:
         self.state = state
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
