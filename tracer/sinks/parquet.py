@@ -1,6 +1,6 @@
 """Parquet sink: writes a trace directory that survives the tracer being killed.
 
-Layout (DESIGN.md, "The trace directory")::
+Layout (README.md, "The trace directory")::
 
     DIR/meta.json                     schema version, tool version, host, command line, start/stop
     DIR/<table>/part-NNNNN.parquet    one folder per table, one file per rolled segment
