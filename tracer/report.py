@@ -15,11 +15,11 @@ import pandas as pd
 from tracer.core import abi
 from tracer.core.diagnose import Diagnosis, Finding
 from tracer.core.histogram import slot_of
-from tracer.core.model import FileTotals, Series
+from tracer.core.model import FileTotals, GpuIdleRow, GpuRow, Series
 from tracer.core.selfcost import SelfCost
 from tracer.core.vocab import MAIN
 from tracer.errors import EXIT_USAGE, TraceFailure
-from tracer.gpu.idle import add_gpu_evidence
+from tracer.gpu import idle
 from tracer.live.clock import Clock
 from tracer.live.files import FileInfo, FileTable
 from tracer.live.processes import Process, ProcessTable
@@ -94,14 +94,14 @@ def diagnose_trace(trace: TraceReader, processes: ProcessTable) -> Diagnosis:
     return d
 
 
-def recompute_gpu(trace: TraceReader, write: bool = True) -> tuple[list[dict], list[dict]] | None:
+def recompute_gpu(trace: TraceReader, write: bool = True
+                  ) -> tuple[list[GpuIdleRow], list[GpuRow]] | None:
     """With a `gpu` table: the idle spans and their causes again, from the saved NVML samples
     and the training loop's states (so a trace recorded on a GPU host, or an NVML stream
     recorded separately and dropped into DIR/gpu, can be analysed anywhere). Offline there is
     no process list per GPU: the GPU belongs to the single `main` process (with several, pid
     is null and the cause `unknown`). Writes DIR/gpu_idle (replacing it) unless `write` is
     False. Returns (gpu_idle rows, gpu rows), or None without a gpu table."""
-    from tracer.gpu import idle
     from tracer.sinks.parquet import write_segment
     from tracer.tracedir.schema import table_from_rows
 
@@ -156,7 +156,7 @@ def summary_text(trace: TraceReader, name: str | None = None, write_gpu_idle: bo
     findings: list[Finding] = diagnosis.findings()
     gpu = recompute_gpu(trace, write=write_gpu_idle)
     if gpu is not None:
-        add_gpu_evidence(findings, *gpu)
+        idle.add_gpu_evidence(findings, *gpu)
     lost = trace.meta.get("events_lost", 0)
     how = trace.meta.get("stop_reason")
     if trace.meta.get("stop_ns") is None:  # never closed: killed, or the disk filled up
