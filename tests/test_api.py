@@ -344,6 +344,20 @@ def test_summary_is_the_report_text(hand: Path) -> None:
     assert SHARD in text
 
 
+def _files_of(directory: Path) -> dict[str, tuple[int, bytes]]:
+    return {str(p.relative_to(directory)): (p.stat().st_mtime_ns, p.read_bytes())
+            for p in sorted(directory.rglob("*")) if p.is_file()}
+
+
+def test_reading_a_trace_writes_nothing_to_it(hand: Path) -> None:
+    before = _files_of(hand)
+    trace = load(hand)
+    trace.summary()
+    trace._repr_html_()
+    trace.percentiles(), trace.findings, trace.top_files()
+    assert _files_of(hand) == before  # (`iotrace report` rewrites DIR/gpu_idle; reading does not)
+
+
 def test_summary_of_a_trace_with_no_usable_segment_raises_trace_error(hand: Path) -> None:
     trace = load(hand)
     for seg in (hand / "latency").glob("part-*.parquet"):

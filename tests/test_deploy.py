@@ -13,8 +13,8 @@ import pytest
 
 from tracer.core.diagnose import Finding
 from tracer.core.interval import Interval
+from tracer.core.model import Snapshot
 from tracer.core.selfcost import ProgramCost, SelfCost, TracerCpu
-from tracer.live.aggregate import Snapshot
 from tracer.sinks.prometheus import DEFAULT_PORT, PrometheusSink, parse_listen
 
 yaml = pytest.importorskip("yaml", reason="PyYAML is needed to read the deployment files")

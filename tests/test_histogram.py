@@ -7,7 +7,8 @@ import pandas as pd
 
 from tracer.core import abi
 from tracer.core.histogram import percentile_ns, render
-from tracer.live.aggregate import Aggregator, Reading, Series
+from tracer.core.model import Series
+from tracer.live.aggregate import Aggregator, Reading
 from tracer.live.clock import Clock
 from tracer.live.processes import Process, ProcessTable
 from tracer.render.summary import render_summary

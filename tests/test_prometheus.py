@@ -15,8 +15,8 @@ from tracer import __version__
 from tracer.core.abi import MAP_FULL_MAPS
 from tracer.core.diagnose import KINDS, STATES, Finding
 from tracer.core.interval import Interval
+from tracer.core.model import Snapshot
 from tracer.core.selfcost import ProgramCost, SelfCost, TracerCpu
-from tracer.live.aggregate import Snapshot
 from tracer.sinks.prometheus import DEFAULT_HOST, DEFAULT_PORT, LE_BOUNDS_NS, PrometheusSink, parse_listen
 
 S = 10**9

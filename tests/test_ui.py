@@ -20,8 +20,8 @@ from rich.console import Console
 from ui_snapshots import SEC, findings, loop_rows, snapshot
 
 from tracer.core.interval import Interval
+from tracer.core.model import Snapshot
 from tracer.core.selfcost import SelfCost, TracerCpu
-from tracer.live.aggregate import Snapshot
 from tracer.sinks.csv import CsvSink
 from tracer.ui import stats
 from tracer.ui.fmt import dstat_bytes, short_ns

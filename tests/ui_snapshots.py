@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from tracer.core.abi import slot_bounds_ns
 from tracer.core.diagnose import Finding
-from tracer.live.aggregate import Snapshot
+from tracer.core.model import Snapshot
 
 T0 = 1_700_000_000_000_000_000  # 2023-11-14 22:13:20 UTC
 SEC = 1_000_000_000

@@ -28,11 +28,10 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import IO
 
 from tracer.api import Trace, TraceError, load
-
-READY_PREFIX = "Tracing I/O of"
-"""The line iotrace prints on stderr once its programs are attached."""
+from tracer.core.vocab import READY_PREFIX
 
 
 class TracingError(RuntimeError):
@@ -72,7 +71,7 @@ class Tracing:
         for reader in self._readers:
             reader.start()
 
-    def _drain(self, stream, lines: list[str], watch: bool) -> None:
+    def _drain(self, stream: IO[str], lines: list[str], watch: bool) -> None:
         """Keeps reading iotrace's output (a full pipe would stall it)."""
         for line in stream:
             lines.append(line)

@@ -12,6 +12,7 @@ import signal
 import sys
 import time
 from pathlib import Path
+from types import FrameType
 from typing import TextIO
 
 from tracer.errors import EXIT_OK, EXIT_USAGE, TraceFailure
@@ -38,7 +39,7 @@ def run_demo(output: Path, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -
     current: list[Session] = []
     interrupted = []
 
-    def on_signal(signum, _frame):
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
         interrupted.append(signum)
         for s in current:
             s.request_stop(signal.Signals(signum).name)

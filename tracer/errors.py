@@ -15,7 +15,7 @@ EXIT_OUTPUT = 4
 class TraceFailure(Exception):
     """An expected failure: one line for the user and the exit code to leave with."""
 
-    def __init__(self, message: str, exit_code: int):
+    def __init__(self, message: str, exit_code: int) -> None:
         super().__init__(message)
         self.exit_code = exit_code
 

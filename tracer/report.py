@@ -12,23 +12,26 @@ from typing import TextIO
 import numpy as np
 import pandas as pd
 
-from tracer.api import Trace, TraceError, load
 from tracer.core import abi
-from tracer.core.diagnose import Diagnosis
+from tracer.core.diagnose import Diagnosis, Finding
+from tracer.core.histogram import slot_of
+from tracer.core.model import FileTotals, GpuIdleRow, GpuRow, Series
 from tracer.core.selfcost import SelfCost
+from tracer.core.vocab import MAIN
 from tracer.errors import EXIT_USAGE, TraceFailure
-from tracer.live.aggregate import FileTotals, Series
+from tracer.gpu import idle
 from tracer.live.clock import Clock
 from tracer.live.files import FileInfo, FileTable
 from tracer.live.processes import Process, ProcessTable
 from tracer.render.summary import render_summary
+from tracer.tracedir.reader import TraceError, TraceReader, load
 
 
-def _text(v) -> str | None:
+def _text(v: object) -> str | None:
     return None if pd.isna(v) else str(v)
 
 
-def _ns(ts) -> int:
+def _ns(ts: object) -> int:
     return int(pd.Timestamp(ts).value)
 
 
@@ -39,7 +42,7 @@ def totals_from_latency(latency: pd.DataFrame) -> dict[Series, np.ndarray]:
         key = Series(int(r.pid), str(r.layer), str(r.op), _text(r.target), _text(r.device),
                      _text(r.attribution))
         h = totals.setdefault(key, np.zeros((2, abi.MAX_SLOTS), dtype=np.uint64))
-        slot = 0 if r.bucket_lo_ns == 0 else int(r.bucket_lo_ns).bit_length() - 1
+        slot = slot_of(int(r.bucket_lo_ns))
         h[0, slot] += int(r.count)
         h[1, slot] += int(r.bytes)
     return totals
@@ -75,7 +78,7 @@ def _records(df: pd.DataFrame) -> dict[int, list[dict]]:
     return out
 
 
-def diagnose_trace(trace: Trace, processes: ProcessTable) -> Diagnosis:
+def diagnose_trace(trace: TraceReader, processes: ProcessTable) -> Diagnosis:
     """Replays the per-interval rows through the diagnosis, in time order."""
     d = Diagnosis(startup=bool(trace.targets["command"]))  # as the live run: launch mode
     tables = {name: _records(trace[name]) for name in ("threads", "files", "latency", "devices")}
@@ -91,14 +94,14 @@ def diagnose_trace(trace: Trace, processes: ProcessTable) -> Diagnosis:
     return d
 
 
-def recompute_gpu(trace: Trace, write: bool = True) -> tuple[list[dict], list[dict]] | None:
+def recompute_gpu(trace: TraceReader, write: bool = True
+                  ) -> tuple[list[GpuIdleRow], list[GpuRow]] | None:
     """With a `gpu` table: the idle spans and their causes again, from the saved NVML samples
     and the training loop's states (so a trace recorded on a GPU host, or an NVML stream
     recorded separately and dropped into DIR/gpu, can be analysed anywhere). Offline there is
     no process list per GPU: the GPU belongs to the single `main` process (with several, pid
     is null and the cause `unknown`). Writes DIR/gpu_idle (replacing it) unless `write` is
     False. Returns (gpu_idle rows, gpu rows), or None without a gpu table."""
-    from tracer.gpu import idle
     from tracer.sinks.parquet import write_segment
     from tracer.tracedir.schema import table_from_rows
 
@@ -128,35 +131,43 @@ def _plain_row(r: dict) -> dict:
 
 
 def report(directory: str, out: TextIO) -> int:
+    """`iotrace report DIR`: prints the summary, and writes DIR/gpu_idle again from DIR/gpu."""
     try:
         trace = load(directory)
-        latency, files, procs_df = trace.latency, trace.files, trace.processes
+        for table in ("latency", "files", "processes"):  # one unreadable is the user's to fix
+            trace[table]
     except TraceError as e:
         raise TraceFailure(str(e), EXIT_USAGE) from None
+    print(summary_text(trace, directory, write_gpu_idle=True), file=out)
+    return 0
+
+
+def summary_text(trace: TraceReader, name: str | None = None, write_gpu_idle: bool = False) -> str:
+    """The end-of-run summary of `trace` (headed "Trace NAME", by default its directory); the
+    GPU idle spans are recomputed in memory, and written to DIR/gpu_idle if `write_gpu_idle`."""
+    latency, files, procs_df = trace.latency, trace.files, trace.processes
     procs = ProcessTable(Clock())
     # A process has a row when first seen and one more whenever it changed: the last is current.
     for r in procs_df.drop_duplicates("pid", keep="last").itertuples(index=False):
         procs.by_pid[int(r.pid)] = Process(int(r.pid), int(r.ppid), str(r.comm),
-                                           r.role == "main", str(r.cmdline), _ns(r.first_seen))
+                                           r.role == MAIN, str(r.cmdline), _ns(r.first_seen))
     file_totals, file_table = file_totals_from_files(files)
     diagnosis = diagnose_trace(trace, procs)
-    findings = diagnosis.findings()
-    gpu = recompute_gpu(trace)
+    findings: list[Finding] = diagnosis.findings()
+    gpu = recompute_gpu(trace, write=write_gpu_idle)
     if gpu is not None:
-        from tracer.core.diagnose import add_gpu_evidence
-
-        add_gpu_evidence(findings, *gpu)
+        idle.add_gpu_evidence(findings, *gpu)
     lost = trace.meta.get("events_lost", 0)
     how = trace.meta.get("stop_reason")
     if trace.meta.get("stop_ns") is None:  # never closed: killed, or the disk filled up
         how = ("cut short: iotrace did not finish this trace, which holds what it wrote up to "
                "its last segments")
-    header = f"Trace {directory}: {len(procs.by_pid)} processes ({how}); {lost} events lost."
+    name = str(trace.directory) if name is None else name
+    header = f"Trace {name}: {len(procs.by_pid)} processes ({how}); {lost} events lost."
     for note in trace.meta.get("unavailable") or []:
         if note.startswith("GPU sampling off"):
             header += f"\n{note}."
     saved = trace.meta.get("self_cost")
     cost = SelfCost.from_meta(saved) if isinstance(saved, dict) else None
-    print(render_summary(totals_from_latency(latency), procs, header, file_totals, file_table,
-                         findings, cost, startup=diagnosis.startup_lines()), file=out)
-    return 0
+    return render_summary(totals_from_latency(latency), procs, header, file_totals, file_table,
+                          findings, cost, startup=diagnosis.startup_lines())

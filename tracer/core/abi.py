@@ -6,11 +6,16 @@ sizes and offsets against the struct formats here. Decoding is pure: bytes in, v
 
 from __future__ import annotations
 
+import os
 import struct
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, TypeVar
+
+if TYPE_CHECKING:
+    import numpy as np
 
 MAX_SLOTS = 40  # IOT_MAX_SLOTS
+PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")  # the unit of pages_missed and pages_dirtied
 COMM_LEN = 16  # IOT_COMM_LEN
 PATH_DEPTH = 32  # IOT_PATH_DEPTH
 NAME_LEN = 64  # IOT_NAME_LEN
@@ -77,16 +82,17 @@ HIST_SLOTS, FILE_SLOTS = 0, 1
 # struct free_slot_request (proc.bpf.c's `free_slot` program): table, index, tag, file_stat out
 FREE_SLOT_REQUEST = struct.Struct(f"<IIQ{FILE_STAT.size}s")
 _M64 = (1 << 64) - 1
+U64 = TypeVar("U64", int, "np.ndarray")  # a u64, or a numpy array of them
 
 
-def slot_tag(a, b, c):
+def slot_tag(a: U64, b: U64, c: U64 | int) -> U64:
     """iotrace.h's slot_tag(): a key's tag from its words (u64 arithmetic), for ints or for
     numpy arrays of uint64 (which wrap as the kernel's u64 do)."""
     x = (a * 0x9E3779B97F4A7C15 + b * 0xC2B2AE3D27D4EB4F + c * 0x165667B19E3779F9) & _M64
     return (x ^ (x >> 32)) | 1
 
 
-def slot_tags_ok(table: int, rows):
+def slot_tags_ok(table: int, rows: np.ndarray) -> np.ndarray:
     """Which rows of u64 words (a numpy array: slots of hist_slots or file_slots, as read) hold
     the key their tag says: the words that iotrace.h's slot_tag() takes, from each row."""
     if table == HIST_SLOTS:  # tgid | dev << 32; layer, op, target, attribution (and the pad)
@@ -237,7 +243,7 @@ def decode_hist_key(raw: bytes) -> HistKey:
                    TARGETS.get(target), ATTRIBUTIONS.get(attr))
 
 
-def decode_hist(raw: bytes):
+def decode_hist(raw: bytes) -> np.ndarray:
     """(2, MAX_SLOTS) uint64 numpy array: row 0 operation counts, row 1 bytes, per log2 ns
     slot. (numpy is imported here, not at module load: the loader imports this module before
     it attaches, and attach time counts.)"""

@@ -23,13 +23,13 @@ from collections import defaultdict, deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from tracer.core.histogram import format_bytes, format_ns, percentile_ns
-from tracer.core.roles import DATALOADER_WORKER, MAIN
+from tracer.core.abi import MAX_SLOTS
+from tracer.core.histogram import format_bytes, format_ns, percentile_ns, slot_of
+from tracer.core.model import DeviceRow, FileRow, FindingRow, LatencyRow, LoopRow, ThreadRow
+from tracer.core.vocab import DATALOADER_WORKER, FINDING_KINDS, IO_KINDS, LOOP_STATES, MAIN
 
-STATES = ("data_wait_io", "data_wait_cpu", "sync_loading", "checkpoint", "compute", "other")
-IO_KINDS = ("sync_loading", "dataloader_io_bound", "checkpoint_stall", "device_saturated",
-            "small_files", "slow_filesystem")
-KINDS = (*IO_KINDS, "dataloader_cpu_bound", "cold_cache", "not_io_bound")
+STATES = LOOP_STATES  # the loop table's states, by this module's name for them
+KINDS = FINDING_KINDS
 SLOW_FS_TYPES = {"overlay", "nfs", "nfs4", "fuse", "fuseblk", "9p", "virtiofs", "cifs", "smb3",
                  "ceph", "glusterfs", "lustre"}
 # Reads that are not the data set: the interpreter, libraries and the system's own files.
@@ -106,7 +106,7 @@ class LoopInterval:
     interval_ns: int
     ns: dict[str, int]  # by STATES
 
-    def row(self) -> dict:
+    def row(self) -> LoopRow:
         state = max(STATES, key=lambda s: self.ns[s]) if any(self.ns.values()) else "other"
         return {"ts": self.ts_ns, "pid": self.pid, "interval_ns": self.interval_ns,
                 **{f"{s}_ns": self.ns[s] for s in STATES}, "state": state}
@@ -126,7 +126,7 @@ class Finding:
     def advice(self) -> str:
         return ADVICE[self.kind]
 
-    def row(self, ts_ns: int) -> dict:
+    def row(self, ts_ns: int) -> FindingRow:
         return {"ts": ts_ns, "start": self.start_ns, "end": self.end_ns, "kind": self.kind,
                 "severity": self.severity, "pid": self.pid, "summary": self.summary,
                 "evidence": json.dumps(self.evidence, sort_keys=True), "advice": self.advice}
@@ -227,8 +227,9 @@ class Diagnosis:
     read_ahead: dict[tuple[int, str], int] = field(default_factory=dict)
 
     # -- per interval -------------------------------------------------------------------------
-    def add(self, ts_ns: int, interval_ns: int, threads: Iterable[dict], files: Iterable[dict],
-            latency: Iterable[dict], devices: Iterable[dict], owner: dict[int, int]) -> list[dict]:
+    def add(self, ts_ns: int, interval_ns: int, threads: Iterable[ThreadRow],
+            files: Iterable[FileRow], latency: Iterable[LatencyRow], devices: Iterable[DeviceRow],
+            owner: dict[int, int]) -> list[LoopRow]:
         """One interval's rows; `owner` maps each traced pid to its main pid. Returns the rows of
         the `loop` table for this interval."""
         t = self.thresholds
@@ -297,12 +298,12 @@ class Diagnosis:
             ns["other"] = left - ns["compute"]
             loops[pid] = LoopInterval(ts_ns, pid, interval_ns, ns)
         read_counts: dict[tuple[int, str], list[int]] = {}
-        queue, service = [0] * 64, [0] * 64
+        queue, service = [0] * MAX_SLOTS, [0] * MAX_SLOTS
         for r in latency:
-            slot = 0 if r["bucket_lo_ns"] == 0 else int(r["bucket_lo_ns"]).bit_length() - 1
+            slot = slot_of(r["bucket_lo_ns"])
             if r["layer"] == "syscall" and r["op"] == "read" and r["target"] == "file":
                 key = (owner.get(r["pid"], r["pid"]), r["role"])
-                read_counts.setdefault(key, [0] * 64)[slot] += r["count"]
+                read_counts.setdefault(key, [0] * MAX_SLOTS)[slot] += r["count"]
             elif r["layer"] == "block_queue" and r["op"] == "read":
                 queue[slot] += r["count"]
             elif r["layer"] == "block" and r["op"] == "read":
@@ -315,7 +316,7 @@ class Diagnosis:
             {d["device"]: d["util_pct"] for d in devices}))
         return [loop.row() for loop in loops.values()]
 
-    def _as_it_passes(self, pid: int, th: dict, ts_ns: int, interval_ns: int, ckpt_ns: int,
+    def _as_it_passes(self, pid: int, th: ThreadRow, ts_ns: int, interval_ns: int, ckpt_ns: int,
                       read_ns: int) -> tuple[int, int]:
         """The loop's checkpoint and read time in this interval, counted as it passes: `files`
         rows count a syscall when it returns (a 2.5 s fsync all in the interval where it
@@ -357,7 +358,7 @@ class Diagnosis:
         _since, kind, charged = self.in_flight.pop(pid)
         self.counted_early[(pid, kind)] = self.counted_early.get((pid, kind), 0) + charged
 
-    def _reads(self, begin_ns: int, files: list[dict], threads: list[dict], owner: dict[int, int]
+    def _reads(self, begin_ns: int, files: list[FileRow], threads: list[ThreadRow], owner: dict[int, int]
                ) -> tuple[dict[int, _Reads], dict[int, _Reads], dict[int, tuple[int, int, int]]]:
         """Per main pid: its processes' reads of the data set and of library/system files, its
         loop's time; and the signals that its start-up ended (with the interval's start)."""
@@ -590,8 +591,8 @@ class Diagnosis:
                 f"{100 * sum(slow.values()) / total:.0f} % of the bytes read came from "
                 f"{', '.join(sorted(slow))}, which add latency on top of the device.",
                 {"read_bytes_by_fs": dict(fs_bytes)}))
-        queue = [sum(iv.queue_counts[i] for iv in training) for i in range(64)]
-        service = [sum(iv.service_counts[i] for iv in training) for i in range(64)]
+        queue = [sum(iv.queue_counts[i] for iv in training) for i in range(MAX_SLOTS)]
+        service = [sum(iv.service_counts[i] for iv in training) for i in range(MAX_SLOTS)]
         q50, s50 = percentile_ns(queue, 50), percentile_ns(service, 50)
         utils = defaultdict(list)
         for iv in training:
@@ -651,7 +652,7 @@ class Diagnosis:
         for iv in ivs:
             for (main, role), counts in iv.read_counts.items():
                 if main == pid:
-                    acc = out.setdefault(role, [0] * 64)
+                    acc = out.setdefault(role, [0] * MAX_SLOTS)
                     for i, c in enumerate(counts):
                         acc[i] += c
         return out
@@ -670,7 +671,7 @@ class Diagnosis:
         return max(by_dir, key=by_dir.get)
 
 
-def _read_max(files: list[dict], owner: dict[int, int]) -> dict[tuple[int, str], tuple[int, int]]:
+def _read_max(files: list[FileRow], owner: dict[int, int]) -> dict[tuple[int, str], tuple[int, int]]:
     """(main pid, role) -> (file reads, the slowest in ns; -1 when a row does not know it)."""
     out: dict[tuple[int, str], tuple[int, int]] = {}
     for f in files:
@@ -693,22 +694,6 @@ def _slowest(ivs: list[_Interval], pid: int, role: str, reads: dict[str, list[in
             return None
         ops, top = ops + n, max(top, m)
     return top if top and ops == sum(reads.get(role, [])) else None
-
-
-def add_gpu_evidence(findings: list[Finding], idle_rows: list[dict], gpu_rows: list[dict]) -> None:
-    """With NVML: every finding about the training loop also says how idle the GPU was and
-    while doing what ("GPU 0 idle 62 % of the time; 85 % of that while the loop waited on
-    DataLoader reads")."""
-    if not gpu_rows:
-        return
-    from tracer.gpu.idle import gpu_evidence, gpu_sentences
-
-    ev = gpu_evidence(idle_rows, gpu_rows)
-    sentences = gpu_sentences(ev)
-    for f in findings:
-        f.evidence["gpu"] = ev["gpus"]
-        if sentences:
-            f.summary += " " + "; ".join(sentences) + "."
 
 
 def _severity(share: float) -> int:

@@ -9,67 +9,108 @@ estimate stays at or below it: four fsyncs of 2.5 s are p50 2.5 s, not the slot'
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from typing import Generic, TypeVar
 
-from tracer.core.abi import slot_bounds_ns
+from tracer.core.abi import MAX_SLOTS, slot_bounds_ns
 
 BAR_WIDTH = 40
 
 
+OPEN_SLOT_LO_NS = slot_bounds_ns(MAX_SLOTS - 1)[0]
+"""Lower bound of the last, open-ended slot (about 9 minutes and up)."""
+_BOUNDS = [slot_bounds_ns(slot) for slot in range(MAX_SLOTS)]
+
+
+def slot_of(bucket_lo_ns: int) -> int:
+    """The log2 slot of a latency row from its `bucket_lo_ns` (`slot_bounds_ns` inverted).
+
+    The rows hold 0 (slot 0, and the page cache's one slot) or 2^i for 1 <= i < MAX_SLOTS,
+    which this maps to i; a bound past the last slot (no writer makes one) counts in the last.
+    """
+    return 0 if bucket_lo_ns <= 1 else min(int(bucket_lo_ns).bit_length() - 1, MAX_SLOTS - 1)
+
+
 def percentile_ns(counts: Sequence[int], q: float, max_ns: float | None = None) -> float | None:
-    """The q-th percentile (0 < q <= 100) in ns, or None for an empty histogram; never above
-    `max_ns`, the slowest operation seen, when it is known."""
+    """The q-th percentile (0 < q <= 100) in ns of a histogram of counts per slot, or None for
+    an empty one; never above `max_ns`, the slowest operation seen, when it is known."""
+    bounds = _BOUNDS if len(counts) == MAX_SLOTS else [slot_bounds_ns(s) for s in range(len(counts))]
+    return interpolate([lo for lo, _ in bounds], [hi for _, hi in bounds], counts, q, max_ns)
+
+
+def interpolate(lo: Sequence[int], hi: Sequence[int], counts: Sequence[int], q: float,
+                max_ns: float | None = None) -> float | None:
+    """The q-th percentile (0 < q <= 100) in ns of the histogram whose buckets [lo, hi), sorted
+    by lo, hold `counts`; None when they hold nothing.
+
+    The value of rank ``q/100 * total``, interpolated linearly inside the bucket where it falls;
+    the open-ended last slot gives its lower bound. Capped at `max_ns` when that is known and
+    lies in the highest non-empty bucket or above (a maximum below it is not this histogram's).
+    """
     total = sum(counts)
     if total == 0:
         return None
-    value = _percentile(counts, q, total)
-    top = max(i for i, n in enumerate(counts) if n)
-    # the slowest operation lies in the highest non-empty slot; a maximum below it is not this
-    # histogram's and is ignored
-    if max_ns and max_ns >= slot_bounds_ns(top)[0]:
+    rank = q / 100.0 * total
+    seen = 0
+    value = None
+    top = 0  # the highest non-empty bucket
+    for i, n in enumerate(counts):
+        if not n:
+            continue
+        top = i
+        if value is None and seen + n >= rank:
+            b_lo, b_hi = int(lo[i]), int(hi[i])
+            if b_lo >= OPEN_SLOT_LO_NS:
+                value = float(b_lo)  # open-ended: its lower bound is all we know
+            else:
+                value = b_lo + (b_hi - b_lo) * max(rank - seen, 0) / n
+        seen += n
+    if value is None:  # (rank <= total: not reached)
+        value = float(lo[top])
+    if max_ns and max_ns >= int(lo[top]):
         return min(value, float(max_ns))
     return value
 
 
-def _percentile(counts: Sequence[int], q: float, total: int) -> float:
-    rank = q / 100.0 * total
-    seen = 0
-    for slot, n in enumerate(counts):
-        if n and seen + n >= rank:
-            lo, hi = slot_bounds_ns(slot)
-            if slot == len(counts) - 1:
-                return float(lo)  # open-ended last slot: its lower bound is all we know
-            return lo + (hi - lo) * max(rank - seen, 0) / n
-        seen += n
-    return float(slot_bounds_ns(len(counts) - 1)[0])
+K = TypeVar("K", bound=Hashable)
+J = TypeVar("J", bound=Hashable)
 
 
-class MaxSeen:
-    """The slowest file syscall per (pid, op), from `files` rows: known for a series only when
-    those rows cover every operation of its histogram (`known`), since a file that was not in
-    the kernel's per-file map, or a row whose maximum was not read, has ops the rows lack."""
+class MaxSeen(Generic[K]):
+    """The slowest file syscall per key ((pid, op) by default), from `files` rows: known for a
+    series only when those rows cover every operation of its histogram (`known`), since a file
+    that was not in the kernel's per-file map, or a row whose maximum was not read, has ops the
+    rows lack."""
 
     def __init__(self) -> None:
-        self.ops: dict[tuple[int, str], int] = {}
-        self.max_ns: dict[tuple[int, str], int] = {}
-        self.unknown: set[tuple[int, str]] = set()
+        self.ops: dict[K, int] = {}
+        self.max_ns: dict[K, int] = {}
+        self.unknown: set[K] = set()
 
     def add(self, pid: int, op: str, ops: int, max_ns: int) -> None:
+        self.add_key((pid, op), ops, max_ns)
+
+    def add_key(self, key: K, ops: int, max_ns: int) -> None:
+        """`ops` operations under `key`, the slowest `max_ns` (0 or less: not known)."""
         if not ops:
             return
-        key = (pid, op)
         self.ops[key] = self.ops.get(key, 0) + ops
         if max_ns > 0:
             self.max_ns[key] = max(self.max_ns.get(key, 0), max_ns)
         else:
             self.unknown.add(key)
 
-    def add_rows(self, rows: Iterable[dict]) -> MaxSeen:
+    def add_rows(self, rows: Iterable[Mapping[str, object]]) -> MaxSeen[K]:
         for r in rows:
             self.add(int(r["pid"]), str(r["op"]), int(r["ops"]), int(r["latency_max_ns"]))
         return self
 
-    def known(self, series: dict[tuple[int, str], int]) -> int | None:
+    def merge(self, other: MaxSeen[J], key: Callable[[J], K]) -> None:
+        """Adds `other`'s operations, each under `key` of its own key."""
+        for k, n in other.ops.items():
+            self.add_key(key(k), n, 0 if k in other.unknown else other.max_ns.get(k, 0))
+
+    def known(self, series: Mapping[K, int]) -> int | None:
         """The slowest of the operations counted in `series` ((pid, op) -> ops in the
         histograms of file syscalls), or None when the rows do not cover them all."""
         out = 0

@@ -44,7 +44,7 @@ def _kept_program(name: str) -> bool:
 
 
 class Redactor:
-    def __init__(self, enabled: bool, salt: bytes | None = None):
+    def __init__(self, enabled: bool, salt: bytes | None = None) -> None:
         self.enabled = enabled
         self.salt = salt if salt is not None else os.urandom(16)
 

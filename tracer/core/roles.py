@@ -1,10 +1,10 @@
-"""Roles of traced processes, from the names PyTorch gives them (DESIGN.md, Roles)."""
+"""Roles of traced processes, from the names PyTorch gives them (the roles: `tracer.core.vocab`)."""
 
 from __future__ import annotations
 
-MAIN = "main"  # a process the user asked to trace
-DATALOADER_WORKER = "dataloader_worker"  # a descendant named pt_data_worker
-CHILD = "child"  # any other descendant
+from tracer.core.vocab import CHILD, DATALOADER_WORKER, MAIN
+
+__all__ = ["CHILD", "DATALOADER_WORKER", "ELASTIC_COMM", "MAIN", "PIN_COMM", "WORKER_COMM", "role_of"]
 
 WORKER_COMM = "pt_data_worker"
 PIN_COMM = "pt_data_pin"  # the pin-memory thread of the main process

@@ -6,59 +6,44 @@ the sum of `count` over a trace's rows is exactly the number of operations compl
 
 from __future__ import annotations
 
-import os
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import NamedTuple
 
 import numpy as np
 
 from tracer.core import abi
+from tracer.core.abi import PAGE_SIZE
+from tracer.core.model import (
+    DeviceRow,
+    EventRow,
+    FileKey,
+    FileRow,
+    FileTotals,
+    GpuRow,
+    LatencyRow,
+    Series,
+    Snapshot,
+    SystemRow,
+    ThreadRow,
+)
 from tracer.core.roles import CHILD
 from tracer.core.selfcost import SelfCost
 from tracer.live.devices import device_name
 from tracer.live.files import FileTable
-from tracer.live.processes import ProcessTable
+from tracer.live.processes import Process, ProcessTable
 
-PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
-NO_SYSCALL = {"syscall_op": None, "syscall_path": None, "syscall_since": None}
+NO_SYSCALL: dict[str, str | int | None] = {"syscall_op": None, "syscall_path": None, "syscall_since": None}
 
 
-def role_of_pid(proc) -> str:
+def role_of_pid(proc: Process | None) -> str:
     """A process's role; one not in the table yet (its fork event still in the ring buffer) is
     a traced descendant: every target is registered before tracing starts."""
     return proc.role if proc else CHILD
 
 
-class Series(NamedTuple):
-    """One histogram series as users name it: the latency table's identifying columns."""
-
-    pid: int
-    layer: str
-    op: str
-    target: str | None  # syscall layer
-    device: str | None  # block layers
-    attribution: str | None  # block layers
-
-
 def series_of(key: abi.HistKey) -> Series:
     device = device_name(key.dev) if key.layer in ("block", "block_queue") else None
     return Series(key.pid, key.layer, key.op, key.target, device, key.attribution)
-
-
-@dataclass(frozen=True)
-class Snapshot:
-    """What happened in one interval; every sink renders this same object."""
-
-    ts_ns: int  # end of the interval, UTC ns
-    interval_ns: int
-    latency: list[dict] = field(default_factory=list)  # rows of the `latency` table
-    files: list[dict] = field(default_factory=list)  # rows of the `files` table
-    events: list[dict] = field(default_factory=list)  # rows of the `events` table (slow ops)
-    threads: list[dict] = field(default_factory=list)  # rows of the `threads` table
-    devices: list[dict] = field(default_factory=list)  # rows of `devices` (iostat -x)
-    system: dict | None = None  # the row of `system` (dstat)
-    gpu: list[dict] = field(default_factory=list)  # rows of `gpu` (NVML samples), when sampling
-    cost: SelfCost | None = None  # iotrace's own cost so far (the session adds it)
 
 
 @dataclass(frozen=True)
@@ -76,29 +61,8 @@ class Reading:
     in_flight: dict[int, tuple[int, int, int, int, int, int]] = field(default_factory=dict)
 
 
-@dataclass
-class FileTotals:
-    """Whole-trace sums for one (process, file), for the summary's top files."""
-
-    ops: dict[str, int] = field(default_factory=dict)  # by op
-    bytes: dict[str, int] = field(default_factory=dict)  # by op
-    latency_sum_ns: int = 0
-    pages_missed: int = 0
-    pages_dirtied: int = 0
-    latency_max_ns: dict[str, int] = field(default_factory=dict)  # by op: the slowest operation
-    max_unknown: set[str] = field(default_factory=set)  # ops with a row whose maximum is unknown
-
-    def add_max(self, op: str, ops: int, max_ns: int) -> None:
-        if not ops:
-            return
-        if max_ns > 0:
-            self.latency_max_ns[op] = max(self.latency_max_ns.get(op, 0), max_ns)
-        else:
-            self.max_unknown.add(op)
-
-
 class Aggregator:
-    def __init__(self, processes: ProcessTable, files: FileTable | None = None):
+    def __init__(self, processes: ProcessTable, files: FileTable | None = None) -> None:
         self.processes = processes
         self.files = files or FileTable()
         self.prev: dict[bytes, np.ndarray] = {}
@@ -111,16 +75,16 @@ class Aggregator:
         self.file_active: dict[bytes, int] = {}
         self.totals: dict[Series, np.ndarray] = {}  # whole-trace sums, for the summary
         # (pid, dev, ino, gen): a file over time (abi.FileKey)
-        self.file_totals: dict[tuple[int, int, int, int], FileTotals] = {}
+        self.file_totals: dict[FileKey, FileTotals] = {}
         self.last_ts_ns: int | None = None
-        self.pending_events: list[dict] = []
+        self.pending_events: list[EventRow] = []
 
-    def interval(self, reading: Reading, ts_ns: int, *, devices: list[dict] | None = None,
-                 system: dict | None = None, gpu: list[dict] | None = None,
+    def interval(self, reading: Reading, ts_ns: int, *, devices: list[DeviceRow] | None = None,
+                 system: SystemRow | None = None, gpu: list[GpuRow] | None = None,
                  cost: SelfCost | None = None) -> Snapshot:
         """Deltas since the previous call, as rows stamped `ts_ns`; slow events since then. The
         snapshot's other fields, read elsewhere (/proc, NVML, iotrace's cost), as given."""
-        rows: list[dict] = []
+        rows: list[LatencyRow] = []
         for rkey, rval in reading.hists.items():
             cur = abi.decode_hist(rval)
             prev = self.prev.get(rkey)
@@ -144,8 +108,8 @@ class Aggregator:
                         system, gpu or [], cost)
 
     def _thread_rows(self, threads: dict[int, bytes], mono_ns: int, ts_ns: int,
-                     in_flight: dict[int, tuple[int, int, int, int, int, int]]) -> list[dict]:
-        rows = []
+                     in_flight: dict[int, tuple[int, int, int, int, int, int]]) -> list[ThreadRow]:
+        rows: list[ThreadRow] = []
         for tid, raw in threads.items():
             t = abi.decode_thread_time(tid, raw, mono_ns)
             cur = t.as_tuple()
@@ -169,7 +133,7 @@ class Aggregator:
         return rows
 
     def _syscall_columns(self, call: tuple[int, int, int, int, int, int] | None, pid: int,
-                         mono_ns: int, ts_ns: int) -> dict:
+                         mono_ns: int, ts_ns: int) -> dict[str, str | int | None]:
         """The read/write/fsync of a regular file a thread was in at the end of the interval,
         and since when (UTC): the diagnosis charges its time as it passes."""
         if call is None:
@@ -181,7 +145,7 @@ class Aggregator:
         return {"syscall_op": name, "syscall_path": self.files.get(dev, ino, gen, pid).path,
                 "syscall_since": ts_ns - (mono_ns - start)}
 
-    def forget(self, raw_keys: list[bytes], tids: list[int] = ()) -> None:
+    def forget(self, raw_keys: list[bytes], tids: Iterable[int] = ()) -> None:
         """Drops keys deleted from the kernel maps (processes gone)."""
         for k in raw_keys:
             self.prev.pop(k, None)
@@ -190,7 +154,7 @@ class Aggregator:
         for tid in tids:
             self.prev_threads.pop(tid, None)
 
-    def _file_rows(self, stats: dict[bytes, bytes], epoch: int, ts_ns: int) -> list[dict]:
+    def _file_rows(self, stats: dict[bytes, bytes], epoch: int, ts_ns: int) -> list[FileRow]:
         self.file_intervals += 1
         now = self.file_intervals
         prev_files, self.prev_files = self.prev_files, dict(stats)
@@ -199,7 +163,7 @@ class Aggregator:
             active.pop(rkey, None)
         unpack = abi.FILE_STAT.unpack
         who: dict[int, tuple[str, str]] = {}  # pid -> (comm, role), looked up once per reading
-        rows = []
+        rows: list[FileRow] = []
         for rkey, rval in stats.items():
             prev_raw = prev_files.get(rkey)
             if rval == prev_raw:  # untouched: most keys of a job that opened many files
@@ -268,11 +232,11 @@ class Aggregator:
             "bytes": ev.bytes, "latency_ns": ev.latency_ns,
         })
 
-    def _rows(self, key: Series, delta: np.ndarray, ts_ns: int) -> list[dict]:
+    def _rows(self, key: Series, delta: np.ndarray, ts_ns: int) -> list[LatencyRow]:
         proc = self.processes.get(key.pid)
         comm = self.files.redact.comm(proc.comm if proc else "")  # roles: from the real name
         role = role_of_pid(proc)
-        out = []
+        out: list[LatencyRow] = []
         for slot in np.flatnonzero(delta[0]):
             # Page-cache misses have no latency: their one slot is reported as [0, 0].
             lo, hi = (0, 0) if key.layer == "pagecache" else abi.slot_bounds_ns(int(slot))

@@ -100,7 +100,7 @@ def _cmdline(pid: int) -> str:
 class ProcessTable:
     """Every process seen during the trace, by PID."""
 
-    def __init__(self, clock: Clock):
+    def __init__(self, clock: Clock) -> None:
         self.clock = clock
         self.by_pid: dict[int, Process] = {}
 

@@ -27,6 +27,7 @@ from tracer.core import abi
 from tracer.core.diagnose import Diagnosis
 from tracer.core.redact import Redactor
 from tracer.core.roles import ELASTIC_COMM
+from tracer.core.vocab import READY_PREFIX
 from tracer.errors import (
     EXIT_HOST,
     EXIT_OK,
@@ -182,7 +183,7 @@ class Session:
         what = self._what()
         if self.child:
             self.child.release()  # programs are attached: the command is traced from its exec
-        print(f"Tracing I/O of {what} and its descendants... Hit Ctrl-C to end.",
+        print(f"{READY_PREFIX} {what} and its descendants... Hit Ctrl-C to end.",
               file=self.err, flush=True)
         if self.cost.unavailable and self.opts.bpf_stats != "off":
             print(f"iotrace: per-program cost unavailable: {self.cost.unavailable}",

@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections import deque
 from typing import TYPE_CHECKING
 
-from tracer.core.diagnose import add_gpu_evidence
 from tracer.core.interval import Interval
+from tracer.gpu.idle import add_gpu_evidence
 
 if TYPE_CHECKING:
     from tracer.core.diagnose import Diagnosis

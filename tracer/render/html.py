@@ -6,7 +6,7 @@ URI), the styles are inline, and the page loads nothing at view time, so it can 
 archived with the run, or opened on an air-gapped cluster. Sections:
 
 1. the overview (targets, duration, findings, p50/p99 per role and layer, top files), the same
-   as a trace shows in Jupyter (`tracer.api.overview_html`);
+   as a trace shows in Jupyter (`tracer.render.overview`);
 2. the training loop's state over time (stacked share of each interval) against file-read
    throughput per role and GPU utilisation;
 3. a latency heat map per role and layer: time x log2 latency bucket, colour = operations;
@@ -30,21 +30,21 @@ import json
 import math
 import os
 from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
-from tracer.api import (
-    LATENCY_LAYERS,
-    Trace,
-    describe_targets,
-    overview_html,
-    role_counts,
-    series_label,
-)
+from tracer.core.histogram import slot_of
+from tracer.core.vocab import LATENCY_LAYERS, LOOP_STATES, MAIN
+from tracer.render.overview import overview_html, series_label
 from tracer.tracedir.private import open_private
+from tracer.tracedir.reader import TraceReader, describe_targets, role_counts
 
-LOOP_STATES = ("data_wait_io", "data_wait_cpu", "sync_loading", "checkpoint", "compute", "other")
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
 STATE_COLOURS = {
     "data_wait_io": "#d62728",  # red: the loop waits for batches, workers blocked on reads
     "data_wait_cpu": "#ff7f0e",  # orange: waits for batches, workers busy on CPU
@@ -73,7 +73,7 @@ figcaption { color: #555; font-size: 0.9em; }
 """
 
 
-def _matplotlib():
+def _matplotlib() -> tuple[ModuleType, type[Figure]]:
     try:
         import matplotlib
     except ImportError:
@@ -83,7 +83,7 @@ def _matplotlib():
     return matplotlib, Figure
 
 
-def _svg(fig) -> str:
+def _svg(fig: Figure) -> str:
     """The figure as an inline <svg> element (no XML prolog)."""
     matplotlib, _ = _matplotlib()
     buf = io.StringIO()
@@ -93,7 +93,7 @@ def _svg(fig) -> str:
     return text[text.index("<svg"):]
 
 
-def _t0_ns(trace: Trace, stamps: list[pd.Series]) -> int:
+def _t0_ns(trace: TraceReader, stamps: list[pd.Series]) -> int:
     """Time zero of the plots: the trace's start, else one interval before its first row."""
     if trace.start_ns is not None:
         return trace.start_ns
@@ -101,7 +101,7 @@ def _t0_ns(trace: Trace, stamps: list[pd.Series]) -> int:
     return (min(first) - _interval_ns(trace)) if first else 0
 
 
-def _interval_ns(trace: Trace) -> int:
+def _interval_ns(trace: TraceReader) -> int:
     try:
         return max(1, int(float(trace.meta.get("interval_s") or 1.0) * 1e9))
     except (TypeError, ValueError):
@@ -113,8 +113,9 @@ def _seconds(ts: pd.Series, t0_ns: int) -> np.ndarray:
 
 
 def _slot(lo_ns: pd.Series) -> np.ndarray:
-    lo = lo_ns.to_numpy(dtype=np.int64)
-    return np.where(lo <= 0, 0, np.floor(np.log2(np.maximum(lo, 1))).astype(np.int64))
+    """`slot_of` of each row, computed once per distinct bound (a trace has at most MAX_SLOTS)."""
+    bounds, where = np.unique(lo_ns.to_numpy(dtype=np.int64), return_inverse=True)
+    return np.array([slot_of(int(b)) for b in bounds], dtype=np.int64)[where]
 
 
 def _short_bound(slot: int) -> str:
@@ -128,7 +129,7 @@ def _short_bound(slot: int) -> str:
 # -- plots -------------------------------------------------------------------------------------
 
 
-def heatmap_svg(trace: Trace) -> str | None:
+def heatmap_svg(trace: TraceReader) -> str | None:
     """Latency heat maps, one panel per (role, layer): x time, y log2 bucket, colour = ops."""
     _, Figure = _matplotlib()
     from matplotlib.colors import LogNorm
@@ -151,7 +152,7 @@ def heatmap_svg(trace: Trace) -> str | None:
     lo_slot, hi_slot = int(slot.min()), int(slot.max())
     order = {layer: i for i, layer in enumerate(LATENCY_LAYERS)}
     panels = sorted(lat.groupby(["role", "layer"]).groups,
-                    key=lambda k: (k[0] != "main", k[0], order[k[1]]))[:MAX_HEATMAP_PANELS]
+                    key=lambda k: (k[0] != MAIN, k[0], order[k[1]]))[:MAX_HEATMAP_PANELS]
     vmax = 1
     grids = []
     for role, layer in panels:
@@ -185,7 +186,7 @@ def heatmap_svg(trace: Trace) -> str | None:
     return _svg(fig)
 
 
-def timeline_svg(trace: Trace) -> str | None:
+def timeline_svg(trace: TraceReader) -> str | None:
     """Training-loop state (stacked) against file-read throughput and GPU utilisation."""
     _, Figure = _matplotlib()
     loop, lat = trace.loop, trace.latency
@@ -281,7 +282,7 @@ def _figure(svg: str | None, caption: str, empty: str) -> str:
     return f"<figure>{svg}<figcaption>{html.escape(caption)}</figcaption></figure>"
 
 
-def _findings_html(trace: Trace) -> str:
+def _findings_html(trace: TraceReader) -> str:
     findings = trace.findings
     if findings.empty:
         return '<p class="note">No findings were recorded.</p>'
@@ -297,7 +298,7 @@ def _findings_html(trace: Trace) -> str:
     return "\n".join(out)
 
 
-def render_html(trace: Trace) -> str:
+def render_html(trace: TraceReader) -> str:
     """The whole report page as one string (see the module's docstring)."""
     files = trace.top_files(TOP_FILES)
     title = f"iotrace report: {describe_targets(trace)}"
@@ -332,12 +333,12 @@ def render_html(trace: Trace) -> str:
             + "\n".join(sections) + "\n</body></html>\n")
 
 
-def write_html(trace: Trace, out_path: str | os.PathLike[str]) -> Path:
+def write_html(trace: TraceReader, out_path: str | os.PathLike[str]) -> Path:
     """Write the self-contained HTML report of `trace` to `out_path`; returns the path.
 
     The file is written under a temporary name and renamed, so a failed report leaves no
     half-written page. Raises ImportError (with the pip command) when matplotlib is missing,
-    `tracer.api.TraceError` when a table cannot be read, OSError when `out_path` cannot be
+    `tracer.TraceError` when a table cannot be read, OSError when `out_path` cannot be
     written.
     """
     page = render_html(trace)
@@ -376,7 +377,7 @@ def _iso(ns: int | None) -> str | None:
     return None if ns is None else pd.Timestamp(ns, unit="ns", tz="UTC").isoformat()
 
 
-def summary_json(trace: Trace, top: int = 10) -> dict:
+def summary_json(trace: TraceReader, top: int = 10) -> dict:
     """The summary for machines (``iotrace report DIR --json``); ``json.dumps`` takes it as is.
 
     Keys: ``schema_version``, ``tool_version``, ``directory``, ``host``, ``kernel``,

@@ -39,7 +39,7 @@ before it, or the one before or after, whichever puts the profile inside the tra
 data earlier than the base is left out (Chrome trace readers reject negative times). A profile
 that does not overlap the iotrace trace at all is refused: it was not recorded during it.
 
-Errors: a trace that cannot be read raises `tracer.api.TraceError` with one line saying what is
+Errors: a trace that cannot be read raises `tracer.TraceError` with one line saying what is
 wrong (a table with damaged or foreign segments names each of them, see `segment_problems`); a
 Kineto file that cannot be read, is not JSON or not a trace raises `KinetoError` (a ValueError);
 failing to write the output raises OSError.
@@ -58,8 +58,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from tracer.api import Trace, TraceError, load
+from tracer.core.vocab import CHILD, DATALOADER_WORKER, LOOP_STATES, MAIN
 from tracer.tracedir.private import open_private
+from tracer.tracedir.reader import TraceError, TraceReader, load
 from tracer.tracedir.segments import _first_line, segment_problems
 
 IOTRACE_PID = 0x7A00_0000
@@ -75,8 +76,7 @@ KINETO_BASE_PERIOD_NS = 7_889_238 * 10**9
 _ALIGN_SLACK_NS = 10**9
 """How far outside the iotrace trace a merged profile may start or end and still overlap it."""
 
-_ROLE_ORDER = {"main": 0, "dataloader_worker": 3, "child": 4}
-_LOOP_STATES = ("data_wait_io", "data_wait_cpu", "sync_loading", "checkpoint", "compute", "other")
+_ROLE_ORDER = {MAIN: 0, DATALOADER_WORKER: 3, CHILD: 4}
 _LAYER_ORDER = {"syscall": 0, "block_queue": 1, "block": 2, "pagecache": 3}
 _SORT_THROUGHPUT, _SORT_GPU, _SORT_OTHERS = 1000, 1001, 2000
 """Process sort indices: main processes (0, 1, ...), then these groups, then the other PIDs."""
@@ -84,13 +84,13 @@ _SORT_THROUGHPUT, _SORT_GPU, _SORT_OTHERS = 1000, 1001, 2000
 _NEEDED: dict[str, tuple[str, ...]] = {
     "processes": ("pid", "ppid", "comm", "role", "cmdline", "first_seen", "exit", "exit_code",
                   "worker_generation", "worker_index"),
-    "loop": ("ts", "pid", "interval_ns", "state", *(f"{s}_ns" for s in _LOOP_STATES)),
+    "loop": ("ts", "pid", "interval_ns", "state", *(f"{s}_ns" for s in LOOP_STATES)),
     "events": ("ts", "pid", "tid", "comm", "role", "layer", "op", "path", "device", "offset",
                "bytes", "latency_ns"),
     "files": ("ts", "pid", "role", "op", "bytes"),
     "gpu": ("ts", "gpu", "util_pct", "sample_period_ns"),
     "gpu_idle": ("start", "end", "duration_ns", "gpu", "pid", "cause", "coverage", "confidence",
-                 *(f"{s}_frac" for s in _LOOP_STATES)),
+                 *(f"{s}_frac" for s in LOOP_STATES)),
 }
 """The tables the export reads and the columns it uses of each."""
 
@@ -103,7 +103,7 @@ class KinetoError(ValueError):
 
 
 def export_perfetto(
-    trace: Trace | str | os.PathLike[str],
+    trace: TraceReader | str | os.PathLike[str],
     out_path: str | os.PathLike[str],
     merge: str | os.PathLike[str] | None = None,
 ) -> Path:
@@ -118,7 +118,7 @@ def export_perfetto(
     ValueError: `merge` is not a readable trace, or was not recorded during this trace) or
     OSError (`out_path` cannot be written); every message is one line.
     """
-    if not isinstance(trace, Trace):
+    if not isinstance(trace, TraceReader):
         trace = load(trace)
     out = Path(out_path)
     kineto = read_kineto(merge) if merge is not None else None
@@ -167,7 +167,7 @@ def export_perfetto(
 # -- reading the trace -------------------------------------------------------------------------
 
 
-def _table(trace: Trace, name: str) -> pd.DataFrame:
+def _table(trace: TraceReader, name: str) -> pd.DataFrame:
     """Table `name` of `trace`, with a one-line TraceError naming each segment that is unusable."""
     folder = trace.directory / name
     columns = _NEEDED[name]
@@ -393,7 +393,7 @@ def _read_ns(us: int | float) -> int:
     return int(us * 1000.0) if isinstance(us, float) else us * 1000
 
 
-def _collect(trace: Trace, timeline: _Timeline) -> None:
+def _collect(trace: TraceReader, timeline: _Timeline) -> None:
     processes = _table(trace, "processes")
     loop = _table(trace, "loop")
     events = _table(trace, "events")
@@ -421,7 +421,7 @@ def _collect(trace: Trace, timeline: _Timeline) -> None:
         for r in frame[cols].drop_duplicates("pid").itertuples(index=False):
             pid = int(r.pid)
             if pid not in procs:
-                role = _text(getattr(r, "role", None)) or ("main" if frame is loop else None)
+                role = _text(getattr(r, "role", None)) or (MAIN if frame is loop else None)
                 procs[pid] = {"comm": _text(getattr(r, "comm", None)) or "?", "role": role}
 
     def order(pid: int) -> tuple:
@@ -432,7 +432,7 @@ def _collect(trace: Trace, timeline: _Timeline) -> None:
 
     for rank, pid in enumerate(sorted(procs, key=order)):
         p = procs[pid]
-        sort = rank if p.get("role") == "main" else _SORT_OTHERS + rank
+        sort = rank if p.get("role") == MAIN else _SORT_OTHERS + rank
         timeline.group(("pid", pid), f"{p['comm']} ({p.get('role') or 'unknown role'}) {pid}",
                        sort, pid=pid)
         if p.get("first") is not None:
@@ -451,7 +451,7 @@ def _collect(trace: Trace, timeline: _Timeline) -> None:
     _gpu(gpu, gpu_idle, timeline)
 
 
-def _end_of_trace(trace: Trace, columns: list[tuple[pd.DataFrame, str]]) -> int:
+def _end_of_trace(trace: TraceReader, columns: list[tuple[pd.DataFrame, str]]) -> int:
     latest = [int(_ns(f[c]).max()) for f, c in columns if not f.empty and _ns(f[c]).notna().any()]
     if trace.stop_ns is not None:
         latest.append(trace.stop_ns)
@@ -465,7 +465,7 @@ def _loop_slices(loop: pd.DataFrame, timeline: _Timeline) -> None:
     if loop.empty:
         return
     frame = loop.assign(end_ns=_ns(loop["ts"])).dropna(subset=["end_ns"])
-    state_cols = [f"{s}_ns" for s in _LOOP_STATES]
+    state_cols = [f"{s}_ns" for s in LOOP_STATES]
     for pid, rows in frame.groupby("pid", sort=True):
         runs: list[dict] = []
         prev_end: int | None = None
@@ -512,7 +512,7 @@ def _slow_ops(events: pd.DataFrame, timeline: _Timeline) -> None:
         timeline.lanes(("pid", int(pid)), f"slow {layer} ops", 100 + 1000 * rank, spans)
 
 
-def _interval_lengths(trace: Trace, ends: Iterable[int], loop: pd.DataFrame) -> dict[int, int]:
+def _interval_lengths(trace: TraceReader, ends: Iterable[int], loop: pd.DataFrame) -> dict[int, int]:
     """Length in ns of each interval, by its end: the loop table's ``interval_ns`` where it has
     one; else the time since the previous interval end (or the trace's start) when that is at
     most 1.5 nominal intervals; else the nominal interval (``meta.json``'s ``interval_s``)."""
@@ -537,7 +537,7 @@ def _interval_lengths(trace: Trace, ends: Iterable[int], loop: pd.DataFrame) -> 
     return out
 
 
-def _throughput(trace: Trace, files: pd.DataFrame, loop: pd.DataFrame, timeline: _Timeline) -> None:
+def _throughput(trace: TraceReader, files: pd.DataFrame, loop: pd.DataFrame, timeline: _Timeline) -> None:
     """Read and write bytes/s per role, one value per interval, as counters (0 between)."""
     if files.empty:
         return
@@ -594,11 +594,11 @@ def _gpu(gpu: pd.DataFrame, gpu_idle: pd.DataFrame, timeline: _Timeline) -> None
                     "gpu": int(index), "cause": cause, "pid": _int(r.pid),
                     "duration_ns": _int(r.duration_ns), "coverage": _num(r.coverage),
                     "confidence": _num(r.confidence),
-                    **{f"{s}_frac": _num(getattr(r, f"{s}_frac")) for s in _LOOP_STATES}}))
+                    **{f"{s}_frac": _num(getattr(r, f"{s}_frac")) for s in LOOP_STATES}}))
             timeline.lanes("gpu", f"GPU {int(index)} idle", 100 * (int(index) + 1), spans)
 
 
-def _other_data(trace: Trace) -> dict:
+def _other_data(trace: TraceReader) -> dict:
     meta = trace.meta
     out = {"iotrace_trace": str(trace.directory), "iotrace_version": meta.get("tool_version"),
            "iotrace_schema_version": meta.get("schema_version"), "iotrace_host": meta.get("host")}

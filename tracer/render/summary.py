@@ -6,12 +6,11 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from tracer.core.abi import PAGE_SIZE
 from tracer.core.diagnose import Finding, render_findings
 from tracer.core.histogram import MaxSeen, format_bytes, format_ns, percentile_ns, render
+from tracer.core.model import FileKey, FileLookup, FileTotals, ProcessLookup, Series
 from tracer.core.selfcost import SelfCost, render_self_cost
-from tracer.live.aggregate import PAGE_SIZE, FileTotals, Series
-from tracer.live.files import FileTable
-from tracer.live.processes import ProcessTable
 
 HISTOGRAM_MIN_OPS = 10  # fewer operations get their one summary line only
 TOP_FILES = 10
@@ -28,7 +27,7 @@ def _what(key: Series) -> str:
     return f"{label} {key.op} on {where} ({key.attribution})"
 
 
-def render_top_files(file_totals: Mapping[tuple[int, int, int, int], FileTotals], files: FileTable,
+def render_top_files(file_totals: Mapping[FileKey, FileTotals], files: FileLookup,
                      n: int = TOP_FILES) -> list[str]:
     """Like filetop, with full paths: the files the traced processes spent most time on."""
     if not file_totals:
@@ -51,18 +50,17 @@ def render_top_files(file_totals: Mapping[tuple[int, int, int, int], FileTotals]
     return lines
 
 
-def max_seen(file_totals: Mapping[tuple[int, int, int, int], FileTotals] | None) -> MaxSeen:
+def max_seen(file_totals: Mapping[FileKey, FileTotals] | None) -> MaxSeen[tuple[int, str]]:
     """The slowest file syscall per (pid, op), from the whole-trace file totals."""
-    seen = MaxSeen()
+    seen: MaxSeen[tuple[int, str]] = MaxSeen()
     for (pid, _dev, _ino, _gen), t in (file_totals or {}).items():
-        for op, n in t.ops.items():
-            seen.add(pid, op, n, 0 if op in t.max_unknown else t.latency_max_ns.get(op, 0))
+        seen.merge(t.slowest, lambda op, pid=pid: (pid, op))
     return seen
 
 
-def render_summary(totals: Mapping[Series, np.ndarray], processes: ProcessTable,
-                   header: str, file_totals: Mapping[tuple[int, int, int, int], FileTotals] | None = None,
-                   files: FileTable | None = None, findings: list[Finding] | None = None,
+def render_summary(totals: Mapping[Series, np.ndarray], processes: ProcessLookup,
+                   header: str, file_totals: Mapping[FileKey, FileTotals] | None = None,
+                   files: FileLookup | None = None, findings: list[Finding] | None = None,
                    cost: SelfCost | None = None, startup: list[str] | None = None) -> str:
     """Text for the terminal (and `iotrace report`): one block per process, one histogram per
     layer/op/target, most operations first within a process; iotrace's own cost last."""
@@ -99,8 +97,8 @@ def render_summary(totals: Mapping[Series, np.ndarray], processes: ProcessTable,
             )
             if n >= HISTOGRAM_MIN_OPS:
                 lines.extend("    " + row for row in render(counts))
-    if file_totals:
-        lines.extend(render_top_files(file_totals, files or FileTable()))
+    if file_totals and files is not None:  # (both callers pass the table with the totals)
+        lines.extend(render_top_files(file_totals, files))
     lines.extend(startup or [])  # before the verdicts, which leave the start-up out
     lines.extend(render_findings(findings or []))
     if cost is not None:

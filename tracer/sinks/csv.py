@@ -43,8 +43,8 @@ import datetime as dt
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tracer.core.diagnose import STATES
 from tracer.core.histogram import percentile_ns
+from tracer.core.vocab import LOOP_STATES, ROLES
 from tracer.ui import stats
 
 if TYPE_CHECKING:
@@ -62,7 +62,7 @@ DEVICE_COLUMNS = ("r_s", "w_s", "rkb_s", "wkb_s", "r_await_ms", "w_await_ms", "a
 ROLE_COLUMNS = ("procs", "read_bytes_s", "write_bytes_s", "ops_s", "read_p99_ns", "iowait_pct")
 
 
-def _num(v) -> str:
+def _num(v: float | None) -> str:
     if v is None:
         return ""
     if isinstance(v, int):
@@ -79,7 +79,7 @@ class CsvSink:
     """Writes one CSV row per interval to `path` (see the module docstring for the columns).
     A context manager; `close` is safe to call twice."""
 
-    def __init__(self, path: str | Path, interval_s: float = 1.0):
+    def __init__(self, path: str | Path, interval_s: float = 1.0) -> None:
         self.path = Path(path)
         self.interval_s = interval_s  # stands in for the first snapshot's (it has none)
         self._file = open(self.path, "w", newline="")  # noqa: SIM115 (closed by close())
@@ -90,8 +90,8 @@ class CsvSink:
     def header(self) -> list[str]:
         cols = ["time", "interval_s", *(c for c, _ in SYSTEM_COLUMNS)]
         cols += [f"{d}_{c}" for d in self.devices or () for c in DEVICE_COLUMNS]
-        cols += [f"{r}_{c}" for r in stats.ROLES for c in ROLE_COLUMNS]
-        cols += [f"loop_{s}_pct" for s in STATES]
+        cols += [f"{r}_{c}" for r in ROLES for c in ROLE_COLUMNS]
+        cols += [f"loop_{s}_pct" for s in LOOP_STATES]
         return cols
 
     def write(self, interval: Interval) -> None:
@@ -111,7 +111,7 @@ class CsvSink:
             d = by_dev.get(dev, {})
             row += [_num(d.get(c)) for c in DEVICE_COLUMNS]
         procs = stats.processes(snapshot).values()
-        for role in stats.ROLES:
+        for role in ROLES:
             mine = [p for p in procs if p.role == role]
             reads = stats.histogram(r for r in snapshot.latency if r.get("role") == role
                                     and stats.is_file_syscall(r) and r["op"] == "read")
@@ -126,7 +126,7 @@ class CsvSink:
                      if mine else None),
             ]
         shares = stats.loop_shares(interval.loop)
-        row += [_num(shares[s] if shares else None) for s in STATES]
+        row += [_num(shares[s] if shares else None) for s in LOOP_STATES]
         self._writer.writerow(row)
         self._file.flush()
 
@@ -138,5 +138,5 @@ class CsvSink:
     def __enter__(self) -> CsvSink:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()

@@ -1,6 +1,6 @@
 """Parquet sink: writes a trace directory that survives the tracer being killed.
 
-Layout::
+Layout (README.md, "The trace directory")::
 
     DIR/meta.json                     schema version, tool version, host, command line, start/stop
     DIR/<table>/part-NNNNN.parquet    one folder per table, one file per rolled segment
@@ -30,7 +30,7 @@ import pyarrow.parquet as pq
 
 from tracer import __version__
 from tracer.tracedir.private import mkdir_private, open_private
-from tracer.tracedir.schema import SCHEMA_VERSION, TABLES, table_from_rows
+from tracer.tracedir.schema import META_FILE, SCHEMA_VERSION, TABLES, table_from_rows
 
 if TYPE_CHECKING:
     from typing import Self
@@ -40,9 +40,6 @@ if TYPE_CHECKING:
 SNAPSHOT_TABLES = ("latency", "files", "events", "threads", "devices")
 """The tables whose rows an interval's snapshot holds as lists (`system` is one row, `gpu` too
 is the snapshot's)."""
-
-META_FILE = "meta.json"
-"""Name of the trace's metadata file, directly in the trace directory."""
 
 _PART_RE = re.compile(r"part-(\d+)\.parquet")
 _RESERVED_META = ("schema_version", "tool_version")

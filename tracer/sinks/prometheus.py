@@ -12,7 +12,7 @@ Metrics (base units; docs/prometheus.md has the full description and example que
   iotrace_syscall_io_latency_seconds{role,op}        histogram, read/write/fsync/... on files
   iotrace_read_bytes_total{role,layer}               counter, layer = syscall | block
   iotrace_written_bytes_total{role,layer}            counter
-  iotrace_training_loop_seconds_total{state}         counter, tracer.core.diagnose.STATES
+  iotrace_training_loop_seconds_total{state}         counter, tracer.core.vocab.LOOP_STATES
   iotrace_gpu_idle_seconds_total{gpu,cause}          counter
   iotrace_findings{kind}                             gauge, severity 0-100 (0: not found now)
   iotrace_events_lost_total                          counter
@@ -60,7 +60,8 @@ from prometheus_client.utils import floatToGoString
 
 from tracer import __version__
 from tracer.core.abi import MAP_FULL_MAPS
-from tracer.core.diagnose import KINDS, STATES
+from tracer.core.selfcost import SelfCost
+from tracer.core.vocab import FINDING_KINDS, LOOP_STATES, ROLES
 
 if TYPE_CHECKING:
     from tracer.core.interval import Interval
@@ -79,7 +80,6 @@ _LE_LABELS: tuple[str, ...] = (*(floatToGoString(b / 1e9) for b in LE_BOUNDS_NS)
 _OPEN_HI_NS = 1 << 62  # a slot bound this large is the open-ended last slot (hi = 2^63 - 1)
 
 BYTES_LAYERS = ("syscall", "block")
-KNOWN_ROLES = ("main", "dataloader_worker", "child")
 
 _HISTOGRAMS = {
     # name: (layer of the latency rows, label names, HELP)
@@ -129,11 +129,11 @@ class _State:
 
     def __init__(self) -> None:
         self.hists: dict[str, dict[tuple[str, ...], _Hist]] = {name: {} for name in _HISTOGRAMS}
-        self.read_bytes = {(role, layer): 0 for role in KNOWN_ROLES for layer in BYTES_LAYERS}
+        self.read_bytes = {(role, layer): 0 for role in ROLES for layer in BYTES_LAYERS}
         self.written_bytes = dict(self.read_bytes)
-        self.loop_ns = dict.fromkeys(STATES, 0)
+        self.loop_ns = dict.fromkeys(LOOP_STATES, 0)
         self.gpu_idle_ns: dict[tuple[str, str], int] = {}
-        self.findings = dict.fromkeys(KINDS, 0)
+        self.findings = dict.fromkeys(FINDING_KINDS, 0)
         self.events_lost = 0
         self.last_ts_ns = 0
         # iotrace's own cost (snapshot.cost), cumulative: (object, program) -> counts
@@ -224,7 +224,7 @@ class PrometheusSink:
             for row in snapshot.latency:
                 self._add_latency(s, row)
             for row in loop_rows:
-                for state in STATES:
+                for state in LOOP_STATES:
                     s.loop_ns[state] += int(row.get(f"{state}_ns") or 0)
             for row in gpu_idle_rows:
                 key = (_label(row.get("gpu")), _label(row.get("cause")))
@@ -237,7 +237,7 @@ class PrometheusSink:
                 self._add_cost(s, cost)
 
     @staticmethod
-    def _add_cost(s: _State, cost) -> None:
+    def _add_cost(s: _State, cost: SelfCost) -> None:
         """Cumulative readings: kept as the maximum seen, so a counter never goes down."""
         s.bpf_stats_enabled = int(cost.stats_unavailable is None)
         s.bpf_stats_s = max(s.bpf_stats_s, cost.stats_seconds)

@@ -1,8 +1,9 @@
 """The Parquet tables of a trace directory: the single source of truth for their columns.
 
 Every table that iotrace writes is declared here, once; the writer (`tracer.sinks.parquet`) and the
-reader (`tracer.api`) both take their schemas from `TABLES`. The rules (DESIGN.md, "The trace
-directory"):
+reader (`tracer.tracedir.reader`) both take their schemas from `TABLES`, and `tracer.core.model`
+has a row type per table that tests/test_model.py keeps equal to them. The rules (README.md, "The
+trace directory"):
 
 - timestamps are ``timestamp[ns, UTC]``; callers give them as int nanoseconds since the Unix epoch;
 - durations are int64 nanoseconds and their column names end in ``_ns``;
@@ -25,6 +26,9 @@ SCHEMA_VERSION = 1
 
 SCHEMA_VERSION_KEY = b"iotrace.schema_version"
 """Key of the schema version in each table schema's key-value metadata."""
+
+META_FILE = "meta.json"
+"""Name of the trace's metadata file, directly in the trace directory."""
 
 TIMESTAMP = pa.timestamp("ns", tz="UTC")
 """Wall-clock time: nanoseconds since the Unix epoch, UTC."""

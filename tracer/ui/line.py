@@ -17,8 +17,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, TextIO
 
-from tracer.core.diagnose import STATES
 from tracer.core.histogram import percentile_ns
+from tracer.core.model import LoopRow, Snapshot
+from tracer.core.vocab import LOOP_STATES
 from tracer.ui import stats
 from tracer.ui.fmt import clock, short_ns
 
@@ -54,7 +55,7 @@ def _mbs(n: float) -> str:
     return f"{mb:.0f}" if mb >= 99.95 else f"{mb:.1f}"
 
 
-def interval_line(snapshot, loop_rows: Iterable[dict] = (), findings: Sequence = (),
+def interval_line(snapshot: Snapshot, loop_rows: Iterable[LoopRow] = (), findings: Sequence = (),
                   interval_s: float = 1.0) -> str:
     """The line of one interval: `snapshot` (tracer.live.aggregate.Snapshot), its `loop` rows, the
     current findings (most severe first); `interval_s` stands in when the snapshot has no
@@ -70,7 +71,7 @@ def interval_line(snapshot, loop_rows: Iterable[dict] = (), findings: Sequence =
     n = sum(reads)
     io = [f"{n / itv_s:.0f}", short_ns(percentile_ns(reads, 99)) if n else "-"]
     shares = stats.loop_shares(loop_rows)
-    loop = [f"{shares[s]:.0f}" for s in STATES] if shares else ["-"] * len(STATES)
+    loop = [f"{shares[s]:.0f}" for s in LOOP_STATES] if shares else ["-"] * len(LOOP_STATES)
     values = [[clock(snapshot.ts_ns)], cpu, disk, io, loop]
     cells = "|".join(" ".join(f"{v:>{w}}" for v, (_, w) in zip(vals, cols, strict=True))
                      for vals, (_, cols) in zip(values, COLUMNS, strict=True))
@@ -86,7 +87,7 @@ class LinePrinter:
     terminal is gone), after which nothing more is written; None raises it."""
 
     def __init__(self, out: TextIO, interval_s: float = 1.0, header_every: int = HEADER_EVERY,
-                 on_error: Callable[[OSError], None] | None = None):
+                 on_error: Callable[[OSError], None] | None = None) -> None:
         self.out, self.interval_s, self.header_every = out, interval_s, header_every
         self.on_error = on_error
         self.lines = 0
@@ -116,7 +117,7 @@ class NotePrinter:
     """Prints each interval's notes (a GPU lost, ...) as `iotrace: NOTE` lines on `err`; where
     the live view owns the terminal, there is no NotePrinter."""
 
-    def __init__(self, err: TextIO):
+    def __init__(self, err: TextIO) -> None:
         self.err = err
 
     def write(self, interval: Interval) -> None:

@@ -48,7 +48,7 @@ class LiveView:
 
     def __init__(self, targets: str = "", interval_s: float = 1.0, *,
                  state: ViewState | None = None, console: Console | None = None,
-                 keys: TextIO | None = None, on_quit: Callable[[], None] | None = None):
+                 keys: TextIO | None = None, on_quit: Callable[[], None] | None = None) -> None:
         self.state = state or ViewState(targets=targets, interval_s=interval_s)
         self.console = console or Console()
         self._keys = sys.stdin if keys is None else keys
@@ -107,7 +107,7 @@ class LiveView:
     def __enter__(self) -> LiveView:
         return self.start()
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     # -- per interval ----------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """Numbers the live view, the interval line and the CSV sink derive from snapshots (pure).
 
-Every function here takes rows exactly as `tracer.live.aggregate.Snapshot` holds them and returns
+Every function here takes rows exactly as `tracer.core.model.Snapshot` holds them and returns
 plain values; nothing reads the kernel or /proc. Definitions shared by all three outputs:
 
 - file I/O of a process: its `syscall` latency rows with target ``file`` (reads and writes of
@@ -8,7 +8,7 @@ plain values; nothing reads the kernel or /proc. Definitions shared by all three
   read/write bytes are the ``bytes`` of the rows with op ``read``/``write``; ops are the ``count``
   of every op (read, write, fsync, open, ...);
 - block I/O of a process: its `block` rows (issue -> complete, the service time; the submitter
-  is the process that started the request, see DESIGN.md);
+  is the process that started the request);
 - blocked on I/O: the sum of ``iowait_ns`` (D state) over the process's threads divided by the
   interval, in percent, capped at 100, as iotop's IO> column sums a process's threads (-P);
 - loop shares: the six states of the `loop` table summed over the rows given, in percent of
@@ -20,37 +20,29 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from tracer.core.abi import MAX_SLOTS
-from tracer.core.diagnose import STATES
-from tracer.core.roles import CHILD, DATALOADER_WORKER, MAIN
-from tracer.live.aggregate import PAGE_SIZE
-
-ROLES = (MAIN, DATALOADER_WORKER, CHILD)
-"""Roles in display order; rows whose role is unknown (None) show as ``?``."""
+from tracer.core.abi import MAX_SLOTS, PAGE_SIZE
+from tracer.core.histogram import slot_of
+from tracer.core.model import FileRow, LatencyRow, LoopRow, Snapshot, ThreadRow
+from tracer.core.vocab import LOOP_STATES
 
 
-def slot_of(bucket_lo_ns: int) -> int:
-    """The log2 slot of a latency row from its lower bound (abi.slot_bounds_ns inverted)."""
-    return 0 if bucket_lo_ns <= 1 else min(int(bucket_lo_ns).bit_length() - 1, MAX_SLOTS - 1)
-
-
-def interval_ns(snapshot, default_s: float = 1.0) -> int:
+def interval_ns(snapshot: Snapshot, default_s: float = 1.0) -> int:
     """The snapshot's interval; the first snapshot of a run has none (0), so `default_s` then."""
     return snapshot.interval_ns or int(default_s * 1e9)
 
 
-def is_file_syscall(row: dict) -> bool:
+def is_file_syscall(row: LatencyRow) -> bool:
     return row["layer"] == "syscall" and row.get("target") == "file"
 
 
-def add_counts(into: list[int], rows: Iterable[dict]) -> list[int]:
+def add_counts(into: list[int], rows: Iterable[LatencyRow]) -> list[int]:
     """Adds the rows' counts to the log2 histogram `into` (MAX_SLOTS long); returns it."""
     for r in rows:
         into[slot_of(r["bucket_lo_ns"])] += r["count"]
     return into
 
 
-def histogram(rows: Iterable[dict]) -> list[int]:
+def histogram(rows: Iterable[LatencyRow]) -> list[int]:
     return add_counts([0] * MAX_SLOTS, rows)
 
 
@@ -78,12 +70,12 @@ class ProcIO:
             self.block[i] += other.block[i]
 
 
-def processes(snapshot) -> dict[int, ProcIO]:
+def processes(snapshot: Snapshot) -> dict[int, ProcIO]:
     """Every process that appears in the snapshot's latency, files or threads rows, by pid."""
     out: dict[int, ProcIO] = {}
     comm_of_main_thread: dict[int, str] = {}
 
-    def get(row: dict) -> ProcIO:
+    def get(row: LatencyRow | FileRow | ThreadRow) -> ProcIO:
         p = out.get(row["pid"])
         if p is None:
             p = out[row["pid"]] = ProcIO(row["pid"])
@@ -120,19 +112,19 @@ def blocked_pct(iowait_ns: int, interval: int) -> float:
     return min(100.0, 100.0 * iowait_ns / interval) if interval > 0 else 0.0
 
 
-def loop_shares(loop_rows: Iterable[dict]) -> dict[str, float] | None:
-    """Percent of the loop's time in each of diagnose.STATES, over the rows; None without time."""
-    ns = dict.fromkeys(STATES, 0)
+def loop_shares(loop_rows: Iterable[LoopRow]) -> dict[str, float] | None:
+    """Percent of the loop's time in each of vocab.LOOP_STATES, over the rows; None without time."""
+    ns = dict.fromkeys(LOOP_STATES, 0)
     for r in loop_rows:
-        for s in STATES:
+        for s in LOOP_STATES:
             ns[s] += r[f"{s}_ns"]
     total = sum(ns.values())
     if not total:
         return None
-    return {s: 100.0 * ns[s] / total for s in STATES}
+    return {s: 100.0 * ns[s] / total for s in LOOP_STATES}
 
 
-def read_syscalls(snapshot) -> list[int]:
+def read_syscalls(snapshot: Snapshot) -> list[int]:
     """Latency histogram of the file read syscalls of every traced process in the snapshot."""
     return histogram(r for r in snapshot.latency if is_file_syscall(r) and r["op"] == "read")
 
@@ -160,7 +152,7 @@ class FileIO:
         return max(0.0, 1.0 - self.pages_missed * PAGE_SIZE / self.read_bytes) * 100.0
 
 
-def top_files(file_rows: Iterable[dict], n: int) -> list[FileIO]:
+def top_files(file_rows: Iterable[FileRow], n: int) -> list[FileIO]:
     """The `n` files with the most time in syscalls (then most bytes), summed by path."""
     by_path: dict[str, FileIO] = {}
     for r in file_rows:

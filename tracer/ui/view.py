@@ -25,16 +25,16 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from rich import box
-from rich.console import Console, ConsoleOptions, Group, RenderResult
+from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
 from rich.measure import Measurement
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
 from tracer.core.abi import MAX_SLOTS, slot_bounds_ns
-from tracer.core.diagnose import STATES
-from tracer.core.histogram import format_ns, percentile_ns
-from tracer.core.roles import CHILD, DATALOADER_WORKER, MAIN
+from tracer.core.histogram import format_ns, percentile_ns, slot_of
+from tracer.core.model import Snapshot
+from tracer.core.vocab import CHILD, DATALOADER_WORKER, LOOP_STATES, MAIN, ROLES
 from tracer.ui import stats
 from tracer.ui.fmt import clock, dstat_bytes, elapsed, short_ns
 
@@ -87,7 +87,7 @@ class ViewState:
     of the last interval, and the user's choices (sort, layer, role)."""
 
     def __init__(self, targets: str = "", interval_s: float = 1.0, window: int = 5,
-                 started_ns: int | None = None):
+                 started_ns: int | None = None) -> None:
         self.targets = targets  # what is traced, as the header says it ("PID 42", a command)
         self.interval_s = interval_s
         self.window = window
@@ -126,7 +126,7 @@ class ViewState:
 
     # -- derived --------------------------------------------------------------------------------
     @property
-    def last(self):
+    def last(self) -> Snapshot | None:
         return self.snapshots[-1] if self.snapshots else None
 
     @property
@@ -180,7 +180,7 @@ class ViewState:
                     continue
                 if self.role is not None and r.get("role") != self.role:
                     continue
-                counts[stats.slot_of(r["bucket_lo_ns"])] += r["count"]
+                counts[slot_of(r["bucket_lo_ns"])] += r["count"]
                 by_op[r["op"]] = by_op.get(r["op"], 0) + r["count"]
         return counts, by_op
 
@@ -198,7 +198,7 @@ def _window_label(state: ViewState) -> str:
 class Header:
     """Two lines: what is traced and for how long; processes per role and the user's choices."""
 
-    def __init__(self, state: ViewState):
+    def __init__(self, state: ViewState) -> None:
         self.state = state
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
@@ -213,7 +213,7 @@ class Header:
             if cost.drops:
                 line1.append(f"   map-full drops {cost.drops}", "bold red")
         counts = s.role_counts()
-        roles = ", ".join(f"{counts[r]} {r or '?'}" for r in (*stats.ROLES, None) if counts.get(r))
+        roles = ", ".join(f"{counts[r]} {r or '?'}" for r in (*ROLES, None) if counts.get(r))
         line2 = Text(f"{roles or 'no process yet'}  sort: {s.sort}  layer: {s.layer}  "
                      "q quit, s sort, l layer, r role")
         line1.no_wrap = line2.no_wrap = True
@@ -225,7 +225,7 @@ class Header:
 class FindingPane:
     """The leading finding: the most severe of the current ones, with its advice."""
 
-    def __init__(self, state: ViewState):
+    def __init__(self, state: ViewState) -> None:
         self.state = state
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
@@ -247,13 +247,13 @@ class FindingPane:
 def loop_bar(shares: dict[str, float], width: int = BAR_WIDTH, color: bool = True) -> Text:
     """A stacked bar of the loop's states, `width` cells split by largest remainder; with
     `color` each state is a coloured block, without it a letter (STATE_GLYPH)."""
-    exact = {s: shares[s] * width / 100.0 for s in STATES}
-    cells = {s: int(exact[s]) for s in STATES}
-    order = sorted(STATES, key=lambda s: (-(exact[s] - cells[s]), STATES.index(s)))
+    exact = {s: shares[s] * width / 100.0 for s in LOOP_STATES}
+    cells = {s: int(exact[s]) for s in LOOP_STATES}
+    order = sorted(LOOP_STATES, key=lambda s: (-(exact[s] - cells[s]), LOOP_STATES.index(s)))
     for s in order[: width - sum(cells.values())]:
         cells[s] += 1
     bar = Text()
-    for s in STATES:
+    for s in LOOP_STATES:
         if cells[s]:
             bar.append(("█" if color else STATE_GLYPH[s]) * cells[s], style=STATE_STYLE[s])
     return bar
@@ -262,7 +262,7 @@ def loop_bar(shares: dict[str, float], width: int = BAR_WIDTH, color: bool = Tru
 class ProcessPane:
     """iotop-like: one row per process of the last interval; the loop bars under the table."""
 
-    def __init__(self, state: ViewState):
+    def __init__(self, state: ViewState) -> None:
         self.state = state
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
@@ -298,12 +298,12 @@ class ProcessPane:
         for r in sorted(loops, key=lambda r: r.pid):
             line = Text(f"loop {r.pid:>7} ")
             line.append_text(loop_bar(r.loop, color=color))
-            parts = [f"{STATE_LABEL[st]} {r.loop[st]:.0f}%" for st in STATES if r.loop[st] >= 0.5]
+            parts = [f"{STATE_LABEL[st]} {r.loop[st]:.0f}%" for st in LOOP_STATES if r.loop[st] >= 0.5]
             line.append("  " + ", ".join(parts))
             line.no_wrap, line.overflow = True, "ellipsis"
             yield line
         if loops and not color:
-            yield Text("      " + ", ".join(f"{STATE_GLYPH[st]} {STATE_LABEL[st]}" for st in STATES),
+            yield Text("      " + ", ".join(f"{STATE_GLYPH[st]} {STATE_LABEL[st]}" for st in LOOP_STATES),
                        style="dim")
 
 
@@ -327,10 +327,10 @@ class _SizedPane:
     """A pane that renders one renderable, `body()`, and reports its width (so the layout can
     put panes side by side when they fit)."""
 
-    def __init__(self, state: ViewState):
+    def __init__(self, state: ViewState) -> None:
         self.state = state
 
-    def body(self):
+    def body(self) -> RenderableType:
         raise NotImplementedError
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
@@ -365,7 +365,7 @@ def _path_tail(path: str, width: int) -> str:
 class FilesPane:
     """The files the traced processes spent most time on in syscalls over the window."""
 
-    def __init__(self, state: ViewState, n: int = TOP_FILES):
+    def __init__(self, state: ViewState, n: int = TOP_FILES) -> None:
         self.state, self.n = state, n
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
@@ -388,7 +388,7 @@ class FilesPane:
             cells.append((short_ns(f.latency_sum_ns), short_ns(f.latency_max_ns), str(f.reads),
                           dstat_bytes(f.read_bytes), str(f.writes), dstat_bytes(f.write_bytes),
                           "-" if hit is None else f"{hit:.0f}", f.fs_type or "-",
-                          ",".join(ROLE_SHORT.get(r, r) for r in stats.ROLES if r in f.roles)
+                          ",".join(ROLE_SHORT.get(r, r) for r in ROLES if r in f.roles)
                           or "?"))
         # The path gets what the other columns leave (2 cells between columns), cut on the left.
         used = sum(max(len(c.header), *(len(row[i]) for row in cells))
@@ -423,7 +423,7 @@ class GpuPane:
     """NVML utilisation per GPU over the last interval, with its idle share (shown when --gpu
     sampling is on)."""
 
-    def __init__(self, state: ViewState):
+    def __init__(self, state: ViewState) -> None:
         self.state = state
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
@@ -492,7 +492,7 @@ def render_view(state: ViewState, width: int | None = None, console: Console | N
                  FilesPane(state))
 
 
-def _side_by_side(left, right) -> Table:
+def _side_by_side(left: RenderableType, right: RenderableType) -> Table:
     grid = Table.grid(padding=(0, 1))
     grid.add_column(no_wrap=True)
     grid.add_column(no_wrap=True)
@@ -503,7 +503,7 @@ def _side_by_side(left, right) -> Table:
 class Screen:
     """`render_view` laid out for the console it is rendered on (what LiveView shows)."""
 
-    def __init__(self, state: ViewState):
+    def __init__(self, state: ViewState) -> None:
         self.state = state
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:

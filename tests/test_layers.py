@@ -1,0 +1,48 @@
+"""The stages of tracer/ import downwards only: core, then kernel / tracedir / gpu, then ui /
+sinks / render, then live, then the commands on top (cli, api, attach, demo, doctor, report).
+
+Every import counts, including those inside functions and those only for type checking: a lazy
+import upwards is still a dependency on the higher stage.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+TRACER = Path(__file__).resolve().parent.parent / "tracer"
+LEVEL = {"core": 0, "errors": 0, "kernel": 1, "tracedir": 1, "gpu": 1, "ui": 2, "sinks": 2,
+         "render": 2, "live": 3, "cli": 4, "api": 4, "attach": 4, "demo": 4, "doctor": 4,
+         "report": 4}
+# Known and left for later: the probes ask /proc which requests are in flight.
+ALLOWED = {("tracer.kernel.probes", "tracer.live.procfs")}
+
+
+def _stage(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if parts[0] == "tracer" and len(parts) > 1 and parts[1] in LEVEL else None
+
+
+def _imports() -> list[tuple[str, str]]:
+    out = []
+    for path in sorted(TRACER.rglob("*.py")):
+        module = ".".join(("tracer", *path.relative_to(TRACER).with_suffix("").parts))
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                out.append((module.removesuffix(".__init__"), node.module))
+            elif isinstance(node, ast.Import):
+                out.extend((module.removesuffix(".__init__"), a.name) for a in node.names)
+    return out
+
+
+def test_the_stages_are_known() -> None:
+    stages = {p.name.removesuffix(".py") for p in TRACER.iterdir()
+              if p.name not in ("__init__.py", "__pycache__", "workloads", "bpf")}
+    assert stages <= set(LEVEL), sorted(stages - set(LEVEL))
+
+
+def test_no_import_goes_up() -> None:
+    up = [f"{src} imports {dst}" for src, dst in _imports()
+          if _stage(src) and _stage(dst) and (src, dst) not in ALLOWED
+          and LEVEL[_stage(dst)] > LEVEL[_stage(src)]]
+    assert up == []

@@ -1,0 +1,274 @@
+"""The data model every stage passes on: one row type per trace table, and the interval snapshot.
+
+A row is a plain dict (a `TypedDict`: no class, no conversion at run time), keyed by the columns
+of its table in `tracer.tracedir.schema.TABLES`, in the same order; tests/test_model.py checks
+that the two agree column by column, so a column added to one and not the other fails there.
+Value types as the live run passes them: timestamps and durations are int nanoseconds (UTC for
+timestamps), strings are `str`, a nullable column is ``X | None``.
+
+Standard library only: every stage (the sinks, the UI, the diagnosis) may import this without
+numpy, pandas or pyarrow.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, NamedTuple, Protocol, TypedDict
+
+from tracer.core.histogram import MaxSeen
+
+if TYPE_CHECKING:
+    from tracer.core.redact import Redactor
+    from tracer.core.selfcost import SelfCost
+
+
+class ProcessRow(TypedDict):
+    pid: int
+    ppid: int
+    comm: str
+    role: str
+    cmdline: str
+    first_seen: int
+    exit: int | None
+    exit_code: int | None
+    exit_signal: int | None
+    worker_generation: int | None
+    worker_index: int | None
+    ns_pid: int | None
+
+
+class LatencyRow(TypedDict):
+    ts: int
+    pid: int
+    comm: str
+    role: str
+    layer: str
+    op: str
+    target: str | None
+    device: str | None
+    attribution: str | None
+    bucket_lo_ns: int
+    bucket_hi_ns: int
+    count: int
+    bytes: int
+
+
+class FileRow(TypedDict):
+    ts: int
+    pid: int
+    comm: str
+    role: str
+    path: str
+    path_source: str
+    fs_type: str
+    device: str
+    inode: int
+    op: str
+    ops: int
+    bytes: int
+    latency_sum_ns: int
+    latency_max_ns: int
+    pages_missed: int
+    pages_dirtied: int
+    cache_hit_pct: float | None
+
+
+class EventRow(TypedDict):
+    ts: int
+    pid: int
+    tid: int
+    comm: str
+    role: str | None
+    layer: str
+    op: str
+    path: str | None
+    device: str | None
+    offset: int | None
+    bytes: int
+    latency_ns: int
+
+
+class ThreadRow(TypedDict):
+    ts: int
+    pid: int
+    tid: int
+    comm: str
+    role: str | None
+    oncpu_ns: int
+    runnable_ns: int
+    sleep_ns: int
+    iowait_ns: int
+    woken_by_worker_ns: int
+    woken_by_pin_ns: int
+    woken_by_own_ns: int
+    woken_by_other_ns: int
+    syscall_op: str | None
+    syscall_path: str | None
+    syscall_since: int | None
+
+
+class LoopRow(TypedDict):
+    ts: int
+    pid: int
+    interval_ns: int
+    data_wait_io_ns: int
+    data_wait_cpu_ns: int
+    sync_loading_ns: int
+    checkpoint_ns: int
+    compute_ns: int
+    other_ns: int
+    state: str
+
+
+class DeviceRow(TypedDict):
+    ts: int
+    device: str
+    r_s: float
+    w_s: float
+    rkb_s: float
+    wkb_s: float
+    r_await_ms: float
+    w_await_ms: float
+    await_ms: float
+    aqu_sz: float
+    util_pct: float
+
+
+class SystemRow(TypedDict):
+    ts: int
+    cpu_user_pct: float
+    cpu_sys_pct: float
+    cpu_iowait_pct: float
+    cpu_idle_pct: float
+    mem_used_bytes: float
+    mem_cached_bytes: float
+    net_rx_bytes_s: float
+    net_tx_bytes_s: float
+    disk_read_bytes_s: float
+    disk_write_bytes_s: float
+
+
+class GpuRow(TypedDict):
+    ts: int
+    gpu: int
+    uuid: str
+    name: str
+    util_pct: float
+    mem_util_pct: float | None
+    pcie_rx_bytes_s: float | None
+    pcie_tx_bytes_s: float | None
+    sample_period_ns: int
+
+
+class GpuIdleRow(TypedDict):
+    start: int
+    end: int
+    duration_ns: int
+    gpu: int
+    pid: int | None
+    cause: str
+    data_wait_io_frac: float
+    data_wait_cpu_frac: float
+    sync_loading_frac: float
+    checkpoint_frac: float
+    compute_frac: float
+    other_frac: float
+    coverage: float
+    confidence: float
+
+
+class FindingRow(TypedDict):
+    ts: int
+    start: int
+    end: int
+    kind: str
+    severity: int
+    pid: int | None
+    summary: str
+    evidence: str
+    advice: str
+
+
+ROW_TYPES: dict[str, type] = {
+    "processes": ProcessRow, "latency": LatencyRow, "files": FileRow, "events": EventRow,
+    "threads": ThreadRow, "loop": LoopRow, "devices": DeviceRow, "system": SystemRow,
+    "gpu": GpuRow, "gpu_idle": GpuIdleRow, "findings": FindingRow,
+}
+"""The row type of each table, by table name (the keys of `schema.TABLES`)."""
+
+
+class Series(NamedTuple):
+    """One histogram series as users name it: the latency table's identifying columns."""
+
+    pid: int
+    layer: str
+    op: str
+    target: str | None  # syscall layer
+    device: str | None  # block layers
+    attribution: str | None  # block layers
+
+
+FileKey = tuple[int, int, int, int]
+"""A file of a process over time: (pid, dev, ino, gen), as `abi.FileKey`."""
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """What happened in one interval; every sink renders this same object."""
+
+    ts_ns: int  # end of the interval, UTC ns
+    interval_ns: int
+    latency: list[LatencyRow] = field(default_factory=list)
+    files: list[FileRow] = field(default_factory=list)
+    events: list[EventRow] = field(default_factory=list)  # slow operations
+    threads: list[ThreadRow] = field(default_factory=list)
+    devices: list[DeviceRow] = field(default_factory=list)  # iostat -x
+    system: SystemRow | None = None  # dstat
+    gpu: list[GpuRow] = field(default_factory=list)  # NVML samples, when sampling
+    cost: SelfCost | None = None  # iotrace's own cost so far (the session adds it)
+
+
+@dataclass
+class FileTotals:
+    """Whole-trace sums for one (process, file), for the summary's top files."""
+
+    ops: dict[str, int] = field(default_factory=dict)  # by op
+    bytes: dict[str, int] = field(default_factory=dict)  # by op
+    latency_sum_ns: int = 0
+    pages_missed: int = 0
+    pages_dirtied: int = 0
+    slowest: MaxSeen[str] = field(default_factory=lambda: MaxSeen())  # by op
+
+    def add_max(self, op: str, ops: int, max_ns: int) -> None:
+        """A row's `ops` operations of `op`, the slowest of them `max_ns` (0: not known)."""
+        self.slowest.add_key(op, ops, max_ns)
+
+
+# What the renderers need of the live stage's process and file tables (`tracer.live.processes`,
+# `tracer.live.files`), so that they take either without importing the live stage.
+
+
+class ProcessInfo(Protocol):
+    @property
+    def ppid(self) -> int: ...
+    @property
+    def comm(self) -> str: ...
+    @property
+    def is_target(self) -> bool: ...
+    @property
+    def role(self) -> str: ...
+
+
+class ProcessLookup(Protocol):
+    def get(self, pid: int) -> ProcessInfo | None: ...
+
+
+class FileInfo(Protocol):
+    @property
+    def path(self) -> str: ...
+
+
+class FileLookup(Protocol):
+    redact: Redactor
+
+    def get(self, dev: int, ino: int, gen: int) -> FileInfo: ...

@@ -1,0 +1,32 @@
+"""The names the trace's columns take (roles, loop states, finding kinds, latency layers), and
+the line that says tracing has started.
+
+One home for every value that more than one stage spells out (the diagnosis, the GPU idle
+attribution, the sinks, the renderers), so that a new state or kind is added in one place. The
+tables' columns themselves are in `tracer.tracedir.schema`; how processes get their role is
+`tracer.core.roles`. README.md ("The trace directory") and docs/diagnosis.md document them.
+"""
+
+from __future__ import annotations
+
+# `role` of processes (and of every row about one)
+MAIN = "main"  # a process the user asked to trace
+DATALOADER_WORKER = "dataloader_worker"  # a descendant named pt_data_worker
+CHILD = "child"  # any other descendant
+ROLES = (MAIN, DATALOADER_WORKER, CHILD)
+"""Roles in display order; rows whose role is unknown (None) show as ``?``."""
+
+# `loop.state`, the `loop.<state>_ns` columns and the `gpu_idle.<state>_frac` ones, in this order
+LOOP_STATES = ("data_wait_io", "data_wait_cpu", "sync_loading", "checkpoint", "compute", "other")
+
+# `findings.kind`: the verdicts that blame I/O, then the others
+IO_KINDS = ("sync_loading", "dataloader_io_bound", "checkpoint_stall", "device_saturated",
+            "small_files", "slow_filesystem")
+FINDING_KINDS = (*IO_KINDS, "dataloader_cpu_bound", "cold_cache", "not_io_bound")
+
+LATENCY_LAYERS = ("syscall", "block_queue", "block")
+"""Layers whose histograms hold latencies (the pagecache layer counts missed pages)."""
+
+READY_PREFIX = "Tracing I/O of"
+"""How the line iotrace prints on stderr once its programs are attached begins (`tracer.attach`
+waits for it)."""

@@ -1,0 +1,425 @@
+"""Reading a trace directory back, read-only: every table as a pandas DataFrame.
+
+`load(DIR)` checks ``meta.json`` and its schema version; each table is read on first access
+with ``pd.read_parquet(DIR/<table>)`` and then cached. Timestamps are ``datetime64[ns, UTC]``,
+dictionary-encoded strings are categoricals, durations are int64 nanoseconds in columns named
+``*_ns`` (see `tracer.tracedir.schema`). Nothing here writes to the directory.
+
+This is the reader the renderers and `iotrace report` build on; users get it as
+``tracer.load`` (`tracer.api`), whose `Trace` adds the text summary and the notebook view.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from tracer.core.abi import ATTRIBUTIONS, LAYERS, OPS, PAGE_SIZE, TARGETS
+from tracer.core.histogram import MaxSeen, interpolate
+from tracer.tracedir.schema import META_FILE, SCHEMA_VERSION, TABLES
+
+_SEGMENT_GLOB = "part-*.parquet"
+_KNOWN_VALUES = {
+    "layer": set(LAYERS.values()),
+    "op": set(OPS.values()),
+    "target": {t for t in TARGETS.values() if t},
+    "attribution": {a for a in ATTRIBUTIONS.values() if a},
+}
+
+
+class TraceError(Exception):
+    """A trace directory cannot be read; the message says what is wrong and what to do."""
+
+
+class TraceReader:
+    """The tables of one trace directory, read lazily.
+
+    `meta` is the content of ``meta.json``; `tables` lists the tables that have data on disk.
+    ``trace["latency"]`` and ``trace.latency`` return the table as a DataFrame; a table that the
+    schema defines but that this trace has no data for is an empty DataFrame with its columns.
+    """
+
+    def __init__(self, directory: Path, meta: dict[str, object]) -> None:
+        """Use `load` instead: it checks the directory and its schema version first."""
+        self.directory = directory
+        self.meta = meta
+        self._cache: dict[str, pd.DataFrame] = {}
+        # table -> [(segment, why it was skipped)] for the tables read so far
+        self.damaged: dict[str, list[tuple[Path, str]]] = {}
+
+    @property
+    def tables(self) -> list[str]:
+        """Names of the tables with at least one finished segment on disk, sorted."""
+        return sorted(
+            p.name
+            for p in self.directory.iterdir()
+            if p.is_dir() and not p.name.startswith((".", "_")) and any(p.glob(_SEGMENT_GLOB))
+        )
+
+    def __getitem__(self, name: str) -> pd.DataFrame:
+        """Table `name` as a DataFrame (read on first access, then cached)."""
+        if name in self._cache:
+            return self._cache[name]
+        folder = self.directory / name
+        present = folder.is_dir() and any(folder.glob(_SEGMENT_GLOB))
+        if not present:
+            if name not in TABLES:
+                known = sorted(set(TABLES) | set(self.tables))
+                raise TraceError(
+                    f"trace {str(self.directory)!r} has no table {name!r}; "
+                    f"tables: {', '.join(known)}"
+                )
+            frame = TABLES[name].empty_table().to_pandas()
+        else:
+            frame = self._read_segments(name, folder)
+            if name == "processes":
+                # Rolled as it ran, a process has a row each time it changed (a trace cut short
+                # keeps them all): the last is current.
+                frame = frame.drop_duplicates(["pid", "first_seen"], keep="last")
+                frame = frame.reset_index(drop=True)
+        self._cache[name] = frame
+        return frame
+
+    def _read_segments(self, name: str, folder: Path) -> pd.DataFrame:
+        """Every usable segment of a table; the unusable ones (damaged, cut short, foreign) are
+        skipped, listed in `trace.damaged[name]` and reported in one warning line."""
+        import warnings
+
+        import pyarrow.parquet as pq
+
+        from tracer.tracedir.segments import segment_problems
+
+        columns = TABLES[name].names if name in TABLES else None
+        bad = dict(segment_problems(folder, name, columns)) if name in TABLES else {}
+        tables = []
+        for seg in sorted(folder.glob(_SEGMENT_GLOB)):
+            if seg in bad:
+                continue
+            try:
+                tables.append(pq.read_table(seg))
+            except (pa.ArrowException, OSError) as e:
+                bad[seg] = f"damaged data ({' '.join(str(e).split())[:120]})"
+        if bad:
+            self.damaged[name] = sorted(bad.items())
+            first, reason = self.damaged[name][0]
+            msg = (f"table {name!r} of {str(self.directory)!r}: skipped {len(bad)} unusable "
+                   f"segment(s) of {len(bad) + len(tables)} ({first.name}: {reason}); the rest "
+                   "is loaded")
+            if not tables:
+                raise TraceError(msg.replace("; the rest is loaded", ": nothing left to load"))
+            warnings.warn(msg, stacklevel=3)
+        return pa.concat_tables(tables, promote_options="permissive").to_pandas()
+
+    def __getattr__(self, name: str) -> pd.DataFrame:
+        """``trace.latency`` is ``trace["latency"]``."""
+        if name.startswith("_") or (name not in TABLES and name not in self.tables):
+            raise AttributeError(
+                f"{type(self).__name__!r} object has no attribute or table {name!r}"
+            )
+        return self[name]
+
+    def __dir__(self) -> list[str]:
+        return sorted(set(super().__dir__()) | set(TABLES) | set(self.tables))
+
+    # -- what a notebook asks ------------------------------------------------------------------
+
+    @property
+    def start_ns(self) -> int | None:
+        """When tracing started, ns since the Unix epoch (``meta.json``), or None if unknown."""
+        return _int_or_none(self.meta.get("start_ns"))
+
+    @property
+    def stop_ns(self) -> int | None:
+        """When tracing stopped, or None (unknown, or a tracer that was killed)."""
+        return _int_or_none(self.meta.get("stop_ns"))
+
+    @property
+    def duration_s(self) -> float | None:
+        """Seconds from start to stop (``meta.json``), or None if either is unknown."""
+        if self.start_ns is None or self.stop_ns is None:
+            return None
+        return (self.stop_ns - self.start_ns) / 1e9
+
+    @property
+    def targets(self) -> dict[str, list]:
+        """What was traced: ``{"pids": [...], "command": [...]}`` (from ``meta.json``)."""
+        targets = self.meta.get("targets")
+        if not isinstance(targets, dict):
+            return {"pids": [], "command": []}
+        return {"pids": list(targets.get("pids") or []),
+                "command": list(targets.get("command") or [])}
+
+    def percentiles(
+        self,
+        layer: str | Sequence[str] | None = "syscall",
+        op: str | Sequence[str] | None = "read",
+        by: str | Sequence[str] | None = "role",
+        q: float | Sequence[float] = (50, 90, 99),
+        target: str | Sequence[str] | None = None,
+    ) -> pd.DataFrame:
+        """Latency percentiles per group, computed from the ``latency`` histograms.
+
+        `layer`, `op` and `target` keep the rows with that value (a list: any of them; None: all),
+        e.g. ``target="file"`` leaves out pipe and socket reads, which for a training process
+        are mostly waits for DataLoader batches. `by` names the ``latency`` column(s) to group by
+        (``"role"``, ``["pid", "layer"]``, ...; None: one row for everything kept). `q` is one or
+        more percentiles, 0 < q <= 100.
+
+        Returns one row per group (the index: the `by` columns) with the columns ``count`` and
+        ``bytes`` (sums over the whole trace) and ``p50_ns``, ``p90_ns``, ... (float ns).
+
+        How: the buckets of a group are summed over every interval and process in it into one
+        log2 histogram; the q-th percentile is the value of rank ``q/100 * count``, found by
+        walking the buckets in order and interpolating linearly inside the bucket
+        ``[bucket_lo_ns, bucket_hi_ns)`` where that rank falls (as `tracer.core.histogram.percentile_ns`
+        does for the terminal summary, whose p50/p99 these equal). The true percentile lies in
+        the same bucket, so the result is off by less than the bucket's width: **at most a
+        factor of 2** either way (the bucket's upper bound is twice its lower bound). The last,
+        open-ended bucket (about 9 minutes and more) gives its lower bound. A group of file
+        syscalls whose every operation the ``files`` rows cover stays at or below the slowest of
+        them (``latency_max_ns``), as the summary does.
+        """
+        qs = [float(x) for x in ([q] if isinstance(q, int | float) else q)]
+        for x in qs:
+            if not 0 < x <= 100 or math.isnan(x):
+                raise ValueError(f"percentile q={x:g} is out of range: give 0 < q <= 100")
+        cols = _names(by)
+        lat = self.latency
+        unknown = [c for c in cols if c not in lat.columns]
+        if unknown:
+            raise ValueError(
+                f"cannot group by {', '.join(map(repr, unknown))}: not a column of the latency "
+                f"table; columns: {', '.join(lat.columns)}"
+            )
+        mask = np.ones(len(lat), dtype=bool)
+        for column, wanted in (("layer", layer), ("op", op), ("target", target)):
+            values = _names(wanted)
+            if wanted is None:
+                continue
+            bad = sorted(set(values) - _KNOWN_VALUES[column])
+            if bad:
+                raise ValueError(
+                    f"unknown {column} {', '.join(map(repr, bad))}; "
+                    f"{column}s: {', '.join(sorted(_KNOWN_VALUES[column]))}"
+                )
+            mask &= lat[column].astype(object).isin(values).to_numpy()
+        extra = [c for c in ("pid", "layer", "op", "target") if c not in cols]
+        rows = lat.loc[mask, [*cols, *extra, "bucket_lo_ns", "bucket_hi_ns", "count", "bytes"]]
+        rows = rows.astype({c: object for c in (*cols, *extra) if c != "pid"})
+        rows = rows[rows["count"] > 0]
+        names = [f"p{x:g}_ns" for x in qs]
+        out: list[dict] = []
+        keys: list[tuple] = []
+        groups = rows.groupby(cols, dropna=False, sort=True) if cols else [((), rows)]
+        seen = self._max_seen() if ((rows["layer"] == "syscall")
+                                    & (rows["target"] == "file")).any() else None
+        for key, group in groups:
+            buckets = group.groupby(["bucket_lo_ns", "bucket_hi_ns"], sort=True)[
+                ["count", "bytes"]].sum()
+            lo = buckets.index.get_level_values(0).to_numpy(dtype=np.int64)
+            hi = buckets.index.get_level_values(1).to_numpy(dtype=np.int64)
+            counts = buckets["count"].to_numpy(dtype=np.int64)
+            keys.append(key if isinstance(key, tuple) else (key,))
+            top = None  # the slowest operation, when the files rows know it for the whole group
+            if seen is not None and ((group["layer"] == "syscall")
+                                     & (group["target"] == "file")).all():
+                per = group.groupby(["pid", "op"], sort=False)["count"].sum()
+                top = seen.known({(int(p), str(o)): int(n) for (p, o), n in per.items()})
+            out.append({"count": int(counts.sum()), "bytes": int(buckets["bytes"].sum()),
+                        **dict(zip(names, _interpolate(lo, hi, counts, qs, top), strict=True))})
+        frame = pd.DataFrame(out, columns=["count", "bytes", *names])
+        frame = frame.astype({"count": "int64", "bytes": "int64", **dict.fromkeys(names, "float64")})
+        if len(cols) == 1:
+            frame.index = pd.Index([k[0] for k in keys], name=cols[0], dtype=object)
+        elif cols:
+            frame.index = pd.MultiIndex.from_tuples(keys, names=cols) if keys else (
+                pd.MultiIndex.from_arrays([[]] * len(cols), names=cols))
+        return frame
+
+    def _max_seen(self) -> MaxSeen:
+        """The slowest file syscall per (pid, op), from the ``files`` table."""
+        files = self.files
+        if files.empty:
+            return MaxSeen()
+        f = files[["pid", "op", "ops", "latency_max_ns"]].astype({"op": object})
+        return MaxSeen().add_rows(f.to_dict("records"))
+
+    @property
+    def findings(self) -> pd.DataFrame:
+        """The final verdicts of the diagnosis, most severe first, evidence parsed to dicts.
+
+        The ``findings`` table holds every evaluation made during the run (the last window,
+        every few seconds) and at the end (the whole trace). The final ones are the rows with
+        the largest ``ts``; of those, the evaluation covering the most (earliest ``start``) is
+        kept, and repeated rows are dropped. ``trace["findings"]`` is the raw table.
+        """
+        raw = self["findings"]
+        if not raw.empty:
+            raw = raw[raw["ts"] == raw["ts"].max()]
+            raw = raw[raw["start"] == raw["start"].min()]
+            raw = raw.drop_duplicates(subset=["kind", "pid", "summary", "evidence", "advice"])
+            raw = raw.sort_values("severity", ascending=False, kind="stable")
+        out = raw.reset_index(drop=True).copy()
+        out["evidence"] = pd.Series([_evidence(e) for e in out["evidence"]], dtype=object)
+        return out
+
+    def top_files(self, n: int | None = 10) -> pd.DataFrame:
+        """The files the traced processes spent most time on in syscalls, most first.
+
+        One row per path (all processes together, so that every DataLoader worker's reads of a
+        file add up): ``time_ns`` (sum of syscall latencies), ``reads``, ``read_bytes``,
+        ``writes``, ``write_bytes``, ``pages_missed`` (brought into the page cache),
+        ``cache_hit_pct`` (of the bytes read), ``fs_type``, ``pids`` (how many processes) and
+        ``roles``. The terminal summary ranks per process and file instead.
+        """
+        files = self.files
+        columns = ["path", "time_ns", "reads", "read_bytes", "writes", "write_bytes",
+                   "pages_missed", "cache_hit_pct", "fs_type", "pids", "roles"]
+        if files.empty:
+            return pd.DataFrame(columns=columns)
+        f = files.astype({c: object for c in ("path", "op", "role", "fs_type")})
+        is_read, is_write = f["op"] == "read", f["op"] == "write"
+        f = f.assign(reads=f["ops"].where(is_read, 0), read_bytes=f["bytes"].where(is_read, 0),
+                     writes=f["ops"].where(is_write, 0),
+                     write_bytes=f["bytes"].where(is_write, 0))
+        g = f.groupby("path", sort=False)
+        top = pd.DataFrame({
+            "time_ns": g["latency_sum_ns"].sum(),
+            "reads": g["reads"].sum(),
+            "read_bytes": g["read_bytes"].sum(),
+            "writes": g["writes"].sum(),
+            "write_bytes": g["write_bytes"].sum(),
+            "pages_missed": g["pages_missed"].sum(),
+            "fs_type": g["fs_type"].first(),
+            "pids": g["pid"].nunique(),
+            "roles": g["role"].agg(lambda r: ",".join(sorted({str(x) for x in r.dropna()}))),
+        })
+        hit = 100 * (1 - top["pages_missed"] * PAGE_SIZE / top["read_bytes"].where(
+            top["read_bytes"] > 0))
+        top["cache_hit_pct"] = hit.clip(lower=0.0)
+        top = top.reset_index().sort_values(["time_ns", "read_bytes", "write_bytes"],
+                                            ascending=False, kind="stable")
+        top = top[columns].reset_index(drop=True)
+        return top if n is None else top.head(n)
+
+    def __repr__(self) -> str:
+        return f"<Trace {str(self.directory)!r} tables={self.tables}>"
+
+
+def load(directory: str | os.PathLike[str]) -> TraceReader:
+    """Open the trace directory `directory` written by ``iotrace -o DIR``.
+
+    Reads and checks ``meta.json`` now; tables are read when first accessed. Raises TraceError when
+    the directory or its ``meta.json`` is missing or unreadable, or when the trace was written with
+    a schema version this iotrace does not read.
+    """
+    path = Path(directory)
+    if not path.is_dir():
+        what = "is not a directory" if path.exists() else "does not exist"
+        raise TraceError(
+            f"trace directory {str(path)!r} {what}; pass the folder given to 'iotrace -o'"
+        )
+    meta_path = path / META_FILE
+    try:
+        text = meta_path.read_text()
+    except FileNotFoundError:
+        raise TraceError(
+            f"{str(path)!r} is not an iotrace trace: it has no {META_FILE}; pass the folder given "
+            f"to 'iotrace -o' (a trace always has one, written when tracing starts)"
+        ) from None
+    except OSError as e:
+        raise TraceError(f"cannot read {str(meta_path)!r}: {e.strerror or e}") from e
+    try:
+        meta = json.loads(text)
+    except ValueError as e:
+        raise TraceError(
+            f"{str(meta_path)!r} is damaged (not valid JSON: {e}); restore it from a copy, or "
+            f"read the tables directly with pandas.read_parquet('{path}/<table>')"
+        ) from e
+    if not isinstance(meta, dict):
+        raise TraceError(f"{str(meta_path)!r} is damaged: it holds no JSON object")
+    _check_version(meta_path, meta)
+    return TraceReader(path, meta)
+
+
+def _check_version(meta_path: Path, meta: dict[str, object]) -> None:
+    version = meta.get("schema_version")
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise TraceError(
+            f"{str(meta_path)!r} has no valid schema_version (found {version!r}); it was not "
+            f"written by iotrace, or is damaged"
+        )
+    written_by = f"iotrace {meta.get('tool_version', '(unknown version)')}"
+    if version > SCHEMA_VERSION:
+        raise TraceError(
+            f"trace {str(meta_path.parent)!r} uses schema version {version}, written by "
+            f"{written_by}; this iotrace reads version {SCHEMA_VERSION} only: upgrade iotrace "
+            f"(pip install -U iotrace) to read it"
+        )
+    if version < SCHEMA_VERSION:
+        raise TraceError(
+            f"trace {str(meta_path.parent)!r} uses schema version {version}, written by the older "
+            f"{written_by}; this iotrace reads version {SCHEMA_VERSION} only: read it with "
+            f"{written_by} (pip install 'iotrace==VERSION'), or trace the job again"
+        )
+
+
+# -- helpers -----------------------------------------------------------------------------------
+
+
+def _int_or_none(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _names(value: str | Iterable[str] | None) -> list[str]:
+    if value is None:
+        return []
+    return [value] if isinstance(value, str) else list(value)
+
+
+def _interpolate(lo: np.ndarray, hi: np.ndarray, counts: np.ndarray,
+                 qs: Sequence[float], max_ns: int | None = None) -> list[float]:
+    """Percentiles `qs` of the histogram with buckets [lo, hi) holding `counts` (sorted by lo),
+    as `tracer.core.histogram.interpolate` finds them; NaN for an empty one."""
+    lo_, hi_, n_ = lo.tolist(), hi.tolist(), counts.tolist()
+    out = [interpolate(lo_, hi_, n_, q, max_ns) for q in qs]
+    return [math.nan if v is None else v for v in out]
+
+
+def _evidence(text: object) -> dict:
+    """A finding's evidence, parsed; text that is not a JSON object is kept under "text"."""
+    if isinstance(text, dict):
+        return text
+    try:
+        value = json.loads(str(text))
+    except ValueError:
+        return {"text": text}
+    return value if isinstance(value, dict) else {"value": value}
+
+
+def describe_targets(trace: TraceReader) -> str:
+    """What was traced, in words: the command or the PIDs."""
+    import shlex
+
+    targets = trace.targets
+    if targets["command"]:
+        return shlex.join(str(a) for a in targets["command"])
+    if targets["pids"]:
+        return "PID " + " ".join(str(p) for p in targets["pids"])
+    return "(unknown)"
+
+
+def role_counts(trace: TraceReader) -> dict[str, int]:
+    """How many processes had each role (``{"main": 1, "dataloader_worker": 8}``)."""
+    procs = trace.processes
+    if procs.empty:
+        return {}
+    last = procs.drop_duplicates("pid", keep="last")
+    return {str(k): int(v) for k, v in last["role"].astype(object).value_counts().items()}
