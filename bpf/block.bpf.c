@@ -15,6 +15,8 @@
 #include <bpf/bpf_core_read.h>
 #include <bpf/bpf_tracing.h>
 #include "maps.bpf.h"
+#include "tracked.bpf.h"
+#include "slots.bpf.h"
 #include "core_fixes.bpf.h"
 #include "files.bpf.h"
 

@@ -5,6 +5,9 @@
 #include <bpf/bpf_core_read.h>
 #include <bpf/bpf_tracing.h>
 #include "maps.bpf.h"
+#include "tracked.bpf.h"
+#include "slots.bpf.h"
+#include "comm.bpf.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
