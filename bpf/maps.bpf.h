@@ -1,30 +1,41 @@
 /* SPDX-License-Identifier: GPL-2.0 OR BSD-3-Clause */
-/* The maps and settings every stage shares: each object declares them; the loader loads
- * proc.bpf.o first and makes the others reuse its map fds. */
+/* The maps and settings every stage shares: defined once (maps.bpf.c), so linked once. */
 #ifndef MAPS_BPF_H
 #define MAPS_BPF_H
 
 #include "iotrace.h"
+
+/*
+ * Each stage (proc, syscall, pagecache, block, sched .bpf.c) is compiled alone and declares
+ * these extern; maps.bpf.c, built with IOT_DEFINE_SHARED, defines them. `bpftool gen object`
+ * links the stages into tracer/bpf/iotrace.bpf.o, where each is one map (or variable) that
+ * every program refers to: one `tracked` set, one `hists` table, one `events` ring buffer.
+ */
+#ifdef IOT_DEFINE_SHARED
+#define IOT_SHARED
+#else
+#define IOT_SHARED extern
+#endif
 
 #define MAX_TRACKED 16384
 #define MAX_HISTS 16384
 #define MAX_FILES 65536
 
 /* Load-time configuration, written by the loader (tracer/kernel/probes.py) before load. */
-const volatile struct iot_config iot_config SEC(".rodata.config") = {};
+IOT_SHARED const volatile struct iot_config iot_config SEC(".rodata.config");
 
 /* The interval number, advanced by user space once per interval (tracer/kernel/probes.py). */
-volatile __u64 max_epoch SEC(".data.epoch") = 0;
+IOT_SHARED volatile __u64 max_epoch SEC(".data.epoch");
 
 /* TGIDs being traced (tracked.bpf.h keeps it and its bitmap equal). */
-struct {
+IOT_SHARED struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, MAX_TRACKED);
 	__type(key, __u32);
 	__type(value, struct tracked_info);
 } tracked SEC(".maps");
 
-struct {
+IOT_SHARED struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, MAX_HISTS);
 	__type(key, struct hist_key);
@@ -36,7 +47,7 @@ struct {
  * twice into the reader, who has them in its RSS from the start (+6 MiB against 1 MiB). */
 #define EVENTS_BYTES (4 * 1024 * 1024)
 
-struct {
+IOT_SHARED struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
 	__uint(max_entries, EVENTS_BYTES);
 } events SEC(".maps");
@@ -55,14 +66,14 @@ static __always_inline __u64 events_wakeup(void)
 
 /* Files whose path was sent (or is being sent) to user space. The key has the inode's
  * generation: a new file under a reused inode number is not found, and sends its own path. */
-struct {
+IOT_SHARED struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, MAX_FILES);
 	__type(key, struct file_id);
 	__type(value, __u8);
 } files_seen SEC(".maps");
 
-struct {
+IOT_SHARED struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, MAX_FILES);
 	__type(key, struct file_key);
@@ -70,7 +81,7 @@ struct {
 } file_stats SEC(".maps");
 
 /* Who last dirtied pages of a file: writeback by flusher threads is charged to it. */
-struct {
+IOT_SHARED struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, MAX_FILES);
 	__type(key, struct file_id);
@@ -89,7 +100,7 @@ struct folio_owner {
 	__u32 pad;
 };
 
-struct {
+IOT_SHARED struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 16384);
 	__type(key, __u64); /* struct folio * */
@@ -97,7 +108,7 @@ struct {
 } folio_owners SEC(".maps");
 
 /* Ring-buffer reservations that failed, per CPU. Never silent: user space reports the sum. */
-struct {
+IOT_SHARED struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, 1);
 	__type(key, __u32);
@@ -106,7 +117,7 @@ struct {
 
 /* Inserts refused because the map was full, per CPU, by enum iot_map. Never silent either:
  * user space reports the sums (a refused insert loses that operation's counts). */
-struct {
+IOT_SHARED struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, IOT_MAPS);
 	__type(key, __u32);
@@ -129,9 +140,9 @@ static __always_inline void count_map_full(__u32 idx, long err)
 }
 
 /* A syscall in flight (syscall.bpf.c); the block layer reads it to learn which file a request
- * submitted from inside that syscall belongs to. The in-flight syscall of each thread, in task-local storage: a pointer away from the task,
- * no hashing, freed with the thread. */
-struct {
+ * submitted from inside that syscall belongs to. The in-flight syscall of each thread, in
+ * task-local storage: a pointer away from the task, no hashing, freed with the thread. */
+IOT_SHARED struct {
 	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__type(key, int);
@@ -146,7 +157,7 @@ static __always_inline struct sys_start *sys_start_of_current(bool create)
 }
 
 /* Where each traced thread's time goes (sched.bpf.c), by thread id. */
-struct {
+IOT_SHARED struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 65536);
 	__type(key, __u32);

@@ -9,8 +9,6 @@
 #include "slots.bpf.h"
 #include "comm.bpf.h"
 
-char LICENSE[] SEC("license") = "Dual BSD/GPL";
-
 /* The task's PID as its own (innermost) PID namespace numbers it: pid->numbers[pid->level]. */
 static __always_inline __u32 ns_pid_of(struct task_struct *task)
 {

@@ -11,10 +11,7 @@
 #include <bpf/bpf_tracing.h>
 #include "maps.bpf.h"
 #include "tracked.bpf.h"
-#include "slots.bpf.h" /* the loader shares every map across objects */
 #include "comm.bpf.h"
-
-char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
 #define TASK_RUNNING 0x0
 #define TASK_UNINTERRUPTIBLE 0x2

@@ -23,7 +23,7 @@ static const struct file_stat zero_file_stat;
 #define HIST_SLOTS 2048 /* powers of two; the loader passes their log2 in iot_config */
 #define FILE_SLOTS 16384
 
-struct {
+IOT_SHARED struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(map_flags, BPF_F_MMAPABLE); /* user space reads it in place */
 	__uint(max_entries, HIST_SLOTS);
@@ -31,7 +31,7 @@ struct {
 	__type(value, struct hist_slot);
 } hist_slots SEC(".maps");
 
-struct {
+IOT_SHARED struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(map_flags, BPF_F_MMAPABLE);
 	__uint(max_entries, FILE_SLOTS);

@@ -12,7 +12,7 @@
  * a word is atomic. */
 #define PID_LIMIT (4 * 1024 * 1024)
 
-struct {
+IOT_SHARED struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, PID_LIMIT / 64);
 	__type(key, __u32);

@@ -52,7 +52,7 @@ def test_take_returns_the_value_as_deleted():
 
 
 def test_a_key_in_a_slot_and_in_the_map_adds_up():
-    """A key can be in its slot and in the hash map at once (maps.bpf.h): the reading adds the
+    """A key can be in its slot and in the hash map at once (slots.bpf.h): the reading adds the
     two. Counts are summed; the maximum latency is the later interval's, or the larger of the
     same interval's."""
     from tracer.core import abi
