@@ -3,8 +3,13 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 ARCH := $(shell uname -m | sed -e 's/x86_64/x86/' -e 's/aarch64/arm64/')
-BPF_SRC := $(wildcard bpf/*.bpf.c)
-BPF_OBJ := $(patsubst bpf/%.bpf.c,tracer/bpf/%.bpf.o,$(BPF_SRC))
+# Every stage of bpf/ is compiled alone, then linked into the one object the loader opens.
+# The order of the link: the definitions of the shared maps first, then syscall.bpf.c before
+# the other stages that call kfuncs, since it declares them (bpf/core_fixes.bpf.h).
+BPF_STAGES := maps proc syscall pagecache block sched
+BPF_SRC := $(patsubst %,bpf/%.bpf.c,$(BPF_STAGES))
+BPF_PARTS := $(patsubst bpf/%.bpf.c,build/bpf/%.bpf.o,$(BPF_SRC))
+BPF_OBJ := tracer/bpf/iotrace.bpf.o
 WORKLOADS := tests/workloads/bin/iowork scripts/bin/pread_loop scripts/bin/bench_floor.bpf.o
 APT_PKGS := clang llvm libbpf-dev libbpf1 bpftool make gcc libc6-dev python3-venv tmux util-linux \
 	chromium-headless-shell
@@ -48,10 +53,14 @@ build/vmlinux.h:
 	@[ -r /sys/kernel/btf/vmlinux ] || { echo "error: /sys/kernel/btf/vmlinux is missing: this kernel has no BTF (CONFIG_DEBUG_INFO_BTF=y is needed)"; exit 1; }
 	bpftool btf dump file /sys/kernel/btf/vmlinux format c > $@.tmp && mv $@.tmp $@
 
-tracer/bpf/%.bpf.o: bpf/%.bpf.c bpf/*.h build/vmlinux.h
+build/bpf/%.bpf.o: bpf/%.bpf.c bpf/*.h build/vmlinux.h
+	@mkdir -p build/bpf
+	clang -g -O2 -Wall -target bpf -mcpu=v3 -D__TARGET_ARCH_$(ARCH) -Ibuild -Ibpf -c $< -o $@
+
+# libbpf's static linker resolves each stage's extern maps to maps.bpf.c's definitions.
+$(BPF_OBJ): $(BPF_PARTS)
 	@mkdir -p tracer/bpf
-	clang -g -O2 -Wall -target bpf -mcpu=v3 -D__TARGET_ARCH_$(ARCH) -Ibuild -Ibpf -c $< -o $@.tmp
-	bpftool gen object $@ $@.tmp && rm -f $@.tmp
+	bpftool gen object $@.tmp $^ && mv $@.tmp $@
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)

@@ -15,10 +15,11 @@
 #include <bpf/bpf_core_read.h>
 #include <bpf/bpf_tracing.h>
 #include "maps.bpf.h"
+#include "tracked.bpf.h"
+#include "slots.bpf.h"
 #include "core_fixes.bpf.h"
+#define FILE_SCRATCH block_file_scratch
 #include "files.bpf.h"
-
-char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
 /*
  * Requests in flight, found by the request's address. Most live in `rq_slots`, a table indexed

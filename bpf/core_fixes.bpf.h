@@ -8,7 +8,14 @@
 /* A kernel pointer seen through its BTF type, read-only: its fields are then plain loads (which
  * the verifier guards against faults) instead of bpf_probe_read_kernel() calls, about 30 ns
  * each on the machines of docs/benchmarks.md. A kfunc of Linux 6.2+, which iotrace needs. */
+#ifdef IOT_KFUNCS_HERE
 extern void *bpf_rdonly_cast(const void *obj, __u32 btf_id) __ksym;
+#else
+/* A kfunc (__ksym) only in syscall.bpf.c, the first stage linked that calls it: libbpf before
+ * 1.5 fails to link two objects that both declare one ("failed to resolve size of underlying
+ * type"), and its linker resolves a plain extern to that declaration. */
+extern void *bpf_rdonly_cast(const void *obj, __u32 btf_id);
+#endif
 
 #define kernel_view(ptr, type) ((type *)bpf_rdonly_cast((void *)(ptr), bpf_core_type_id_kernel(type)))
 

@@ -17,13 +17,19 @@ static __always_inline void inode_id(struct inode *inode, struct file_id *id)
 	id->ino = i->i_ino;
 }
 
-/* First-sight events are built here (2 KiB, too big for the stack), then copied out. */
+/* First-sight events are built here (2 KiB, too big for the stack), then copied out. One per
+ * stage that includes this header (it names it FILE_SCRATCH): a block completion's interrupt
+ * or a preempted syscall program must not find another stage's record half built on its CPU,
+ * as it could not when each stage was an object of its own. */
+#ifndef FILE_SCRATCH
+#error "define FILE_SCRATCH, this stage's name for its scratch map, before including files.bpf.h"
+#endif
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, 1);
 	__type(key, __u32);
 	__type(value, struct iot_file_event);
-} file_scratch SEC(".maps");
+} FILE_SCRATCH SEC(".maps");
 
 /* State of the dentry walk, one bpf_loop() step per dentry or mount crossing. Kernel pointers
  * are plain numbers here: they are only ever passed to CO-RE reads. */
@@ -70,7 +76,7 @@ static long path_walk_step(__u32 i, void *ctx)
 		w->vfsmnt = (void *)up + bpf_core_field_offset(struct mount, mnt);
 		return 0;
 	}
-	e = bpf_map_lookup_elem(&file_scratch, &zero);
+	e = bpf_map_lookup_elem(&FILE_SCRATCH, &zero);
 	/* room for one more name of the longest kind: the walk stops (truncated) otherwise */
 	len = w->len;
 	if (!e || w->depth >= IOT_PATH_DEPTH || len > IOT_PATH_BYTES - IOT_NAME_LEN)
@@ -98,7 +104,7 @@ static __always_inline void send_path(const struct file_id *id, struct inode *in
 
 	if (bpf_map_update_elem(&files_seen, id, &one, BPF_NOEXIST))
 		return; /* another CPU is sending it */
-	e = bpf_map_lookup_elem(&file_scratch, &zero);
+	e = bpf_map_lookup_elem(&FILE_SCRATCH, &zero);
 	if (!e)
 		return;
 	e->kind = IOT_EVENT_FILE;

@@ -10,10 +10,11 @@
 #include <bpf/bpf_core_read.h>
 #include <bpf/bpf_tracing.h>
 #include "maps.bpf.h"
+#include "tracked.bpf.h"
+#include "slots.bpf.h"
 #include "core_fixes.bpf.h"
+#define FILE_SCRATCH pagecache_file_scratch
 #include "files.bpf.h"
-
-char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
 #define S_IFMT 00170000
 #define S_IFREG 0100000

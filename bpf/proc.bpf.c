@@ -5,8 +5,9 @@
 #include <bpf/bpf_core_read.h>
 #include <bpf/bpf_tracing.h>
 #include "maps.bpf.h"
-
-char LICENSE[] SEC("license") = "Dual BSD/GPL";
+#include "tracked.bpf.h"
+#include "slots.bpf.h"
+#include "comm.bpf.h"
 
 /* The task's PID as its own (innermost) PID namespace numbers it: pid->numbers[pid->level]. */
 static __always_inline __u32 ns_pid_of(struct task_struct *task)

@@ -10,8 +10,8 @@
 #include <bpf/bpf_core_read.h>
 #include <bpf/bpf_tracing.h>
 #include "maps.bpf.h"
-
-char LICENSE[] SEC("license") = "Dual BSD/GPL";
+#include "tracked.bpf.h"
+#include "comm.bpf.h"
 
 #define TASK_RUNNING 0x0
 #define TASK_UNINTERRUPTIBLE 0x2

@@ -10,14 +10,16 @@
  * those build a perf record before the program runs (docs/benchmarks.md). Kernel memory is read
  * with plain loads through BTF-typed pointers rather than bpf_probe_read_kernel() calls.
  */
+#define IOT_KFUNCS_HERE /* see core_fixes.bpf.h */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_core_read.h>
 #include <bpf/bpf_tracing.h>
 #include "maps.bpf.h"
+#include "tracked.bpf.h"
+#include "slots.bpf.h"
+#define FILE_SCRATCH syscall_file_scratch
 #include "files.bpf.h"
-
-char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
 #define S_IFMT 00170000
 #define S_IFSOCK 0140000

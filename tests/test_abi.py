@@ -149,7 +149,7 @@ def test_decode_round_trip():
 
 
 def test_slot_tables_layout_and_tag(c_layout):
-    """The slot tables (maps.bpf.h) are read in place by user space, which checks each slot's
+    """The slot tables (slots.bpf.h) are read in place by user space, which checks each slot's
     tag against its key: the layouts and the tag function must be the kernel's."""
     assert c_layout["hist_slot"] == abi.HIST_SLOT.size
     assert c_layout["hist_slot.key"] == 8 and c_layout["hist_slot.h"] == abi.HIST_SLOT.size - abi.HIST_SIZE
@@ -164,7 +164,7 @@ def test_slot_tables_layout_and_tag(c_layout):
 
 def test_slot_tags_checked_against_their_keys():
     """User space keeps a slot only when its tag is its key's (a slot being taken has the new
-    key's tag before the key): built here from the same words maps.bpf.h hashes."""
+    key's tag before the key): built here from the same words slots.bpf.h hashes."""
     import numpy as np
 
     gen = 0xDEADBEEF  # the inode's generation: a reused inode number is another key
@@ -186,7 +186,7 @@ def test_slot_tags_checked_against_their_keys():
 
 
 def test_a_key_in_a_slot_and_in_the_map_adds_up():
-    """A key can be in its slot and in the hash map at once (maps.bpf.h): the reading adds the
+    """A key can be in its slot and in the hash map at once (slots.bpf.h): the reading adds the
     two. Counts are summed; the maximum latency is the later interval's, or the larger of the
     same interval's."""
     from tracer.core import abi

@@ -39,7 +39,7 @@ def test_leftovers_are_exact_beside_a_busy_disk(iowork, data_file):
     p.load()
     reader = None
     try:
-        starts = Map(p.objects["block"].map_fd("rq_starts"), 8, abi.RQ_START.size)
+        starts = Map(p.obj.map_fd("rq_starts"), 8, abi.RQ_START.size)
         for rq, nbytes in ((1, 4096), (2, 8192)):
             rec = (0, 1, 0, 0, 0, 1234, nbytes, disk, 0, 0)  # issued long ago, never ended
             starts.update((rq << 6).to_bytes(8, "little"), abi.RQ_START.pack(*rec))

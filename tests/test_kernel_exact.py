@@ -109,7 +109,7 @@ def check_trace(out, parent_pid: int | None = None) -> None:
 def test_command_mode_exact_counts(iowork, data_file, tmp_path, force, sizes):
     """Also with the fallbacks older kernels take: raw_tp instead of tp_btf, and block requests
     first seen at insert/issue where block_io_start (6.5+) is missing. And with one slot in each
-    slot table (maps.bpf.h): the first histogram and the first file's counters take them, every
+    slot table (slots.bpf.h): the first histogram and the first file's counters take them, every
     other key goes to the hash maps, and user space adds both up."""
     prime(iowork, data_file)
     out = tmp_path / "trace"
@@ -121,7 +121,7 @@ def test_command_mode_exact_counts(iowork, data_file, tmp_path, force, sizes):
     hooks = json.loads((out / "meta.json").read_text())["hooks"]
     kind = "raw_tp" if "raw_tp" in force else "tp_btf"
     assert hooks["sched_process_fork"] == kind
-    assert hooks["block_rq_issue"] == "raw_tp"  # reads task storage: raw_tp first (loader.py)
+    assert hooks["block_rq_issue"] == "raw_tp"  # reads task storage: raw_tp first (probes.py)
     assert hooks["block_rq_complete"] == hooks["block_rq_merge"] == hooks["block_rq_requeue"] == "raw_tp"
     assert hooks["block_io_start"] == ("missing" if "no_block_io_start" in force else "raw_tp")
     assert hooks["block_io_done"] == hooks["block_io_start"]  # both came in 6.5
@@ -560,7 +560,7 @@ def test_requests_left_in_flight_at_the_end_count_as_unseen():
     p = Probes(map_sizes={})
     p.load()
     try:
-        block = p.objects["block"]
+        block = p.obj
         starts = Map(block.map_fd("rq_starts"), 8, abi.RQ_START.size)
         later = time.monotonic_ns() + 3600 * 10**9
         planted = [record(1, idle, 4096), record(0, idle, 4096), record(later, idle, 4096),

@@ -32,7 +32,7 @@ def probes():
 
 def state(probes: Probes, pid: int) -> tuple[bool, int | None]:
     """(bit set, root in `tracked` or None when absent)."""
-    bits = Map(probes.objects["proc"].map_fd("tracked_bits"), 4, 8)
+    bits = Map(probes.obj.map_fd("tracked_bits"), 4, 8)
     word = int.from_bytes(bits.lookup((pid // 64).to_bytes(4, "little")), "little")
     info = probes.tracked.lookup(abi.TGID.pack(pid))
     return bool(word >> (pid % 64) & 1), None if info is None else abi.TRACKED_INFO.unpack(info)[0]

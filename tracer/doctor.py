@@ -11,7 +11,7 @@ from tracer.kernel import libbpf as _libbpf
 from tracer.kernel.host import btf_path, btf_problem, privilege_problem
 from tracer.kernel.probes import (
     BPF_DIR,
-    OBJECTS,
+    OBJECT,
     BadSetting,
     HostCannotTrace,
     Probes,
@@ -94,7 +94,7 @@ def _program_times(probes: Probes) -> dict[str, tuple[int, int]]:
 def _measure_self(probes: Probes, calls: int = SELF_CALLS) -> Check:
     """`calls` pread64 of a cached page by this (tracked) process: the BPF time they added,
     per call and per program. Programs run for the whole host, so others' work adds a little."""
-    fd = os.open(BPF_DIR / f"{OBJECTS[0]}.bpf.o", os.O_RDONLY)
+    fd = os.open(BPF_DIR / OBJECT, os.O_RDONLY)
     try:
         os.pread(fd, 4096, 0)  # cached from here on
         before = _program_times(probes)
@@ -141,9 +141,9 @@ def run_checks() -> list[Check]:
         checks.append(Check("tp_btf", True, "tp_btf programs (direct BTF access)" if btf_tp
                             else "no BTF for tracepoints: raw_tp programs used instead"))
         checks.append(_ringbuf_check(privileged=problem_priv is None))
-        missing = [o for o in OBJECTS if not (BPF_DIR / f"{o}.bpf.o").exists()]
-        checks.append(Check("BPF objects", not missing, f"{BPF_DIR}" if not missing else
-                            f"missing {', '.join(missing)}: run 'make build'"))
+        built = (BPF_DIR / OBJECT).exists()
+        checks.append(Check("BPF objects", built, f"{BPF_DIR / OBJECT}" if built else
+                            f"missing {OBJECT}: run 'make build'"))
         if all(c.ok for c in checks):
             checks.extend(_load_attach_checks())
         elif problem_priv and all(c.ok is not False for c in checks[1:]):

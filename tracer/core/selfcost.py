@@ -31,7 +31,7 @@ STATS_SHARE = 0.02
 class ProgramCost:
     """One loaded BPF program's runs since load (counted only while BPF stats were on)."""
 
-    object: str  # the BPF object it belongs to: proc, syscall, pagecache, block, sched
+    object: str  # the stage it was written in (bpf/STAGE.bpf.c): proc, syscall, pagecache, block, sched
     name: str  # its name in the object (libbpf's, not cut to 15 characters)
     section: str  # its ELF section: the attach point ("raw_tp/block_rq_issue", "tracepoint")
     run_cnt: int

@@ -1,7 +1,7 @@
 """The thin ctypes binding to libbpf.so.1: the only module of iotrace that uses ctypes.
 
 It exposes just the libbpf calls the loader needs, raising :class:`LibbpfError` (with the errno
-text) instead of returning NULL or a negative code. Everything else about BPF lives in loader.py.
+text) instead of returning NULL or a negative code. Everything else about BPF lives in probes.py.
 The one libc call Python has no binding for, prctl(PR_SET_PDEATHSIG) for the held child
 (tracer.live.child), is here too: ctypes stays in one module, whose libc handle is loaded at
 import, before any fork.
@@ -108,7 +108,6 @@ def lib() -> ctypes.CDLL:
     _sig(so.bpf_obj_get_info_by_fd, i, i, vp, ctypes.POINTER(u32))
     _sig(so.bpf_link__destroy, i, vp)
     _sig(so.bpf_map__fd, i, vp)
-    _sig(so.bpf_map__reuse_fd, i, vp, i)
     _sig(so.bpf_map__initial_value, vp, vp, ctypes.POINTER(ctypes.c_size_t))
     _sig(so.bpf_object__find_map_by_name, vp, vp, cp)
     _sig(so.bpf_map_update_elem, i, i, vp, vp, ctypes.c_uint64)
@@ -267,12 +266,8 @@ class BpfObject:
     def map_fd(self, name: str) -> int:
         return _check_rc(lib().bpf_map__fd(self._map(name)), f"fd of map {name}")
 
-    def reuse_map(self, name: str, fd: int) -> None:
-        """Makes this object use an existing map (shared between objects) instead of its own."""
-        _check_rc(lib().bpf_map__reuse_fd(self._map(name), fd), f"reuse map {name}")
-
     def set_max_entries(self, name: str, n: int) -> None:
-        """Resizes map `name` before load (shared maps: in the object that creates them)."""
+        """Resizes map `name` before load."""
         _check_rc(lib().bpf_map__set_max_entries(self._map(name), n), f"resize map {name}")
 
     def max_entries(self, name: str) -> int:

@@ -1,8 +1,9 @@
-"""Loads iotrace's BPF objects, attaches them, and reads their maps: the only user of libbpf.
+"""Loads iotrace's BPF object, attaches it, and reads its maps: the only user of libbpf.
 
 The straight line is load -> track -> attach -> (read maps, poll events)* -> close. One
-:class:`Probes` owns every object, link and ring buffer; closing it detaches everything (links are
-fd-based, so a killed iotrace leaves nothing attached either).
+:class:`Probes` owns the object, its links and the ring buffer; closing it detaches everything
+(links are fd-based, so a killed iotrace leaves nothing attached either). The stages of bpf/ are
+linked into that one object at build time, so each map the stages share is one map already.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 
 from tracer.core import abi
 from tracer.kernel import libbpf as _libbpf
+from tracer.kernel.elf import function_files
 from tracer.kernel.libbpf import (
     BpfObject,
     LibbpfError,
@@ -35,24 +37,21 @@ from tracer.live.procfs import in_flight_by_devt
 LEFTOVER_WAIT_S = 0.5
 
 BPF_DIR = Path(__file__).parent.parent / "bpf"
+OBJECT = "iotrace.bpf.o"  # every stage of bpf/, linked by `make build`
 PAGE_SHIFT = (os.sysconf("SC_PAGE_SIZE") - 1).bit_length()
 
-OBJECTS = ("proc", "syscall", "pagecache", "block", "sched")  # proc first: it makes the shared maps
-SHARED_MAPS = ("tracked", "tracked_bits", "hists", "events", "events_lost", "files_seen", "file_stats",
-               "dirtier", "folio_owners", "sys_starts", "threads", "map_full", "hist_slots",
-               "file_slots")
-# The object that creates each map whose refused inserts `map_full` counts (abi.MAP_FULL_MAPS):
-# shared maps are made by the first object, the others by their own.
-MAP_OWNERS = {name: "proc" for name in abi.MAP_FULL_MAPS} | {"rq_starts": "block"}
 # The block layer's table of requests in flight (block.bpf.c): a power of two of slots; the
 # requests that find their slot taken go to rq_starts.
 RQ_SLOTS = "rq_slots"
 # Tables of counters indexed by a hash of their key, in front of `hists` and `file_stats`
-# (maps.bpf.h): powers of two, sized in the object that makes the shared maps. By enum
-# iot_slot_table (abi.HIST_SLOTS, abi.FILE_SLOTS), with the layout of their slots.
+# (slots.bpf.h): powers of two. By enum iot_slot_table (abi.HIST_SLOTS, abi.FILE_SLOTS), with
+# the layout of their slots.
 SLOT_TABLES = ("hist_slots", "file_slots")
 SLOT_LAYOUTS = (abi.HIST_SLOT, abi.FILE_SLOT)
 POWER_OF_TWO_MAPS = (RQ_SLOTS, *SLOT_TABLES)
+# The maps IOTRACE_MAP_SIZES can size: those whose refused inserts `map_full` counts, and the
+# tables of slots.
+SIZABLE_MAPS = (*abi.MAP_FULL_MAPS, *POWER_OF_TWO_MAPS)
 STATS_SYSCTL = "/proc/sys/kernel/bpf_stats_enabled"
 # Tracepoints whose programs read the in-flight syscall from task-local storage. A tp_btf
 # program gets the storage through a trylock that fails (NULL) when a syscall program holding
@@ -102,9 +101,9 @@ def map_sizes_from_env(text: str | None = None) -> dict[str, int]:
     sizes: dict[str, int] = {}
     for item in filter(None, (t.strip() for t in text.split(","))):
         name, _, n = item.partition("=")
-        if name not in MAP_OWNERS and name not in POWER_OF_TWO_MAPS:
+        if name not in SIZABLE_MAPS:
             raise BadSetting(f"{MAP_SIZES_ENV}: no map {name!r} can be sized; give "
-                             f"MAP=N with MAP one of {', '.join([*MAP_OWNERS, *POWER_OF_TWO_MAPS])}")
+                             f"MAP=N with MAP one of {', '.join(SIZABLE_MAPS)}")
         if not n.isdigit() or int(n) < 1:
             raise BadSetting(f"{MAP_SIZES_ENV}: {item!r}: the size must be a whole number of "
                              "entries, at least 1")
@@ -147,7 +146,8 @@ class Probes:
         self.map_sizes = map_sizes_from_env() if map_sizes is None else map_sizes
         self.slow_ns = slow_ns
         self.auto_discover = auto_discover
-        self.objects: dict[str, BpfObject] = {}
+        self.obj: BpfObject | None = None
+        self.stages: dict[str, str] = {}  # program name -> its stage (bpf/STAGE.bpf.c)
         self.links: list[Link] = []
         self.features: dict[str, str] = {}
         self._ring: RingBuffer | None = None
@@ -177,48 +177,29 @@ class Probes:
 
     # -- load ---------------------------------------------------------------------------------
     def load(self) -> None:
-        """Opens and loads every object; raises HostCannotTrace with the reason."""
+        """Opens and loads the object; raises HostCannotTrace with the reason."""
         try:
             _libbpf.lib()
         except LibbpfMissing as e:
             raise HostCannotTrace(
                 f"{e}: install libbpf >= 1.0 (Debian: apt-get install libbpf1)"
             ) from None
-        shared: dict[str, int] = {}
-        slot_bits: dict[str, int] = {}
+        path = self.bpf_dir / OBJECT
+        if not path.exists():
+            raise HostCannotTrace(f"{path} is missing: build it with 'make build'")
         try:
-            for name in OBJECTS:
-                path = self.bpf_dir / f"{name}.bpf.o"
-                if not path.exists():
-                    raise HostCannotTrace(f"{path} is missing: build it with 'make build'")
-                obj = BpfObject(str(path))
-                self.objects[name] = obj
-                self._choose_programs(obj)
-                have_io_start = self.features.get("block_io_start", "missing") != "missing"
-                rq_slot_bits = 0
-                if name == "block":
-                    if RQ_SLOTS in self.map_sizes:
-                        obj.set_max_entries(RQ_SLOTS, self.map_sizes[RQ_SLOTS])
-                    rq_slot_bits = obj.max_entries(RQ_SLOTS).bit_length() - 1
-                if not shared:  # the first object: it makes the slot tables
-                    for m in SLOT_TABLES:
-                        if m in self.map_sizes:
-                            obj.set_max_entries(m, self.map_sizes[m])
-                        slot_bits[m] = obj.max_entries(m).bit_length() - 1
-                obj.set_config(abi.CONFIG.pack(int(have_io_start), PAGE_SHIFT,
-                                               int(self.auto_discover), rq_slot_bits,
-                                               slot_bits["hist_slots"], slot_bits["file_slots"],
-                                               self.slow_ns))
-                for m, fd in shared.items():
-                    obj.reuse_map(m, fd)
-                for m, owner in MAP_OWNERS.items():
-                    if owner == name:
-                        if m in self.map_sizes:
-                            obj.set_max_entries(m, self.map_sizes[m])
-                        self.max_entries[m] = obj.max_entries(m)
-                obj.load()
-                if not shared:
-                    shared = {m: obj.map_fd(m) for m in SHARED_MAPS}
+            obj = self.obj = BpfObject(str(path))
+            self._choose_programs(obj)
+            for m in SIZABLE_MAPS:
+                if m in self.map_sizes:
+                    obj.set_max_entries(m, self.map_sizes[m])
+            bits = {m: obj.max_entries(m).bit_length() - 1 for m in POWER_OF_TWO_MAPS}
+            have_io_start = self.features.get("block_io_start", "missing") != "missing"
+            obj.set_config(abi.CONFIG.pack(int(have_io_start), PAGE_SHIFT, int(self.auto_discover),
+                                           bits[RQ_SLOTS], bits["hist_slots"], bits["file_slots"],
+                                           self.slow_ns))
+            self.max_entries = {m: obj.max_entries(m) for m in abi.MAP_FULL_MAPS}
+            obj.load()
         except LibbpfError as e:
             self.close()
             detail = _load_failure_reason(_libbpf.recent_log())
@@ -226,24 +207,26 @@ class Probes:
             if e.errno in (errno.EPERM, errno.EACCES):
                 hint = " (needs root, or CAP_BPF and CAP_PERFMON)"
             raise HostCannotTrace(f"cannot load BPF programs: {e}{hint}. {detail}".strip()) from None
-        self.tracked = Map(shared["tracked"], abi.TGID.size, abi.TRACKED_INFO.size)
-        self.threads = Map(shared["threads"], abi.TGID.size, abi.THREAD_TIME.size)
-        self.hists = Map(shared["hists"], abi.HIST_KEY.size, abi.HIST_SIZE)
-        self.file_stats = Map(shared["file_stats"], abi.FILE_KEY.size, abi.FILE_STAT.size)
-        self._slots = [MappedArray(shared[m], layout.size, 1 << slot_bits[m])
+        self.stages = {name: file.removesuffix(".bpf.c")
+                       for name, file in function_files(path).items()}
+        fd = obj.map_fd
+        self.tracked = Map(fd("tracked"), abi.TGID.size, abi.TRACKED_INFO.size)
+        self.threads = Map(fd("threads"), abi.TGID.size, abi.THREAD_TIME.size)
+        self.hists = Map(fd("hists"), abi.HIST_KEY.size, abi.HIST_SIZE)
+        self.file_stats = Map(fd("file_stats"), abi.FILE_KEY.size, abi.FILE_STAT.size)
+        self._slots = [MappedArray(fd(m), layout.size, 1 << bits[m])
                        for m, layout in zip(SLOT_TABLES, SLOT_LAYOUTS, strict=True)]
-        self._track = self.objects[OBJECTS[0]].program("track")
-        self._free_slot = self.objects[OBJECTS[0]].program("free_slot")
-        self.epoch = Map(self.objects["syscall"].map_fd(".data.epoch"), 4, 8)
+        self._track = obj.program("track")
+        self._free_slot = obj.program("free_slot")
+        self.epoch = Map(fd(".data.epoch"), 4, 8)
         self.max_epoch = 0
         ncpu = _libbpf.num_possible_cpus()
-        self._lost = Map(shared["events_lost"], 4, 8 * ncpu)
-        self._map_full = Map(shared["map_full"], 4, 8 * ncpu)
-        block = self.objects["block"]
-        self._unseen = Map(block.map_fd("block_unseen"), 4, 8 * ncpu)
-        self._rq_slots = Map(block.map_fd(RQ_SLOTS), 4, abi.RQ_SLOT.size)
-        self._rq_starts = Map(block.map_fd("rq_starts"), 8, abi.RQ_START.size)
-        self._sys_starts = Map(shared["sys_starts"], abi.TGID.size, abi.SYS_START.size)
+        self._lost = Map(fd("events_lost"), 4, 8 * ncpu)
+        self._map_full = Map(fd("map_full"), 4, 8 * ncpu)
+        self._unseen = Map(fd("block_unseen"), 4, 8 * ncpu)
+        self._rq_slots = Map(fd(RQ_SLOTS), 4, abi.RQ_SLOT.size)
+        self._rq_starts = Map(fd("rq_starts"), 8, abi.RQ_START.size)
+        self._sys_starts = Map(fd("sys_starts"), abi.TGID.size, abi.SYS_START.size)
 
     def _choose_programs(self, obj: BpfObject) -> None:
         """Keeps the tp_btf twin of each program where the kernel's BTF has the tracepoint,
@@ -284,12 +267,12 @@ class Probes:
 
     def attach(self) -> None:
         """Attaches every loaded program; raises HostCannotTrace on failure (nothing stays)."""
+        assert self.obj is not None
         try:
-            for obj in self.objects.values():
-                for prog in obj.programs():
-                    if not prog.autoload or prog.section == "syscall":  # run, not attached
-                        continue
-                    self.links.append(prog.attach())
+            for prog in self.obj.programs():
+                if not prog.autoload or prog.section == "syscall":  # run, not attached
+                    continue
+                self.links.append(prog.attach())
         except LibbpfError as e:
             self.detach()
             raise HostCannotTrace(f"cannot attach: {e}") from None
@@ -528,18 +511,19 @@ class Probes:
         return self._stats_s + on
 
     def program_stats(self) -> list[tuple[str, str, str, ProgStats]]:
-        """(object, program name, section, cumulative stats) of every loaded program. Counts
+        """(stage, program name, section, cumulative stats) of every loaded program, the stage
+        being the bpf/ source it came from (proc, syscall, pagecache, block, sched). Counts
         are since load, and only while stats were on (elsewhere, all 0)."""
-        out = []
-        for obj_name, obj in self.objects.items():
-            for prog in obj.programs():
-                if prog.autoload:
-                    out.append((obj_name, prog.name, prog.section, _libbpf.prog_stats(prog.fd)))
-        return out
+        if self.obj is None:
+            return []
+        return [(self.stages.get(prog.name, "iotrace"), prog.name, prog.section,
+                 _libbpf.prog_stats(prog.fd))
+                for prog in self.obj.programs() if prog.autoload]
 
     def open_events(self, on_event: Callable[[bytes], None]) -> None:
         """`on_event(raw)` runs for every ring-buffer record during poll_events()."""
-        fd = self.objects["proc"].map_fd("events")
+        assert self.obj is not None
+        fd = self.obj.map_fd("events")
         self._ring = RingBuffer(fd, on_event)
 
     def poll_events(self, timeout_ms: int) -> int:
@@ -556,7 +540,7 @@ class Probes:
         self._slots.clear()
         self.forget_pidfds(list(self._pidfds))
         self._track = self._free_slot = None
-        for obj in self.objects.values():
-            obj.close()
-        self.objects.clear()
+        if self.obj is not None:
+            self.obj.close()
+            self.obj = None
         self.pause_stats()  # closing the fd: the kernel restores bpf_stats_enabled

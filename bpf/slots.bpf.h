@@ -1,0 +1,159 @@
+/* SPDX-License-Identifier: GPL-2.0 OR BSD-3-Clause */
+/* Histograms and per-file counters: slot tables in front of `hists` and `file_stats`. */
+#ifndef SLOTS_BPF_H
+#define SLOTS_BPF_H
+
+#include "maps.bpf.h"
+#include "bits.bpf.h"
+
+static const struct hist zero_hist;
+static const struct file_stat zero_file_stat;
+
+/*
+ * Slot tables. Every traced syscall's exit adds to a histogram and to a file's counters, every
+ * block request's end to a histogram: a hash-map lookup for each was a third of what iotrace
+ * added to a page-cache pread (docs/benchmarks.md). So a key first tries one slot of an array,
+ * chosen by a hash of the key: found with an index and two compares, taken when free with one
+ * compare-and-swap of its tag; only a key whose slot another key holds goes to the hash map
+ * (`hists`, `file_stats`). User space reads both, adds up a key found in both, and frees the
+ * slots of processes gone and of files idle with the `free_slot` program (proc.bpf.c).
+ * A key is claimed before it is written: another CPU that meets the tag before the key takes
+ * the hash map for that one operation, which user space adds up all the same.
+ */
+#define HIST_SLOTS 2048 /* powers of two; the loader passes their log2 in iot_config */
+#define FILE_SLOTS 16384
+
+IOT_SHARED struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE); /* user space reads it in place */
+	__uint(max_entries, HIST_SLOTS);
+	__type(key, __u32);
+	__type(value, struct hist_slot);
+} hist_slots SEC(".maps");
+
+IOT_SHARED struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, FILE_SLOTS);
+	__type(key, __u32);
+	__type(value, struct file_slot);
+} file_slots SEC(".maps");
+
+/* The value of `key` in hash map `map`, made from `zero` on first use; a refused insert is
+ * counted as map `idx` (enum iot_map) full. */
+static __always_inline void *lookup_or_make(void *map, const void *key, const void *zero,
+					    __u32 idx)
+{
+	void *v = bpf_map_lookup_elem(map, key);
+
+	if (v)
+		return v;
+	count_map_full(idx, bpf_map_update_elem(map, key, zero, BPF_NOEXIST));
+	return bpf_map_lookup_elem(map, key);
+}
+
+static __always_inline __u32 slot_index(__u64 tag, __u32 bits)
+{
+	return bits ? tag >> (64 - bits) : 0;
+}
+
+static __always_inline bool hist_key_eq(const struct hist_key *a, const struct hist_key *b)
+{
+	return a->tgid == b->tgid && a->dev == b->dev && a->layer == b->layer && a->op == b->op &&
+	       a->target == b->target && a->attribution == b->attribution;
+}
+
+/* The histogram of `key`: its slot, else its entry in `hists` (made on first use). */
+static __always_inline struct hist *hist_of(const struct hist_key *key)
+{
+	__u64 tag = slot_tag(key->tgid | (__u64)key->dev << 32,
+			     key->layer | key->op << 8 | key->target << 16 |
+				     (__u64)key->attribution << 24, 0);
+	__u32 i = slot_index(tag, iot_config.hist_slot_bits);
+	struct hist_slot *s = bpf_map_lookup_elem(&hist_slots, &i);
+
+	if (s && s->tag == tag && hist_key_eq(&s->key, key))
+		return &s->h;
+	if (s && !s->tag && __sync_val_compare_and_swap(&s->tag, 0, tag) == 0) {
+		s->key = *key;
+		return &s->h;
+	}
+	return lookup_or_make(&hists, key, &zero_hist, IOT_MAP_HISTS);
+}
+
+/* Adds `n` operations of `latency_ns` that moved `bytes` to the histogram of `key`. */
+static __always_inline void hist_add(const struct hist_key *key, __u64 latency_ns, __u64 bytes,
+				     __u64 n)
+{
+	struct hist *h = hist_of(key);
+	__u32 slot;
+
+	if (!h)
+		return;
+	slot = log2_u64(latency_ns);
+	if (slot >= IOT_MAX_SLOTS)
+		slot = IOT_MAX_SLOTS - 1;
+	__sync_fetch_and_add(&h->count[slot], n);
+	if (bytes)
+		__sync_fetch_and_add(&h->bytes[slot], bytes);
+}
+
+static __always_inline bool file_key_eq(const struct file_key *a, const struct file_key *b)
+{
+	return a->ino == b->ino && a->tgid == b->tgid && a->dev == b->dev && a->gen == b->gen &&
+	       a->op == b->op;
+}
+
+/* The counters of `key`: its slot, else its entry in `file_stats` (made on first use). */
+static __always_inline struct file_stat *file_stat_of(const struct file_key *key)
+{
+	__u64 tag = slot_tag(key->tgid | (__u64)key->dev << 32, key->ino,
+			     key->gen | (__u64)key->op << 32);
+	__u32 i = slot_index(tag, iot_config.file_slot_bits);
+	struct file_slot *s = bpf_map_lookup_elem(&file_slots, &i);
+
+	if (s && s->tag == tag && file_key_eq(&s->key, key))
+		return &s->st;
+	if (s && !s->tag && __sync_val_compare_and_swap(&s->tag, 0, tag) == 0) {
+		s->key = *key;
+		return &s->st;
+	}
+	return lookup_or_make(&file_stats, key, &zero_file_stat, IOT_MAP_FILE_STATS);
+}
+
+/* The counters of (process, file, op), made on first use. */
+static __always_inline struct file_stat *file_stat_for(__u32 tgid, const struct file_id *id,
+						       __u8 op)
+{
+	struct file_key key = {};
+
+	key.tgid = tgid;
+	key.dev = id->dev;
+	key.ino = id->ino;
+	key.gen = id->gen;
+	key.op = op;
+	return file_stat_of(&key);
+}
+
+/* Per-file accounting of one completed operation. */
+static __always_inline void file_op_add(__u32 tgid, const struct file_id *id, __u8 op,
+					__u64 latency_ns, __u64 bytes)
+{
+	struct file_stat *st = file_stat_for(tgid, id, op);
+	__u64 epoch = max_epoch;
+
+	if (!st)
+		return;
+	__sync_fetch_and_add(&st->ops, 1);
+	__sync_fetch_and_add(&st->bytes, bytes);
+	__sync_fetch_and_add(&st->latency_sum_ns, latency_ns);
+	/* racy by design (a max, not a count): the first op of an interval restarts it */
+	if (st->max_epoch != epoch) {
+		st->max_epoch = epoch;
+		st->latency_max_ns = latency_ns;
+	} else if (latency_ns > st->latency_max_ns) {
+		st->latency_max_ns = latency_ns;
+	}
+}
+
+#endif /* SLOTS_BPF_H */

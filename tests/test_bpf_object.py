@@ -1,0 +1,29 @@
+"""The linked BPF object: every program keeps the stage it was written in (the self-cost tables
+name programs "stage/name"), read from the object's ELF symbols without loading it."""
+
+import pytest
+
+from tracer.kernel.elf import function_files
+from tracer.kernel.probes import BPF_DIR, OBJECT
+
+STAGES = {"proc", "syscall", "pagecache", "block", "sched"}
+
+
+@pytest.fixture
+def built():
+    path = BPF_DIR / OBJECT
+    if not path.exists():
+        pytest.skip(f"{path} is not built (make build)")
+    return path
+
+
+def test_every_program_has_its_stage(built):
+    files = function_files(built)
+    stages = {name: f.removesuffix(".bpf.c") for name, f in files.items()}
+    assert set(stages.values()) == STAGES
+    assert stages["fork_btf"] == "proc" and stages["track"] == "proc"
+    assert stages["free_slot"] == "proc"
+    assert stages["sys_enter"] == "syscall" and stages["sys_exit"] == "syscall"
+    assert stages["add_page_raw"] == "pagecache"
+    assert stages["rq_issue_raw"] == "block" and stages["io_start_raw"] == "block"
+    assert stages["switch_btf"] == "sched"
