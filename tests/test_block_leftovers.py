@@ -14,7 +14,7 @@ from conftest import needs_root
 from tracer.core import abi
 from tracer.kernel.libbpf import Map
 from tracer.kernel.probes import Probes
-from tracer.live.procfs import in_flight_by_devt
+from tracer.live.procfs import disks_in_flight, in_flight_by_devt
 
 pytestmark = [needs_root, pytest.mark.kernel]
 
@@ -49,7 +49,7 @@ def test_leftovers_are_exact_beside_a_busy_disk(iowork, data_file):
         got = []
         for _ in range(20):
             busy += in_flight_by_devt(Path("/proc/diskstats").read_text()).get(disk, 0) > 0
-            got.append(p.block_unseen(leftovers=True))
+            got.append(p.block_unseen(disks_in_flight))
             time.sleep(0.01)
         assert got == [(2, 4096 + 8192)] * 20
     finally:

@@ -32,6 +32,7 @@ from conftest import (
 from tracer.core import abi
 from tracer.kernel.libbpf import Map
 from tracer.kernel.probes import Probes
+from tracer.live.procfs import disks_in_flight
 from tracer.workloads.dataset import throttle, throttle_cgroup, unthrottle
 
 pytestmark = [needs_root, pytest.mark.kernel]
@@ -570,7 +571,7 @@ def test_requests_left_in_flight_at_the_end_count_as_unseen():
         slots = Map(block.map_fd("rq_slots"), 4, abi.RQ_SLOT.size)
         slots.update(bytes(4), abi.RQ_SLOT.pack(99 << 6, abi.RQ_START.pack(*record(1, idle, 8192))))
         assert p.block_unseen() == (0, 0)  # during the trace: only what the programs found
-        assert p.block_unseen(leftovers=True) == (2, 4096 + 8192)
+        assert p.block_unseen(disks_in_flight) == (2, 4096 + 8192)
     finally:
         p.close()
 

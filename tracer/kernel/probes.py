@@ -11,7 +11,7 @@ from __future__ import annotations
 import errno
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -29,7 +29,6 @@ from tracer.kernel.libbpf import (
     ProgStats,
     RingBuffer,
 )
-from tracer.live.procfs import in_flight_by_devt
 
 # At the end of a trace, how long the disks of held block records are watched for a moment with
 # nothing in flight (block_unseen): a job on the same disk keeps a request in flight 62 % of the
@@ -424,19 +423,20 @@ class Probes:
         return {name: self._percpu_sum(self._map_full, i)
                 for i, name in enumerate(abi.MAP_FULL_MAPS)}
 
-    def block_unseen(self, leftovers: bool = False) -> tuple[int, int]:
+    def block_unseen(self, in_flight: Callable[[], Mapping[int, int]] | None = None
+                     ) -> tuple[int, int]:
         """(requests, bytes) of traced block requests that were issued and whose end no
         completion program saw (block.bpf.c, `block_unseen`), cumulative: those found when
-        their address started a new request, and with `leftovers` (at the end of a trace) the
-        records still held. A request still in flight holds one too: of each disk's records
-        issued before this call, as many as the disk has requests in flight are taken to be
-        those, the rest ended unseen. The disk is read again (for up to LEFTOVER_WAIT_S) until
-        it has none in flight: then every record left ended unseen, which is exact even while
-        other processes (another iotrace's job) use the disk. A disk never idle in that time
-        keeps the best lower bound seen."""
+        their address started a new request, and with `in_flight` (at the end of a trace: the
+        requests each disk has in flight now, by device number) the records still held. A
+        request still in flight holds one too: of each disk's records issued before this call,
+        as many as the disk has requests in flight are taken to be those, the rest ended
+        unseen. The disk is read again (for up to LEFTOVER_WAIT_S) until it has none in flight:
+        then every record left ended unseen, which is exact even while other processes (another
+        iotrace's job) use the disk. A disk never idle in that time keeps the best lower bound seen."""
         assert self._unseen is not None and self._rq_slots is not None
         requests, nbytes = self._percpu_sum(self._unseen, 0), self._percpu_sum(self._unseen, 1)
-        if not leftovers:
+        if in_flight is None:
             return requests, nbytes
         assert self._rq_starts is not None
         since_ns = time.monotonic_ns()  # the clock of bpf_ktime_get_ns()
@@ -446,7 +446,7 @@ class Probes:
         while True:
             # in flight read before the records: a record of a request still in flight at
             # that read is held then, so records - in flight never counts one of those
-            in_flight = in_flight_by_devt(Path("/proc/diskstats").read_text())
+            busy_now = in_flight()
             held = [rec for rq, rec in (abi.RQ_SLOT.unpack(v) for _, v in self._rq_slots.items())
                     if rq]
             held += [v for _, v in self._rq_starts.items()]
@@ -455,7 +455,7 @@ class Probes:
                 if 0 < issue_ns < since_ns:
                     issued.setdefault(dev, []).append(data_len)
             for dev, lengths in issued.items():
-                busy = in_flight.get(dev, len(lengths))  # unknown disk: none counted
+                busy = busy_now.get(dev, len(lengths))  # unknown disk: none counted
                 n = len(lengths) - busy
                 if n > best.get(dev, (0, 0))[0]:
                     best[dev] = (n, sum(sorted(lengths)[:n]))  # the least it can be

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from tracer.core.selfcost import STATS_SHARE, ProgramCost, SelfCost, TracerMeter
+from tracer.live.procfs import disks_in_flight
 
 if TYPE_CHECKING:
     from tracer.kernel.probes import Probes
@@ -57,7 +58,7 @@ class CostReader:
             programs = tuple(ProgramCost(obj, name, sec, st.run_cnt, st.run_time_ns,
                                          st.recursion_misses)
                              for obj, name, sec, st in self.probes.program_stats())
-        unseen = self.probes.block_unseen(leftovers=final)
+        unseen = self.probes.block_unseen(disks_in_flight if final else None)
         return SelfCost(programs, self.probes.events_lost(), self.probes.map_full_drops(),
                         self.meter.read(not final), self.unavailable,
                         self.probes.stats_before, dict(self.probes.max_entries),

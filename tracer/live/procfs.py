@@ -137,6 +137,12 @@ def in_flight_by_devt(text: str) -> dict[int, int]:
     return {major << 20 | minor: c.in_flight for major, minor, _, c in _diskstats_lines(text)}
 
 
+def disks_in_flight() -> dict[int, int]:
+    """in_flight_by_devt of this host's /proc/diskstats now."""
+    with open("/proc/diskstats") as f:
+        return in_flight_by_devt(f.read())
+
+
 def _diskstats_lines(text: str) -> Iterator[tuple[int, int, str, DiskCounters]]:
     """(major, minor, name, counters) of each line of /proc/diskstats (see parse_diskstats)."""
     for line in text.splitlines():
