@@ -6,6 +6,7 @@ the sum of `count` over a trace's rows is exactly the number of operations compl
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -83,7 +84,8 @@ class Aggregator:
                  system: SystemRow | None = None, gpu: list[GpuRow] | None = None,
                  cost: SelfCost | None = None) -> Snapshot:
         """Deltas since the previous call, as rows stamped `ts_ns`; slow events since then. The
-        snapshot's other fields, read elsewhere (/proc, NVML, iotrace's cost), as given."""
+        snapshot's other fields, read elsewhere (/proc, NVML, iotrace's cost), as given, but for
+        the cost's count of files whose path was lost: the file table's, after this reading."""
         rows: list[LatencyRow] = []
         for rkey, rval in reading.hists.items():
             cur = abi.decode_hist(rval)
@@ -104,6 +106,9 @@ class Aggregator:
         interval_ns = ts_ns - self.last_ts_ns if self.last_ts_ns else 0
         self.last_ts_ns = ts_ns
         events, self.pending_events = self.pending_events, []
+        if cost is not None:  # what the file table could not name, once this reading's are in
+            recovered, unknown = self.files.lost_paths()
+            cost = dataclasses.replace(cost, paths_recovered=recovered, paths_unknown=unknown)
         return Snapshot(ts_ns, interval_ns, rows, file_rows, events, thread_rows, devices or [],
                         system, gpu or [], cost)
 

@@ -11,12 +11,11 @@ from tracer.live.procfs import disks_in_flight
 
 if TYPE_CHECKING:
     from tracer.kernel.probes import Probes
-    from tracer.live.files import FileTable
 
 
 class CostReader:
-    def __init__(self, probes: Probes, files: FileTable, mode: str, interval_s: float):
-        self.probes, self.files, self.mode, self.interval_s = probes, files, mode, interval_s
+    def __init__(self, probes: Probes, mode: str, interval_s: float) -> None:
+        self.probes, self.mode, self.interval_s = probes, mode, interval_s
         self.unavailable: str | None = None  # why BPF programs' costs are not counted
         self.off_at: float | None = None  # --bpf-stats sampled: when to stop counting
         self.meter: TracerMeter | None = None  # the tracer's own CPU, from when tracing starts
@@ -62,5 +61,4 @@ class CostReader:
         return SelfCost(programs, self.probes.events_lost(), self.probes.map_full_drops(),
                         self.meter.read(not final), self.unavailable,
                         self.probes.stats_before, dict(self.probes.max_entries),
-                        self.probes.stats_seconds, self.mode, *unseen,
-                        *self.files.lost_paths())
+                        self.probes.stats_seconds, self.mode, *unseen)

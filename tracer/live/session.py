@@ -132,7 +132,7 @@ class Session:
         except BadSetting as e:
             raise TraceFailure(str(e), EXIT_USAGE) from None
         self.no_pandas = NoPandas()
-        self.cost = CostReader(self.probes, self.files, opts.bpf_stats, opts.interval_s)
+        self.cost = CostReader(self.probes, opts.bpf_stats, opts.interval_s)
         self.discovery = Discovery(self.processes, self.probes, self.redact, err, opts.match)
         self.proc = ProcSampler()
         self.gpu: nvml.GpuMonitor | None = None

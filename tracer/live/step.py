@@ -69,6 +69,7 @@ class Step:
                 add_gpu_evidence(run_findings, self.gpu_idle, list(self.gpu_rows))
                 meta["gpu"] = self.gpu.meta()
             rows = [f.row(snap.ts_ns) for f in run_findings]
-            meta.update(events_lost=cost.events_lost, self_cost=cost.meta())
+            assert snap.cost is not None
+            meta.update(events_lost=snap.cost.events_lost, self_cost=snap.cost.meta())
         return Interval(snap, loop, findings, rows, idle, processes, cost.events_lost, notes,
                         final, run_findings, meta)
