@@ -121,6 +121,33 @@ def test_idle_file_keys_are_dropped_and_counted_afresh():
     assert [r["ops"] for r in rows] == [2]
 
 
+def test_a_state_counted_a_little_long_is_not_counted_again():
+    """A thread's open state is counted up to the reading's clock, taken after the map: one that
+    ended in between was counted long, and the kernel's total is then below what was counted.
+    The next interval takes that back instead of counting the whole run again, and once the
+    kernel's totals pass what was counted, the sums over the run are the kernel's totals."""
+    agg = Aggregator(ProcessTable(Clock()))
+    running, sleeping = 0, 2  # enum iot_thread_state
+    ms = 10**6
+
+    def read(at_ms, state, since_ms, oncpu_ms, sleep_ms, woken_ms):
+        raw = abi.THREAD_TIME.pack(7, state, since_ms * ms, oncpu_ms * ms, 0, sleep_ms * ms, 0,
+                                   0, woken_ms * ms, 0, 0, b"train")
+        rows = agg.interval(Reading({}, threads={7: raw}, monotonic_ns=at_ms * ms),
+                            ts_ns=at_ms).threads
+        return {k: rows[0][k] // ms for k in ("oncpu_ns", "sleep_ns", "woken_by_worker_ns")}
+
+    # read at 10 s: asleep since 4 s; the sleep ended at 9.9 s, after the map was read
+    assert read(10_000, sleeping, 4_000, 4_000, 0, 0) == {
+        "oncpu_ns": 4_000, "sleep_ns": 6_000, "woken_by_worker_ns": 0}
+    # read at 11 s: the kernel wrote 5.9 s of sleep, ended by a worker; on CPU since 9.9 s
+    assert read(11_000, running, 9_900, 4_000, 5_900, 5_900) == {
+        "oncpu_ns": 1_100, "sleep_ns": 0, "woken_by_worker_ns": 5_900}
+    # read at 12 s: on CPU until 11.5 s, asleep since: 0.5 s more of each
+    assert read(12_000, sleeping, 11_500, 5_600, 5_900, 5_900) == {
+        "oncpu_ns": 500, "sleep_ns": 400, "woken_by_worker_ns": 0}  # 6.4 s in all, as the kernel
+
+
 def test_rows_of_a_process_not_registered_yet_are_valid():
     """Counters of a just-forked process can be read before its fork record: its rows say
     `child` (a traced descendant) and fit the strict schema."""

@@ -68,7 +68,7 @@ class Aggregator:
         self.files = files or FileTable()
         self.prev: dict[bytes, np.ndarray] = {}
         self.prev_files: dict[bytes, bytes] = {}  # raw file_stat values of the last reading
-        self.prev_threads: dict[int, tuple[int, ...]] = {}
+        self.prev_threads: dict[int, tuple[int, ...]] = {}  # (pid, *ThreadTime.as_tuple())
         self.file_intervals = 0  # readings of the per-file counters so far
         # The reading (file_intervals) in which each file key last gave a row, or before its
         # first reading: a key's idle intervals are file_intervals minus this, so an
@@ -117,12 +117,19 @@ class Aggregator:
         rows: list[ThreadRow] = []
         for tid, raw in threads.items():
             t = abi.decode_thread_time(tid, raw, mono_ns)
-            cur = t.as_tuple()
+            cur = (t.pid, *t.as_tuple())
             prev = self.prev_threads.get(tid)
-            delta = cur if prev is None else tuple(c - p for c, p in zip(cur, prev, strict=True))
-            if min(delta) < 0:
-                delta = cur
-            self.prev_threads[tid] = cur
+            if prev is None or prev[0] != t.pid:  # first seen, or its tid reused by another process
+                delta, seen = cur[1:], cur
+            else:
+                # The state a thread was in when read is counted up to the reading's clock, taken
+                # after the map: a state that ended in between was counted a little long, and the
+                # kernel's total is then below it. That time is not counted twice: each total
+                # goes on from the larger of the two, and what was counted early is taken from
+                # the next intervals' (the run's sums are the kernel's once it passes them).
+                seen = tuple(max(c, p) for c, p in zip(cur, prev, strict=True))
+                delta = tuple(n - p for n, p in zip(seen[1:], prev[1:], strict=True))
+            self.prev_threads[tid] = seen
             if not any(delta[:4]):
                 continue  # (the kernel starts counting at first sight: nothing from before)
             proc = self.processes.get(t.pid)
