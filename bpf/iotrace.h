@@ -108,7 +108,7 @@ struct file_stat {
 };
 
 /* A block request in flight (block.bpf.c), from its start to its end; user space reads the
- * records left at the end (loader.py). */
+ * records left at the end (tracer/kernel/probes.py). */
 struct rq_start {
 	__u64 insert_ns;
 	__u64 issue_ns;

@@ -206,7 +206,7 @@ def test_a_key_in_a_slot_and_in_the_map_adds_up():
 
 def test_block_request_records(c_layout):
     """The records of block requests in flight, which user space reads at the end for requests
-    whose end no completion program saw (loader.Probes.block_unseen)."""
+    whose end no completion program saw (kernel/probes.Probes.block_unseen)."""
     assert c_layout["rq_start"] == abi.RQ_START.size
     assert c_layout["rq_slot"] == abi.RQ_SLOT.size and c_layout["rq_slot.s"] == 8
     fields = abi.RQ_START.unpack(abi.RQ_START.pack(1, 2, 3, 0, 4, 5, 6, 7, 8, 9))
@@ -217,7 +217,7 @@ def test_block_request_records(c_layout):
 
 def test_syscall_in_flight_record(c_layout):
     """A thread's syscall in flight, which user space reads for the training loop's thread
-    (loader.Probes.syscalls_in_flight)."""
+    (kernel/probes.Probes.syscalls_in_flight)."""
     assert c_layout["sys_start"] == abi.SYS_START.size
     fields = abi.SYS_START.unpack(abi.SYS_START.pack(1, 2, 3, 4, 5, 6, 7, 8, 9, 10))
     assert fields == (1, 2, 3, 4, 5, 6, 7, 8, 9, 10)  # offsets below follow this order

@@ -547,7 +547,7 @@ def test_pid_namespace_view(iowork, data_file, tmp_path):
 
 def test_requests_left_in_flight_at_the_end_count_as_unseen():
     """At the end of a trace the records of block requests still held are of requests whose end
-    no program saw, less as many as their disk has in flight (loader.Probes.block_unseen).
+    no program saw, less as many as their disk has in flight (kernel/probes.Probes.block_unseen).
     Records planted in the loaded (not attached) maps: two issued before the reading on an idle
     disk count; one never issued, one issued after the reading began and one on a disk that
     does not exist do not."""

@@ -191,7 +191,7 @@ TABLES: dict[str, pa.Schema] = {
         _field("disk_read_bytes_s", pa.float64()),  # whole disks, stacked ones (dm, md) left out
         _field("disk_write_bytes_s", pa.float64()),
     ),
-    # NVML utilisation samples (tracer.gpu): one row per GPU per sample, covering
+    # NVML utilisation samples (tracer.gpu.nvml): one row per GPU per sample, covering
     # (ts - sample_period_ns, ts]. When the driver's sample buffer is empty (an idle GPU empties it),
     # one row per poll from nvmlDeviceGetUtilizationRates stands for the time since the previous row.
     "gpu": _schema(
@@ -206,7 +206,7 @@ TABLES: dict[str, pa.Schema] = {
         _field("sample_period_ns", NS),
     ),
     # Hard idle spans of a GPU (util <= 5 % for at least 2 consecutive samples) and what the training
-    # loop did during them (tracer.gpu.attribute): the <state>_frac are shares of the part of the span
+    # loop did during them (tracer.gpu.idle.attribute): the <state>_frac are shares of the part of the span
     # that loop intervals cover (they add up to 1 when coverage > 0).
     "gpu_idle": _schema(
         _field("start", TIMESTAMP),

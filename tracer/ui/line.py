@@ -57,7 +57,7 @@ def _mbs(n: float) -> str:
 
 def interval_line(snapshot: Snapshot, loop_rows: Iterable[LoopRow] = (), findings: Sequence = (),
                   interval_s: float = 1.0) -> str:
-    """The line of one interval: `snapshot` (tracer.live.aggregate.Snapshot), its `loop` rows, the
+    """The line of one interval: `snapshot` (tracer.core.model.Snapshot), its `loop` rows, the
     current findings (most severe first); `interval_s` stands in when the snapshot has no
     interval (the first of a run)."""
     itv_s = stats.interval_ns(snapshot, interval_s) / 1e9
