@@ -161,22 +161,16 @@ def prepare_csv(path: str) -> Path:
     return csv
 
 
-def _zombie(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
-    except (OSError, IndexError):
-        return False
-
-
 def _check_pids(pids: list[int]) -> None:
+    from tracer.live.discovery import gone
+
     for pid in pids:
         if pid == os.getpid():
             raise UsageError(f"PID {pid} is iotrace itself: give the PID of the job to trace")
         if not os.path.exists(f"/proc/{pid}"):
             raise UsageError(f"no process with PID {pid}: check it is running (pgrep -a python)")
     # pgrep lists zombies too: one among live PIDs is left out later, all of them leave nothing
-    if pids and all(_zombie(pid) for pid in pids):
+    if pids and all(gone(pid) for pid in pids):
         listed = " ".join(map(str, pids))
         raise UsageError(f"PID {listed} has exited (a zombie its parent has not reaped): nothing "
                          "to trace; check the job is running (pgrep -a python)")
