@@ -36,9 +36,11 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from tracer.gpu.idle import IdleDetector, attribute, gpu_owners, ns_of
+
+T = TypeVar("T")
 
 DEFAULT_PERIOD_NS = 166_666_667
 """NVML's utilisation sample period on most data-centre GPUs (1/6 s; between 1/6 s and 1 s)."""
@@ -433,6 +435,17 @@ class GpuSampler:
         """The devices polled now (not MIG, not lost)."""
         return [d for d in self.devices if not d.mig and d.index not in self._lost]
 
+    def _or_note(self, read: Callable[[], T], why: str = "") -> T | None:
+        """`read()`, or None and a note (the error, then `why`) when NVML refuses it; a GPU
+        lost (GpuLost) is the caller's to handle."""
+        try:
+            return read()
+        except GpuLost:
+            raise
+        except GpuError as e:
+            self._note(f"{e}{why}")
+            return None
+
     def _note(self, line: str) -> None:
         if line not in self._noted:
             self._noted.add(line)
@@ -484,13 +497,9 @@ class GpuSampler:
 
     def _poll_device(self, device: GpuDevice, ts_ns: int) -> list[dict]:
         i = device.index
-        try:
-            raw = self.source.samples(i, self._since_us[i])
-        except GpuLost:
-            raise
-        except GpuError as e:  # e.g. not supported under vGPU: the utilisation rates still work
-            self._note(f"{e}; using the utilisation rates once per poll instead")
-            raw = []
+        # samples: not supported under vGPU, for one, where the utilisation rates still work
+        raw = self._or_note(lambda: self.source.samples(i, self._since_us[i]),
+                            "; using the utilisation rates once per poll instead") or []
         bad = [v for _, v in raw if not 0.0 <= v <= 100.0]
         if bad:
             self._note(f"GPU {i}: NVML returned utilisation samples outside 0-100 % "
@@ -500,21 +509,8 @@ class GpuSampler:
             self._since_us[i] = max(self._since_us[i], raw[-1][0])
             if self.offset_ns is None and not self._calibrate([t for t, _ in raw]):
                 raw = []
-        mem, util_now = None, None
-        try:
-            util_now, mem = self.source.utilization(i)
-        except GpuLost:
-            raise
-        except GpuError as e:
-            self._note(str(e))
-        pcie = None
-        if self.pcie:
-            try:
-                pcie = self.source.pcie(i)
-            except GpuLost:
-                raise
-            except GpuError as e:
-                self._note(str(e))
+        util_now, mem = self._or_note(lambda: self.source.utilization(i)) or (None, None)
+        pcie = self._or_note(lambda: self.source.pcie(i)) if self.pcie else None
         self._processes(i)
 
         rows = []
@@ -540,12 +536,8 @@ class GpuSampler:
         return rows
 
     def _processes(self, index: int) -> None:
-        try:
-            pids = self.source.processes(index)
-        except GpuLost:
-            raise
-        except GpuError as e:
-            self._note(str(e))
+        pids = self._or_note(lambda: self.source.processes(index))
+        if pids is None:
             return
         known = self.processes[index]
         self.processes[index] = pids + [p for p in known if p not in pids]
