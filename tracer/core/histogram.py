@@ -19,7 +19,8 @@ BAR_WIDTH = 40
 
 OPEN_SLOT_LO_NS = slot_bounds_ns(MAX_SLOTS - 1)[0]
 """Lower bound of the last, open-ended slot (about 9 minutes and up)."""
-_BOUNDS = [slot_bounds_ns(slot) for slot in range(MAX_SLOTS)]
+_LO_NS = [slot_bounds_ns(slot)[0] for slot in range(MAX_SLOTS)]
+_HI_NS = [slot_bounds_ns(slot)[1] for slot in range(MAX_SLOTS)]
 
 
 def slot_of(bucket_lo_ns: int) -> int:
@@ -34,8 +35,8 @@ def slot_of(bucket_lo_ns: int) -> int:
 def percentile_ns(counts: Sequence[int], q: float, max_ns: float | None = None) -> float | None:
     """The q-th percentile (0 < q <= 100) in ns of a histogram of counts per slot, or None for
     an empty one; never above `max_ns`, the slowest operation seen, when it is known."""
-    bounds = _BOUNDS if len(counts) == MAX_SLOTS else [slot_bounds_ns(s) for s in range(len(counts))]
-    return interpolate([lo for lo, _ in bounds], [hi for _, hi in bounds], counts, q, max_ns)
+    n = len(counts)  # MAX_SLOTS of them, or fewer: the slots from 0 up
+    return interpolate(_LO_NS[:n], _HI_NS[:n], counts, q, max_ns)
 
 
 def interpolate(lo: Sequence[int], hi: Sequence[int], counts: Sequence[int], q: float,
