@@ -1,0 +1,151 @@
+"""iotrace on an ImageNet-shaped job: many small files, read once by DataLoader workers.
+
+    .venv/bin/python scripts/bench_scale.py [--files 200000] [--folders 1000] [--workers 8]
+        [--rounds 2] [--data /var/tmp/iotrace-scale] [--keep DIR]
+
+The job is tracer.workloads.imagefolder (open, read whole, close each file in the workers;
+no model). Per round, untraced then traced by `iotrace -o DIR --no-tui -- job`, the page cache
+warmed right before each run (this machine's reclaim drops idle file pages after seconds), so
+both runs read from memory and the job goes as fast as files can be opened. Prints per run:
+
+- the job's own seconds (from its first batch to its last) and traced/untraced;
+- the tracer's CPU (its process's utime + stime, over the traced run's wall time) and its
+  peak RSS (meta.json self_cost), ring-buffer records lost and map-full drops;
+- exactness: the workers' read ops and bytes in the `files` table (per-file rows and folder
+  roll-ups) against those of the `latency` table (syscall layer), which must be equal; and how
+  many files kept their own rows.
+
+Timings are not asserted anywhere: figures go to docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tracer.workloads import imagefolder  # noqa: E402
+
+PY = sys.executable
+EPOCH = re.compile(r"files (\d+) bytes (\d+) seconds ([0-9.]+)")
+
+
+def warm(directory: Path) -> None:
+    subprocess.run(f"find {directory} -type f -print0 | xargs -0 cat > /dev/null", shell=True,
+                   check=True)
+
+
+def cpu_s(pid: int) -> float | None:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def run(argv: list[str]) -> tuple[str, float, float]:
+    """(stdout, wall s, CPU s of the top process's own threads, read until it exits)."""
+    t0 = time.monotonic()
+    with tempfile.TemporaryFile("w+") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.DEVNULL, text=True, cwd=ROOT)
+        cpu = 0.0
+        while proc.poll() is None:
+            cpu = cpu_s(proc.pid) or cpu
+            time.sleep(0.1)
+        wall = time.monotonic() - t0
+        out.seek(0)
+        text = out.read()
+    if proc.returncode != 0:
+        raise SystemExit(f"{argv[0]} exited {proc.returncode}: {text[-400:]}")
+    return text, wall, cpu
+
+
+def job_seconds(text: str) -> tuple[int, int, float]:
+    m = EPOCH.search(text)
+    if not m:
+        raise SystemExit(f"the job printed no epoch line: {text[-400:]}")
+    return int(m[1]), int(m[2]), float(m[3])
+
+
+def exactness(trace_dir: Path) -> dict:
+    import tracer
+
+    t = tracer.load(trace_dir)
+    procs = t.processes
+    workers = set(procs.pid[procs.role == "dataloader_worker"])
+    lat = t.latency
+    lat = lat[(lat.layer == "syscall") & (lat.target == "file") & (lat.op == "read")
+              & lat.pid.isin(workers)]
+    files = t.files
+    reads = files[(files.op == "read") & files.pid.isin(workers)]
+    own = reads[reads.path_source != "folder"]
+    return {"latency_ops": int(lat["count"].sum()), "latency_bytes": int(lat["bytes"].sum()),
+            "files_ops": int(reads.ops.sum()), "files_bytes": int(reads.bytes.sum()),
+            "paths_own": int(own.path.nunique()),
+            "segments": sum(1 for _ in trace_dir.rglob("*.parquet")),
+            "trace_bytes": sum(p.stat().st_size for p in trace_dir.rglob("*") if p.is_file())}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--files", type=int, default=200_000)
+    ap.add_argument("--folders", type=int, default=1000)
+    ap.add_argument("--workers", type=int, default=8)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--data", default="/var/tmp/iotrace-scale")
+    ap.add_argument("--keep", help="keep the last trace here")
+    args = ap.parse_args()
+
+    data = Path(args.data) / f"{args.files}x{args.folders}"
+    t0 = time.monotonic()
+    imagefolder.make(data, args.files, args.folders)
+    print(f"data set {data}: {args.files} files in {args.folders} folders "
+          f"(made or checked in {time.monotonic() - t0:.0f} s)", flush=True)
+    job = [PY, "-m", "tracer.workloads.imagefolder", "--data", str(data),
+           "--num-workers", str(args.workers)]
+    ratios = []
+    for r in range(args.rounds):
+        warm(data)
+        text, _, _ = run(job)
+        n, _, plain_s = job_seconds(text)
+        out = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="iotrace-scale-"))
+        subprocess.run(["rm", "-rf", str(out)], check=True)
+        warm(data)
+        text, wall, tracer_cpu = run([str(ROOT / ".venv/bin/iotrace"), "-o", str(out),
+                                      "--no-tui", "--", *job])
+        n_traced, _, traced_s = job_seconds(text)
+        meta = json.loads((out / "meta.json").read_text())
+        cost = meta.get("self_cost", {})
+        ex = exactness(out)
+        ratio = traced_s / plain_s
+        ratios.append(ratio)
+        full = {k: v for k, v in cost.get("map_full_drops", {}).items() if v}
+        print(f"round {r}: untraced {plain_s:.2f} s ({n / plain_s:,.0f} files/s), traced "
+              f"{traced_s:.2f} s: {ratio:.3f}x; tracer {tracer_cpu / wall * 100:.0f} % of a "
+              f"core, peak RSS {cost.get('tracer', {}).get('peak_rss_bytes', 0) / 2**20:.0f} "
+              f"MiB; lost {cost.get('events_lost')} records, map full {full or 0}", flush=True)
+        same = (ex["files_ops"], ex["files_bytes"]) == (ex["latency_ops"], ex["latency_bytes"])
+        print(f"  files table: {ex['files_ops']} reads {ex['files_bytes']} B; latency table: "
+              f"{ex['latency_ops']} reads {ex['latency_bytes']} B; "
+              f"{'equal' if same else 'DIFFERENT'}; {ex['paths_own']} files with rows of their "
+              f"own; trace {ex['trace_bytes'] / 2**20:.1f} MiB in {ex['segments']} segments; "
+              f"job read {n_traced} files", flush=True)
+        if not args.keep:
+            subprocess.run(["rm", "-rf", str(out)], check=True)
+    print(f"median slowdown {statistics.median(ratios):.3f}x over {len(ratios)} rounds")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,95 @@
+"""A job shaped like image classification on ImageNet: many small files in class folders, read
+once per epoch by DataLoader workers.
+
+    python -m tracer.workloads.imagefolder --data DIR [--num-workers 8] [--batch-size 64]
+        [--epochs 1] [--ready-fd FD]
+
+DIR holds class folders of sample files (`make(DIR, n_files, n_folders, file_kib)` writes them).
+Each sample is opened, read whole and closed in `Dataset.__getitem__`, as an image folder data
+set does before decoding; the loop only sums the batch (no model), so the job goes as fast as
+files can be opened and read, which is what a tracer must keep up with.
+
+stdout: `files N bytes B seconds T` per epoch (T from the first batch asked for to the last one
+received: torch's import and the worker start-up are not in it). With --ready-fd FD, "r" is
+written to FD once the workers run (after the first batch), so a tracer can attach then.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from pathlib import Path
+
+
+def make(directory: str | os.PathLike[str], n_files: int, n_folders: int,
+         file_kib: int = 4) -> list[Path]:
+    """`n_files` files of `file_kib` KiB in `n_folders` class folders of DIR; existing ones of
+    the right size are kept. Not fsynced one by one (a million fsyncs take long): the caller
+    syncs once if it needs them on disk."""
+    root = Path(directory)
+    size = file_kib * 1024
+    block = os.urandom(size)
+    paths = []
+    for i in range(n_files):
+        folder = root / f"n{i % n_folders:08d}"
+        path = folder / f"img_{i:08d}.jpg"
+        paths.append(path)
+        try:
+            if path.stat().st_size == size:
+                continue
+        except FileNotFoundError:
+            folder.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(block)
+    return paths
+
+
+def listing(directory: str | os.PathLike[str]) -> list[str]:
+    """Every sample path under DIR's class folders, sorted (as torchvision's ImageFolder)."""
+    root = Path(directory)
+    return sorted(str(p) for folder in sorted(root.iterdir()) if folder.is_dir()
+                  for p in folder.iterdir())
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="imagefolder")
+    ap.add_argument("--data", required=True)
+    ap.add_argument("--num-workers", type=int, default=8)
+    ap.add_argument("--batch-size", type=int, default=64)
+    ap.add_argument("--epochs", type=int, default=1)
+    ap.add_argument("--ready-fd", type=int)
+    args = ap.parse_args(argv)
+
+    import torch
+    from torch.utils.data import DataLoader, Dataset
+
+    torch.set_num_threads(1)
+    paths = listing(args.data)
+
+    class Files(Dataset):
+        def __len__(self) -> int:
+            return len(paths)
+
+        def __getitem__(self, i: int) -> int:
+            with open(paths[i], "rb") as f:
+                return len(f.read())
+
+    loader = DataLoader(Files(), batch_size=args.batch_size, num_workers=args.num_workers,
+                        shuffle=False)
+    for epoch in range(args.epochs):
+        n = nbytes = 0
+        t0 = time.monotonic()
+        for batch in loader:
+            if args.ready_fd is not None:
+                os.write(args.ready_fd, b"r")
+                os.close(args.ready_fd)
+                args.ready_fd = None
+            n += len(batch)
+            nbytes += int(batch.sum())
+        print(f"epoch {epoch} files {n} bytes {nbytes} seconds {time.monotonic() - t0:.3f}",
+              flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
