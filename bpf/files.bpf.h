@@ -17,6 +17,33 @@ static __always_inline void inode_id(struct inode *inode, struct file_id *id)
 	id->ino = i->i_ino;
 }
 
+/* The inode number of the folder a dentry is in (its parent's), 0 when there is none. */
+static __always_inline __u64 dir_ino_of(struct dentry *dentry)
+{
+	struct dentry *d = kernel_view(dentry, struct dentry);
+	struct inode *dir;
+
+	if (!d)
+		return 0;
+	dir = kernel_view(d->d_parent, struct dentry)->d_inode;
+	return dir ? kernel_view(dir, struct inode)->i_ino : 0;
+}
+
+#define FMODE_WRITE 0x2
+
+/* Whether user space has the path of folder `dir_ino` on `dev`, so that a file of it needs no
+ * record of its own: it is named from the folder's listing when a row needs it. A file open for
+ * writing still sends one (a checkpoint or a temporary file may be gone from the listing by
+ * then), as does a deleted file. */
+static __always_inline bool folder_known(__u32 dev, __u64 dir_ino, struct inode *inode,
+					 unsigned int f_mode)
+{
+	struct folder_id f = { .dev = dev, .ino = dir_ino };
+
+	return dir_ino && !(f_mode & FMODE_WRITE) && bpf_map_lookup_elem(&dirs_seen, &f) &&
+	       BPF_CORE_READ(inode, i_nlink);
+}
+
 /* First-sight events are built here (2 KiB, too big for the stack), then copied out. One per
  * stage that includes this header (it names it FILE_SCRATCH): a block completion's interrupt
  * or a preempted syscall program must not find another stage's record half built on its CPU,
@@ -96,8 +123,9 @@ static long path_walk_step(__u32 i, void *ctx)
 /* Claims (s_dev, inode, generation) in files_seen and sends its path to user space: the names met by the
  * walk `w`, which the caller has pointed at the file's dentry. */
 static __always_inline void send_path(const struct file_id *id, struct inode *inode, int fd,
-				      __u32 tgid, __u32 flags, struct path_walk *w)
+				      __u32 tgid, __u32 flags, __u64 dir_ino, struct path_walk *w)
 {
+	struct folder_id folder = { .dev = id->dev, .ino = dir_ino };
 	struct iot_file_event *e;
 	__u32 zero = 0, len;
 	__u8 one = 1;
@@ -113,6 +141,7 @@ static __always_inline void send_path(const struct file_id *id, struct inode *in
 	e->fd = fd;
 	e->ino = id->ino;
 	e->gen = id->gen;
+	e->dir_ino = dir_ino;
 	e->flags = flags | (BPF_CORE_READ(inode, i_nlink) == 0 ? IOT_FILE_DELETED : 0);
 	bpf_probe_read_kernel_str(e->fstype, sizeof(e->fstype),
 				  BPF_CORE_READ(inode, i_sb, s_type, name));
@@ -129,43 +158,53 @@ static __always_inline void send_path(const struct file_id *id, struct inode *in
 			       e->flags & IOT_FILE_TRUNCATED ? BPF_RB_FORCE_WAKEUP : events_wakeup())) {
 		count_lost_event();
 		bpf_map_delete_elem(&files_seen, id); /* try again next time */
+	} else if (dir_ino && !(e->flags & (IOT_FILE_TRUNCATED | IOT_FILE_DELETED))) {
+		bpf_map_update_elem(&dirs_seen, &folder, &one, BPF_ANY);
 	}
 }
 
 /* Page-cache misses show files that no syscall touched (mmap, executables): their path from
  * the inode's first dentry up to the file system's root, sent once. */
-static __always_inline void inode_first_sight(struct inode *inode, const struct file_id *id,
-					      __u32 tgid)
+/* The dentry of `inode` (its first, for a file of several names), NULL when none. */
+static __always_inline struct dentry *inode_dentry(struct inode *inode)
 {
-	struct path_walk w = {};
-	struct hlist_node *alias;
+	struct hlist_node *alias = BPF_CORE_READ(inode, i_dentry.first);
 
-	if (bpf_map_lookup_elem(&files_seen, id))
-		return;
-	alias = BPF_CORE_READ(inode, i_dentry.first);
-	if (!alias)
-		return;
-	w.dentry = (void *)alias - bpf_core_field_offset(struct dentry, d_u.d_alias);
-	send_path(id, inode, -1, tgid, IOT_FILE_FS_ROOT, &w);
+	return alias ? (void *)alias - bpf_core_field_offset(struct dentry, d_u.d_alias) : NULL;
 }
 
-/* Sends the path of `file` to user space the first time this (s_dev, inode, generation) is seen: the names
+static __always_inline void inode_first_sight(struct inode *inode, const struct file_id *id,
+					      __u64 dir_ino, __u32 tgid)
+{
+	struct path_walk w = {};
+
+	if (bpf_map_lookup_elem(&files_seen, id) || folder_known(id->dev, dir_ino, inode, 0))
+		return;
+	w.dentry = inode_dentry(inode);
+	if (!w.dentry)
+		return;
+	send_path(id, inode, -1, tgid, IOT_FILE_FS_ROOT, dir_ino, &w);
+}
+
+/* Sends the path of `file` to user space the first time this (s_dev, inode, generation) is
+ * seen, unless its folder's path was sent already (folder_known): the names
  * from the file up to the task's root (so paths are as seen inside a container's mount
  * namespace or chroot), crossing mount points. */
 static __always_inline void file_first_sight(struct file *file, const struct file_id *id, int fd,
-					     __u32 tgid)
+					     __u64 dir_ino, __u32 tgid)
 {
 	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
 	struct path_walk w = {};
 
-	if (bpf_map_lookup_elem(&files_seen, id))
+	if (bpf_map_lookup_elem(&files_seen, id) ||
+	    folder_known(id->dev, dir_ino, BPF_CORE_READ(file, f_inode), BPF_CORE_READ(file, f_mode)))
 		return;
 	w.dentry = BPF_CORE_READ(file, f_path.dentry);
 	w.vfsmnt = BPF_CORE_READ(file, f_path.mnt);
 	w.mnt = (void *)w.vfsmnt - bpf_core_field_offset(struct mount, mnt);
 	w.root_dentry = BPF_CORE_READ(task, fs, root.dentry);
 	w.root_mnt = BPF_CORE_READ(task, fs, root.mnt);
-	send_path(id, BPF_CORE_READ(file, f_inode), fd, tgid, 0, &w);
+	send_path(id, BPF_CORE_READ(file, f_inode), fd, tgid, 0, dir_ino, &w);
 }
 
 #endif /* FILES_BPF_H */

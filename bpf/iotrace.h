@@ -91,20 +91,23 @@ struct file_key {
 	__u32 tgid;
 	__u32 dev;
 	__u64 ino;
-	__u32 gen; /* struct file_id's */
+	__u32 gen; /* struct file_id's; 0 in folder_stats */
 	__u8 op; /* enum iot_op: read, write, fsync, open */
-	__u8 pad[3];
+	__u8 buf; /* the interval's buffer (max_epoch & 1): user space drains the other */
+	__u8 pad[2];
 };
 
-/* Value of `file_stats`: cumulative since load (pages under op read/write respectively). */
+/* Value of `file_stats`: the counts of one interval (pages under op read/write respectively).
+ * In `folder_stats`, where the operations on files that found `file_stats` full are counted,
+ * the key's ino is the folder's (dir_ino) and gen is 0. */
 struct file_stat {
 	__u64 ops;
 	__u64 bytes;
 	__u64 latency_sum_ns;
 	__u64 pages_missed;  /* pages this process brought into the page cache (reads, mmap faults) */
 	__u64 pages_dirtied; /* pages this process dirtied (buffered writes, shared mmap) */
-	__u64 latency_max_ns; /* the slowest operation of interval max_epoch */
-	__u64 max_epoch;      /* user space advances the interval number (max_epoch in .data.epoch) */
+	__u64 latency_max_ns; /* the slowest operation */
+	__u64 dir_ino; /* the inode number of the file's folder (its dentry's parent), 0: unknown */
 };
 
 /* A block request in flight (block.bpf.c), from its start to its end; user space reads the
@@ -131,6 +134,7 @@ struct sys_start {
 	__u8 target;
 	__u8 pad[6];
 	struct file_id last_sent; /* the last file this thread sent a path for (skips a lookup) */
+	__u64 dir_ino; /* the file's folder (struct file_stat's) */
 };
 
 /* A slot of block.bpf.c's `rq_slots`: the request holding it, and its record. */
@@ -168,12 +172,12 @@ enum iot_slot_table {
 	IOT_FILE_SLOTS = 1,
 };
 
-/* Argument of proc.bpf.c's `free_slot` program (run by user space with BPF_PROG_TEST_RUN). */
+/* Argument of proc.bpf.c's `free_slot` program (run by user space with BPF_PROG_TEST_RUN):
+ * histogram slots only (file slots are drained whole, one interval's buffer at a time). */
 struct free_slot_request {
 	__u32 table; /* enum iot_slot_table */
 	__u32 index;
 	__u64 tag;   /* the holder user space read: a slot held by another key is left alone */
-	struct file_stat st; /* out, file slots: the counters as they were when freed */
 };
 
 enum iot_event_kind {
@@ -249,6 +253,7 @@ struct iot_file_event {
 	__u32 flags; /* enum iot_file_flags */
 	__u32 gen; /* the inode's generation: (dev, ino, gen) is the file */
 	__u32 len; /* bytes of names used, NULs included */
+	__u64 dir_ino; /* its folder: later files of this folder send no record (dirs_seen) */
 	char fstype[IOT_FSTYPE_LEN];
 	char names[IOT_PATH_BYTES];
 };
@@ -292,7 +297,8 @@ enum iot_map {
 	IOT_MAP_FILE_STATS = 2,
 	IOT_MAP_THREADS = 3,
 	IOT_MAP_RQ_STARTS = 4, /* block.bpf.c: requests in flight */
-	IOT_MAPS = 5,
+	IOT_MAP_FOLDER_STATS = 5, /* where file_stats' refused inserts go: full too, a count is lost */
+	IOT_MAPS = 6,
 };
 
 #endif /* IOTRACE_H */

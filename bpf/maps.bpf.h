@@ -20,6 +20,9 @@
 #define MAX_TRACKED 16384
 #define MAX_HISTS 16384
 #define MAX_FILES 65536
+/* The (process, file, op) keys of one interval, and of the next one while it starts. Entries
+ * are allocated as used (BPF_F_NO_PREALLOC): most hosts never need them all. */
+#define MAX_FILE_KEYS 262144
 
 /* Load-time configuration, written by the loader (tracer/kernel/probes.py) before load. */
 IOT_SHARED const volatile struct iot_config iot_config SEC(".rodata.config");
@@ -73,12 +76,43 @@ IOT_SHARED struct {
 	__type(value, __u8);
 } files_seen SEC(".maps");
 
+/* Per (process, file, op) counters, in two buffers told apart by file_key.buf: an operation
+ * adds to the interval's (max_epoch & 1); user space advances max_epoch, waits for the programs
+ * still running on the old value (rcu_sync below), then reads and deletes the old buffer's
+ * entries. A count is never added after it was read, and the map holds one interval's keys. */
 IOT_SHARED struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, MAX_FILES);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, MAX_FILE_KEYS);
 	__type(key, struct file_key);
 	__type(value, struct file_stat);
 } file_stats SEC(".maps");
+
+/* What file_stats had no room for, counted per (process, folder, op): no count is dropped
+ * while a folder has room here. Drained with file_stats. */
+IOT_SHARED struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 16384);
+	__type(key, struct file_key);
+	__type(value, struct file_stat);
+} folder_stats SEC(".maps");
+
+/* Folders whose path user space has (a record of one of their files came through): their
+ * other files send no record of their own; user space names them from the folder's listing.
+ * A data set of a million files in a thousand folders sends a thousand records. */
+struct folder_id {
+	__u32 dev;
+	__u32 pad;
+	__u64 ino;
+};
+
+IOT_SHARED struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, MAX_FILES);
+	__type(key, struct folder_id);
+	__type(value, __u8);
+} dirs_seen SEC(".maps");
 
 /* Who last dirtied pages of a file: writeback by flusher threads is charged to it. */
 IOT_SHARED struct {

@@ -40,7 +40,7 @@ static __always_inline int handle_add(struct folio *folio)
 	struct file_stat *st;
 	struct sys_start *sys;
 	struct file_id id;
-	__u64 pages;
+	__u64 pages, dir_ino;
 
 	if (!is_tracked(tgid))
 		return 0;
@@ -52,10 +52,11 @@ static __always_inline int handle_add(struct folio *folio)
 	if (!host)
 		return 0;
 	inode_id(host, &id);
-	inode_first_sight(host, &id, tgid);
+	dir_ino = dir_ino_of(inode_dentry(host));
+	inode_first_sight(host, &id, dir_ino, tgid);
 	remember_folio_owner(folio, tgid);
 	pages = folio_pages(folio);
-	st = file_stat_for(tgid, &id, IOT_OP_READ);
+	st = file_stat_for(tgid, &id, IOT_OP_READ, dir_ino);
 	if (st)
 		__sync_fetch_and_add(&st->pages_missed, pages);
 	hk.tgid = tgid;
@@ -89,7 +90,7 @@ static __always_inline int handle_dirty(struct folio *folio, struct address_spac
 		return 0;
 	}
 	bpf_map_update_elem(&dirtier, &id, &tgid, BPF_ANY);
-	st = file_stat_for(tgid, &id, IOT_OP_WRITE);
+	st = file_stat_for(tgid, &id, IOT_OP_WRITE, dir_ino_of(inode_dentry(host)));
 	if (st)
 		__sync_fetch_and_add(&st->pages_dirtied, folio_pages(folio));
 	return 0;

@@ -200,44 +200,26 @@ int track(struct track_request *req)
 	return -tracked_add(req->tgid, &info);
 }
 
-/* Frees a slot of hist_slots or file_slots (maps.bpf.h) for user space, if `tag` still holds
- * it: the counters are zeroed (a file slot's are handed back in `st`, taken one by one with an
- * atomic exchange), then the tag, so the next key finds the slot free and empty. Returns 0 when
- * freed, 1 when another key holds the slot (or none), -1 for a bad index. */
+/* Frees a slot of hist_slots (maps.bpf.h) for user space, if `tag` still holds it: the
+ * counters are zeroed, then the tag, so the next key finds the slot free and empty. Returns 0
+ * when freed, 1 when another key holds the slot (or none), -1 for a bad request. */
 SEC("syscall")
 int free_slot(struct free_slot_request *req)
 {
 	__u32 i = req->index;
+	struct hist_slot *s;
 
-	if (req->table == IOT_HIST_SLOTS) {
-		struct hist_slot *s = bpf_map_lookup_elem(&hist_slots, &i);
-
-		if (!s)
-			return -1;
-		if (s->tag != req->tag)
-			return 1;
-		for (int j = 0; j < IOT_MAX_SLOTS; j++) {
-			s->h.count[j] = 0;
-			s->h.bytes[j] = 0;
-		}
-		__sync_lock_test_and_set(&s->tag, 0);
-		return 0;
-	}
-	struct file_slot *f = bpf_map_lookup_elem(&file_slots, &i);
-
-	if (!f)
+	if (req->table != IOT_HIST_SLOTS)
 		return -1;
-	if (f->tag != req->tag)
+	s = bpf_map_lookup_elem(&hist_slots, &i);
+	if (!s)
+		return -1;
+	if (s->tag != req->tag)
 		return 1;
-	req->st.ops = __sync_lock_test_and_set(&f->st.ops, 0);
-	req->st.bytes = __sync_lock_test_and_set(&f->st.bytes, 0);
-	req->st.latency_sum_ns = __sync_lock_test_and_set(&f->st.latency_sum_ns, 0);
-	req->st.pages_missed = __sync_lock_test_and_set(&f->st.pages_missed, 0);
-	req->st.pages_dirtied = __sync_lock_test_and_set(&f->st.pages_dirtied, 0);
-	req->st.latency_max_ns = f->st.latency_max_ns;
-	req->st.max_epoch = f->st.max_epoch;
-	f->st.latency_max_ns = 0;
-	f->st.max_epoch = 0;
-	__sync_lock_test_and_set(&f->tag, 0);
+	for (int j = 0; j < IOT_MAX_SLOTS; j++) {
+		s->h.count[j] = 0;
+		s->h.bytes[j] = 0;
+	}
+	__sync_lock_test_and_set(&s->tag, 0);
 	return 0;
 }

@@ -15,13 +15,15 @@ static const struct file_stat zero_file_stat;
  * added to a page-cache pread (docs/benchmarks.md). So a key first tries one slot of an array,
  * chosen by a hash of the key: found with an index and two compares, taken when free with one
  * compare-and-swap of its tag; only a key whose slot another key holds goes to the hash map
- * (`hists`, `file_stats`). User space reads both, adds up a key found in both, and frees the
- * slots of processes gone and of files idle with the `free_slot` program (proc.bpf.c).
+ * (`hists`, `file_stats`). User space reads both and adds up a key found in both. It frees
+ * the histogram slots of processes gone with the `free_slot` program (proc.bpf.c); the file
+ * slots are two tables of FILE_SLOTS, one per interval buffer (file_key.buf): the one of the
+ * interval that ended is read and zeroed whole (maps.bpf.h's file_stats says when).
  * A key is claimed before it is written: another CPU that meets the tag before the key takes
  * the hash map for that one operation, which user space adds up all the same.
  */
 #define HIST_SLOTS 2048 /* powers of two; the loader passes their log2 in iot_config */
-#define FILE_SLOTS 16384
+#define FILE_SLOTS 16384 /* per buffer: file_slots holds two */
 
 IOT_SHARED struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -34,7 +36,7 @@ IOT_SHARED struct {
 IOT_SHARED struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(map_flags, BPF_F_MMAPABLE);
-	__uint(max_entries, FILE_SLOTS);
+	__uint(max_entries, 2 * FILE_SLOTS);
 	__type(key, __u32);
 	__type(value, struct file_slot);
 } file_slots SEC(".maps");
@@ -104,13 +106,18 @@ static __always_inline bool file_key_eq(const struct file_key *a, const struct f
 	       a->op == b->op;
 }
 
-/* The counters of `key`: its slot, else its entry in `file_stats` (made on first use). */
-static __always_inline struct file_stat *file_stat_of(const struct file_key *key)
+/* The counters of `key` (its buf set): its slot, else its entry in `file_stats` (made on first
+ * use), else, that map full, its folder's entry in `folder_stats`. */
+static __always_inline struct file_stat *file_stat_of(const struct file_key *key, __u64 dir_ino)
 {
 	__u64 tag = slot_tag(key->tgid | (__u64)key->dev << 32, key->ino,
 			     key->gen | (__u64)key->op << 32);
-	__u32 i = slot_index(tag, iot_config.file_slot_bits);
+	__u32 bits = iot_config.file_slot_bits;
+	__u32 i = slot_index(tag, bits) | (__u32)key->buf << bits;
 	struct file_slot *s = bpf_map_lookup_elem(&file_slots, &i);
+	struct file_key folder;
+	struct file_stat *st;
+	long err;
 
 	if (s && s->tag == tag && file_key_eq(&s->key, key))
 		return &s->st;
@@ -118,42 +125,51 @@ static __always_inline struct file_stat *file_stat_of(const struct file_key *key
 		s->key = *key;
 		return &s->st;
 	}
-	return lookup_or_make(&file_stats, key, &zero_file_stat, IOT_MAP_FILE_STATS);
+	st = bpf_map_lookup_elem(&file_stats, key);
+	if (st)
+		return st;
+	err = bpf_map_update_elem(&file_stats, key, &zero_file_stat, BPF_NOEXIST);
+	if (err != -IOT_E2BIG)
+		return bpf_map_lookup_elem(&file_stats, key);
+	count_map_full(IOT_MAP_FILE_STATS, err); /* not lost: counted per folder */
+	folder = *key;
+	folder.ino = dir_ino;
+	folder.gen = 0;
+	return lookup_or_make(&folder_stats, &folder, &zero_file_stat, IOT_MAP_FOLDER_STATS);
 }
 
-/* The counters of (process, file, op), made on first use. */
+/* The counters of (process, file, op) in this interval's buffer, made on first use. */
 static __always_inline struct file_stat *file_stat_for(__u32 tgid, const struct file_id *id,
-						       __u8 op)
+						       __u8 op, __u64 dir_ino)
 {
 	struct file_key key = {};
+	struct file_stat *st;
 
 	key.tgid = tgid;
 	key.dev = id->dev;
 	key.ino = id->ino;
 	key.gen = id->gen;
 	key.op = op;
-	return file_stat_of(&key);
+	key.buf = max_epoch & 1;
+	st = file_stat_of(&key, dir_ino);
+	if (st)
+		st->dir_ino = dir_ino;
+	return st;
 }
 
 /* Per-file accounting of one completed operation. */
-static __always_inline void file_op_add(__u32 tgid, const struct file_id *id, __u8 op,
-					__u64 latency_ns, __u64 bytes)
+static __always_inline void file_op_add(__u32 tgid, const struct file_id *id, __u64 dir_ino,
+					__u8 op, __u64 latency_ns, __u64 bytes)
 {
-	struct file_stat *st = file_stat_for(tgid, id, op);
-	__u64 epoch = max_epoch;
+	struct file_stat *st = file_stat_for(tgid, id, op, dir_ino);
 
 	if (!st)
 		return;
 	__sync_fetch_and_add(&st->ops, 1);
 	__sync_fetch_and_add(&st->bytes, bytes);
 	__sync_fetch_and_add(&st->latency_sum_ns, latency_ns);
-	/* racy by design (a max, not a count): the first op of an interval restarts it */
-	if (st->max_epoch != epoch) {
-		st->max_epoch = epoch;
+	if (latency_ns > st->latency_max_ns) /* racy by design: a maximum, not a count */
 		st->latency_max_ns = latency_ns;
-	} else if (latency_ns > st->latency_max_ns) {
-		st->latency_max_ns = latency_ns;
-	}
 }
 
 #endif /* SLOTS_BPF_H */

@@ -183,10 +183,11 @@ int sys_enter(struct bpf_raw_tracepoint_args *ctx)
 	if (start->target != IOT_TARGET_FILE)
 		goto out;
 	inode_id(inode, &start->file);
+	start->dir_ino = dir_ino_of(file->f_path.dentry);
 	start->offset = op & POSITIONAL ? syscall_arg(regs, 3) : file->f_pos;
 	if (start->file.ino != start->last_sent.ino || start->file.dev != start->last_sent.dev ||
 	    start->file.gen != start->last_sent.gen) {
-		file_first_sight(file, &start->file, fd, task->tgid);
+		file_first_sight(file, &start->file, fd, start->dir_ino, task->tgid);
 		start->last_sent = start->file;
 	}
 out:
@@ -226,6 +227,7 @@ static __always_inline void open_done(struct task_struct *task, long fd, __u64 l
 	struct file_id fid;
 	struct file *file;
 	struct inode *inode;
+	__u64 dir_ino;
 
 	if (fd < 0 || !(file = fd_file_of(task, (int)fd)))
 		return;
@@ -233,8 +235,9 @@ static __always_inline void open_done(struct task_struct *task, long fd, __u64 l
 	if (target_of(inode) != IOT_TARGET_FILE)
 		return;
 	inode_id(inode, &fid);
-	file_first_sight(file, &fid, (int)fd, task->tgid);
-	file_op_add(task->tgid, &fid, IOT_OP_OPEN, latency_ns, 0);
+	dir_ino = dir_ino_of(file->f_path.dentry);
+	file_first_sight(file, &fid, (int)fd, dir_ino, task->tgid);
+	file_op_add(task->tgid, &fid, dir_ino, IOT_OP_OPEN, latency_ns, 0);
 }
 
 /* Every syscall's exit: other syscalls than the traced ones return after two loads and a few
@@ -267,7 +270,7 @@ int sys_exit(struct bpf_raw_tracepoint_args *ctx)
 	key.target = start->target;
 	hist_add(&key, latency_ns, bytes, 1);
 	if (start->target == IOT_TARGET_FILE) {
-		file_op_add(key.tgid, &start->file, start->op, latency_ns, bytes);
+		file_op_add(key.tgid, &start->file, start->dir_ino, start->op, latency_ns, bytes);
 		if (iot_config.slow_ns && latency_ns >= iot_config.slow_ns)
 			emit_slow(start, task, latency_ns, bytes);
 	}

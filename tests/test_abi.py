@@ -27,11 +27,12 @@ int main(void) {
     S(iot_config); S(file_key); S(file_stat); S(iot_file_event); S(iot_slow_event);
     S(thread_time); S(tracked_info); O(iot_file_event, names); O(thread_time, comm);
     S(hist_slot); O(hist_slot, key); O(hist_slot, h); S(file_slot); O(file_slot, key);
-    O(file_slot, st); S(free_slot_request); O(free_slot_request, st);
+    O(file_slot, st); S(free_slot_request);
     S(rq_start); O(rq_start, issue_ns); O(rq_start, tgid); O(rq_start, data_len); O(rq_start, op);
     S(rq_slot); O(rq_slot, s);
     S(sys_start); O(sys_start, file); O(sys_start, op); O(sys_start, target);
-    O(sys_start, last_sent);
+    O(sys_start, last_sent); O(sys_start, dir_ino); O(file_key, buf); O(file_stat, dir_ino);
+    O(iot_file_event, dir_ino);
     S(file_id); O(file_id, gen); O(file_id, ino); O(file_key, ino); O(file_key, gen);
     O(file_key, op); O(iot_file_event, gen); O(iot_file_event, len); O(iot_file_event, fstype);
     O(iot_slow_event, ino); O(iot_slow_event, file_gen); O(iot_slow_event, layer);
@@ -48,8 +49,9 @@ int main(void) {
     printf("IOT_TARGET_PIPE %d\nIOT_ATTR_READAHEAD %d\nIOT_EVENT_EXIT %d\n", IOT_TARGET_PIPE,
            IOT_ATTR_READAHEAD, IOT_EVENT_EXIT);
     printf("IOT_MAP_TRACKED %d\nIOT_MAP_HISTS %d\nIOT_MAP_FILE_STATS %d\nIOT_MAP_THREADS %d\n"
-           "IOT_MAP_RQ_STARTS %d\nIOT_MAPS %d\n", IOT_MAP_TRACKED, IOT_MAP_HISTS,
-           IOT_MAP_FILE_STATS, IOT_MAP_THREADS, IOT_MAP_RQ_STARTS, IOT_MAPS);
+           "IOT_MAP_RQ_STARTS %d\nIOT_MAP_FOLDER_STATS %d\nIOT_MAPS %d\n", IOT_MAP_TRACKED,
+           IOT_MAP_HISTS, IOT_MAP_FILE_STATS, IOT_MAP_THREADS, IOT_MAP_RQ_STARTS,
+           IOT_MAP_FOLDER_STATS, IOT_MAPS);
     return 0;
 }
 """
@@ -101,20 +103,22 @@ def test_file_identity_layouts(c_layout):
     """A file is (dev, ino, generation) everywhere: in the kernel's keys, its first-sight
     record and slow events, at the offsets the struct formats here decode."""
     assert (c_layout["file_id"], c_layout["file_id.gen"], c_layout["file_id.ino"]) == (16, 4, 8)
-    assert [c_layout[f"file_key.{f}"] for f in ("ino", "gen", "op")] == [8, 16, 20]
+    assert [c_layout[f"file_key.{f}"] for f in ("ino", "gen", "op", "buf")] == [8, 16, 20,
+                                                                             abi.FILE_KEY_BUF]
+    assert c_layout["file_stat.dir_ino"] == 48 and c_layout["sys_start.dir_ino"] == abi.SYS_START.size - 8
     assert c_layout["iot_file_event.gen"] == 32 and c_layout["iot_file_event.len"] == 36
-    assert c_layout["iot_file_event.fstype"] == 40
+    assert c_layout["iot_file_event.dir_ino"] == 40 and c_layout["iot_file_event.fstype"] == 48
     assert [c_layout[f"iot_slow_event.{f}"] for f in ("ino", "file_gen", "layer", "op", "ts_ns",
                                                        "comm")] == [16, 28, 32, 33, 40, 72]
     raw = abi.SLOW_EVENT.pack(abi.EVENT_SLOW, 1, 2, 3, 4, 5, 6, 1, 2, 7, 8, 9, 10, b"x")
     ev = abi.decode_slow_event(raw)
     assert (ev.ino, ev.file_dev, ev.file_gen, ev.layer, ev.op, ev.ts_ns) == (4, 5, 6, "syscall",
                                                                               "fsync", 7)
-    head = abi.FILE_EVENT_HEAD.pack(abi.EVENT_FILE, 1, 2, -1, 3, 0, 0, 0xFEED, 0, b"ext4")
+    head = abi.FILE_EVENT_HEAD.pack(abi.EVENT_FILE, 1, 2, -1, 3, 0, 0, 0xFEED, 0, 77, b"ext4")
     fe = abi.decode_file_event(head)  # a record is only as long as the names it carries
-    assert (fe.ino, fe.gen, fe.fs_type, fe.names) == (3, 0xFEED, "ext4", ())
+    assert (fe.ino, fe.gen, fe.dir_ino, fe.fs_type, fe.names) == (3, 0xFEED, 77, "ext4", ())
     names = b"f.bin\0data\0var\0"  # packed, the base name first
-    head = abi.FILE_EVENT_HEAD.pack(abi.EVENT_FILE, 1, 2, -1, 3, 3, 0, 0, len(names), b"ext4")
+    head = abi.FILE_EVENT_HEAD.pack(abi.EVENT_FILE, 1, 2, -1, 3, 3, 0, 0, len(names), 0, b"ext4")
     assert abi.decode_file_event(head + names).path == "/var/data/f.bin"
 
 
@@ -157,7 +161,6 @@ def test_slot_tables_layout_and_tag(c_layout):
     assert c_layout["file_slot.key"] == 8
     assert c_layout["file_slot.st"] == abi.FILE_SLOT.size - abi.FILE_STAT.size
     assert c_layout["free_slot_request"] == abi.FREE_SLOT_REQUEST.size
-    assert c_layout["free_slot_request.st"] == 16
     assert c_layout["slot_tag_small"] == abi.slot_tag(1, 2, 3)
     assert c_layout["slot_tag_big"] == abi.slot_tag(2**64 - 1, 0x123456789ABCDEF, 6)
 
@@ -168,11 +171,11 @@ def test_slot_tags_checked_against_their_keys():
     import numpy as np
 
     gen = 0xDEADBEEF  # the inode's generation: a reused inode number is another key
-    fkey = abi.FILE_KEY.pack(4242, 0x800001, 123456789, gen, 1)
+    fkey = abi.FILE_KEY.pack(4242, 0x800001, 123456789, gen, 1, 1)  # buf 1: not in the tag
     ftag = abi.slot_tag(4242 | 0x800001 << 32, 123456789, gen | 1 << 32)
     stat = abi.FILE_STAT.pack(1, 2, 3, 4, 5, 6, 7)
-    other = abi.FILE_KEY.pack(4242, 0x800001, 987654321, gen, 1)
-    reused = abi.FILE_KEY.pack(4242, 0x800001, 123456789, gen + 1, 1)
+    other = abi.FILE_KEY.pack(4242, 0x800001, 987654321, gen, 1, 0)
+    reused = abi.FILE_KEY.pack(4242, 0x800001, 123456789, gen + 1, 1, 0)
     raw = b"".join(abi.FILE_SLOT.pack(ftag, k, stat) for k in (fkey, other, reused))
     rows = np.frombuffer(raw, dtype="<u8").reshape(3, -1)
     assert abi.slot_tags_ok(abi.FILE_SLOTS, rows).tolist() == [True, False, False]
@@ -187,17 +190,20 @@ def test_slot_tags_checked_against_their_keys():
 
 def test_a_key_in_a_slot_and_in_the_map_adds_up():
     """A key can be in its slot and in the hash map at once (slots.bpf.h): the reading adds the
-    two. Counts are summed; the maximum latency is the later interval's, or the larger of the
-    same interval's."""
-    from tracer.core import abi
-    from tracer.kernel.probes import add_file_stats, add_hists
+    two. Counts are summed; the maximum latency is the larger."""
+    import numpy as np
 
-    a = abi.FILE_STAT.pack(3, 300, 30, 1, 0, 20, 7)
-    b = abi.FILE_STAT.pack(2, 200, 25, 0, 4, 15, 8)
-    assert abi.FILE_STAT.unpack(add_file_stats(a, b)) == (5, 500, 55, 1, 4, 15, 8)
-    assert abi.FILE_STAT.unpack(add_file_stats(b, a)) == (5, 500, 55, 1, 4, 15, 8)
-    c = abi.FILE_STAT.pack(1, 100, 40, 0, 0, 40, 7)
-    assert abi.FILE_STAT.unpack(add_file_stats(a, c)) == (4, 400, 70, 1, 0, 40, 7)
+    from tracer.core import abi, rollup
+    from tracer.kernel.probes import add_hists
+
+    key = abi.FILE_KEY.pack(7, 8, 9, 10, 0, 1)
+    a = abi.FILE_STAT.pack(3, 300, 30, 1, 0, 20, 5)
+    b = abi.FILE_STAT.pack(2, 200, 25, 0, 4, 15, 5)
+    both = abi.file_counts(key * 2, a + b)
+    own, folders, n = rollup.split(both, both[:0])
+    assert own[["ops", "bytes", "latency_sum_ns", "pages_missed", "pages_dirtied",
+                "latency_max_ns", "dir_ino"]].tolist() == [(5, 500, 55, 1, 4, 20, 5)]
+    assert len(folders) == 0 and n.sum() == 0 and np.all(own["tgid"] == 7)
     h1 = bytes(abi.HIST_SIZE)[:-8] + (5).to_bytes(8, "little")
     h2 = (2).to_bytes(8, "little") + bytes(abi.HIST_SIZE - 16) + (1).to_bytes(8, "little")
     total = abi.decode_hist(add_hists(h1, h2))
@@ -219,7 +225,7 @@ def test_syscall_in_flight_record(c_layout):
     """A thread's syscall in flight, which user space reads for the training loop's thread
     (kernel/probes.Probes.syscalls_in_flight)."""
     assert c_layout["sys_start"] == abi.SYS_START.size
-    fields = abi.SYS_START.unpack(abi.SYS_START.pack(1, 2, 3, 4, 5, 6, 7, 8, 9, 10))
-    assert fields == (1, 2, 3, 4, 5, 6, 7, 8, 9, 10)  # offsets below follow this order
+    fields = abi.SYS_START.unpack(abi.SYS_START.pack(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11))
+    assert fields == (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11)  # offsets below follow this order
     assert (c_layout["sys_start.file"], c_layout["sys_start.op"], c_layout["sys_start.target"],
             c_layout["sys_start.last_sent"]) == (16, 32, 33, 40)

@@ -102,23 +102,61 @@ def test_summary_names_process_layer_and_percentiles():
     assert "block read on vda (direct): 20 ops, 80.0 KiB, p50 98.3 us, p99 130 us" in text
 
 
-def test_idle_file_keys_are_dropped_and_counted_afresh():
-    """A per-file key untouched for N intervals is handed back for deletion; if the file is
-    read again, the recreated key counts from zero: nothing is counted twice or lost."""
+def counts(*entries) -> np.ndarray:
+    """An interval's per-file counters as the kernel hands them over: (pid, ino, op, ops,
+    latency_sum_ns, dir_ino) per entry, 4 KiB per op."""
+    keys = b"".join(abi.FILE_KEY.pack(pid, 1, ino, 0, op, 0) for pid, ino, op, *_ in entries)
+    stats = b"".join(abi.FILE_STAT.pack(ops, 4096 * ops, lat, 0, 0, lat // max(ops, 1), d)
+                     for *_, ops, lat, d in entries)
+    return abi.file_counts(keys, stats)
+
+
+def test_files_past_the_kept_ones_are_added_up_per_folder():
+    """Per (process, op) and interval, the KEEP_FILES files with the most time keep their rows;
+    the others are one row per folder, which says how many files it holds; the kernel's own
+    folder counts join it. Nothing is counted twice or lost."""
+    from tracer.core.rollup import KEEP_FILES
+
     agg = Aggregator(ProcessTable(Clock()))
-    key = abi.FILE_KEY.pack(7, 1, 42, 0, 0)
+    n = KEEP_FILES + 10
+    # pid 7 reads n files of folder 500 (file i took i us) and 3 of folder 600, the slowest;
+    # pid 8 reads 2 files: all kept
+    files = counts(*[(7, 1000 + i, 0, 2, 1000 * (i + 1), 500) for i in range(n)],
+                   *[(7, 2000 + i, 0, 1, 10**9, 600) for i in range(3)],
+                   (8, 1, 0, 1, 5, 500), (8, 2, 0, 1, 5, 500))
+    kernel = counts((7, 500, 0, 4, 4000, 500))  # 4 reads the kernel's file table had no room for
+    rows = agg.interval(Reading({}, files, kernel), ts_ns=1).files
+    own = [r for r in rows if r["file_count"] == 1 and r["path_source"] != "folder"]
+    folders = [r for r in rows if r["path_source"] == "folder"]
+    assert len([r for r in own if r["pid"] == 7]) == KEEP_FILES
+    assert {r["inode"] for r in own if r["pid"] == 7} >= {2000, 2001, 2002}  # the slowest kept
+    assert [(r["pid"], r["inode"], r["file_count"], r["ops"]) for r in folders] == [
+        (7, 500, n + 3 - KEEP_FILES, 2 * (n + 3 - KEEP_FILES) + 4)]
+    assert sum(r["ops"] for r in rows if r["pid"] == 7) == 2 * n + 3 + 4
+    assert sum(r["bytes"] for r in rows) == 4096 * (2 * n + 3 + 4 + 2)
+    assert len([r for r in own if r["pid"] == 8]) == 2
+    assert (agg.rolled_up.file_rows, agg.rolled_up.folder_rows, agg.rolled_up.kernel_ops) == (
+        n + 3 - KEEP_FILES, 1, 4)
 
-    def stat(ops):
-        return abi.FILE_STAT.pack(ops, 4096 * ops, 1000 * ops, 0, 0, 10, 0)
 
-    rows = agg.interval(Reading({}, {key: stat(5)}), ts_ns=1).files
-    assert [r["ops"] for r in rows] == [5]
-    for t in range(2, 5):
-        assert agg.interval(Reading({}, {key: stat(5)}), ts_ns=t).files == []
-    assert agg.idle_file_keys(3) == [key] and agg.idle_file_keys(4) == []
-    agg.forget(agg.idle_file_keys(3))  # the session deletes it from the kernel map too
-    rows = agg.interval(Reading({}, {key: stat(2)}), ts_ns=9).files  # recreated by the kernel
-    assert [r["ops"] for r in rows] == [2]
+def test_summary_totals_stay_bounded():
+    """The whole-trace totals keep the files with the most time; the others fold into their
+    folders' totals, with every count."""
+    from tracer.core.model import FOLDER_GEN
+    from tracer.live import aggregate
+
+    agg = Aggregator(ProcessTable(Clock()))
+    keep, aggregate.MAX_FILE_TOTALS = aggregate.MAX_FILE_TOTALS, 10
+    try:
+        for t in range(5):  # 5 intervals of 8 new files each, from one folder
+            agg.interval(Reading({}, counts(*[(7, 100 * t + i, 0, 1, 1 + 100 * t + i, 9)
+                                              for i in range(8)])), ts_ns=t + 1)
+    finally:
+        aggregate.MAX_FILE_TOTALS = keep
+    kept = [k for k in agg.file_totals if k[3] != FOLDER_GEN]
+    assert sorted(k[2] for k in kept) == [306, 307, *range(400, 408)]  # the 10 slowest
+    assert sum(t.ops["read"] for t in agg.file_totals.values()) == 40
+    assert list(k for k in agg.file_totals if k[3] == FOLDER_GEN) == [(7, 1, 9, FOLDER_GEN)]
 
 
 def test_a_state_counted_a_little_long_is_not_counted_again():
@@ -154,10 +192,9 @@ def test_rows_of_a_process_not_registered_yet_are_valid():
     from tracer.tracedir.schema import table_from_rows
 
     agg = Aggregator(ProcessTable(Clock()))
-    fkey = abi.FILE_KEY.pack(99, 1, 42, 0, 0)
     hkey = abi.HIST_KEY.pack(99, 0, 1, 0, 1, 0)
     snap = agg.interval(Reading({hkey: hist_bytes({12: 1}, {12: 4096})},
-                                {fkey: abi.FILE_STAT.pack(1, 4096, 1000, 0, 0, 1000, 0)}), ts_ns=1)
+                                counts((99, 42, 0, 1, 1000, 0))), ts_ns=1)
     assert {r["role"] for r in snap.latency + snap.files} == {"child"}
     assert table_from_rows("latency", snap.latency).num_rows == 1
     assert table_from_rows("files", snap.files).num_rows == 1

@@ -1,6 +1,6 @@
 """A tracer that falls behind: while iotrace is stopped (SIGSTOP), a job reads thousands of
-files once each; nothing drains the ring buffer meanwhile. Every file read must still have its
-real path in the trace, and the events lost must say what was not recovered."""
+files once each; nothing drains the ring buffer or the per-file counters meanwhile. Every read
+must still be counted, in a file's own row or its folder's, with real paths."""
 
 from __future__ import annotations
 
@@ -48,30 +48,41 @@ def read_while_stopped(tmp_path, names: list[str]):
     assert tracer.returncode == 0, err
     files = pd.read_parquet(out / "files")
     read = files[(files.pid == work.pid) & (files.op == "read")]
+    lat = pd.read_parquet(out / "latency")
+    lat = lat[(lat.pid == work.pid) & (lat.layer == "syscall") & (lat.target == "file")
+              & (lat.op == "read")]
+    assert (read.ops.sum(), read.bytes.sum()) == (lat["count"].sum(), lat["bytes"].sum())
     return read, {str(data / n) for n in names}, json.loads((out / "meta.json").read_text())
 
 
-def test_paths_of_files_read_while_the_tracer_is_stopped(tmp_path):
-    """Packed records in a 4 MiB ring buffer: the issue's 20 000 files all fit."""
+def test_files_read_while_the_tracer_is_stopped(tmp_path):
+    """The issue's 20 000 files, in one folder: the kernel sends that folder's path once; the
+    files that matter most (all alike here: the first KEEP_FILES) have rows of their own, with
+    their real paths; the others are added up in the folder's row; every read is counted."""
+    from tracer.core.rollup import KEEP_FILES
+
     read, want, meta = read_while_stopped(tmp_path, [f"f{i:05d}.bin" for i in range(FILES)])
-    with_path = len(want & set(read.path))
-    assert with_path == FILES, f"{with_path} of {FILES} files read have their path"
-    assert not {p for p in read.path if p.startswith("(inode")}
-    assert set(read.path_source) == {"kernel"}
-    assert meta["events_lost"] == 0
-    assert meta["self_cost"]["file_paths_lost"] == {"recovered": 0, "unknown": 0}
+    assert read.ops.sum() == FILES
+    own = read[read.path_source != "folder"]
+    assert len(own) == own.path.nunique() == KEEP_FILES and set(own.path) <= want
+    folder = read[read.path_source == "folder"]
+    assert list(folder.path.unique()) == [str(tmp_path / "many") + "/"]
+    assert folder.file_count.sum() == FILES - KEEP_FILES == folder.ops.sum()
+    assert meta["events_lost"] == 0 and meta["self_cost"]["file_paths_lost"]["unknown"] == 0
+    rolled = meta["self_cost"]["files_rolled_up"]
+    assert rolled["file_rows"] >= FILES - KEEP_FILES and rolled["kernel_folder_ops"] == 0
 
 
-def test_paths_of_files_whose_records_did_not_fit(tmp_path):
-    """More first sights than the ring buffer holds (names of 50 bytes, ~190-byte records): the
-    files whose records were lost are found in the directory of those whose records came."""
-    n = 30000
-    names = [f"f{i:05d}-{'x' * 40}.bin" for i in range(n)]
+def test_files_of_many_folders(tmp_path):
+    """30 000 files in 300 folders, long names: one record per folder, none lost; each folder
+    has its row, every read is counted."""
+    n, per = 30000, 100
+    names = [f"d{i // per:03d}/f{i:05d}-{'x' * 40}.bin" for i in range(n)]
     read, want, meta = read_while_stopped(tmp_path, names)
-    with_path = len(want & set(read.path))
-    assert with_path == n, f"{with_path} of {n} files read have their path"
-    assert not {p for p in read.path if p.startswith("(inode")}
-    assert meta["events_lost"] > 0  # else this tests nothing: the buffer did fill up
-    recovered = read[read.path_source == "sibling"].path.nunique()
-    assert 0 < recovered < n
-    assert meta["self_cost"]["file_paths_lost"] == {"recovered": recovered, "unknown": 0}
+    assert read.ops.sum() == n
+    assert meta["events_lost"] == 0 and meta["self_cost"]["file_paths_lost"]["unknown"] == 0
+    own = read[read.path_source != "folder"]
+    assert set(own.path) <= want and not own.path.str.startswith("(").any()
+    folders = read[read.path_source == "folder"].groupby("path").file_count.sum()
+    expect = {str(tmp_path / "many" / f"d{d:03d}") + "/" for d in range(n // per)}
+    assert set(folders.index) <= expect and folders.sum() + len(own) == n

@@ -105,7 +105,7 @@ def check_trace(out, parent_pid: int | None = None) -> None:
 
 @pytest.mark.parametrize("force, sizes", [
     ("", ""), ("raw_tp", ""), ("no_block_io_start", ""), ("raw_tp,no_block_io_start", ""),
-    ("", "hist_slots=1,file_slots=1"),
+    ("", "hist_slots=1,file_slots=2"),
 ])
 def test_command_mode_exact_counts(iowork, data_file, tmp_path, force, sizes):
     """Also with the fallbacks older kernels take: raw_tp instead of tp_btf, and block requests

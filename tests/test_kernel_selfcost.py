@@ -81,7 +81,8 @@ def test_own_cost_of_a_known_workload(iowork, data_file, tmp_path, stats_sysctl)
     assert cost["totals"]["run_cnt"] == summed(progs, "run_cnt")
     assert cost["totals"]["run_time_ns"] == summed(progs, "run_time_ns")
     assert cost["map_full_drops"] == dict.fromkeys(cost["map_full_drops"], 0)
-    assert set(cost["map_full_drops"]) == {"tracked", "hists", "file_stats", "threads", "rq_starts"}
+    assert set(cost["map_full_drops"]) == {"tracked", "hists", "file_stats", "threads", "rq_starts",
+                                           "folder_stats"}
     assert cost["events_lost"] == meta["events_lost"] == 0
     tracer = cost["tracer"]
     assert tracer["cpu_seconds"] > tracer["setup_cpu_seconds"] > 0
@@ -119,30 +120,37 @@ def test_sampled_stats_count_a_fiftieth_of_each_interval(tmp_path):
     assert f"counted ({share} % of the run, sampled)" in r.stdout
 
 
-def test_map_full_drops_counted_exactly(iowork, data_file, tmp_path):
-    """The per-file counters have one slot (file_slots) and one hash-map entry (file_stats):
-    the workload's first file operation (its open of the data file) takes the slot, the next
-    key (the parent's reads) the entry; every later operation on a new (process, file, op) is
-    refused and counted: the child's K reads."""
+def test_a_full_file_table_counts_per_folder(iowork, data_file, tmp_path):
+    """The per-file counters have one slot per interval buffer (file_slots=2) and one hash-map
+    entry (file_stats): within one interval (the workload is short, the interval long), the
+    workload's first file operation (its open of the data file) takes the slot, the next key
+    (the parent's reads) the entry; every later operation on a new (process, file, op) is
+    refused there, counted as such, and counted in its folder's entry instead: the child's K
+    reads are in a folder row, and the files table still adds up to the latency table."""
     prime(iowork, data_file)
     out = tmp_path / "trace"
-    r = run_iotrace("-o", str(out), "--", str(iowork), *workload_args(data_file),
-                    env={**os.environ, "IOTRACE_MAP_SIZES": "file_slots=1,file_stats=1"})
+    r = run_iotrace("-o", str(out), "-i", "30", "--", str(iowork), *workload_args(data_file),
+                    env={**os.environ, "IOTRACE_MAP_SIZES": "file_slots=2,file_stats=1"})
     assert r.returncode == 0, r.stderr
     cost = json.loads((out / "meta.json").read_text())["self_cost"]
     files = pd.read_parquet(out / "files")
     assert cost["map_entries"]["file_stats"] == 1
-    assert cost["map_full_drops"] == {"tracked": 0, "hists": 0, "file_stats": K,
-                                      "threads": 0, "rq_starts": 0}, files.to_string()
+    assert cost["map_full_drops"] == {"tracked": 0, "hists": 0, "file_stats": K, "threads": 0,
+                                      "rq_starts": 0, "folder_stats": 0}, files.to_string()
+    assert cost["files_rolled_up"]["kernel_folder_ops"] == K
     procs = pd.read_parquet(out / "processes")
     parent = int(procs[procs.role == "main"].pid.iloc[0])
-    assert set(files.op) == {"open", "read"} and set(files.pid) == {parent}
-    assert files[files.op == "read"].ops.sum() == N + M
-    assert f"{K} map-full drops (file_stats {K}:" in r.stdout
-    # The histograms are another map: they lost nothing.
+    own = files[files.path_source != "folder"]
+    assert set(own.op) == {"open", "read"} and set(own.pid) == {parent}
+    assert own[own.op == "read"].ops.sum() == N + M
+    folder = files[files.path_source == "folder"]
+    assert list(folder.path) == [str(data_file.parent) + "/"] and list(folder.op) == ["read"]
+    assert (folder.ops.sum(), folder.file_count.sum()) == (K, 0)  # the kernel's: no file count
+    assert "0 map-full drops; files table:" in r.stdout
+    assert f"{K} operations counted per folder by the kernel" in r.stdout
     lat = pd.read_parquet(out / "latency")
     reads = lat[(lat.layer == "syscall") & (lat.op == "read") & (lat.target == "file")]
-    assert int(reads["count"].sum()) == N + M + K
+    assert int(reads["count"].sum()) == N + M + K == files[files.op == "read"].ops.sum()
 
 
 def test_bad_map_sizes_setting_is_one_line(tmp_path):
@@ -151,7 +159,8 @@ def test_bad_map_sizes_setting_is_one_line(tmp_path):
     assert r.returncode == 2, r.stderr
     assert r.stderr.strip().splitlines() == [
         "iotrace: error: IOTRACE_MAP_SIZES: no map 'events' can be sized; give MAP=N with MAP "
-        "one of tracked, hists, file_stats, threads, rq_starts, rq_slots, hist_slots, file_slots"]
+        "one of tracked, hists, file_stats, threads, rq_starts, folder_stats, rq_slots, hist_slots, "
+        "file_slots"]
 
 
 @pytest.mark.skipif(shutil.which("setpriv") is None, reason="needs setpriv (util-linux)")

@@ -70,13 +70,17 @@ def test_summary_block_sampled():
 
 def test_summary_block_names_full_maps_and_missing_stats():
     lines = render_self_cost(cost(programs=(), events_lost=2,
-                                  map_full_drops={"hists": 0, "file_stats": 490},
-                                  stats_unavailable="BPF_ENABLE_STATS needs CAP_SYS_ADMIN"))
+                                  map_full_drops={"hists": 3, "file_stats": 490},
+                                  stats_unavailable="BPF_ENABLE_STATS needs CAP_SYS_ADMIN",
+                                  file_rows_rolled_up=1000, folder_rows=10,
+                                  folder_ops_kernel=490))
     assert lines[1] == (
         "iotrace's own cost: per-program cost unavailable: BPF_ENABLE_STATS needs CAP_SYS_ADMIN; "
         "tracer 3.1 % of one core (0.68 s CPU, 0.46 s of it start-up), peak RSS 137.0 MiB; "
-        "2 events lost, 490 map-full drops (file_stats 490: counts of those operations are "
-        "missing).")
+        "2 events lost, 3 map-full drops (hists 3: counts of those operations are missing); "
+        "files table: 1000 per-file rows added up into 10 folder rows (past 64 files per "
+        "process, op and interval), 490 operations counted per folder by the kernel (its "
+        "per-file table was full).")
     assert len(lines) == 2  # no program table
 
 
@@ -135,6 +139,7 @@ def test_map_sizes_setting(text, want):
 @pytest.mark.parametrize("text, says", [
     ("events=4", "no map 'events' can be sized"), ("file_stats=0", "at least 1"),
     ("file_stats", "at least 1"), ("hists=x", "whole number"), ("file_slots=3", "power of two"),
+    ("file_slots=1", "at least 2"),
 ])
 def test_map_sizes_setting_rejects(text, says):
     with pytest.raises(BadSetting, match=says):

@@ -16,12 +16,13 @@ from tracer.core import abi
 from tracer.core.diagnose import Diagnosis, Finding
 from tracer.core.histogram import slot_of
 from tracer.core.model import FileTotals, GpuIdleRow, GpuRow, Series
+from tracer.core.redact import Redactor
 from tracer.core.selfcost import SelfCost
 from tracer.core.vocab import MAIN
 from tracer.errors import EXIT_USAGE, TraceFailure
 from tracer.gpu import idle
 from tracer.live.clock import Clock
-from tracer.live.files import FileInfo, FileTable
+from tracer.live.files import FileInfo
 from tracer.live.processes import Process, ProcessTable
 from tracer.render.summary import render_summary
 from tracer.tracedir.reader import TraceError, TraceReader, load
@@ -48,9 +49,20 @@ def totals_from_latency(latency: pd.DataFrame) -> dict[Series, np.ndarray]:
     return totals
 
 
-def file_totals_from_files(files: pd.DataFrame) -> tuple[dict, FileTable]:
+class SavedPaths:
+    """The files of saved rows, by (device, inode, path): what render_summary names them by."""
+
+    def __init__(self) -> None:
+        self.by_id: dict[tuple[str, int, str], FileInfo] = {}
+        self.redact = Redactor(False)  # the saved paths are as the trace has them
+
+    def get(self, dev, ino, gen) -> FileInfo:
+        return self.by_id[(dev, ino, gen)]
+
+
+def file_totals_from_files(files: pd.DataFrame) -> tuple[dict, SavedPaths]:
     totals: dict[tuple, FileTotals] = {}
-    table = FileTable()
+    table = SavedPaths()
     for r in files.itertuples(index=False):
         # The table has no inode generation: a reused inode number's files differ by their
         # paths (each is the one the kernel sent for that generation), so the path takes its
@@ -59,13 +71,8 @@ def file_totals_from_files(files: pd.DataFrame) -> tuple[dict, FileTable]:
         table.by_id[key[1:]] = FileInfo(str(r.path), str(r.path_source), str(r.fs_type),
                                         str(r.device))
         t = totals.setdefault(key, FileTotals())
-        op = str(r.op)
-        t.ops[op] = t.ops.get(op, 0) + int(r.ops)
-        t.bytes[op] = t.bytes.get(op, 0) + int(r.bytes)
-        t.latency_sum_ns += int(r.latency_sum_ns)
-        t.pages_missed += int(r.pages_missed)
-        t.pages_dirtied += int(r.pages_dirtied)
-        t.add_max(op, int(r.ops), int(r.latency_max_ns))
+        t.add(str(r.op), int(r.ops), int(r.bytes), int(r.latency_sum_ns), int(r.pages_missed),
+              int(r.pages_dirtied), int(r.latency_max_ns))
     return totals, table
 
 

@@ -43,7 +43,9 @@ WAKERS = ("own", "worker", "pin", "other")
 # enum iot_file_flags
 FILE_TRUNCATED, FILE_DELETED, FILE_FS_ROOT = 1, 2, 4
 # enum iot_map: the maps whose refused inserts `map_full` counts, by index (IOT_MAPS of them)
-MAP_FULL_MAPS = ("tracked", "hists", "file_stats", "threads", "rq_starts")
+MAP_FULL_MAPS = ("tracked", "hists", "file_stats", "threads", "rq_starts", "folder_stats")
+# file_stats' refused inserts are not lost: those operations are counted in folder_stats
+MAP_ROLLED_UP = {"file_stats": "folder_stats"}
 
 # struct iot_config: have_io_start, page_shift, auto_discover, rq_slot_bits, hist_slot_bits,
 # file_slot_bits, slow_ns
@@ -61,26 +63,33 @@ TRACKED_INFO = struct.Struct("<II")
 TRACK_REQUEST = struct.Struct("<III")
 # struct thread_time: tgid, state, since_ns, oncpu, runnable, sleep, iowait, woken_ns[4], comm
 THREAD_TIME = struct.Struct(f"<IB3xQ4Q4Q{COMM_LEN}s")
-# struct file_key: tgid, dev, ino, gen, op
-FILE_KEY = struct.Struct("<IIQIB3x")
+# struct file_key: tgid, dev, ino, gen, op, buf
+FILE_KEY = struct.Struct("<IIQIBB2x")
+FILE_KEY_BUF = 21  # the offset of buf
 # struct file_stat: ops, bytes, latency_sum_ns, pages_missed, pages_dirtied, latency_max_ns,
-# max_epoch
+# dir_ino
 FILE_STAT = struct.Struct("<7Q")
+# Their fields as numpy decodes a batch of them (file_counts_dtype)
+FILE_KEY_FIELDS = (("tgid", "<u4"), ("dev", "<u4"), ("ino", "<u8"), ("gen", "<u4"), ("op", "u1"),
+                   ("buf", "u1"), ("_pad", "V2"))
+FILE_STAT_FIELDS = (("ops", "<u8"), ("bytes", "<u8"), ("latency_sum_ns", "<u8"),
+                    ("pages_missed", "<u8"), ("pages_dirtied", "<u8"), ("latency_max_ns", "<u8"),
+                    ("dir_ino", "<u8"))
 # struct hist_slot: tag, hist_key, pad (struct hist follows); struct file_slot: tag, file_key
 # (struct file_stat follows)
 HIST_SLOT = struct.Struct(f"<Q{HIST_KEY.size}s4x{HIST_SIZE}s")
 FILE_SLOT = struct.Struct(f"<Q{FILE_KEY.size}s{FILE_STAT.size}s")
 # struct sys_start (a thread's syscall in flight): ts_ns, offset, file (dev, gen, ino), op,
-# target, then last_sent (dev, gen, ino)
-SYS_START = struct.Struct("<QQIIQBB6xIIQ")
+# target, then last_sent (dev, gen, ino), dir_ino
+SYS_START = struct.Struct("<QQIIQBB6xIIQQ")
 # struct rq_start (a block request in flight): insert_ns, issue_ns, file (dev, gen, ino), tgid,
 # data_len, dev, op, attribution; struct rq_slot: rq (0: free), then a struct rq_start
 RQ_START = struct.Struct("<QQIIQIIIBB2x")
 RQ_SLOT = struct.Struct(f"<Q{RQ_START.size}s")
 # enum iot_slot_table
 HIST_SLOTS, FILE_SLOTS = 0, 1
-# struct free_slot_request (proc.bpf.c's `free_slot` program): table, index, tag, file_stat out
-FREE_SLOT_REQUEST = struct.Struct(f"<IIQ{FILE_STAT.size}s")
+# struct free_slot_request (proc.bpf.c's `free_slot` program): table, index, tag
+FREE_SLOT_REQUEST = struct.Struct("<IIQ")
 _M64 = (1 << 64) - 1
 U64 = TypeVar("U64", int, "np.ndarray")  # a u64, or a numpy array of them
 
@@ -102,9 +111,9 @@ def slot_tags_ok(table: int, rows: np.ndarray) -> np.ndarray:
     return tags == rows[:, 0]
 
 
-# struct iot_file_event: kind, pid, dev, fd, ino, depth, flags, gen, len, fstype (names follow,
-# packed: only `len` bytes of them are sent)
-FILE_EVENT_HEAD = struct.Struct(f"<IIIiQIIII{FSTYPE_LEN}s")
+# struct iot_file_event: kind, pid, dev, fd, ino, depth, flags, gen, len, dir_ino, fstype
+# (names follow, packed: only `len` bytes of them are sent)
+FILE_EVENT_HEAD = struct.Struct(f"<IIIiQIIIIQ{FSTYPE_LEN}s")
 FILE_EVENT_SIZE = FILE_EVENT_HEAD.size + PATH_BYTES
 # struct iot_slow_event: kind, pid, tid, dev, ino, file_dev, file_gen, layer, op, ts_ns, offset,
 # bytes, latency_ns, comm
@@ -148,6 +157,7 @@ class FileEvent:
     deleted: bool
     fs_root: bool = False  # path from the file system's root (seen through the page cache)
     gen: int = 0  # the inode's generation: a reused inode number has another one
+    dir_ino: int = 0  # the inode number of its folder (0: unknown)
 
     @property
     def path(self) -> str:
@@ -217,12 +227,13 @@ def event_kind(raw: bytes) -> int:
 
 
 def decode_file_event(raw: bytes) -> FileEvent:
-    _, pid, dev, fd, ino, depth, flags, gen, size, fstype = FILE_EVENT_HEAD.unpack_from(raw)
+    _, pid, dev, fd, ino, depth, flags, gen, size, dir_ino, fstype = (
+        FILE_EVENT_HEAD.unpack_from(raw))
     base = FILE_EVENT_HEAD.size
     packed = raw[base: base + min(size, PATH_BYTES)].split(b"\0")
     names = tuple(n.decode(errors="replace") for n in packed[:min(depth, PATH_DEPTH, len(packed))])
     return FileEvent(pid, dev, ino, fd, _cstr(fstype), names, bool(flags & FILE_TRUNCATED),
-                     bool(flags & FILE_DELETED), bool(flags & FILE_FS_ROOT), gen)
+                     bool(flags & FILE_DELETED), bool(flags & FILE_FS_ROOT), gen, dir_ino)
 
 
 def decode_slow_event(raw: bytes) -> SlowEvent:
@@ -233,8 +244,29 @@ def decode_slow_event(raw: bytes) -> SlowEvent:
 
 
 def decode_file_key(raw: bytes) -> FileKey:
-    tgid, dev, ino, gen, op = FILE_KEY.unpack(raw)
+    tgid, dev, ino, gen, op, _buf = FILE_KEY.unpack(raw)
     return FileKey(tgid, dev, ino, gen, OPS.get(op, "other"))
+
+
+def file_counts_dtype() -> np.dtype:
+    """A struct file_key followed by its struct file_stat, as numpy reads a batch of them."""
+    import numpy as np
+
+    return np.dtype(list(FILE_KEY_FIELDS + FILE_STAT_FIELDS))
+
+
+def file_counts(keys: bytes, values: bytes) -> np.ndarray:
+    """Raw struct file_key and struct file_stat, n of each, as one array of file_counts_dtype."""
+    import numpy as np
+
+    k = np.frombuffer(keys, dtype=np.dtype(list(FILE_KEY_FIELDS)))
+    v = np.frombuffer(values, dtype=np.dtype(list(FILE_STAT_FIELDS)))
+    out = np.empty(len(k), dtype=file_counts_dtype())
+    for name, _ in FILE_KEY_FIELDS:
+        out[name] = k[name]
+    for name, _ in FILE_STAT_FIELDS:
+        out[name] = v[name]
+    return out
 
 
 def decode_hist_key(raw: bytes) -> HistKey:

@@ -64,6 +64,7 @@ class FileRow(TypedDict):
     device: str
     inode: int
     op: str
+    file_count: int | None  # None only in traces of an iotrace before folder rows
     ops: int
     bytes: int
     latency_sum_ns: int
@@ -209,7 +210,9 @@ class Series(NamedTuple):
 
 
 FileKey = tuple[int, int, int, int]
-"""A file of a process over time: (pid, dev, ino, gen), as `abi.FileKey`."""
+"""A file of a process over time: (pid, dev, ino, gen), as `abi.FileKey`; the rows of a folder
+whose files were added up as (pid, dev, the folder's inode, FOLDER_GEN)."""
+FOLDER_GEN = -1
 
 
 @dataclass(frozen=True)
@@ -230,7 +233,7 @@ class Snapshot:
 
 @dataclass
 class FileTotals:
-    """Whole-trace sums for one (process, file), for the summary's top files."""
+    """Whole-trace sums for one (process, file) or folder, for the summary's top files."""
 
     ops: dict[str, int] = field(default_factory=dict)  # by op
     bytes: dict[str, int] = field(default_factory=dict)  # by op
@@ -238,10 +241,45 @@ class FileTotals:
     pages_missed: int = 0
     pages_dirtied: int = 0
     slowest: MaxSeen[str] = field(default_factory=lambda: MaxSeen())  # by op
+    dir_ino: int = 0  # the folder it is in (a folder's: itself), where its totals fold into
 
-    def add_max(self, op: str, ops: int, max_ns: int) -> None:
-        """A row's `ops` operations of `op`, the slowest of them `max_ns` (0: not known)."""
+    def add(self, op: str, ops: int, nbytes: int, latency_sum_ns: int, pages_missed: int,
+            pages_dirtied: int, max_ns: int) -> None:
+        """A row of `op`: its counts, the slowest of its `ops` operations `max_ns` (0: not known)."""
+        self.ops[op] = self.ops.get(op, 0) + ops
+        self.bytes[op] = self.bytes.get(op, 0) + nbytes
+        self.latency_sum_ns += latency_sum_ns
+        self.pages_missed += pages_missed
+        self.pages_dirtied += pages_dirtied
         self.slowest.add_key(op, ops, max_ns)
+
+    def absorb(self, other: FileTotals) -> None:
+        """Adds another file's totals (a file folded into its folder's)."""
+        for op, n in other.ops.items():
+            self.ops[op] = self.ops.get(op, 0) + n
+        for op, n in other.bytes.items():
+            self.bytes[op] = self.bytes.get(op, 0) + n
+        self.latency_sum_ns += other.latency_sum_ns
+        self.pages_missed += other.pages_missed
+        self.pages_dirtied += other.pages_dirtied
+        self.slowest.merge(other.slowest, lambda op: op)
+
+
+@dataclass
+class RolledUp:
+    """What the files table added up per folder so far (rollup.split), for the summary and
+    meta.json: per-file rows that went into folder rows, the folder rows, and the operations
+    the kernel itself counted per folder because its per-file table was full."""
+
+    file_rows: int = 0
+    folder_rows: int = 0
+    kernel_ops: int = 0
+
+    def add(self, folder_rows, n_files, kernel_folders) -> None:
+        """One interval's folder rows, the files in each, and the kernel's folder counts."""
+        self.file_rows += int(n_files.sum())
+        self.folder_rows += len(folder_rows)
+        self.kernel_ops += int(kernel_folders["ops"].sum())
 
 
 # What the renderers need of the live stage's process and file tables (`tracer.live.processes`,

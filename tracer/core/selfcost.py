@@ -13,7 +13,9 @@ import resource
 import time
 from dataclasses import dataclass, field
 
+from tracer.core.abi import MAP_ROLLED_UP
 from tracer.core.histogram import format_bytes, format_ns
+from tracer.core.rollup import KEEP_FILES
 
 TOP_PROGRAMS = 5  # programs listed in the summary, most time first
 # --bpf-stats: "sampled" (default) counts the programs' runs during the first STATS_SHARE of
@@ -107,6 +109,11 @@ class SelfCost:
     # retries too): found in the directories of files whose records came, or left unnamed
     paths_recovered: int = 0
     paths_unknown: int = 0
+    # the files table's roll-up (core/rollup.py): per-file rows added into folder rows, the
+    # folder rows, and operations the kernel counted per folder (its per-file table full)
+    file_rows_rolled_up: int = 0
+    folder_rows: int = 0
+    folder_ops_kernel: int = 0
 
     @property
     def bpf_cpu_pct(self) -> float | None:
@@ -137,7 +144,9 @@ class SelfCost:
 
     @property
     def drops(self) -> int:
-        return sum(self.map_full_drops.values())
+        """Inserts refused whose operations' counts are missing (file_stats' are counted per
+        folder instead: abi.MAP_ROLLED_UP)."""
+        return sum(n for name, n in self.map_full_drops.items() if name not in MAP_ROLLED_UP)
 
     def top_programs(self, n: int = TOP_PROGRAMS) -> list[ProgramCost]:
         """The programs that ran, most time first."""
@@ -162,6 +171,9 @@ class SelfCost:
             "events_lost": self.events_lost,
             "file_paths_lost": {"recovered": self.paths_recovered, "unknown": self.paths_unknown},
             "map_full_drops": dict(self.map_full_drops),
+            "files_rolled_up": {"file_rows": self.file_rows_rolled_up,
+                                "folder_rows": self.folder_rows,
+                                "kernel_folder_ops": self.folder_ops_kernel},
             "block_completions_unseen": {"requests": self.block_unseen_requests,
                                          "bytes": self.block_unseen_bytes},
             "map_entries": dict(self.map_entries),
@@ -185,6 +197,7 @@ class SelfCost:
                            int(t.get("peak_rss_bytes") or 0))
         unseen = d.get("block_completions_unseen") or {}
         paths = d.get("file_paths_lost") or {}
+        rolled = d.get("files_rolled_up") or {}
         unavailable = stats.get("unavailable")
         if not stats.get("enabled", True) and not unavailable:
             unavailable = "BPF stats were off"
@@ -194,7 +207,9 @@ class SelfCost:
                    {str(k): int(v) for k, v in (d.get("map_entries") or {}).items()},
                    float(stats.get("seconds_counted") or 0), str(stats.get("mode") or "always"),
                    int(unseen.get("requests") or 0), int(unseen.get("bytes") or 0),
-                   int(paths.get("recovered") or 0), int(paths.get("unknown") or 0))
+                   int(paths.get("recovered") or 0), int(paths.get("unknown") or 0),
+                   int(rolled.get("file_rows") or 0), int(rolled.get("folder_rows") or 0),
+                   int(rolled.get("kernel_folder_ops") or 0))
 
 
 def _round(v: float | None) -> float | None:
@@ -228,17 +243,24 @@ def render_self_cost(cost: SelfCost, top: int = TOP_PROGRAMS) -> list[str]:
     else:
         bpf = f"per-program cost unavailable: {cost.stats_unavailable}"
     drops = f"{cost.drops} map-full drops"
-    full = [f"{name} {n}" for name, n in cost.map_full_drops.items() if n]
+    full = [f"{name} {n}" for name, n in cost.map_full_drops.items()
+            if n and name not in MAP_ROLLED_UP]
     if full:
         drops += f" ({', '.join(full)}: counts of those operations are missing)"
+    if cost.file_rows_rolled_up or cost.folder_ops_kernel:
+        drops += (f"; files table: {cost.file_rows_rolled_up} per-file rows added up into "
+                  f"{cost.folder_rows} folder rows (past {KEEP_FILES} files per process, op and "
+                  "interval)")
+        if cost.folder_ops_kernel:
+            drops += (f", {cost.folder_ops_kernel} operations counted per folder by the kernel "
+                      "(its per-file table was full)")
     if cost.block_unseen_requests:
         drops += (f"; {cost.block_unseen_requests} block requests "
                   f"({format_bytes(cost.block_unseen_bytes)}) ended unseen: the kernel ran no "
                   "completion program for them, so the block layer's counts are short by them")
     lost_paths = ""
-    if cost.paths_recovered or cost.paths_unknown:
-        lost_paths = (f" (paths of files: {cost.paths_recovered} found in their directories, "
-                      f"{cost.paths_unknown} unknown)")
+    if cost.paths_unknown:
+        lost_paths = f" ({cost.paths_unknown} files without a path)"
     lines = ["", f"iotrace's own cost: {bpf}; tracer {_pct_text(t.cpu_pct)} of one core "
              f"({t.cpu_s:.2f} s CPU, {t.setup_cpu_s:.2f} s of it start-up), peak RSS "
              f"{format_bytes(t.peak_rss_bytes)}; {cost.events_lost} events lost{lost_paths}, "

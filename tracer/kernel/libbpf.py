@@ -116,6 +116,7 @@ def lib() -> ctypes.CDLL:
     _sig(so.bpf_map_lookup_and_delete_elem, i, i, vp, vp)
     _sig(so.bpf_map_get_next_key, i, i, vp, vp)
     _sig(so.bpf_map_lookup_batch, i, i, vp, vp, vp, vp, ctypes.POINTER(u32), vp)
+    _sig(so.bpf_map_delete_batch, i, i, vp, ctypes.POINTER(u32), vp)
     _sig(so.bpf_map_create, i, i, cp, u32, u32, u32, vp)
     _sig(so.ring_buffer__new, vp, i, RING_SAMPLE_FN, vp, vp)
     _sig(so.ring_buffer__poll, i, vp, i)
@@ -356,11 +357,21 @@ class Map:
         return out
 
     def _items_batched(self) -> list[tuple[bytes, bytes]]:
+        ks, vs = self.key_size, self.value_size
+        out: list[tuple[bytes, bytes]] = []
+        for kraw, vraw in self._batches():
+            # split into entries in C (a "Ns" field keeps every byte, trailing zeros too):
+            # half the time of slicing in a Python loop
+            out.extend(zip(map(_first, struct.iter_unpack(f"{ks}s", kraw)),
+                           map(_first, struct.iter_unpack(f"{vs}s", vraw)), strict=True))
+        return out
+
+    def _batches(self):
+        """(keys, values) of BATCH entries at most at a time, as raw bytes, n keys then n values."""
         so, ks, vs, n = lib(), self.key_size, self.value_size, self.BATCH
         keys = ctypes.create_string_buffer(ks * n)
         values = ctypes.create_string_buffer(vs * n)
         token = [ctypes.create_string_buffer(max(ks, 8)) for _ in range(2)]  # hash: a bucket
-        out: list[tuple[bytes, bytes]] = []
         first = True
         while True:
             count = ctypes.c_uint32(n)
@@ -369,39 +380,68 @@ class Map:
             if rc < 0 and rc != -errno.ENOENT:  # ENOENT: the last batch (count entries)
                 raise LibbpfError(-rc, f"map lookup batch: {os.strerror(-rc)}")
             got = count.value  # copy out only the filled part of the buffers
-            kraw, vraw = ctypes.string_at(keys, got * ks), ctypes.string_at(values, got * vs)
-            # split into entries in C (a "Ns" field keeps every byte, trailing zeros too):
-            # half the time of slicing in a Python loop
-            out.extend(zip(map(_first, struct.iter_unpack(f"{ks}s", kraw)),
-                           map(_first, struct.iter_unpack(f"{vs}s", vraw)), strict=True))
+            yield ctypes.string_at(keys, got * ks), ctypes.string_at(values, got * vs)
             if rc < 0:
-                return out
+                return
             ctypes.memmove(token[0], token[1], len(token[0]))
             first = False
+
+    def raw_items(self) -> tuple[bytes, bytes]:
+        """Every key and every value, each as one string of bytes (n keys, then n values in
+        the same order): for decoding in bulk (numpy), with no Python object per entry."""
+        try:
+            parts = list(self._batches())
+            return b"".join(k for k, _ in parts), b"".join(v for _, v in parts)
+        except LibbpfError as e:
+            if e.errno not in _UNSUPPORTED:
+                raise
+        items = self.items()
+        return b"".join(k for k, _ in items), b"".join(v for _, v in items)
+
+    def delete_many(self, keys: bytes) -> None:
+        """Deletes the entries of these keys (raw, one after another), in one syscall where the
+        kernel can (Linux 5.6+); keys that are not there are skipped."""
+        n = len(keys) // self.key_size
+        if not n:
+            return
+        count = ctypes.c_uint32(n)
+        rc = lib().bpf_map_delete_batch(self.fd, keys, ctypes.byref(count), None)
+        if rc == 0:
+            return
+        # ENOENT: a key was missing and the batch stopped there; older kernels: unsupported
+        for i in range(count.value if rc == -errno.ENOENT else 0, n):
+            self.delete(keys[i * self.key_size:(i + 1) * self.key_size])
 
 
 class MappedArray:
     """A BPF array map made with BPF_F_MMAPABLE, read in place through mmap (no syscall)."""
 
-    def __init__(self, fd: int, value_size: int, max_entries: int):
+    def __init__(self, fd: int, value_size: int, max_entries: int, writable: bool = False):
         self.value_size, self.max_entries = value_size, max_entries
         if value_size % 8:
             raise ValueError("MappedArray: values must be whole u64 words")
         size = value_size * max_entries
-        self._mm = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ)
+        prot = mmap.PROT_READ | (mmap.PROT_WRITE if writable else 0)
+        self._mm = mmap.mmap(fd, size, mmap.MAP_SHARED, prot)
         self._words = None  # a numpy view, made on first use (numpy loads after attach)
 
-    def held(self):
-        """(indices, rows): the entries whose first 8 bytes are not zero, and a copy of them as
-        rows of little-endian u64 words (numpy arrays). The kernel changes entries meanwhile:
-        one freed between the two steps comes back with a first word of 0."""
+    @property
+    def words(self):
+        """The entries as rows of little-endian u64 words, in place (a numpy view)."""
         if self._words is None:
             import numpy as np
 
             self._words = np.frombuffer(self._mm, dtype="<u8").reshape(self.max_entries, -1)
+        return self._words
+
+    def held(self, start: int = 0, stop: int | None = None):
+        """(indices, rows): the entries of [start, stop) whose first 8 bytes are not zero, and
+        a copy of them as rows of u64 words. The kernel changes entries meanwhile: one freed
+        between the two steps comes back with a first word of 0."""
+        words = self.words[start:stop]
         # a copy first: nonzero() must not see them change under it
-        index = self._words[:, 0].copy().nonzero()[0]
-        return index, self._words[index]
+        index = words[:, 0].copy().nonzero()[0]
+        return index + start, words[index]
 
     def close(self) -> None:
         self._words = None

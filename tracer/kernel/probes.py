@@ -43,8 +43,9 @@ PAGE_SHIFT = (os.sysconf("SC_PAGE_SIZE") - 1).bit_length()
 # requests that find their slot taken go to rq_starts.
 RQ_SLOTS = "rq_slots"
 # Tables of counters indexed by a hash of their key, in front of `hists` and `file_stats`
-# (slots.bpf.h): powers of two. By enum iot_slot_table (abi.HIST_SLOTS, abi.FILE_SLOTS), with
-# the layout of their slots.
+# (slots.bpf.h): powers of two (file_slots: two tables of half its size, one per interval
+# buffer). By enum iot_slot_table (abi.HIST_SLOTS, abi.FILE_SLOTS), with the layout of their
+# slots.
 SLOT_TABLES = ("hist_slots", "file_slots")
 SLOT_LAYOUTS = (abi.HIST_SLOT, abi.FILE_SLOT)
 POWER_OF_TWO_MAPS = (RQ_SLOTS, *SLOT_TABLES)
@@ -77,19 +78,6 @@ def add_hists(a: bytes, b: bytes) -> bytes:
     return (np.frombuffer(a, dtype="<u8") + np.frombuffer(b, dtype="<u8")).tobytes()
 
 
-def add_file_stats(a: bytes, b: bytes) -> bytes:
-    """Two raw struct file_stat of one key added up: the counts summed; the maximum latency of
-    the later interval (max_epoch), the larger one of the same interval."""
-    ops, nbytes, lat, missed, dirtied, max_a, epoch_a = abi.FILE_STAT.unpack(a)
-    ops_b, nbytes_b, lat_b, missed_b, dirtied_b, max_b, epoch_b = abi.FILE_STAT.unpack(b)
-    if epoch_a == epoch_b:
-        max_ns, epoch = max(max_a, max_b), epoch_a
-    else:
-        max_ns, epoch = (max_a, epoch_a) if epoch_a > epoch_b else (max_b, epoch_b)
-    return abi.FILE_STAT.pack(ops + ops_b, nbytes + nbytes_b, lat + lat_b, missed + missed_b,
-                              dirtied + dirtied_b, max_ns, epoch)
-
-
 class BadSetting(ValueError):
     """An IOTRACE_* setting of the environment is malformed (one line for the user)."""
 
@@ -108,6 +96,9 @@ def map_sizes_from_env(text: str | None = None) -> dict[str, int]:
                              "entries, at least 1")
         if name in POWER_OF_TWO_MAPS and int(n) & (int(n) - 1):
             raise BadSetting(f"{MAP_SIZES_ENV}: {item!r}: the size must be a power of two")
+        if name == "file_slots" and int(n) < 2:
+            raise BadSetting(f"{MAP_SIZES_ENV}: {item!r}: file_slots holds a table per interval "
+                             "buffer: at least 2")
         sizes[name] = int(n)
     return sizes
 
@@ -153,12 +144,12 @@ class Probes:
         self.tracked: Map | None = None
         self.hists: Map | None = None
         self.file_stats: Map | None = None
+        self.folder_stats: Map | None = None
         self._slots: list[MappedArray] = []  # by abi.HIST_SLOTS, abi.FILE_SLOTS
         self._track: Program | None = None  # proc.bpf.c's syscall programs, run from here
         self._free_slot: Program | None = None
         # Where the last reading found each key in a slot table: [(index, tag)], by raw key.
         self._hist_at: dict[bytes, list[tuple[int, int]]] = {}
-        self._file_at: dict[bytes, list[tuple[int, int]]] = {}
         self.threads: Map | None = None
         self.epoch: Map | None = None
         self._lost: Map | None = None
@@ -193,6 +184,7 @@ class Probes:
                 if m in self.map_sizes:
                     obj.set_max_entries(m, self.map_sizes[m])
             bits = {m: obj.max_entries(m).bit_length() - 1 for m in POWER_OF_TWO_MAPS}
+            bits["file_slots"] -= 1  # per buffer
             have_io_start = self.features.get("block_io_start", "missing") != "missing"
             obj.set_config(abi.CONFIG.pack(int(have_io_start), PAGE_SHIFT, int(self.auto_discover),
                                            bits[RQ_SLOTS], bits["hist_slots"], bits["file_slots"],
@@ -213,8 +205,12 @@ class Probes:
         self.threads = Map(fd("threads"), abi.TGID.size, abi.THREAD_TIME.size)
         self.hists = Map(fd("hists"), abi.HIST_KEY.size, abi.HIST_SIZE)
         self.file_stats = Map(fd("file_stats"), abi.FILE_KEY.size, abi.FILE_STAT.size)
-        self._slots = [MappedArray(fd(m), layout.size, 1 << bits[m])
-                       for m, layout in zip(SLOT_TABLES, SLOT_LAYOUTS, strict=True)]
+        self.folder_stats = Map(fd("folder_stats"), abi.FILE_KEY.size, abi.FILE_STAT.size)
+        self._rcu_sync = Map(fd("rcu_sync"), 4, 4)
+        self._rcu_inner = fd("rcu_inner")
+        self._slots = [MappedArray(fd("hist_slots"), abi.HIST_SLOT.size, 1 << bits["hist_slots"]),
+                       MappedArray(fd("file_slots"), abi.FILE_SLOT.size,
+                                   2 << bits["file_slots"], writable=True)]
         self._track = obj.program("track")
         self._free_slot = obj.program("free_slot")
         self.epoch = Map(fd(".data.epoch"), 4, 8)
@@ -327,11 +323,10 @@ class Probes:
             for i, tag in self._hist_at.pop(k, ()):
                 self._free(abi.HIST_SLOTS, i, tag)
 
-    def _free(self, table: int, index: int, tag: int) -> bytes | None:
-        """Runs `free_slot`: the slot's last file_stat (file slots) when it was still `tag`'s."""
+    def _free(self, table: int, index: int, tag: int) -> None:
+        """Runs `free_slot` on a histogram slot: freed when `tag` still held it."""
         assert self._free_slot is not None
-        ret, out = self._free_slot.run_ctx(abi.FREE_SLOT_REQUEST.pack(table, index, tag, b""))
-        return abi.FREE_SLOT_REQUEST.unpack(out)[3] if ret == 0 else None
+        self._free_slot.run_ctx(abi.FREE_SLOT_REQUEST.pack(table, index, tag))
 
     def read_threads(self) -> dict[int, bytes]:
         """Per-thread time accounting by thread id (abi.decode_thread_time)."""
@@ -371,13 +366,6 @@ class Probes:
             if fd is not None:
                 os.close(fd)
 
-    def read_file_stats(self) -> dict[bytes, bytes]:
-        """Cumulative per-file counters by raw key (abi.decode_file_key / abi.FILE_STAT): those
-        of the slot table and of the `file_stats` map, added up for a key found in both."""
-        assert self.file_stats is not None
-        out, self._file_at = self._read_both(self.file_stats, abi.FILE_SLOTS, add_file_stats)
-        return out
-
     def next_epoch(self) -> int:
         """Starts a new interval for the per-file maximum latency; returns the one that ended
         (file_stat.latency_max_ns belongs to it when file_stat.max_epoch equals it, or the new
@@ -387,23 +375,41 @@ class Probes:
         self.epoch.update(b"\0\0\0\0", self.max_epoch.to_bytes(8, "little"))
         return self.max_epoch - 1
 
-    def delete_file_stats(self, keys: list[bytes]) -> None:
-        self.take_file_stats(keys)
+    def drain_file_stats(self, buf: int):
+        """The per-file and per-folder counters of the interval that used buffer `buf` (the
+        interval next_epoch() just ended), taken out of the kernel: (files, folders), arrays
+        of abi.file_counts_dtype(). First waits until no program still adds to that buffer
+        (one that read max_epoch before next_epoch() changed it), so nothing comes after."""
+        import numpy as np
 
-    def take_file_stats(self, keys: list[bytes]) -> dict[bytes, bytes]:
-        """Deletes these per-file counters, in the map and in the slot table, and returns their
-        values as they were deleted (keys that were not there are left out)."""
-        assert self.file_stats is not None
-        taken = {}
-        for k in keys:
-            value = self.file_stats.take(k)
-            for i, tag in self._file_at.pop(k, ()):
-                last = self._free(abi.FILE_SLOTS, i, tag)
-                if last is not None:
-                    value = last if value is None else add_file_stats(value, last)
-            if value is not None:
-                taken[k] = value
-        return taken
+        assert self.file_stats is not None and self.folder_stats is not None
+        self._rcu_sync.update(b"\0\0\0\0", self._rcu_inner.to_bytes(4, "little"))
+        slots = self._slots[abi.FILE_SLOTS]
+        half = slots.max_entries // 2
+        lo = buf * half
+        _, rows = slots.held(lo, lo + half)
+        rows = rows[abi.slot_tags_ok(abi.FILE_SLOTS, rows)]
+        slots.words[lo:lo + half] = 0  # the next interval but one starts from empty slots
+        key_words = abi.FILE_KEY.size // 8
+        from_slots = abi.file_counts(rows[:, 1:1 + key_words].tobytes(),
+                                     rows[:, 1 + key_words:].tobytes())
+        files = self._drain_map(self.file_stats, buf)
+        folders = self._drain_map(self.folder_stats, buf)
+        files = np.concatenate([from_slots, files]) if len(from_slots) else files
+        return files, folders
+
+    @staticmethod
+    def _drain_map(m: Map, buf: int):
+        """The entries of buffer `buf` of a file_key -> file_stat map, deleted."""
+        import numpy as np
+
+        keys, values = m.raw_items()
+        counts = abi.file_counts(keys, values)
+        mine = counts["buf"] == buf
+        if mine.any():
+            raw = np.frombuffer(keys, dtype=f"V{abi.FILE_KEY.size}")
+            m.delete_many(raw[mine].tobytes())
+        return counts[mine]
 
     @staticmethod
     def _percpu_sum(m: Map, index: int) -> int:

@@ -7,14 +7,16 @@ the sum of `count` over a trace's rows is exactly the number of operations compl
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from tracer.core import abi
+from tracer.core import abi, rollup
 from tracer.core.abi import PAGE_SIZE
 from tracer.core.model import (
+    FOLDER_GEN,
     DeviceRow,
     EventRow,
     FileKey,
@@ -22,6 +24,7 @@ from tracer.core.model import (
     FileTotals,
     GpuRow,
     LatencyRow,
+    RolledUp,
     Series,
     Snapshot,
     SystemRow,
@@ -33,6 +36,7 @@ from tracer.live.devices import device_name
 from tracer.live.files import FileTable
 from tracer.live.processes import Process, ProcessTable
 
+MAX_FILE_TOTALS = 20_000  # files the summary keeps totals of (the others: their folders')
 NO_SYSCALL: dict[str, str | int | None] = {"syscall_op": None, "syscall_path": None, "syscall_since": None}
 
 
@@ -47,13 +51,18 @@ def series_of(key: abi.HistKey) -> Series:
     return Series(key.pid, key.layer, key.op, key.target, device, key.attribution)
 
 
+def no_file_counts() -> np.ndarray:
+    return np.zeros(0, dtype=abi.file_counts_dtype())
+
+
 @dataclass(frozen=True)
 class Reading:
     """One read of the kernel's maps (raw bytes, as the loader returns them)."""
 
     hists: dict[bytes, bytes]
-    file_stats: dict[bytes, bytes] = field(default_factory=dict)
-    epoch: int = 0  # the per-file maximum's interval that this reading closes
+    # This interval's per-file and per-folder counters (Probes.drain_file_stats)
+    files: np.ndarray = field(default_factory=no_file_counts)
+    folders: np.ndarray = field(default_factory=no_file_counts)
     threads: dict[int, bytes] = field(default_factory=dict)  # by thread id
     monotonic_ns: int = 0  # when it was read (CLOCK_MONOTONIC, the kernel's clock)
     # The syscall each main process's main thread was in when read, by pid (= its tid):
@@ -67,16 +76,12 @@ class Aggregator:
         self.processes = processes
         self.files = files or FileTable()
         self.prev: dict[bytes, np.ndarray] = {}
-        self.prev_files: dict[bytes, bytes] = {}  # raw file_stat values of the last reading
         self.prev_threads: dict[int, tuple[int, ...]] = {}  # (pid, *ThreadTime.as_tuple())
-        self.file_intervals = 0  # readings of the per-file counters so far
-        # The reading (file_intervals) in which each file key last gave a row, or before its
-        # first reading: a key's idle intervals are file_intervals minus this, so an
-        # unchanged key costs nothing per interval.
-        self.file_active: dict[bytes, int] = {}
         self.totals: dict[Series, np.ndarray] = {}  # whole-trace sums, for the summary
-        # (pid, dev, ino, gen): a file over time (abi.FileKey)
+        # (pid, dev, ino, gen): a file over time (abi.FileKey); a folder's rows as (pid, dev,
+        # folder inode, FOLDER_GEN). Bounded (fold_file_totals).
         self.file_totals: dict[FileKey, FileTotals] = {}
+        self.rolled_up = RolledUp()
         self.last_ts_ns: int | None = None
         self.pending_events: list[EventRow] = []
 
@@ -100,7 +105,7 @@ class Aggregator:
             total = self.totals.get(series)
             self.totals[series] = delta.copy() if total is None else total + delta
             rows.extend(self._rows(series, delta, ts_ns))
-        file_rows = self._file_rows(reading.file_stats, reading.epoch, ts_ns)
+        file_rows = self._file_rows(reading.files, reading.folders, ts_ns)
         thread_rows = self._thread_rows(reading.threads, reading.monotonic_ns, ts_ns,
                                         reading.in_flight)
         interval_ns = ts_ns - self.last_ts_ns if self.last_ts_ns else 0
@@ -108,7 +113,10 @@ class Aggregator:
         events, self.pending_events = self.pending_events, []
         if cost is not None:  # what the file table could not name, once this reading's are in
             recovered, unknown = self.files.lost_paths()
-            cost = dataclasses.replace(cost, paths_recovered=recovered, paths_unknown=unknown)
+            r = self.rolled_up
+            cost = dataclasses.replace(cost, paths_recovered=recovered, paths_unknown=unknown,
+                                       file_rows_rolled_up=r.file_rows, folder_rows=r.folder_rows,
+                                       folder_ops_kernel=r.kernel_ops)
         return Snapshot(ts_ns, interval_ns, rows, file_rows, events, thread_rows, devices or [],
                         system, gpu or [], cost)
 
@@ -161,74 +169,63 @@ class Aggregator:
         """Drops keys deleted from the kernel maps (processes gone)."""
         for k in raw_keys:
             self.prev.pop(k, None)
-            self.prev_files.pop(k, None)
-            self.file_active.pop(k, None)
         for tid in tids:
             self.prev_threads.pop(tid, None)
 
-    def _file_rows(self, stats: dict[bytes, bytes], epoch: int, ts_ns: int) -> list[FileRow]:
-        self.file_intervals += 1
-        now = self.file_intervals
-        prev_files, self.prev_files = self.prev_files, dict(stats)
-        active = self.file_active
-        for rkey in prev_files.keys() - stats.keys():  # deleted from the kernel map
-            active.pop(rkey, None)
-        unpack = abi.FILE_STAT.unpack
+    def _file_rows(self, files: np.ndarray, folders: np.ndarray, ts_ns: int) -> list[FileRow]:
+        """This interval's per-file rows, the files past rollup.KEEP_FILES per (process, op)
+        added up per folder (and the kernel's own folder counts with them)."""
+        own, folder_rows, n_files = rollup.split(files, folders)
+        self.rolled_up.add(folder_rows, n_files, folders)
         who: dict[int, tuple[str, str]] = {}  # pid -> (comm, role), looked up once per reading
         rows: list[FileRow] = []
-        for rkey, rval in stats.items():
-            prev_raw = prev_files.get(rkey)
-            if rval == prev_raw:  # untouched: most keys of a job that opened many files
-                continue
-            ops, nbytes, lat_sum, missed, dirtied, max_ns, max_epoch = unpack(rval)
-            if prev_raw is None:
-                active.setdefault(rkey, now - 1)  # idle from its first reading on
-            else:
-                p_ops, p_bytes, p_lat, p_missed, p_dirtied, _, _ = unpack(prev_raw)
-                delta = (ops - p_ops, nbytes - p_bytes, lat_sum - p_lat, missed - p_missed,
-                         dirtied - p_dirtied)
-                if min(delta) >= 0:  # else recreated since: all of it is new
-                    ops, nbytes, lat_sum, missed, dirtied = delta
+        for counts, n, folder in itertools.chain(
+                zip(own.tolist(), itertools.repeat(1), itertools.repeat(False)),
+                zip(folder_rows.tolist(), n_files.tolist(), itertools.repeat(True))):
+            (pid, dev, ino, gen, op_code, _buf, _pad, ops, nbytes, lat_sum, missed, dirtied,
+             max_ns, dir_ino) = counts
             if not (ops or missed or dirtied):
                 continue
-            active[rkey] = now
-            key = abi.decode_file_key(rkey)
-            info = self.files.get(key.dev, key.ino, key.gen, key.pid)
-            comm_role = who.get(key.pid)
+            op = abi.OPS.get(op_code, "other")
+            info = (self.files.folder(dev, ino) if folder
+                    else self.files.get(dev, ino, gen, pid, dir_ino))
+            comm_role = who.get(pid)
             if comm_role is None:
-                proc = self.processes.get(key.pid)
-                comm_role = who[key.pid] = (self.files.redact.comm(proc.comm if proc else ""),
-                                            role_of_pid(proc))
+                proc = self.processes.get(pid)
+                comm_role = who[pid] = (self.files.redact.comm(proc.comm if proc else ""),
+                                        role_of_pid(proc))
             hit = None
-            if key.op == "read" and nbytes:
+            if op == "read" and nbytes:
                 hit = max(0.0, 1.0 - missed * PAGE_SIZE / nbytes) * 100.0
             rows.append({
-                "ts": ts_ns, "pid": key.pid, "comm": comm_role[0],
-                "role": comm_role[1], "path": info.path,
-                "path_source": info.path_source, "fs_type": info.fs_type, "device": info.device,
-                "inode": key.ino, "op": key.op, "ops": ops, "bytes": nbytes,
-                "latency_sum_ns": lat_sum,
-                "latency_max_ns": max_ns if ops and max_epoch in (epoch, epoch + 1) else 0,
+                "ts": ts_ns, "pid": pid, "comm": comm_role[0], "role": comm_role[1],
+                "path": info.path, "path_source": info.path_source, "fs_type": info.fs_type,
+                "device": info.device, "inode": ino, "op": op, "file_count": n, "ops": ops,
+                "bytes": nbytes, "latency_sum_ns": lat_sum, "latency_max_ns": max_ns,
                 "pages_missed": missed, "pages_dirtied": dirtied, "cache_hit_pct": hit,
             })
-            tkey = (key.pid, key.dev, key.ino, key.gen)
+            tkey = (pid, dev, ino, FOLDER_GEN if folder else gen)
             t = self.file_totals.get(tkey)
             if t is None:
-                t = self.file_totals[tkey] = FileTotals()
-            t.ops[key.op] = t.ops.get(key.op, 0) + ops
-            t.bytes[key.op] = t.bytes.get(key.op, 0) + nbytes
-            t.latency_sum_ns += lat_sum
-            t.pages_missed += missed
-            t.pages_dirtied += dirtied
-            t.add_max(key.op, ops, rows[-1]["latency_max_ns"])
+                t = self.file_totals[tkey] = FileTotals(dir_ino=ino if folder else dir_ino)
+            t.add(op, ops, nbytes, lat_sum, missed, dirtied, max_ns)
+        if len(self.file_totals) > 2 * MAX_FILE_TOTALS:
+            self.fold_file_totals()
         return rows
 
-    def idle_file_keys(self, intervals: int) -> list[bytes]:
-        """File keys unchanged for `intervals` intervals: the session deletes them from the
-        kernel map (and forgets them), so that a job reading millions of files keeps the map
-        bounded. A file read again later starts a fresh key, counted from zero."""
-        last = self.file_intervals - intervals
-        return [k for k, n in self.file_active.items() if n <= last]
+    def fold_file_totals(self) -> None:
+        """Keeps the MAX_FILE_TOTALS files with the most time in syscalls, the others added to
+        their folders' totals, so that the summary's memory does not grow with the files read."""
+        files = [(k, t) for k, t in self.file_totals.items() if k[3] != FOLDER_GEN]
+        files.sort(key=lambda kt: -kt[1].latency_sum_ns)
+        for (pid, dev, _ino, _gen), t in files[MAX_FILE_TOTALS:]:
+            key = (pid, dev, t.dir_ino, FOLDER_GEN)
+            into = self.file_totals.get(key)
+            if into is None:
+                into = self.file_totals[key] = FileTotals(dir_ino=t.dir_ino)
+            into.absorb(t)
+        for k, _ in files[MAX_FILE_TOTALS:]:
+            del self.file_totals[k]
 
     def on_slow(self, ev: abi.SlowEvent, ts_ns: int) -> None:
         """A slow operation from the ring buffer (`ts_ns`: its start, UTC)."""

@@ -1,11 +1,11 @@
-"""Files by (device, inode, generation): full paths sent once by the kernel, with a /proc/PID/fd
-fallback.
+"""Files by (device, inode, generation): paths sent by the kernel once per folder, the other
+files of a folder named from its listing, with /proc/PID/fd fallbacks.
 
 Inode numbers repeat across file systems, so a file is always keyed by the file system's device
 and its inode; and they repeat over time (a deleted file's number goes to the next file created),
-so the inode's generation is part of the key: a new file under a reused number is a new key,
-whose path the kernel sends as for any file seen first. The kernel walks the dentries (crossing
-mount points) the first time a traced process touches a file; when that walk was cut short this
+so the inode's generation is part of the key: a new file under a reused number is a new key.
+The kernel walks the dentries (crossing mount points) the first time a traced process touches a
+file of a folder it has not sent yet (or a deleted file); when that walk was cut short this
 module asks /proc/PID/fd instead and says so in `path_source`.
 """
 
@@ -13,19 +13,24 @@ from __future__ import annotations
 
 import fcntl
 import glob
+import itertools
 import os
 import stat
 import time
 from dataclasses import dataclass
 
 from tracer.core.abi import NAME_LEN, FileEvent, dev_major_minor
+from tracer.core.model import FOLDER_GEN
 from tracer.core.redact import Redactor
 from tracer.live.devices import device_name
 
-KERNEL, INODE, PROC_FD, PROC_MAPS, LOOKUP, SIBLING, TRUNCATED, UNKNOWN = (
-    "kernel", "inode", "proc_fd", "proc_maps", "lookup", "sibling", "truncated", "unknown")
+KERNEL, INODE, PROC_FD, PROC_MAPS, LOOKUP, SIBLING, TRUNCATED, UNKNOWN, FOLDER = (
+    "kernel", "inode", "proc_fd", "proc_maps", "lookup", "sibling", "truncated", "unknown",
+    "folder")
 FS_IOC_GETVERSION = 0x80087601  # _IOR('v', 1, long): the inode's generation (ext4, xfs, btrfs)
-RESCAN_S = 1.0  # a file system's known directories are listed again at most this often
+RESCAN_S = 1.0  # a folder is listed again at most this often
+MAX_NAMED = 65536  # files (and folders) whose names are kept; the others are looked up again
+LISTINGS = 64  # folder listings kept (a job reads a few folders at a time)
 
 
 @dataclass(frozen=True)
@@ -33,8 +38,9 @@ class FileInfo:
     path: str  # absolute, as the process sees it; " (deleted)" appended for unlinked files
     # kernel: dentry walk from an open file; inode: from the inode's dentry (page cache only),
     # joined to the mount point; proc_fd, proc_maps, lookup: user-space fallbacks
-    # sibling: its path came from no record (the kernel's was lost), but from a directory of
-    # files whose paths did come, where an entry has its device, inode and generation
+    # sibling: from the listing of its folder, whose path came with another file's record,
+    # where an entry has its device, inode and generation; folder: a row that adds up the
+    # files of a folder (the path ends with "/")
     path_source: str
     fs_type: str
     device: str  # the file system's device: a disk name (vda1 -> vda's partition) or MAJ:MIN
@@ -167,35 +173,50 @@ def _same_file(host_path: str, dev: int, ino: int, gen: int) -> bool:
     return found is None or found == gen
 
 
-def _list_dirs(dirs: dict[str, int]) -> dict[int, tuple[str, str]]:
-    """Inode -> (path as the process sees it, path here) of every entry of `dirs` (directory ->
-    a pid whose root it is under): d_ino from the listing, no stat per entry."""
+def _list_folder(folder: str, pid: int) -> dict[int, tuple[str, str]]:
+    """Inode -> (path as the process sees it, path here) of every entry of `folder`, a path as
+    process `pid` sees it: d_ino from the listing, no stat per entry."""
+    root = f"/proc/{pid}/root"
+    if not os.path.exists(root):
+        root = ""
     index: dict[int, tuple[str, str]] = {}
-    for d, pid in dirs.items():
-        root = f"/proc/{pid}/root"
-        if not os.path.exists(root):
-            root = ""
-        try:
-            with os.scandir(root + d) as it:
-                for entry in it:
-                    index[entry.inode()] = (os.path.join(d, entry.name), entry.path)
-        except OSError:
-            continue
+    try:
+        with os.scandir(root + folder) as it:
+            for entry in it:
+                index[entry.inode()] = (os.path.join(folder, entry.name), entry.path)
+    except OSError:
+        pass
     return index
 
 
+class _Bounded(dict):
+    """A dict that forgets its oldest entries past `limit` (insertion order)."""
+
+    def __init__(self, limit: int):
+        super().__init__()
+        self.limit = limit
+
+    def __setitem__(self, key, value) -> None:
+        super().__setitem__(key, value)
+        if len(self) > self.limit:
+            for old in list(itertools.islice(iter(self), len(self) - self.limit)):
+                del self[old]
+
+
 class FileTable:
+    """Names files by (dev, ino, gen). The kernel sends a file's path only when its folder is
+    new to it (bpf/files.bpf.h, dirs_seen): the others of a known folder are named from the
+    folder's listing, when a row first needs the name. Both tables are bounded, so the memory
+    does not grow with the files a job reads: a name forgotten is looked up again."""
+
     def __init__(self, redactor: Redactor | None = None) -> None:
-        self.by_id: dict[tuple[int, int, int], FileInfo] = {}  # (dev, ino, gen)
+        self.by_id: dict[tuple[int, int, int], FileInfo] = _Bounded(MAX_NAMED)  # (dev, ino, gen)
         self.redact = redactor or Redactor(False)
-        # For files whose record never came (the ring buffer was full): the directories of
-        # files with a kernel path, by file system, listed when such a file is first met.
-        self._dirs: dict[int, dict[str, int]] = {}
-        self._index: dict[int, dict[int, tuple[str, str]]] = {}
-        self._listed_at: dict[int, float] = {}
-        self._not_found: set[tuple[int, int, int]] = set()
-        self._unnamed: set[tuple[int, int, int]] = set()  # shown as "(inode N on dev)"
+        # (dev, folder inode) -> (its path as the process sees it, that pid), from the records
+        self.folders: dict[tuple[int, int], tuple[str, int]] = _Bounded(MAX_NAMED)
+        self._listings: dict[tuple[int, int], tuple[float, dict]] = _Bounded(LISTINGS)
         self._recovered = 0
+        self._unnamed: set[tuple[int, int, int]] = set()  # shown as "(inode N in folder)"
 
     def on_event(self, ev: FileEvent) -> FileInfo:
         path, source = ev.path, KERNEL
@@ -212,54 +233,62 @@ class FileTable:
                 path, source = "..." + path, TRUNCATED
         if ev.deleted and not path.endswith(" (deleted)"):
             path += " (deleted)"
-        elif source != TRUNCATED:
-            self._dirs.setdefault(ev.dev, {})[os.path.dirname(path)] = ev.pid
+        elif source != TRUNCATED and ev.dir_ino:
+            self.folders[(ev.dev, ev.dir_ino)] = (os.path.dirname(path), ev.pid)
         info = FileInfo(self.redact.path(path), source, ev.fs_type, device_name(ev.dev))
         self.by_id[(ev.dev, ev.ino, ev.gen)] = info
         return info
 
-    def get(self, dev: int, ino: int, gen: int, pid: int | None = None) -> FileInfo:
-        """The file's info; for one the kernel never sent (seen only through page-cache misses,
-        or its event was lost), asks /proc/PID/maps and /proc/PID/fd once (which know inode
-        numbers, not generations: the file found there is the one that has the number now),
-        then the directories of known files on its file system (which check the generation)."""
+    def get(self, dev: int, ino: int, gen: int, pid: int | None = None,
+            dir_ino: int = 0) -> FileInfo:
+        """The file's info; for one the kernel sent no record of (its folder was known, it was
+        seen only through page-cache misses, or its record was lost): from its folder's listing
+        (which checks the generation), else /proc/PID/maps and /proc/PID/fd (which know inode
+        numbers, not generations: the file found there is the one that has the number now)."""
         info = self.by_id.get((dev, ino, gen))
         if info is not None:
             return info
-        found = _from_proc(pid, dev, ino) if pid else None
-        if not found and (path := self._by_sibling(dev, ino, gen)) is not None:
+        if gen == FOLDER_GEN:  # the totals of a folder's files (Aggregator.file_totals)
+            return self.folder(dev, ino)
+        found = None
+        if dir_ino and (path := self._in_folder(dev, dir_ino, ino, gen)) is not None:
             found = (path, SIBLING)
-            self._recovered += 1
+        elif pid:
+            found = _from_proc(pid, dev, ino)
         if found:
             info = FileInfo(self.redact.path(found[0]), found[1], _fs_type(dev), device_name(dev))
             self.by_id[(dev, ino, gen)] = info
             return info
         self._unnamed.add((dev, ino, gen))
-        return FileInfo(f"(inode {ino} on {device_name(dev)})", UNKNOWN, _fs_type(dev),
-                        device_name(dev))
+        where = self.folders.get((dev, dir_ino))
+        return FileInfo(f"(inode {ino} in {self.redact.path(where[0]) if where else device_name(dev)})",
+                        UNKNOWN, _fs_type(dev), device_name(dev))
+
+    def folder(self, dev: int, dir_ino: int) -> FileInfo:
+        """A folder as the row of the files added up in it: its path with a "/" at the end."""
+        where = self.folders.get((dev, dir_ino))
+        path = (self.redact.path(where[0]).rstrip("/") + "/" if where
+                else f"(folder inode {dir_ino} on {device_name(dev)})")
+        return FileInfo(path, FOLDER, _fs_type(dev), device_name(dev))
 
     def lost_paths(self) -> tuple[int, int]:
-        """(files named from their directory, files still without a name) so far."""
+        """(files named from their folder's listing, files still without a name) so far."""
         return self._recovered, sum(k not in self.by_id for k in self._unnamed)
 
-    def _by_sibling(self, dev: int, ino: int, gen: int) -> str | None:
-        """A file whose record was lost, found in a directory of files whose records came (a
-        data set's files share a few directories). The listing is kept: one listing serves
-        every file it holds; one missing from it is looked for again in a listing made after
-        RESCAN_S, then given up."""
-        key = (dev, ino, gen)
-        dirs = self._dirs.get(dev)
-        if not dirs or key in self._not_found:
+    def _in_folder(self, dev: int, dir_ino: int, ino: int, gen: int) -> str | None:
+        """The path of a file of a known folder, from the folder's listing: one listing serves
+        every file in it; a file missing from it is looked for again in a listing made after
+        RESCAN_S (it was created since)."""
+        where = self.folders.get((dev, dir_ino))
+        if where is None:
             return None
-        hit = self._index.get(dev, {}).get(ino)
-        if hit is None:
-            now = time.monotonic()
-            if now - self._listed_at.get(dev, -RESCAN_S) < RESCAN_S:
-                return None  # asked again next interval
-            self._index[dev] = _list_dirs(dirs)
-            self._listed_at[dev] = now
-            hit = self._index[dev].get(ino)
+        now = time.monotonic()
+        at, index = self._listings.get((dev, dir_ino), (None, None))
+        if index is None or (ino not in index and now - at >= RESCAN_S):
+            index = _list_folder(*where)
+            self._listings[(dev, dir_ino)] = (now, index)
+        hit = index.get(ino)
         if hit is None or not _same_file(hit[1], dev, ino, gen):
-            self._not_found.add(key)
             return None
+        self._recovered += 1
         return hit[0]

@@ -1,6 +1,6 @@
 """Keeps the kernel's maps to what is still traced: the entries of exited processes are deleted
-an interval after their exit (their last counts are in that interval's reading), as are the
-per-file keys the aggregator found idle (taken out of the map with their values)."""
+an interval after their exit (their last counts are in that interval's reading). Per-file
+counters need nothing: every interval takes them all out of the kernel."""
 
 from __future__ import annotations
 
@@ -19,22 +19,16 @@ class Forgetter:
         self.probes, self.processes = probes, processes
         self._next: set[int] = set()  # exited by the last reading: forgotten after this one
 
-    def after(self, reading: Reading, quiet: list[bytes], aggregator: Aggregator) -> None:
-        """After the sinks wrote `reading`'s interval; `quiet`: the idle per-file keys taken
-        out of the kernel map for it."""
-        if quiet:  # deleted from the kernel map already
-            aggregator.forget(quiet)
+    def after(self, reading: Reading, aggregator: Aggregator) -> None:
+        """After the sinks wrote `reading`'s interval."""
         if self._next:
             dead = self._next
             stale = [k for k in reading.hists if abi.HIST_KEY.unpack_from(k)[0] in dead]
-            stale_files = [k for k in reading.file_stats
-                           if abi.FILE_KEY.unpack_from(k)[0] in dead]
             stale_tids = [tid for tid, raw in reading.threads.items()
                           if abi.TGID.unpack_from(raw)[0] in dead]
             self.probes.delete_hists(stale)
-            self.probes.delete_file_stats(stale_files)
             self.probes.delete_threads(stale_tids)
-            aggregator.forget(stale + stale_files, stale_tids)
+            aggregator.forget(stale, stale_tids)
             self.probes.forget_pidfds(dead)
             for pid in dead:
                 self.processes.by_pid[pid].forgotten = True

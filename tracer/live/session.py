@@ -93,8 +93,6 @@ class NoPandas:
 
 
 POLL_MS = 100  # ring-buffer wait; bounds how late a signal or an exit is noticed
-FILE_IDLE_INTERVALS = 5  # per-file kernel counters untouched this long are dropped (taken
-# with their last counts, so nothing is lost; read again, a file gets a new key)
 
 
 @dataclass
@@ -349,7 +347,7 @@ class Session:
         for proc in self.processes.alive():
             if gone(proc.pid):  # died before it was tracked, or its exit event was lost
                 self.processes.mark_gone(proc.pid)
-        reading, quiet = self._read()
+        reading = self._read()
         # A process forks before it does I/O, so its FORK record is in the ring buffer before
         # its counters are in the maps just read: take the records now, the rows get its name.
         self.probes.poll_events(0)
@@ -368,28 +366,22 @@ class Session:
                                       processes=processes, final=final)
         for sink in self.sinks:
             sink.write(interval)
-        self.forget.after(reading, quiet, self.step.aggregator)
+        self.forget.after(reading, self.step.aggregator)
         return interval
 
-    def _read(self) -> tuple[Reading, list[bytes]]:
-        """The kernel's maps, and the per-file keys taken out of them as idle."""
+    def _read(self) -> Reading:
+        """The kernel's maps: this interval's per-file counters (taken out of the kernel), the
+        cumulative histograms and thread times."""
         from tracer.live.aggregate import Reading
 
         epoch = self.probes.next_epoch()
-        file_stats = self.probes.read_file_stats()
-        # Per-file counters idle for FILE_IDLE_INTERVALS are deleted (a job reading millions of
-        # files keeps the kernel map small, and every interval reads all of it): taken out of
-        # the map with their values, which join this reading, so what came since is counted.
-        quiet = self.step.aggregator.idle_file_keys(FILE_IDLE_INTERVALS)
-        if quiet:
-            file_stats.update(self.probes.take_file_stats(quiet))
+        files, folders = self.probes.drain_file_stats(epoch & 1)
         hists, threads = self.probes.read_hists(), self.probes.read_threads()
         # After the per-file counters: a syscall that returned since they were read is seen
         # done here and counted in them at the next reading (the diagnosis allows for both).
         mains = [p.pid for p in self.processes.alive() if p.is_target]
-        reading = Reading(hists, file_stats, epoch, threads, time.monotonic_ns(),
-                          self.probes.syscalls_in_flight(mains))
-        return reading, quiet
+        return Reading(hists, files, folders, threads, time.monotonic_ns(),
+                       self.probes.syscalls_in_flight(mains))
 
     def _cannot_write(self, error: OSError) -> None:
         """The trace sink could not write a segment (a full disk) and writes nothing more: stop

@@ -96,13 +96,18 @@ TABLES: dict[str, pa.Schema] = {
         _field("comm", DICT_STRING),
         _field("role", DICT_STRING),
         _field("path", DICT_STRING),  # absolute, as the process sees it; "(deleted)" appended
-        # kernel (dentry walk), proc_fd, sibling (the record was lost: found in a directory of
-        # files whose records came), unknown; tracer/live/files.py has them all
+        # kernel (dentry walk), proc_fd, sibling (named from its folder's listing), folder (a
+        # roll-up row), unknown; tracer/live/files.py has them all
         _field("path_source", DICT_STRING),
         _field("fs_type", DICT_STRING),  # ext4, xfs, overlay, nfs, fuse, tmpfs, ...
         _field("device", DICT_STRING),  # the file system's device, MAJ:MIN or disk name
         _field("inode", pa.int64()),
         _field("op", DICT_STRING),  # read, write, fsync, open
+        # files the row counts: 1, or a folder's files added up (path_source "folder", the path
+        # ending with "/", inode the folder's): past the 64 files per process, op and interval
+        # with the most time in syscalls; 0 for what the kernel itself counted per folder
+        # (its per-file table full). Null in traces of iotrace before it had folder rows.
+        _field("file_count", pa.int64(), nullable=True),
         _field("ops", pa.int64()),
         _field("bytes", pa.int64()),
         _field("latency_sum_ns", NS),
