@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import re
 from collections import defaultdict, deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from tracer.core.abi import MAX_SLOTS
@@ -132,6 +132,14 @@ class Finding:
                 "evidence": json.dumps(self.evidence, sort_keys=True), "advice": self.advice}
 
 
+def _cumulative(weighted: list[tuple[int, int]]) -> Iterator[tuple[int, int]]:
+    """(value, weights up to and with it) of sorted (value, weight) pairs."""
+    total = 0
+    for value, w in weighted:
+        total += w
+        yield value, total
+
+
 def is_library(path: str, fs_type: str) -> bool:
     """A file that is not the data set: the interpreter's and libraries' files (site-packages,
     .py, .pyc, .so), the system's (/etc, /usr/lib, ...) and pseudo file systems (/proc, /sys)."""
@@ -147,11 +155,40 @@ class _Reads:
     missed: int = 0  # bytes that came from disk: pages missed, at most the bytes read per file
     files: dict[tuple[str, str], int] = field(default_factory=dict)  # (path, fs_type) -> bytes
     opens: int = 0
+    # the files of folder rows (a folder's files added up, core/rollup.py), by (path, fs_type)
+    folder_files: dict[tuple[str, str], int] = field(default_factory=dict)
 
-    def add(self, path: str, fs: str, nbytes: int, missed: int) -> None:
+    def add(self, path: str, fs: str, nbytes: int, missed: int,
+            folder_files: int | None = None) -> None:
+        """A file's read bytes, or a folder row's (`folder_files`: how many files it adds up)."""
         self.bytes += nbytes
         self.missed += missed
         self.files[(path, fs)] = self.files.get((path, fs), 0) + nbytes
+        if folder_files is not None:
+            self.folder_files[(path, fs)] = self.folder_files.get((path, fs), 0) + folder_files
+
+    def merge(self, other: _Reads) -> None:
+        self.bytes += other.bytes
+        self.missed += other.missed
+        self.opens += other.opens
+        for key, n in other.files.items():
+            self.files[key] = self.files.get(key, 0) + n
+        for key, n in other.folder_files.items():
+            self.folder_files[key] = self.folder_files.get(key, 0) + n
+
+    def file_count(self) -> int:
+        """Files read: a file's row counts one, a folder row the files it adds up."""
+        return len(self.files) - len(self.folder_files) + sum(self.folder_files.values())
+
+
+def _count(paths: Iterable[str], in_folder: dict[str, int]) -> int:
+    """Files behind `paths`: one each, a folder row's path the files it adds up."""
+    return sum(in_folder.get(p, 1) for p in paths)
+
+
+def _folder_files(row: FileRow) -> int | None:
+    """How many files a folder row adds up; None for a file's own row."""
+    return row.get("file_count") or 0 if row.get("path_source") == "folder" else None
 
 
 @dataclass
@@ -244,7 +281,8 @@ class Diagnosis:
                     own_read[main] += f["latency_sum_ns"]
                 elif f["role"] == DATALOADER_WORKER:
                     worker_read[main] += f["latency_sum_ns"]
-            elif f["op"] in ("write", "fsync") and f["role"] == MAIN:
+            elif (f["op"] in ("write", "fsync") and f["role"] == MAIN
+                  and f.get("path_source") != "folder"):  # a checkpoint is one file
                 key = (main, f["path"])
                 self.written_total[key] += f["bytes"]
                 if self.written_total[key] >= t.checkpoint_file_bytes:
@@ -388,12 +426,13 @@ class Diagnosis:
             if lib:
                 if main not in self.first_worker_ns:  # kept for the start-up's summary only
                     library.setdefault(main, _Reads()).add(f["path"], f["fs_type"], f["bytes"],
-                                                           missed)
+                                                           missed, _folder_files(f))
             else:
-                data.setdefault(main, _Reads()).add(f["path"], f["fs_type"], f["bytes"], missed)
+                data.setdefault(main, _Reads()).add(f["path"], f["fs_type"], f["bytes"], missed,
+                                                    _folder_files(f))
         t = self.thresholds
         for main, r in data.items():
-            if (main not in self.first_data_ns and (len(r.files) >= t.startup_data_files
+            if (main not in self.first_data_ns and (r.file_count() >= t.startup_data_files
                                                     or r.bytes >= t.startup_data_bytes)):
                 self.first_data_ns[main] = begin_ns
         loop_time = {}
@@ -428,6 +467,7 @@ class Diagnosis:
             until = ("its first DataLoader worker started" if pid in self.first_worker_ns
                      else "it started reading its data set")
             files: dict[str, tuple[bool, int]] = {}  # path -> (library?, bytes)
+            in_folder: dict[str, int] = {}  # a folder row's path -> its files
             missed = 0
             for iv in ivs:
                 for lib, reads in ((True, iv.library.get(pid)), (False, iv.data.get(pid))):
@@ -436,13 +476,16 @@ class Diagnosis:
                     missed += reads.missed
                     for (path, _fs), n in reads.files.items():
                         files[path] = (lib, files.get(path, (lib, 0))[1] + n)
+                    for (path, _fs), n in reads.folder_files.items():
+                        in_folder[path] = in_folder.get(path, 0) + n
             times = [iv.loop_time.get(pid, (0, 0, 0)) for iv in ivs]
             start = ivs[0].ts_ns - ivs[0].interval_ns
             out.append(StartUp(
                 pid, until, (since - start) / 1e9, sum(x[0] for x in times),
-                sum(x[1] for x in times), sum(x[2] for x in times), len(files),
-                sum(1 for lib, _ in files.values() if lib),
-                sum(1 for p in files if "/site-packages/" in p or "/dist-packages/" in p),
+                sum(x[1] for x in times), sum(x[2] for x in times), _count(files, in_folder),
+                _count((p for p, (lib, _) in files.items() if lib), in_folder),
+                _count((p for p in files if "/site-packages/" in p or "/dist-packages/" in p),
+                       in_folder),
                 sum(n for _, n in files.values()), missed))
         return out
 
@@ -566,18 +609,25 @@ class Diagnosis:
                      "late_miss_pct": [round(100 * r, 1) for r in late]}))
         if not io_bound:
             return out
-        sizes = defaultdict(int)
+        sizes, in_folder = defaultdict(int), defaultdict(int)  # path -> bytes, folder's files
         for r in reads:
-            for (path, _fs), n in r.files.items():
-                sizes[path] += n
-        if len(sizes) >= t.small_files_min_count:
-            median = sorted(sizes.values())[len(sizes) // 2]
+            for key, n in r.files.items():
+                sizes[key[0]] += n
+            for key, n in r.folder_files.items():
+                in_folder[key[0]] += n
+        # a folder row's files count as files of its average size
+        weighted = sorted((n // in_folder[p], in_folder[p]) if p in in_folder else (n, 1)
+                          for p, n in sizes.items() if in_folder.get(p, 1))
+        n_files = sum(w for _, w in weighted)
+        if n_files >= t.small_files_min_count:
+            # the size of file n_files // 2 in size order (the upper median)
+            median = next(size for size, upto in _cumulative(weighted) if upto > n_files // 2)
             if median < t.small_file_bytes:
                 out.append(Finding(
                     "small_files", max(20, sev // 2), None,
-                    f"{len(sizes)} files were read, half of them for under "
+                    f"{n_files} files were read, half of them for under "
                     f"{format_bytes(median)} each; per-file overhead dominates.",
-                    {"files": len(sizes), "median_bytes_per_file": median,
+                    {"files": n_files, "median_bytes_per_file": median,
                      "opens": sum(r.opens for r in reads)}))
         fs_bytes = defaultdict(int)
         for r in reads:
@@ -619,11 +669,7 @@ class Diagnosis:
         out = _Reads()
         for pid, r in iv.data.items():
             if self._training(iv, pid):
-                out.bytes += r.bytes
-                out.missed += r.missed
-                out.opens += r.opens
-                for key, n in r.files.items():
-                    out.files[key] = out.files.get(key, 0) + n
+                out.merge(r)
         return out
 
     def _healthy(self, ivs: list[_Interval], mains: list[int]) -> Finding:
