@@ -94,7 +94,7 @@ class TraceReader:
 
         import pyarrow.parquet as pq
 
-        from tracer.tracedir.segments import segment_problems
+        from tracer.tracedir.segments import conform, segment_problems
 
         columns = TABLES[name].names if name in TABLES else None
         bad = dict(segment_problems(folder, name, columns)) if name in TABLES else {}
@@ -103,7 +103,8 @@ class TraceReader:
             if seg in bad:
                 continue
             try:
-                tables.append(pq.read_table(seg))
+                data = pq.read_table(seg)
+                tables.append(conform(data, name) if name in TABLES else data)
             except (pa.ArrowException, OSError) as e:
                 bad[seg] = f"damaged data ({' '.join(str(e).split())[:120]})"
         if bad:
