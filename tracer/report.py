@@ -23,6 +23,7 @@ from tracer.gpu import idle
 from tracer.live.clock import Clock
 from tracer.live.files import FileInfo, FileTable
 from tracer.live.processes import Process, ProcessTable
+from tracer.render.first_screen import device_lines, gpu_idle_lines, loop_lines, traced_lines
 from tracer.render.summary import render_summary
 from tracer.tracedir.reader import TraceError, TraceReader, load
 
@@ -159,15 +160,25 @@ def summary_text(trace: TraceReader, name: str | None = None, write_gpu_idle: bo
         idle.add_gpu_evidence(findings, *gpu)
     lost = trace.meta.get("events_lost", 0)
     how = trace.meta.get("stop_reason")
+    last_ns = None
     if trace.meta.get("stop_ns") is None:  # never closed: killed, or the disk filled up
         how = ("cut short: iotrace did not finish this trace, which holds what it wrote up to "
                "its last segments")
+        stamps = [trace[t]["ts"].max() for t in ("loop", "latency") if not trace[t].empty]
+        last_ns = max(_ns(t) for t in stamps) if stamps else None
     name = str(trace.directory) if name is None else name
-    header = f"Trace {name}: {len(procs.by_pid)} processes ({how}); {lost} events lost."
+    header = "\n".join([f"Trace {name}: {len(procs.by_pid)} processes ({how}); {lost} events lost.",
+                        *traced_lines(trace, last_ns)])
     for note in trace.meta.get("unavailable") or []:
         if note.startswith("GPU sampling off"):
             header += f"\n{note}."
     saved = trace.meta.get("self_cost")
     cost = SelfCost.from_meta(saved) if isinstance(saved, dict) else None
+    since = {pid: ns for pid in procs.by_pid
+             if (ns := diagnosis.training_since(pid)) is not None}
+    loop = loop_lines(trace.loop_split(since))
+    if gpu is not None:
+        loop += gpu_idle_lines(trace.gpu_idle_by_cause(pd.DataFrame(gpu[0])))
     return render_summary(totals_from_latency(latency), procs, header, file_totals, file_table,
-                          findings, cost, startup=diagnosis.startup_lines())
+                          findings, cost, startup=diagnosis.startup_lines(), loop=loop,
+                          devices=device_lines(trace.device_summary()))
