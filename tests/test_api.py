@@ -506,6 +506,9 @@ def test_summary_json(hand: Path) -> None:
                                                  "checkpoint_stall"]
     assert s["findings"][0]["evidence"]["p99_read_ns"] == 130416.64
     assert s["findings"][1]["pid"] is None
+    # integers stay integers though another finding's pid is null (pandas: 100.0)
+    assert type(s["findings"][0]["pid"]) is int and '"pid": 100.0' not in text
+    assert type(s["findings"][0]["severity"]) is int
 
 
 # -- older schema, other readers ---------------------------------------------------------------

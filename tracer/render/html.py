@@ -373,6 +373,24 @@ def _plain(v: object) -> object:
     return v
 
 
+def _int(v: object) -> int | None:
+    """An integer column's value: pandas holds one with nulls as float64 (4649.0)."""
+    return None if v is None or pd.isna(v) else int(v)
+
+
+def gpu_idle_json(trace: TraceReader) -> list[dict]:
+    """The ``gpu_idle`` rows for ``--json``: times as int ns since the Unix epoch, integer
+    columns as integers (null where unknown), shares as floats."""
+    spans = trace["gpu_idle"].astype({"cause": object})
+    out = []
+    for r in spans.to_dict("records"):
+        row = {k: _plain(v) for k, v in r.items()}
+        row.update(start=int(r["start"].value), end=int(r["end"].value),
+                   duration_ns=int(r["duration_ns"]), gpu=int(r["gpu"]), pid=_int(r["pid"]))
+        out.append(row)
+    return out
+
+
 def _iso(ns: int | None) -> str | None:
     return None if ns is None else pd.Timestamp(ns, unit="ns", tz="UTC").isoformat()
 
@@ -419,7 +437,7 @@ def summary_json(trace: TraceReader, top: int = 10) -> dict:
     processes = [{k: r.get(k) for k in ("pid", "ppid", "comm", "role", "cmdline", "exit_code",
                                         "exit_signal")}
                  for r in procs.astype({"comm": object, "role": object}).to_dict("records")]
-    findings = [{"kind": f["kind"], "severity": f["severity"], "pid": f["pid"],
+    findings = [{"kind": f["kind"], "severity": int(f["severity"]), "pid": _int(f["pid"]),
                  "summary": f["summary"], "advice": f["advice"], "evidence": f["evidence"],
                  "start": f["start"], "end": f["end"]}
                 for f in trace.findings.astype({"kind": object}).to_dict("records")]
