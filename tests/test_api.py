@@ -706,3 +706,12 @@ def test_report_first_screen_is_what_a_user_came_for(hand: Path) -> None:
     histograms = lines.index("Latency per process and layer:")
     assert histograms > head.index("Devices: no disk I/O during the trace.")
     assert lines[histograms + 2] == "pid 100 python (main)"
+
+
+def test_repr_html_shows_the_loop_split(hand: Path) -> None:
+    page = load(hand)._repr_html_()
+    assert "<h4>Training loop time by state</h4>" in page
+    # pid, 2.0 s of training, no start-up, then the six states of the `loop` rows
+    cells = ["100", "2.0 s", "0.0 s", "40 %", "0 %", "0 %", "25 %", "35 %", "0 %"]
+    assert "".join(f'<td style="text-align:{"left" if i == 0 else "right"}">{c}</td>'
+                   for i, c in enumerate(cells)) in page

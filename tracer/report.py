@@ -143,15 +143,32 @@ def report(directory: str, out: TextIO) -> int:
     return 0
 
 
+def process_table(trace: TraceReader) -> ProcessTable:
+    """The trace's processes as the live run knew them."""
+    procs = ProcessTable(Clock())
+    # A process has a row when first seen and one more whenever it changed: the last is current.
+    for r in trace.processes.drop_duplicates("pid", keep="last").itertuples(index=False):
+        procs.by_pid[int(r.pid)] = Process(int(r.pid), int(r.ppid), str(r.comm),
+                                           r.role == MAIN, str(r.cmdline), _ns(r.first_seen))
+    return procs
+
+
+def training_since(diagnosis: Diagnosis, procs: ProcessTable) -> dict[int, int]:
+    """Per main pid whose start-up was seen, when its training started (ns)."""
+    return {pid: ns for pid in procs.by_pid if (ns := diagnosis.training_since(pid)) is not None}
+
+
+def trace_training_since(trace: TraceReader) -> dict[int, int]:
+    """`training_since` of a saved trace, its diagnosis replayed (for the HTML renderings)."""
+    procs = process_table(trace)
+    return training_since(diagnose_trace(trace, procs), procs)
+
+
 def summary_text(trace: TraceReader, name: str | None = None, write_gpu_idle: bool = False) -> str:
     """The end-of-run summary of `trace` (headed "Trace NAME", by default its directory); the
     GPU idle spans are recomputed in memory, and written to DIR/gpu_idle if `write_gpu_idle`."""
-    latency, files, procs_df = trace.latency, trace.files, trace.processes
-    procs = ProcessTable(Clock())
-    # A process has a row when first seen and one more whenever it changed: the last is current.
-    for r in procs_df.drop_duplicates("pid", keep="last").itertuples(index=False):
-        procs.by_pid[int(r.pid)] = Process(int(r.pid), int(r.ppid), str(r.comm),
-                                           r.role == MAIN, str(r.cmdline), _ns(r.first_seen))
+    latency, files = trace.latency, trace.files
+    procs = process_table(trace)
     file_totals, file_table = file_totals_from_files(files)
     diagnosis = diagnose_trace(trace, procs)
     findings: list[Finding] = diagnosis.findings()
@@ -174,9 +191,7 @@ def summary_text(trace: TraceReader, name: str | None = None, write_gpu_idle: bo
             header += f"\n{note}."
     saved = trace.meta.get("self_cost")
     cost = SelfCost.from_meta(saved) if isinstance(saved, dict) else None
-    since = {pid: ns for pid in procs.by_pid
-             if (ns := diagnosis.training_since(pid)) is not None}
-    loop = loop_lines(trace.loop_split(since))
+    loop = loop_lines(trace.loop_split(training_since(diagnosis, procs)))
     if gpu is not None:
         loop += gpu_idle_lines(trace.gpu_idle_by_cause(pd.DataFrame(gpu[0])))
     return render_summary(totals_from_latency(latency), procs, header, file_totals, file_table,
