@@ -708,6 +708,22 @@ def test_report_first_screen_is_what_a_user_came_for(hand: Path) -> None:
     assert lines[histograms + 2] == "pid 100 python (main)"
 
 
+def test_timeline_shows_the_start_up_and_a_gpu_panel_only_with_gpu_data(hand: Path) -> None:
+    """The start-up's intervals get their own colour (they were classified as compute); a
+    trace without GPU samples has two panels, not an empty GPU one."""
+    pytest.importorskip("matplotlib")
+    from tracer.render.html import STARTUP_COLOUR, timeline_svg
+
+    panels = re.compile(r'<g id="axes_\d+"')
+    trace = load(hand)
+    plain = timeline_svg(trace)
+    assert len(panels.findall(plain)) == 3 and STARTUP_COLOUR not in plain
+    assert STARTUP_COLOUR in timeline_svg(trace, {MAIN: T0 + S})  # its first interval
+    shutil.rmtree(hand / "gpu")
+    shutil.rmtree(hand / "gpu_idle")
+    assert len(panels.findall(timeline_svg(load(hand)))) == 2
+
+
 def test_repr_html_shows_the_loop_split(hand: Path) -> None:
     page = load(hand)._repr_html_()
     assert "<h4>Training loop time by state</h4>" in page

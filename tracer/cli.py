@@ -283,14 +283,14 @@ def cmd_report(argv: list[str]) -> int:
 
     from tracer.api import TraceError, load
     from tracer.render.html import gpu_idle_json, summary_json, write_html
-    from tracer.report import recompute_gpu
+    from tracer.report import recompute_gpu, trace_training_since
 
     try:
         trace = load(args.directory)
         gpu = recompute_gpu(trace)  # DIR/gpu_idle from DIR/gpu, as the text report does
         if args.html:
             try:
-                path = write_html(trace, args.html)
+                path = write_html(trace, args.html, trace_training_since(trace))
             except ImportError as e:
                 raise UsageError(str(e)) from None
             except OSError as e:
