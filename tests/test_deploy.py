@@ -24,8 +24,9 @@ DASHBOARD = ROOT / "deploy/grafana/iotrace.json"
 DAEMONSET = ROOT / "deploy/kubernetes/daemonset.yaml"
 PROMETHEUS_YML = ROOT / "deploy/prometheus.yml"
 DOC = ROOT / "docs/prometheus.md"
-needs_promtool = pytest.mark.skipif(shutil.which("promtool") is None,
-                                    reason="promtool not installed (Debian: apt-get install prometheus)")
+needs_promtool = pytest.mark.skipif(
+    shutil.which("promtool") is None,
+    reason="promtool not installed (make deps installs it: Debian's prometheus)")
 
 PROMQL_WORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "bool", "offset",
                 "and", "or", "unless", "inf", "nan", "atan2"}
