@@ -13,7 +13,10 @@ BPF_OBJ := tracer/bpf/iotrace.bpf.o
 WORKLOADS := tests/workloads/bin/iowork scripts/bin/pread_loop scripts/bin/bench_floor.bpf.o
 APT_PKGS := clang llvm libbpf-dev libbpf1 bpftool make gcc libc6-dev python3-venv tmux util-linux \
 	chromium-headless-shell
-NEED_CMDS := clang bpftool cc tmux chromium-headless-shell
+# promtool, which the tests run on /metrics and the dashboard's queries, comes with Debian's
+# prometheus package; without its recommends (node-exporter), as nothing of it is run.
+APT_PKGS_ALONE := prometheus
+NEED_CMDS := clang bpftool cc tmux chromium-headless-shell promtool
 
 .PHONY: run test unit build deps venv clean lint
 
@@ -44,8 +47,10 @@ deps:
 	@missing=""; for c in $(NEED_CMDS); do command -v $$c >/dev/null || missing=1; done; \
 	[ -e /usr/include/bpf/bpf_helpers.h ] || missing=1; \
 	if [ -n "$$missing" ]; then \
-		echo "installing system packages: $(APT_PKGS)"; \
-		apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $(APT_PKGS); \
+		echo "installing system packages: $(APT_PKGS) $(APT_PKGS_ALONE)"; \
+		apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $(APT_PKGS) && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+			$(APT_PKGS_ALONE); \
 	fi
 
 build/vmlinux.h:

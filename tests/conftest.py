@@ -88,6 +88,18 @@ def run_iotrace(*args: str, timeout: float = 60, **kw) -> subprocess.CompletedPr
                           cwd=ROOT, **kw)
 
 
+def rolled(out: Path, table: str = "latency") -> bool:
+    """Whether a segment with rows of `table` is on disk (every table has an empty one from
+    the start)."""
+    import pyarrow.parquet as pq
+
+    for part in out.glob(f"{table}/part-*.parquet"):
+        with contextlib.suppress(OSError):  # (replaced by its first rows as we look)
+            if pq.read_metadata(part).num_rows:
+                return True
+    return False
+
+
 def kill_9_after_a_roll(out: Path, loop: str, timeout: float = 30) -> None:
     """Traces `sh -c LOOP` into `out` and kill -9s iotrace (and the job, its process group) once
     a `latency` segment has rolled: nothing of iotrace runs at exit."""
@@ -97,7 +109,7 @@ def kill_9_after_a_roll(out: Path, loop: str, timeout: float = 30) -> None:
     try:
         assert tracer.stderr.readline().startswith("Tracing")
         deadline = time.monotonic() + timeout
-        while not list(out.glob("latency/part-*.parquet")) and time.monotonic() < deadline:
+        while not rolled(out) and time.monotonic() < deadline:
             time.sleep(0.2)
     finally:
         os.killpg(tracer.pid, signal.SIGKILL)

@@ -506,6 +506,9 @@ def test_summary_json(hand: Path) -> None:
                                                  "checkpoint_stall"]
     assert s["findings"][0]["evidence"]["p99_read_ns"] == 130416.64
     assert s["findings"][1]["pid"] is None
+    # integers stay integers though another finding's pid is null (pandas: 100.0)
+    assert type(s["findings"][0]["pid"]) is int and '"pid": 100.0' not in text
+    assert type(s["findings"][0]["severity"]) is int
 
 
 # -- older schema, other readers ---------------------------------------------------------------
@@ -683,3 +686,48 @@ def test_real_trace_summary_html_json_and_duckdb(real: Path, tmp_path: Path) -> 
     got = duckdb.sql(f"select sum(count) from read_parquet('{real}/latency/*.parquet')").fetchall()[0]
     assert got[0] == int(trace.latency["count"].sum())
     assert pads.dataset(real / "latency").count_rows() == len(trace.latency)
+
+
+def test_report_first_screen_is_what_a_user_came_for(hand: Path) -> None:
+    """Before any histogram: what was traced and how long, the verdict with its advice, the
+    loop's split (the `loop` rows: 0.8 + 0.2 s data wait of 2 s, 0.5 s checkpoint), the top
+    files and the disks."""
+    lines = load(hand).summary().splitlines()
+    head = lines[:30]
+    assert head[1] == "Traced: PID 100 (2 dataloader_worker, 1 main)."
+    assert head[2] == "Duration: 2.5 s, from 2023-11-14 22:13:20 UTC, on gpu-node-1 6.18.0."
+    assert head[4] == "Findings (most severe first):"
+    assert head[5].startswith("  [  5] not_io_bound: ")
+    assert head[6].startswith("        advice: ")
+    assert "  pid 100 (2.0 s): data_wait_io 40 %, compute 35 %, checkpoint 25 %, the rest 0 %" \
+        in head
+    assert "Top files by time spent in syscalls (of 4):" in head
+    assert "Devices: no disk I/O during the trace." in head
+    histograms = lines.index("Latency per process and layer:")
+    assert histograms > head.index("Devices: no disk I/O during the trace.")
+    assert lines[histograms + 2] == "pid 100 python (main)"
+
+
+def test_timeline_shows_the_start_up_and_a_gpu_panel_only_with_gpu_data(hand: Path) -> None:
+    """The start-up's intervals get their own colour (they were classified as compute); a
+    trace without GPU samples has two panels, not an empty GPU one."""
+    pytest.importorskip("matplotlib")
+    from tracer.render.html import STARTUP_COLOUR, timeline_svg
+
+    panels = re.compile(r'<g id="axes_\d+"')
+    trace = load(hand)
+    plain = timeline_svg(trace)
+    assert len(panels.findall(plain)) == 3 and STARTUP_COLOUR not in plain
+    assert STARTUP_COLOUR in timeline_svg(trace, {MAIN: T0 + S})  # its first interval
+    shutil.rmtree(hand / "gpu")
+    shutil.rmtree(hand / "gpu_idle")
+    assert len(panels.findall(timeline_svg(load(hand)))) == 2
+
+
+def test_repr_html_shows_the_loop_split(hand: Path) -> None:
+    page = load(hand)._repr_html_()
+    assert "<h4>Training loop time by state</h4>" in page
+    # pid, 2.0 s of training, no start-up, then the six states of the `loop` rows
+    cells = ["100", "2.0 s", "0.0 s", "40 %", "0 %", "0 %", "25 %", "35 %", "0 %"]
+    assert "".join(f'<td style="text-align:{"left" if i == 0 else "right"}">{c}</td>'
+                   for i, c in enumerate(cells)) in page

@@ -310,8 +310,15 @@ def test_report_recomputes_gpu_idle_offline(tmp_path):
     assert abs(spans[0]["duration_ns"] - 1_000_000_000) <= 2 * period
     assert spans[0]["cause"] == "compute"  # the loop was busy on the CPU meanwhile
     assert len(pd.read_parquet(out / "gpu_idle")) == 1
+    assert spans[0]["pid"] == int(loop.pid.iloc[0]) and type(spans[0]["start"]) is int
     text = run_iotrace("report", str(out)).stdout
     assert "GPU 0 idle" in text
+    # the first screen: idle time by cause, of the time the samples cover
+    head = text.splitlines()[:30]
+    idle_s = spans[0]["duration_ns"] / 1e9
+    sampled_s = len(rows) * period / 1e9
+    assert (f"  GPU 0: idle {idle_s:.1f} s of {sampled_s:.1f} s sampled "
+            f"({100 * idle_s / sampled_s:.0f} %): compute {idle_s:.1f} s") in head, head
 
 
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")

@@ -19,7 +19,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from conftest import IOTRACE, ROOT, kill_9_after_a_roll, needs_root, tracing_a_sleeper
+from conftest import IOTRACE, ROOT, kill_9_after_a_roll, needs_root, rolled, tracing_a_sleeper
 from tracer import load as tracer_load
 
 pytestmark = [needs_root, pytest.mark.kernel]
@@ -168,7 +168,7 @@ def test_full_disk_stops_cleanly_and_keeps_what_was_written(tmp_path):
                                   text=True, start_new_session=True)
         assert tracer.stderr.readline().startswith("Tracing")
         deadline = time.monotonic() + 30
-        while not list(out.glob("latency/part-*.parquet")) and time.monotonic() < deadline:
+        while not rolled(out) and time.monotonic() < deadline:
             time.sleep(0.2)
         written = sorted(p.relative_to(out) for p in out.glob("*/part-*.parquet"))
         assert written, "no segment was rolled within 30 s"
@@ -184,7 +184,7 @@ def test_full_disk_stops_cleanly_and_keeps_what_was_written(tmp_path):
         assert "free space or choose another -o DIR" in lines[0]
         assert f"what was written before is kept in {out}" in lines[0]
         assert "Traced " in stdout  # the summary from memory
-        assert not list(out.glob("*/.*.tmp"))
+        assert not list(out.glob("*/.*.tmp")) and not list(out.glob(".tmp/*"))
         trace = tracer_load(out)
         assert not trace.latency.empty
         procs = trace.processes.drop_duplicates("pid", keep="last")

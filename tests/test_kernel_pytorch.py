@@ -8,8 +8,10 @@ import json
 import pandas as pd
 import pytest
 
-from conftest import needs_root
+from conftest import needs_root, run_iotrace
+from tracer.api import load
 from tracer.core.diagnose import IO_KINDS
+from tracer.core.vocab import LOOP_STATES
 
 torch = pytest.importorskip("torch", reason="the PyTorch scenarios need torch (pip install torch)")
 from scenario_trace import attached  # noqa: E402
@@ -30,6 +32,23 @@ def trace_scenario(name: str, tmp_path, workdir, after_workers: bool = False):
     return t.final_findings(), t.findings_during(), t.table("processes"), t.stdout
 
 
+def first_screen_holds(trace_dir, kind: str) -> None:
+    """`iotrace report`'s first 30 lines: the duration, the verdict, and the loop's split with
+    the `loop` table's shares of the training time (histograms of every worker come later)."""
+    report = run_iotrace("report", str(trace_dir))
+    assert report.returncode == 0, report.stderr
+    head = report.stdout.splitlines()[:30]
+    text = "\n".join(head)
+    assert any(line.startswith("Duration: ") for line in head), text
+    assert any(line.startswith("  [") and f"] {kind}:" in line for line in head), text
+    trace = load(trace_dir)
+    (pid,) = trace.loop_split().index  # one training loop; attached: no start-up left out
+    split = trace.loop_split().loc[pid]
+    top = max(LOOP_STATES, key=lambda s: split[f"{s}_pct"])
+    expected = f"  pid {pid} ({split['seconds']:.1f} s): {top} {split[f'{top}_pct']:.0f} %"
+    assert any(line.startswith(expected) for line in head), text
+
+
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory):
     return tmp_path_factory.mktemp("scenarios")
@@ -41,6 +60,7 @@ def test_io_bound_scenarios_lead_with_their_finding(name, tmp_path, workdir):
     assert final.kind.iloc[0] == name, final[["kind", "severity", "summary"]].to_string()
     assert json.loads(final.evidence.iloc[0])  # numbers behind it
     assert f"] {name}:" in stdout  # and in the end-of-run summary
+    first_screen_holds(tmp_path / "trace", name)
     # It was already there while the job ran (the 30 s window is evaluated every 10 s).
     assert name in set(during.kind), during[["ts", "kind", "severity"]].to_string()
 

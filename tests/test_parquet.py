@@ -78,6 +78,14 @@ def _all_files(directory: Path) -> list[str]:
     return sorted(str(p.relative_to(directory)) for p in directory.rglob("*") if p.is_file())
 
 
+EVERY_TABLE = sorted(f"{t}/part-00000.parquet" for t in TABLES)
+"""What a trace holds besides meta.json before any row came: an empty segment per table."""
+
+
+def _rows(folder: Path) -> int:
+    return pq.read_table(folder).num_rows
+
+
 # -- schema ------------------------------------------------------------------------------------
 
 
@@ -258,10 +266,15 @@ def test_processes_rows_as_they_change_and_compacted(tmp_path: Path) -> None:
     assert pd.isna(df.exit.iloc[0]) and df.exit.iloc[1].value == T0 + 9
 
 
-def test_segments_numbered_per_table_and_empty_tables_write_nothing(tmp_path: Path) -> None:
+def test_segments_numbered_per_table_and_every_table_written(tmp_path: Path) -> None:
+    """Every table has a segment from the start, an empty one with its columns until rows
+    come, which the first rows replace: a folder never lacks a table or holds an extra file."""
     w = TraceWriter(tmp_path, {})
-    w.flush()  # nothing buffered: nothing written
-    assert _all_files(tmp_path) == ["meta.json"]
+    w.flush()  # nothing buffered: nothing more written
+    assert _all_files(tmp_path) == sorted(["meta.json", *EVERY_TABLE])
+    for table, schema in TABLES.items():
+        assert pq.read_table(tmp_path / table).schema.equals(schema, check_metadata=True)
+        assert _rows(tmp_path / table) == 0
     for i in range(3):
         w.add("latency", [dict(LATENCY_ROWS[0], pid=i)])
         if i == 1:
@@ -287,8 +300,8 @@ def test_segments_numbered_per_table_and_empty_tables_write_nothing(tmp_path: Pa
         "part-00002.parquet",
     ]
     assert _parts(tmp_path / "processes") == ["part-00000.parquet"]
-    assert not (tmp_path / "files").exists()  # no empty folders
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["latency", "meta.json", "processes"]
+    assert _parts(tmp_path / "files") == ["part-00000.parquet"] and _rows(tmp_path / "files") == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["meta.json", *TABLES])
     assert pd.read_parquet(tmp_path / "latency")["pid"].sort_values().tolist() == [0, 1, 2]
     for part in (tmp_path / "latency").iterdir():
         assert pq.ParquetFile(part).metadata.num_row_groups == 1
@@ -331,7 +344,7 @@ def test_maybe_roll_flushes_every_roll_s(tmp_path: Path) -> None:
     start = time.monotonic()
     w.add("latency", LATENCY_ROWS[:1])
     w.maybe_roll(start + 1.0)  # too early
-    assert not (tmp_path / "latency").exists()
+    assert _rows(tmp_path / "latency") == 0
     w.maybe_roll(start + 5.5)
     assert _parts(tmp_path / "latency") == ["part-00000.parquet"]
     w.add("latency", LATENCY_ROWS[:1])
@@ -363,11 +376,10 @@ def test_readers_ignore_temporary_files(tmp_path: Path) -> None:
     # What a writer killed mid-segment or mid-meta leaves behind: garbage under a dot name.
     (tmp_path / "latency" / ".part-00001.parquet.tmp").write_bytes(b"PAR1 half a segment")
     (tmp_path / ".meta.json.tmp").write_text("{ half")
-    (tmp_path / "processes").mkdir()
     (tmp_path / "processes" / ".part-00000.parquet.tmp").write_bytes(b"garbage")
     assert len(pd.read_parquet(tmp_path / "latency")) == 3
     trace = load(tmp_path)
-    assert trace.tables == ["latency"]
+    assert trace.tables == sorted(TABLES)
     assert len(trace.latency) == 3
     assert trace.processes.empty
 
@@ -385,7 +397,9 @@ def test_failed_write_leaves_nothing_and_keeps_rows(
     monkeypatch.setattr(parquet_sink.pq, "write_table", disk_full)
     with pytest.raises(OSError, match="No space"):
         w.flush()
-    assert _parts(tmp_path / "latency") == []  # neither a segment nor its temporary
+    # neither a segment nor its temporary: the empty segment stays
+    assert _parts(tmp_path / "latency") == ["part-00000.parquet"]
+    assert _rows(tmp_path / "latency") == 0 and _parts(tmp_path / ".tmp") == []
     assert w.buffered_rows() == {"latency": 3}
     monkeypatch.setattr(parquet_sink.pq, "write_table", real_write)
     w.close()
@@ -484,7 +498,7 @@ def test_meta_json(tmp_path: Path) -> None:
     final = json.loads((tmp_path / "meta.json").read_text())
     assert final == {**on_disk, "events_lost": 5, "stop": "2025-01-01T12:01:00Z"}
     assert w.meta == final
-    assert _all_files(tmp_path) == ["meta.json"]
+    assert _all_files(tmp_path) == sorted(["meta.json", *EVERY_TABLE])
     with pytest.raises(ValueError, match="set by the writer"):
         TraceWriter(tmp_path, {"schema_version": 0})
 
@@ -542,7 +556,7 @@ _KILLED_MID_SEGMENT = textwrap.dedent("""
     from tracer.sinks import parquet
     real_write = parquet.pq.write_table
     def write_half_then_die(table, where, **kwargs):
-        if table.column("pid")[0].as_py() < 3:
+        if table.num_rows == 0 or table.column("pid")[0].as_py() < 3:
             return real_write(table, where, **kwargs)
         whole = io.BytesIO()
         real_write(table, whole, **kwargs)
@@ -564,13 +578,14 @@ def test_sigkill_mid_segment_leaves_no_partial_segment(tmp_path: Path) -> None:
         [sys.executable, "-c", _KILLED_MID_SEGMENT, str(tmp_path)], check=False, env=env
     )
     assert done.returncode == -signal.SIGKILL
-    # Segments 0-2 finished; segment 3 died half-written, under its temporary name only.
+    # Segments 0-2 finished; segment 3 died half-written, under its temporary name only,
+    # outside the table's folder.
     assert _parts(tmp_path / "latency") == [
-        ".part-00003.parquet.tmp",
         "part-00000.parquet",
         "part-00001.parquet",
         "part-00002.parquet",
     ]
+    assert _parts(tmp_path / ".tmp") == ["latency-part-00003.parquet.tmp"]
     assert pd.read_parquet(tmp_path / "latency")["pid"].tolist() == [0, 1, 2]
     assert load(tmp_path).latency["pid"].tolist() == [0, 1, 2]
 
@@ -590,7 +605,7 @@ def test_load_reads_tables_lazily(tmp_path: Path) -> None:
     trace = tracer.load(_trace(tmp_path))
     assert isinstance(trace, Trace)
     assert trace.meta["host"] == "h" and trace.meta["schema_version"] == SCHEMA_VERSION
-    assert trace.tables == ["latency"]
+    assert trace.tables == sorted(TABLES)
     assert "latency" in repr(trace)
     lat = trace.latency
     assert lat is trace["latency"]  # cached

@@ -441,6 +441,8 @@ def one_line(e: pytest.ExceptionInfo, *words: str) -> None:
 
 def test_kineto_bad_input(hand: Path, tmp_path: Path) -> None:
     good = json.dumps(kineto_doc((T0 - BASE) / 1000))
+    (tmp_path / "own").mkdir()
+    own_export = json.dumps(export(hand, tmp_path / "own")).encode()
     cases = {
         "missing.json": (None, "cannot read the profiler trace"),
         "garbage.bin": (bytes(range(256)), "not a JSON file"),
@@ -451,7 +453,13 @@ def test_kineto_bad_input(hand: Path, tmp_path: Path) -> None:
         "events.json": (b'{"traceEvents": [1, 2]}', "traceEvents[0] is not an event"),
         "damaged.json.gz": (gzip.compress(good.encode())[:-20], "damaged gzip"),
         "empty.json": (b"", "is not valid JSON"),
-        "untimed.json": (b'{"traceEvents": [{"ph": "M", "name": "process_name"}]}', "no timed events"),
+        "untimed.json": (b'{"schemaVersion": 1, "traceEvents": [{"ph": "M", "name": "x"}]}',
+                         "no timed events"),
+        # Chrome traces of other tools, iotrace's own among them
+        "chrome.json": (b'{"traceEvents": [{"ph": "X", "name": "a", "ts": 5, "dur": 1}]}',
+                        "is a Chrome trace, not a PyTorch profiler trace"),
+        "iotrace.json": (own_export,
+                         "is an iotrace export, not a PyTorch profiler trace"),
         "badbase.json": (json.dumps({**kineto_doc(0.0), "baseTimeNanoseconds": "x"}).encode(),
                          "invalid baseTimeNanoseconds"),
         # a profile of another time: one day after the trace

@@ -395,7 +395,7 @@ def test_default_port_avoids_well_known_exporters():
 
 
 @pytest.mark.skipif(shutil.which("promtool") is None,
-                    reason="promtool not installed (Debian: apt-get install prometheus)")
+                    reason="promtool not installed (make deps installs it: Debian's prometheus)")
 def test_promtool_check_metrics(scrapes):
     for text in scrapes:
         r = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True,

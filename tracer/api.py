@@ -51,11 +51,13 @@ class Trace(TraceReader):
         return summary_text(self)
 
     def _repr_html_(self) -> str:
-        """A small overview for Jupyter: targets, duration, findings, latency, top files."""
+        """A small overview for Jupyter: targets, duration, findings, the training loop's time
+        by state, latency, top files."""
         from tracer.render.overview import overview_html
+        from tracer.report import trace_training_since
 
         try:
-            return overview_html(self)
+            return overview_html(self, training_since=trace_training_since(self))
         except TraceError as e:
             return f"<div><b>iotrace trace</b> {html.escape(str(self.directory))}: " \
                    f"{html.escape(str(e))}</div>"

@@ -282,15 +282,15 @@ def cmd_report(argv: list[str]) -> int:
     import json
 
     from tracer.api import TraceError, load
-    from tracer.render.html import summary_json, write_html
-    from tracer.report import recompute_gpu
+    from tracer.render.html import gpu_idle_json, summary_json, write_html
+    from tracer.report import recompute_gpu, trace_training_since
 
     try:
         trace = load(args.directory)
         gpu = recompute_gpu(trace)  # DIR/gpu_idle from DIR/gpu, as the text report does
         if args.html:
             try:
-                path = write_html(trace, args.html)
+                path = write_html(trace, args.html, trace_training_since(trace))
             except ImportError as e:
                 raise UsageError(str(e)) from None
             except OSError as e:
@@ -300,8 +300,7 @@ def cmd_report(argv: list[str]) -> int:
         if args.json:
             summary = summary_json(trace)
             if gpu is not None:
-                summary["gpu_idle"] = json.loads(trace["gpu_idle"].to_json(orient="records",
-                                                                           date_unit="ns"))
+                summary["gpu_idle"] = gpu_idle_json(trace)
             json.dump(summary, sys.stdout, indent=2, allow_nan=False)
             print()
     except TraceError as e:

@@ -24,6 +24,7 @@ from tracer.gpu import idle
 from tracer.live.clock import Clock
 from tracer.live.files import FileInfo
 from tracer.live.processes import Process, ProcessTable
+from tracer.render.first_screen import device_lines, gpu_idle_lines, loop_lines, traced_lines
 from tracer.render.summary import render_summary
 from tracer.tracedir.reader import TraceError, TraceReader, load
 
@@ -149,15 +150,32 @@ def report(directory: str, out: TextIO) -> int:
     return 0
 
 
+def process_table(trace: TraceReader) -> ProcessTable:
+    """The trace's processes as the live run knew them."""
+    procs = ProcessTable(Clock())
+    # A process has a row when first seen and one more whenever it changed: the last is current.
+    for r in trace.processes.drop_duplicates("pid", keep="last").itertuples(index=False):
+        procs.by_pid[int(r.pid)] = Process(int(r.pid), int(r.ppid), str(r.comm),
+                                           r.role == MAIN, str(r.cmdline), _ns(r.first_seen))
+    return procs
+
+
+def training_since(diagnosis: Diagnosis, procs: ProcessTable) -> dict[int, int]:
+    """Per main pid whose start-up was seen, when its training started (ns)."""
+    return {pid: ns for pid in procs.by_pid if (ns := diagnosis.training_since(pid)) is not None}
+
+
+def trace_training_since(trace: TraceReader) -> dict[int, int]:
+    """`training_since` of a saved trace, its diagnosis replayed (for the HTML renderings)."""
+    procs = process_table(trace)
+    return training_since(diagnose_trace(trace, procs), procs)
+
+
 def summary_text(trace: TraceReader, name: str | None = None, write_gpu_idle: bool = False) -> str:
     """The end-of-run summary of `trace` (headed "Trace NAME", by default its directory); the
     GPU idle spans are recomputed in memory, and written to DIR/gpu_idle if `write_gpu_idle`."""
-    latency, files, procs_df = trace.latency, trace.files, trace.processes
-    procs = ProcessTable(Clock())
-    # A process has a row when first seen and one more whenever it changed: the last is current.
-    for r in procs_df.drop_duplicates("pid", keep="last").itertuples(index=False):
-        procs.by_pid[int(r.pid)] = Process(int(r.pid), int(r.ppid), str(r.comm),
-                                           r.role == MAIN, str(r.cmdline), _ns(r.first_seen))
+    latency, files = trace.latency, trace.files
+    procs = process_table(trace)
     file_totals, file_table = file_totals_from_files(files)
     diagnosis = diagnose_trace(trace, procs)
     findings: list[Finding] = diagnosis.findings()
@@ -166,15 +184,23 @@ def summary_text(trace: TraceReader, name: str | None = None, write_gpu_idle: bo
         idle.add_gpu_evidence(findings, *gpu)
     lost = trace.meta.get("events_lost", 0)
     how = trace.meta.get("stop_reason")
+    last_ns = None
     if trace.meta.get("stop_ns") is None:  # never closed: killed, or the disk filled up
         how = ("cut short: iotrace did not finish this trace, which holds what it wrote up to "
                "its last segments")
+        stamps = [trace[t]["ts"].max() for t in ("loop", "latency") if not trace[t].empty]
+        last_ns = max(_ns(t) for t in stamps) if stamps else None
     name = str(trace.directory) if name is None else name
-    header = f"Trace {name}: {len(procs.by_pid)} processes ({how}); {lost} events lost."
+    header = "\n".join([f"Trace {name}: {len(procs.by_pid)} processes ({how}); {lost} events lost.",
+                        *traced_lines(trace, last_ns)])
     for note in trace.meta.get("unavailable") or []:
         if note.startswith("GPU sampling off"):
             header += f"\n{note}."
     saved = trace.meta.get("self_cost")
     cost = SelfCost.from_meta(saved) if isinstance(saved, dict) else None
+    loop = loop_lines(trace.loop_split(training_since(diagnosis, procs)))
+    if gpu is not None:
+        loop += gpu_idle_lines(trace.gpu_idle_by_cause(pd.DataFrame(gpu[0])))
     return render_summary(totals_from_latency(latency), procs, header, file_totals, file_table,
-                          findings, cost, startup=diagnosis.startup_lines())
+                          findings, cost, startup=diagnosis.startup_lines(), loop=loop,
+                          devices=device_lines(trace.device_summary()))

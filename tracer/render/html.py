@@ -29,6 +29,7 @@ import io
 import json
 import math
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING
@@ -53,6 +54,7 @@ STATE_COLOURS = {
     "compute": "#2ca02c",  # green: computing or waiting on the GPU
     "other": "#c7c7c7",  # grey
 }
+STARTUP_COLOUR = "#bcd4e6"  # pale blue: imports and set-up before training, not judged
 MAX_HEATMAP_PANELS = 12
 MAX_TIME_BINS = 1500  # heat map columns; longer traces are merged into wider bins
 TOP_FILES = 15
@@ -186,8 +188,10 @@ def heatmap_svg(trace: TraceReader) -> str | None:
     return _svg(fig)
 
 
-def timeline_svg(trace: TraceReader) -> str | None:
-    """Training-loop state (stacked) against file-read throughput and GPU utilisation."""
+def timeline_svg(trace: TraceReader, training_since: Mapping[int, int] | None = None
+                 ) -> str | None:
+    """Training-loop state (stacked) against file-read throughput and, with GPU samples, GPU
+    utilisation. The intervals before `training_since` (per main pid) show as the start-up."""
     _, Figure = _matplotlib()
     loop, lat = trace.loop, trace.latency
     reads = lat[(lat["layer"].astype(object) == "syscall") & (lat["op"].astype(object) == "read")
@@ -197,23 +201,38 @@ def timeline_svg(trace: TraceReader) -> str | None:
         return None
     interval = _interval_ns(trace)
     t0 = _t0_ns(trace, [loop["ts"], reads["ts"], gpu["ts"]])
-    fig = Figure(figsize=(11, 7.5))
-    ax_loop, ax_read, ax_gpu = fig.subplots(3, 1, sharex=True,
-                                            gridspec_kw={"height_ratios": [3, 2, 1.5]})
+    if gpu.empty:  # no GPU panel with nothing in it
+        fig = Figure(figsize=(11, 6))
+        ax_loop, ax_read = fig.subplots(2, 1, sharex=True, gridspec_kw={"height_ratios": [3, 2]})
+        ax_gpu = None
+    else:
+        fig = Figure(figsize=(11, 7.5))
+        ax_loop, ax_read, ax_gpu = fig.subplots(3, 1, sharex=True,
+                                                gridspec_kw={"height_ratios": [3, 2, 1.5]})
 
     if loop.empty:
         ax_loop.text(0.5, 0.5, "no training-loop rows in this trace", ha="center",
                      transform=ax_loop.transAxes, color="#777")
     else:
         cols = [f"{s}_ns" for s in LOOP_STATES]
+        since = training_since or {}
+        startup = loop["ts"].astype("int64") <= loop["pid"].map(
+            lambda p: since.get(int(p), -1)).astype("int64")
+        labels = [s.replace("_", " ") for s in LOOP_STATES]
+        colours = [STATE_COLOURS.get(s, "#7f7f7f") for s in LOOP_STATES]
+        if startup.any():
+            # A start-up interval's time is the start-up's, whatever state it was classified in.
+            loop = loop.assign(startup_ns=loop[cols].sum(axis=1).where(startup, 0))
+            loop.loc[startup, cols] = 0
+            cols = ["startup_ns", *cols]
+            labels, colours = ["start-up (not judged)", *labels], [STARTUP_COLOUR, *colours]
         per = loop.groupby("ts", sort=True)[cols].sum()
         total = per.sum(axis=1).replace(0, np.nan)
         shares = per.div(total, axis=0).fillna(0) * 100
         x = _seconds(pd.Series(per.index), t0)
         x = np.concatenate([[x[0] - interval / 1e9], x])  # the first interval's start
         ys = [np.concatenate([[v[0]], v]) for v in (shares[c].to_numpy() for c in cols)]
-        ax_loop.stackplot(x, ys, labels=[s.replace("_", " ") for s in LOOP_STATES],
-                          colors=[STATE_COLOURS[s] for s in LOOP_STATES], step="pre")
+        ax_loop.stackplot(x, ys, labels=labels, colors=colours, step="pre")
         ax_loop.set_ylim(0, 100)
         ax_loop.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
         pids = ", ".join(str(p) for p in sorted(loop["pid"].unique()))
@@ -237,21 +256,20 @@ def timeline_svg(trace: TraceReader) -> str | None:
         ax_read.set_title("File reads (read syscalls) per role", fontsize=9, loc="left")
     ax_read.set_ylabel("MiB/s")
 
-    if gpu.empty:
-        ax_gpu.text(0.5, 0.5, "no GPU samples in this trace (no NVML GPU, or --gpu off)",
-                    ha="center", transform=ax_gpu.transAxes, color="#777")
-    else:
-        for dev, part in gpu.sort_values("ts").groupby("gpu"):
-            ax_gpu.plot(_seconds(part["ts"], t0), part["util_pct"], label=f"GPU {dev}")
-        idle = trace["gpu_idle"]
-        for cause in sorted(idle["cause"].astype(str).unique()) if not idle.empty else ():
-            spans = idle[idle["cause"].astype(str) == cause]
-            for k, span in enumerate(spans.itertuples()):
-                ax_gpu.axvspan((span.start.value - t0) / 1e9, (span.end.value - t0) / 1e9,
-                               color=STATE_COLOURS.get(cause, "#7f7f7f"), alpha=0.25, lw=0,
-                               label=f"idle: {cause.replace('_', ' ')}" if k == 0 else None)
-        ax_gpu.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
-        ax_gpu.set_ylim(0, 100)
+    if ax_gpu is None:
+        ax_read.set_xlabel("seconds since start")
+        return _svg(fig)
+    for dev, part in gpu.sort_values("ts").groupby("gpu"):
+        ax_gpu.plot(_seconds(part["ts"], t0), part["util_pct"], label=f"GPU {dev}")
+    idle = trace["gpu_idle"]
+    for cause in sorted(idle["cause"].astype(str).unique()) if not idle.empty else ():
+        spans = idle[idle["cause"].astype(str) == cause]
+        for k, span in enumerate(spans.itertuples()):
+            ax_gpu.axvspan((span.start.value - t0) / 1e9, (span.end.value - t0) / 1e9,
+                           color=STATE_COLOURS.get(cause, "#7f7f7f"), alpha=0.25, lw=0,
+                           label=f"idle: {cause.replace('_', ' ')}" if k == 0 else None)
+    ax_gpu.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
+    ax_gpu.set_ylim(0, 100)
     ax_gpu.set_title("GPU utilisation", fontsize=9, loc="left")
     ax_gpu.set_ylabel("%")
     ax_gpu.set_xlabel("seconds since start")
@@ -298,19 +316,22 @@ def _findings_html(trace: TraceReader) -> str:
     return "\n".join(out)
 
 
-def render_html(trace: TraceReader) -> str:
-    """The whole report page as one string (see the module's docstring)."""
+def render_html(trace: TraceReader, training_since: Mapping[int, int] | None = None) -> str:
+    """The whole report page as one string (see the module's docstring); `training_since`
+    (per main pid, when its start-up ended) marks the start-up in the overview and timeline."""
     files = trace.top_files(TOP_FILES)
     title = f"iotrace report: {describe_targets(trace)}"
     sections = [
         f"<h1>{html.escape(title)}</h1>",
-        overview_html(trace),
+        overview_html(trace, training_since=training_since),
         "<h2>Training loop, file reads and GPU over time</h2>",
-        _figure(timeline_svg(trace),
+        _figure(timeline_svg(trace, training_since),
                 "Top: the share of each interval the training loop spent in each state "
                 "(tracer.core.diagnose classifies it). Middle: bytes read from files by read "
-                "syscalls per second, per role. Bottom: GPU utilisation from NVML, with the GPU's "
-                "idle spans shaded by what the training loop was doing (their cause).",
+                "syscalls per second, per role. Bottom, with a GPU: utilisation from NVML, with "
+                "the GPU's idle spans shaded by what the training loop was doing (their cause). "
+                "The start-up (imports and set-up before training) is shown apart, as the "
+                "findings leave it out.",
                 "No training-loop, file-read or GPU rows in this trace."),
         "<h2>Latency heat maps</h2>",
         _figure(heatmap_svg(trace),
@@ -333,7 +354,8 @@ def render_html(trace: TraceReader) -> str:
             + "\n".join(sections) + "\n</body></html>\n")
 
 
-def write_html(trace: TraceReader, out_path: str | os.PathLike[str]) -> Path:
+def write_html(trace: TraceReader, out_path: str | os.PathLike[str],
+               training_since: Mapping[int, int] | None = None) -> Path:
     """Write the self-contained HTML report of `trace` to `out_path`; returns the path.
 
     The file is written under a temporary name and renamed, so a failed report leaves no
@@ -341,7 +363,7 @@ def write_html(trace: TraceReader, out_path: str | os.PathLike[str]) -> Path:
     `tracer.TraceError` when a table cannot be read, OSError when `out_path` cannot be
     written.
     """
-    page = render_html(trace)
+    page = render_html(trace, training_since)
     out = Path(out_path)
     tmp = out.with_name(f".{out.name}.tmp")
     try:
@@ -371,6 +393,24 @@ def _plain(v: object) -> object:
     if isinstance(v, float) and not math.isfinite(v):
         return None
     return v
+
+
+def _int(v: object) -> int | None:
+    """An integer column's value: pandas holds one with nulls as float64 (4649.0)."""
+    return None if v is None or pd.isna(v) else int(v)
+
+
+def gpu_idle_json(trace: TraceReader) -> list[dict]:
+    """The ``gpu_idle`` rows for ``--json``: times as int ns since the Unix epoch, integer
+    columns as integers (null where unknown), shares as floats."""
+    spans = trace["gpu_idle"].astype({"cause": object})
+    out = []
+    for r in spans.to_dict("records"):
+        row = {k: _plain(v) for k, v in r.items()}
+        row.update(start=int(r["start"].value), end=int(r["end"].value),
+                   duration_ns=int(r["duration_ns"]), gpu=int(r["gpu"]), pid=_int(r["pid"]))
+        out.append(row)
+    return out
 
 
 def _iso(ns: int | None) -> str | None:
@@ -419,7 +459,7 @@ def summary_json(trace: TraceReader, top: int = 10) -> dict:
     processes = [{k: r.get(k) for k in ("pid", "ppid", "comm", "role", "cmdline", "exit_code",
                                         "exit_signal")}
                  for r in procs.astype({"comm": object, "role": object}).to_dict("records")]
-    findings = [{"kind": f["kind"], "severity": f["severity"], "pid": f["pid"],
+    findings = [{"kind": f["kind"], "severity": int(f["severity"]), "pid": _int(f["pid"]),
                  "summary": f["summary"], "advice": f["advice"], "evidence": f["evidence"],
                  "start": f["start"], "end": f["end"]}
                 for f in trace.findings.astype({"kind": object}).to_dict("records")]

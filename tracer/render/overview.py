@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import html
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import pandas as pd
 
 from tracer.core.histogram import format_bytes, format_ns
 from tracer.core.selfcost import SelfCost, render_self_cost
-from tracer.core.vocab import LATENCY_LAYERS
+from tracer.core.vocab import LATENCY_LAYERS, LOOP_STATES
 from tracer.tracedir.reader import TraceReader, describe_targets, role_counts
 
 
@@ -41,8 +41,11 @@ def _html_table(headers: Sequence[str], rows: Iterable[Sequence[object]],
     return f'<table class="iotrace-table"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
 
 
-def overview_html(trace: TraceReader, top: int = 10) -> str:
-    """HTML fragment: targets, duration, findings, p50/p99 per role and layer, top files.
+def overview_html(trace: TraceReader, top: int = 10,
+                  training_since: Mapping[int, int] | None = None) -> str:
+    """HTML fragment: targets, duration, findings, the training loop's time by state (the
+    start-up, before `training_since` per main pid, apart), p50/p99 per role and layer, top
+    files.
 
     Shown by Jupyter for a `Trace`, and at the head of the ``iotrace report --html`` page.
     """
@@ -76,6 +79,18 @@ def overview_html(trace: TraceReader, top: int = 10) -> str:
             ["severity", "finding", "summary", "advice"],
             ((int(f.severity), f.kind, f.summary, f.advice) for f in findings.itertuples()),
             right=(0,)))
+
+    parts.append("<h4>Training loop time by state</h4>")
+    split = trace.loop_split(training_since)
+    if split.empty:
+        parts.append("<p>No training loop was traced.</p>")
+    else:
+        parts.append(_html_table(
+            ["pid", "training", "start-up", *(s.replace("_", " ") for s in LOOP_STATES)],
+            ((pid, f"{r.seconds:.1f} s", f"{r.startup_s:.1f} s",
+              *("-" if pd.isna(r[f"{s}_pct"]) else f"{r[f'{s}_pct']:.0f} %"
+                for s in LOOP_STATES)) for pid, r in split.iterrows()),
+            right=tuple(range(1, 3 + len(LOOP_STATES)))))
 
     parts.append("<h4>Latency per role and layer</h4>")
     lat = trace.percentiles(layer=LATENCY_LAYERS, op=None, by=["role", "layer", "op", "target"],

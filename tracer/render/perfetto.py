@@ -653,7 +653,29 @@ def read_kineto(path: str | os.PathLike[str]) -> dict:
         if not isinstance(event, dict) or not isinstance(event.get("ph"), str):
             raise KinetoError(f"{str(p)!r} is not a valid profiler trace: traceEvents[{i}] is "
                               f"not an event (an object with a \"ph\"); {hint}")
+    if not _is_kineto(doc):
+        what = ("an iotrace export" if "iotrace_zero_ns" in (doc.get("otherData") or {})
+                else "a Chrome trace")
+        raise KinetoError(f"{str(p)!r} is {what}, not a PyTorch profiler trace: it has no "
+                          f"Kineto header ({', '.join(_KINETO_KEYS)}) and none of the "
+                          f"profiler's events (cpu_op, user_annotation, ...); {hint}")
     return doc
+
+
+_KINETO_KEYS = ("schemaVersion", "deviceProperties", "baseTimeNanoseconds")
+"""Top-level keys that torch.profiler's export_chrome_trace writes and other tools do not."""
+_KINETO_CATEGORIES = frozenset({
+    "cpu_op", "user_annotation", "gpu_user_annotation", "python_function", "kernel",
+    "cuda_runtime", "cuda_driver", "gpu_memcpy", "gpu_memset", "cpu_instant_event", "ac2g",
+    "fwdbwd", "Trace"})
+"""Event categories of Kineto traces (the array form has no header)."""
+
+
+def _is_kineto(doc: dict) -> bool:
+    """Whether `doc` was written by the PyTorch profiler: its header, or one of its events."""
+    if any(k in doc for k in _KINETO_KEYS):
+        return True
+    return any(e.get("cat") in _KINETO_CATEGORIES for e in doc["traceEvents"])
 
 
 def _ids_in(events: list[dict]) -> tuple[set[int], set[int]]:

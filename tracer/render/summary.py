@@ -1,4 +1,5 @@
-"""The end-of-run summary: per process and layer, biolatency-style histograms with p50/p99."""
+"""The end-of-run summary: the verdicts and what they rest on first, then per process and layer,
+biolatency-style histograms with p50/p99."""
 
 from __future__ import annotations
 
@@ -61,16 +62,35 @@ def max_seen(file_totals: Mapping[FileKey, FileTotals] | None) -> MaxSeen[tuple[
 def render_summary(totals: Mapping[Series, np.ndarray], processes: ProcessLookup,
                    header: str, file_totals: Mapping[FileKey, FileTotals] | None = None,
                    files: FileLookup | None = None, findings: list[Finding] | None = None,
-                   cost: SelfCost | None = None, startup: list[str] | None = None) -> str:
-    """Text for the terminal (and `iotrace report`): one block per process, one histogram per
+                   cost: SelfCost | None = None, startup: list[str] | None = None,
+                   loop: list[str] | None = None, devices: list[str] | None = None) -> str:
+    """Text for the terminal (and `iotrace report`), what a user came for first: the header,
+    the verdicts, the loop's time split (`loop`), the start-up, the top files, the disks
+    (`devices`); then, as biolatency prints them, one block per process with one histogram per
     layer/op/target, most operations first within a process; iotrace's own cost last."""
     lines = [header]
+    lines.extend(render_findings(findings or []))
+    lines.extend(loop or [])
+    lines.extend(startup or [])  # after the verdicts, which leave the start-up out
+    if file_totals and files is not None:  # (both callers pass the table with the totals)
+        lines.extend(render_top_files(file_totals, files))
+    lines.extend(devices or [])
+    lines.extend(render_histograms(totals, processes, file_totals, files))
+    if cost is not None:
+        lines.extend(render_self_cost(cost))
+    return "\n".join(lines)
+
+
+def render_histograms(totals: Mapping[Series, np.ndarray], processes: ProcessLookup,
+                      file_totals: Mapping[FileKey, FileTotals] | None = None,
+                      files: FileLookup | None = None) -> list[str]:
+    """Per process, one summary line and a log2 histogram per layer/op/target series."""
+    lines: list[str] = ["", "Latency per process and layer:"]
     seen = max_seen(file_totals)
     by_pid: dict[int, list[tuple[Series, np.ndarray]]] = {}
     for key, h in totals.items():
         by_pid.setdefault(key.pid, []).append((key, h))
     if not by_pid:
-        lines.append("")
         lines.append("No I/O was traced (the targets did no read/write/fsync syscalls and no block I/O).")
     for pid in sorted(by_pid):
         proc = processes.get(pid)
@@ -97,10 +117,4 @@ def render_summary(totals: Mapping[Series, np.ndarray], processes: ProcessLookup
             )
             if n >= HISTOGRAM_MIN_OPS:
                 lines.extend("    " + row for row in render(counts))
-    if file_totals and files is not None:  # (both callers pass the table with the totals)
-        lines.extend(render_top_files(file_totals, files))
-    lines.extend(startup or [])  # before the verdicts, which leave the start-up out
-    lines.extend(render_findings(findings or []))
-    if cost is not None:
-        lines.extend(render_self_cost(cost))
-    return "\n".join(lines)
+    return lines

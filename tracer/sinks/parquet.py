@@ -5,11 +5,13 @@ Layout (README.md, "The trace directory")::
     DIR/meta.json                     schema version, tool version, host, command line, start/stop
     DIR/<table>/part-NNNNN.parquet    one folder per table, one file per rolled segment
 
-Every file appears under its final name only once it is complete: it is written under a name
-starting with a dot (which pandas and pyarrow skip when reading a folder), fsync'd, renamed with
-`os.replace`, and the folder is fsync'd. A tracer killed with SIGKILL therefore leaves every finished
-segment readable and never a partial ``part-*.parquet``; at worst a ``.part-*.tmp`` that readers
-ignore.
+Every table of the schema has a folder and at least one segment from the moment the trace
+opens (an empty one, with the table's columns, until rows come), so a notebook that reads
+``DIR/events`` works on every trace. Every file appears under its final name only once it is
+complete: it is written in ``DIR/.tmp/`` (outside the table folders, so that no reader of a
+folder ever sees a file that is not a segment), fsync'd, renamed into place with `os.replace`,
+and the folder is fsync'd. A tracer killed with SIGKILL therefore leaves every finished segment
+readable and never a partial ``part-*.parquet``; at worst a file in ``DIR/.tmp/``.
 """
 
 from __future__ import annotations
@@ -42,6 +44,8 @@ SNAPSHOT_TABLES = ("latency", "files", "events", "threads", "devices")
 is the snapshot's)."""
 
 _PART_RE = re.compile(r"part-(\d+)\.parquet")
+TMP_DIR = ".tmp"
+"""Where files are written before they are renamed into place, in the trace directory."""
 _RESERVED_META = ("schema_version", "tool_version")
 
 
@@ -59,14 +63,16 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def _write_atomic(path: Path, write: Callable[[BinaryIO], object]) -> None:
+def _write_atomic(path: Path, write: Callable[[BinaryIO], object], tmp_dir: Path) -> None:
     """Create or replace `path` with what `write` writes into the open file it is given.
 
-    Readers see the old file or the complete new one, never a part: the data goes to
-    ``.<name>.tmp`` in the same folder (a name pandas and pyarrow skip), is fsync'd, renamed over
+    Readers see the old file or the complete new one, never a part: the data goes to a file in
+    `tmp_dir` (on the same file system, outside every table folder), is fsync'd, renamed over
     `path`, and the folder is fsync'd. If anything fails the temporary file is removed.
     """
-    tmp = path.with_name(f".{path.name}.tmp")
+    if not tmp_dir.is_dir():
+        mkdir_private(tmp_dir)
+    tmp = tmp_dir / f"{path.parent.name}-{path.name}.tmp"
     try:
         with open_private(tmp) as f:
             write(f)
@@ -82,6 +88,19 @@ def _write_atomic(path: Path, write: Callable[[BinaryIO], object]) -> None:
     _fsync_dir(path.parent)
 
 
+def _write_parquet(path: Path, data: pa.Table) -> None:
+    """Segment `path` of a table folder holds `data`, in one zstd row group."""
+    _write_atomic(path, lambda f: pq.write_table(data, f, compression="zstd",
+                                                 row_group_size=max(1, data.num_rows)),
+                  path.parent.parent / TMP_DIR)
+
+
+def remove_tmp_dir(directory: Path) -> None:
+    """Removes the trace's ``.tmp`` folder when nothing is left in it (a closed trace)."""
+    with contextlib.suppress(FileNotFoundError, OSError):
+        (directory / TMP_DIR).rmdir()
+
+
 def write_segment(folder: Path, data: pa.Table, replace: bool = False) -> Path:
     """Writes `data` as one segment of the table in `folder` (created if missing). With
     `replace`, it becomes the table's only segment: part-00000 is written atomically over the
@@ -92,29 +111,31 @@ def write_segment(folder: Path, data: pa.Table, replace: bool = False) -> Path:
     parts = sorted(p for p in folder.iterdir() if _PART_RE.fullmatch(p.name))
     number = 0 if replace else (int(_PART_RE.fullmatch(parts[-1].name)[1]) + 1 if parts else 0)
     path = folder / segment_name(number)
-    _write_atomic(path, lambda f: pq.write_table(data, f, compression="zstd",
-                                                 row_group_size=max(1, data.num_rows)))
+    _write_parquet(path, data)
     if replace:
         for p in parts:
             if p != path:
                 p.unlink(missing_ok=True)
         _fsync_dir(folder)
+    remove_tmp_dir(folder.parent)
     return path
 
 
 class TraceWriter:
     """Writes the tables of one trace as rolled Parquet segments, plus ``meta.json``.
 
-    Rows are buffered per table with `add` and written by `flush`, one new segment per table
-    that has rows; `maybe_roll` flushes when `roll_s` seconds have passed since the last roll.
-    Use it as a context manager, or call `close`; closing twice is safe. Methods may be called from
-    several threads.
+    Every table has a segment from the start (an empty one until rows come). Rows are buffered
+    per table with `add` and written by `flush`, one new segment per table that has rows;
+    `maybe_roll` flushes when `roll_s` seconds have passed since the last roll. Use it as a
+    context manager, or call `close`; closing twice is safe. Methods may be called from several
+    threads.
     """
 
     def __init__(
         self, directory: str | os.PathLike[str], meta: Mapping[str, object], roll_s: float = 5.0
     ) -> None:
-        """Open the trace in `directory`, which must exist, and write its ``meta.json``.
+        """Open the trace in `directory`, which must exist, and write its ``meta.json`` and an
+        empty segment for every table of the schema that has none.
 
         `meta` is any JSON-serialisable mapping (host, kernel, command line, clocks, start time, ...);
         the writer adds ``schema_version`` and ``tool_version`` and owns those two keys.
@@ -133,7 +154,9 @@ class TraceWriter:
         self._closed = False
         self._given_up = False  # give_up(): nothing more is written
         self._meta: dict[str, object] = {}
+        self._empty: set[str] = set()  # tables whose only segment is the empty one
         self._set_meta(dict(meta))
+        self._write_empty_tables()
 
     # -- meta.json ---------------------------------------------------------------------------
 
@@ -156,7 +179,8 @@ class TraceWriter:
         meta.update(schema_version=SCHEMA_VERSION, tool_version=__version__)
         # Serialise before touching anything: a value JSON cannot hold leaves the old meta intact.
         data = (json.dumps(meta, indent=2, allow_nan=False) + "\n").encode()
-        _write_atomic(self.directory / META_FILE, lambda f: f.write(data))
+        _write_atomic(self.directory / META_FILE, lambda f: f.write(data),
+                      self.directory / TMP_DIR)
         self._meta = meta
 
     # -- tables ------------------------------------------------------------------------------
@@ -202,7 +226,8 @@ class TraceWriter:
                 self._last_roll = now
 
     def flush(self) -> None:
-        """Write one new segment for each table with buffered rows; write nothing for the others."""
+        """Write one new segment for each table with buffered rows; write nothing for the others
+        (a table with no rows yet keeps its empty segment)."""
         self._check_open()
         self._flush()
 
@@ -227,17 +252,27 @@ class TraceWriter:
             mkdir_private(folder)
             _fsync_dir(self.directory)
         number = self._next_segment.get(table)
-        if number is None:
+        if table in self._empty:
+            number = 0  # the first rows take the place of the empty segment, atomically
+        elif number is None:
             # Never overwrite: continue after any segment already in the folder.
             found = [int(m[1]) for p in folder.iterdir() if (m := _PART_RE.fullmatch(p.name))]
             number = max(found, default=-1) + 1
-        _write_atomic(
-            folder / segment_name(number),
-            lambda f: pq.write_table(
-                data, f, compression="zstd", row_group_size=max(1, data.num_rows)
-            ),
-        )
+        _write_parquet(folder / segment_name(number), data)
+        self._empty.discard(table)
         self._next_segment[table] = number + 1
+
+    def _write_empty_tables(self) -> None:
+        """An empty segment, with its columns, for each table that has none yet."""
+        for table, schema in TABLES.items():
+            folder = self.directory / table
+            if folder.is_dir() and any(_PART_RE.fullmatch(p.name) for p in folder.iterdir()):
+                continue
+            if not folder.is_dir():
+                mkdir_private(folder)
+            _write_parquet(folder / segment_name(0), schema.empty_table())
+            self._empty.add(table)
+        _fsync_dir(self.directory)
 
     def give_up(self) -> None:
         """Stops writing, for good (the disk is full): the rows buffered are dropped, later
@@ -304,6 +339,7 @@ class TraceWriter:
                 elif final_meta:
                     with contextlib.suppress(OSError):
                         self._set_meta({**self._meta, **final_meta}, final_meta)
+                remove_tmp_dir(self.directory)
 
     def __enter__(self) -> Self:
         return self

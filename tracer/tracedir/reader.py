@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -94,7 +94,7 @@ class TraceReader:
 
         import pyarrow.parquet as pq
 
-        from tracer.tracedir.segments import segment_problems
+        from tracer.tracedir.segments import conform, segment_problems
 
         columns = TABLES[name].names if name in TABLES else None
         bad = dict(segment_problems(folder, name, columns)) if name in TABLES else {}
@@ -103,7 +103,8 @@ class TraceReader:
             if seg in bad:
                 continue
             try:
-                tables.append(pq.read_table(seg))
+                data = pq.read_table(seg)
+                tables.append(conform(data, name) if name in TABLES else data)
             except (pa.ArrowException, OSError) as e:
                 bad[seg] = f"damaged data ({' '.join(str(e).split())[:120]})"
         if bad:
@@ -308,6 +309,79 @@ class TraceReader:
                                             ascending=False, kind="stable")
         top = top[columns].reset_index(drop=True)
         return top if n is None else top.head(n)
+
+    def loop_split(self, training_since: Mapping[int, int] | None = None) -> pd.DataFrame:
+        """The training loop's time by state, per main process, from the ``loop`` table.
+
+        `training_since` maps a pid to when its training started (its start-up ends:
+        `tracer.core.diagnose.Diagnosis.training_since`); the intervals that end by then are its
+        start-up, counted in ``startup_s`` and left out of the shares, as the findings leave
+        them out. One row per pid (the index): ``seconds`` (the loop's time after start-up),
+        ``startup_s``, and ``<state>_pct`` for each state of `tracer.core.vocab.LOOP_STATES`
+        (percent of ``seconds``; NaN when it is 0).
+        """
+        from tracer.core.vocab import LOOP_STATES
+
+        loop = self.loop
+        pcts = [f"{s}_pct" for s in LOOP_STATES]
+        if loop.empty:
+            return pd.DataFrame(columns=["seconds", "startup_s", *pcts],
+                                index=pd.Index([], name="pid"), dtype="float64")
+        since = training_since or {}
+        ts = loop["ts"].astype("int64")
+        limit = loop["pid"].map(lambda p: since.get(int(p), -1)).astype("int64")
+        startup = ts <= limit
+        cols = [f"{s}_ns" for s in LOOP_STATES]
+        train = loop[~startup].groupby("pid")[["interval_ns", *cols]].sum()
+        start = loop[startup].groupby("pid")["interval_ns"].sum()
+        pids = sorted(int(p) for p in loop["pid"].unique())
+        train = train.reindex(pids, fill_value=0)
+        total = train[cols].sum(axis=1)
+        out = pd.DataFrame({"seconds": total / 1e9,
+                            "startup_s": start.reindex(pids, fill_value=0) / 1e9},
+                           index=pd.Index(pids, name="pid"))
+        for state, col in zip(LOOP_STATES, cols, strict=True):
+            out[f"{state}_pct"] = 100 * train[col] / total.where(total > 0)
+        return out.astype("float64")
+
+    def gpu_idle_by_cause(self, spans: pd.DataFrame | None = None) -> pd.DataFrame:
+        """Per GPU (the index): ``sampled_s`` (time its NVML samples cover), ``idle_s`` (its
+        hard idle spans: `spans`, by default the ``gpu_idle`` table) and ``<cause>_s`` for each
+        cause found, most first."""
+        gpu = self["gpu"]
+        spans = self["gpu_idle"] if spans is None else spans
+        if gpu.empty:
+            return pd.DataFrame(columns=["sampled_s", "idle_s"], index=pd.Index([], name="gpu"))
+        out = pd.DataFrame({"sampled_s": gpu.groupby("gpu")["sample_period_ns"].sum() / 1e9})
+        out.index = out.index.astype("int64").rename("gpu")
+        if spans.empty:
+            out["idle_s"] = 0.0
+            return out
+        spans = spans.astype({"cause": object, "gpu": "int64"})
+        out["idle_s"] = (spans.groupby("gpu")["duration_ns"].sum() / 1e9).reindex(
+            out.index, fill_value=0.0)
+        by_cause = spans.groupby(["gpu", "cause"])["duration_ns"].sum().unstack(fill_value=0)
+        order = by_cause.sum().sort_values(ascending=False, kind="stable").index
+        for cause in order:
+            out[f"{cause}_s"] = (by_cause[cause] / 1e9).reindex(out.index, fill_value=0.0)
+        return out
+
+    def device_summary(self) -> pd.DataFrame:
+        """Per disk that did I/O (the index), over the trace: mean ``r_s``, ``rkb_s``, ``w_s``,
+        ``wkb_s``, ``await_ms`` (of the intervals with requests), ``util_pct``, and
+        ``max_util_pct``; busiest first."""
+        dev = self.devices
+        columns = ["r_s", "rkb_s", "w_s", "wkb_s", "await_ms", "util_pct", "max_util_pct"]
+        if dev.empty:
+            return pd.DataFrame(columns=columns, index=pd.Index([], name="device"))
+        dev = dev.astype({"device": object})
+        g = dev.groupby("device")
+        out = g[["r_s", "rkb_s", "w_s", "wkb_s", "util_pct"]].mean()
+        busy = dev[(dev["r_s"] + dev["w_s"]) > 0]
+        out["await_ms"] = busy.groupby("device")["await_ms"].mean().reindex(out.index)
+        out["max_util_pct"] = g["util_pct"].max()
+        out = out[(out["r_s"] + out["w_s"]) > 0]
+        return out[columns].sort_values("util_pct", ascending=False, kind="stable")
 
     def __repr__(self) -> str:
         return f"<Trace {str(self.directory)!r} tables={self.tables}>"

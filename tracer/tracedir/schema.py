@@ -10,7 +10,10 @@ trace directory"):
 - strings that repeat (comm, role, path, op, device, ...) are dictionary-encoded;
 - a column that may be null says so (``nullable=True``); every other column is required.
 
-Changing a column's name, type or meaning is a new `SCHEMA_VERSION`; readers refuse traces whose
+Versioning (docs/trace-format.md, "Schema versions"): adding a nullable column keeps
+`SCHEMA_VERSION`, since readers fill it with nulls in a segment that lacks it
+(`tracer.tracedir.segments.conform`); renaming or removing a column, changing its type, unit or
+meaning, or adding a required column is a new `SCHEMA_VERSION`, and readers refuse traces whose
 version they do not know.
 """
 

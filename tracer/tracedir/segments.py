@@ -1,8 +1,10 @@
 """Which segments of a table cannot be used, and why (shared by the loader and the exporters).
 
 A segment is unusable when it is empty, not Parquet, cut short, written with another schema
-version, or foreign (a column missing or of another type). The loader skips such segments,
-says which, and loads the rest.
+version, or foreign (a required column missing, or a column of another type). A segment that
+lacks a nullable column (written by an older iotrace of the same schema version, or an NVML
+stream recorded elsewhere) is usable: `conform` fills that column with nulls. The loader skips
+the unusable segments, says which, and loads the rest.
 """
 
 from __future__ import annotations
@@ -25,10 +27,10 @@ def segment_problems(
 
     A segment is listed when it is empty, not Parquet or cut short (no readable footer), written
     with another schema version, or foreign: it lacks one of `columns` (default: every column of
-    the table in `tracer.tracedir.schema.TABLES`) or has one with another type (dictionary-encoded and
-    plain strings count as the same). With `read_data`, every segment is also read in full,
-    which finds damaged data pages (slower: reads the whole table). Returns ``(path, reason)``
-    pairs in segment order; an empty list when all are fine.
+    the table in `tracer.tracedir.schema.TABLES`) that is required, or has one with another type
+    (dictionary-encoded and plain strings count as the same). With `read_data`, every segment
+    is also read in full, which finds damaged data pages (slower: reads the whole table).
+    Returns ``(path, reason)`` pairs in segment order; an empty list when all are fine.
     """
     schema = TABLES[table]
     wanted = [schema.field(c) for c in (schema.names if columns is None else columns)]
@@ -54,19 +56,36 @@ def _segment_problem(path: Path, wanted: list[pa.Field], read_data: bool) -> str
     if version is not None and version != str(SCHEMA_VERSION).encode():
         return (f"written with schema version {version.decode(errors='replace')}, "
                 f"not {SCHEMA_VERSION}")
-    missing = [f.name for f in wanted if f.name not in found.names]
+    missing = [f.name for f in wanted if f.name not in found.names and not f.nullable]
     if missing:
         return f"not an iotrace segment of this table: no column {', '.join(missing)}"
     for f in wanted:
+        if f.name not in found.names:
+            continue
         got = found.field(f.name).type
         if not _same_type(got, f.type):
             return f"not an iotrace segment of this table: column {f.name} is {got}, not {f.type}"
     if read_data:
         try:
-            pq.read_table(path, columns=[f.name for f in wanted])
+            pq.read_table(path, columns=[f.name for f in wanted if f.name in found.names])
         except (pa.ArrowException, OSError) as e:
             return f"damaged data ({_first_line(e)})"
     return None
+
+
+def conform(data: pa.Table, table: str) -> pa.Table:
+    """`data`, a usable segment of `table`, with exactly the table's schema: its columns in
+    order, each of the schema's type, the nullable ones it lacks filled with nulls, columns the
+    schema does not know left out."""
+    schema = TABLES[table]
+    columns = []
+    for f in schema:
+        if f.name in data.column_names:
+            column = data.column(f.name)
+            columns.append(column if column.type == f.type else column.cast(f.type))
+        else:
+            columns.append(pa.nulls(data.num_rows, f.type))
+    return pa.Table.from_arrays(columns, schema=schema)
 
 
 def _not_parquet(path: Path, error: BaseException) -> str:

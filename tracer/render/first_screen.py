@@ -1,0 +1,77 @@
+"""The first screen of ``iotrace report DIR``: what a user came for, before the histograms.
+
+What was traced and for how long, then (after the verdicts, which `tracer.core.diagnose`
+renders) the training loop's time split, GPU idle time by cause where there is a GPU, and the
+disks. Every number comes from the trace's tables through `TraceReader`; the loop states are
+the vocabulary's, so a new state shows up here without a change.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from tracer.core.vocab import LOOP_STATES
+from tracer.tracedir.reader import TraceReader, describe_targets, role_counts
+
+
+def traced_lines(trace: TraceReader, stop_ns: int | None = None) -> list[str]:
+    """What was traced, with which processes, when and for how long. `stop_ns` stands in for
+    a trace that was never closed (its last row)."""
+    roles = role_counts(trace)
+    procs = ", ".join(f"{n} {r}" for r, n in roles.items()) or "no processes"
+    lines = [f"Traced: {describe_targets(trace)} ({procs})."]
+    start, stop = trace.start_ns, trace.stop_ns if trace.stop_ns is not None else stop_ns
+    if start is not None and stop is not None:
+        begin = pd.Timestamp(start, unit="ns", tz="UTC").strftime("%Y-%m-%d %H:%M:%S UTC")
+        cut = "" if trace.stop_ns is not None else " (up to its last segment)"
+        host = " ".join(str(trace.meta[k]) for k in ("host", "kernel") if trace.meta.get(k))
+        lines.append(f"Duration: {(stop - start) / 1e9:.1f} s{cut}, from {begin}"
+                     + (f", on {host}" if host else "") + ".")
+    return lines
+
+
+def loop_lines(split: pd.DataFrame) -> list[str]:
+    """The training loop's time by state per main process, largest first (`loop_split`)."""
+    if split.empty:
+        return ["", "Training loop: none traced (no main process had a loop interval)."]
+    lines = ["", "Training loop time (after start-up; the states are in docs/diagnosis.md):"]
+    for pid, r in split.iterrows():
+        shares = sorted(((r[f"{s}_pct"], s) for s in LOOP_STATES if pd.notna(r[f"{s}_pct"])),
+                        key=lambda x: -x[0])
+        shown = [f"{name} {pct:.0f} %" for pct, name in shares if pct >= 0.5]
+        if len(shown) < len(shares):
+            shown.append("the rest 0 %")
+        parts = ", ".join(shown) if shares else "no time"
+        startup = f"; start-up {r['startup_s']:.1f} s before it" if r["startup_s"] > 0 else ""
+        lines.append(f"  pid {pid} ({r['seconds']:.1f} s): {parts}{startup}")
+    return lines
+
+
+def gpu_idle_lines(idle: pd.DataFrame) -> list[str]:
+    """Per GPU, its idle time and the loop states that caused it (`gpu_idle_by_cause`); nothing
+    without GPU samples."""
+    if idle.empty:
+        return []
+    lines = ["", "GPU idle (hard idle spans) by cause:"]
+    causes = [c for c in idle.columns if c.endswith("_s") and c not in ("sampled_s", "idle_s")]
+    for gpu, r in idle.iterrows():
+        share = 100 * r["idle_s"] / r["sampled_s"] if r["sampled_s"] else 0.0
+        why = ", ".join(f"{c[:-2]} {r[c]:.1f} s" for c in causes if r[c] > 0)
+        lines.append(f"  GPU {gpu}: idle {r['idle_s']:.1f} s of {r['sampled_s']:.1f} s "
+                     f"sampled ({share:.0f} %)" + (f": {why}" if why else ""))
+    return lines
+
+
+def device_lines(devices: pd.DataFrame) -> list[str]:
+    """The disks that did I/O, iostat -x style means over the trace (`device_summary`)."""
+    if devices.empty:
+        return ["", "Devices: no disk I/O during the trace."]
+    lines = ["", "Devices (means over the trace, as iostat -x):",
+             f"  {'device':<12} {'r/s':>8} {'rkB/s':>10} {'w/s':>8} {'wkB/s':>10} "
+             f"{'await':>9} {'%util':>6} {'max':>6}"]
+    for name, r in devices.iterrows():
+        wait = "-" if pd.isna(r["await_ms"]) else f"{r['await_ms']:.2f} ms"
+        lines.append(f"  {name:<12} {r['r_s']:>8.1f} {r['rkb_s']:>10.1f} {r['w_s']:>8.1f} "
+                     f"{r['wkb_s']:>10.1f} {wait:>9} {r['util_pct']:>6.1f} "
+                     f"{r['max_util_pct']:>6.1f}")
+    return lines
