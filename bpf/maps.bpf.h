@@ -20,9 +20,10 @@
 #define MAX_TRACKED 16384
 #define MAX_HISTS 16384
 #define MAX_FILES 65536
-/* The (process, file, op) keys of one interval, and of the next one while it starts. Entries
- * are allocated as used (BPF_F_NO_PREALLOC): most hosts never need them all. */
-#define MAX_FILE_KEYS 262144
+/* The (process, file, op) keys of one interval, and of the next one while it starts: 60 000 a
+ * second for a job opening and reading 30 000 files a second. Past that, operations are
+ * counted per folder (folder_stats). Allocated as used (BPF_F_NO_PREALLOC). */
+#define MAX_FILE_KEYS 131072
 
 /* Load-time configuration, written by the loader (tracer/kernel/probes.py) before load. */
 IOT_SHARED const volatile struct iot_config iot_config SEC(".rodata.config");

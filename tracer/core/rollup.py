@@ -23,14 +23,14 @@ LARGEST = ("latency_max_ns", "dir_ino")
 FOLDER_KEY = ("tgid", "dev", "ino", "op")  # a folder row's `ino` is the folder's
 
 
-def _runs(rows: np.ndarray, by: tuple[str, ...]) -> np.ndarray:
-    """Where each run of equal `by` starts in `rows` (sorted by them)."""
+def _starts(columns: list[np.ndarray]) -> np.ndarray:
+    """Where each run of equal values (in every one of `columns`, sorted together) starts."""
     import numpy as np
 
-    change = np.zeros(len(rows), dtype=bool)
+    n = len(columns[0])
+    change = np.zeros(n, dtype=bool)
     change[:1] = True
-    for name in by:
-        col = rows[name]
+    for col in columns:
         change[1:] |= col[1:] != col[:-1]
     return np.flatnonzero(change)
 
@@ -38,7 +38,8 @@ def _runs(rows: np.ndarray, by: tuple[str, ...]) -> np.ndarray:
 def add_up(rows: np.ndarray, by: tuple[str, ...], weights: np.ndarray | None = None
            ) -> tuple[np.ndarray, np.ndarray]:
     """Rows with equal `by` fields as one: counts summed, maxima the largest; and the sum of
-    `weights` (default 1 per row) of each."""
+    `weights` (default 1 per row) of each. Sorted a column at a time: a million rows cost a
+    few of their columns of memory, not copies of the rows."""
     import numpy as np
 
     if weights is None:
@@ -46,14 +47,15 @@ def add_up(rows: np.ndarray, by: tuple[str, ...], weights: np.ndarray | None = N
     if not len(rows):
         return rows.copy(), weights[:0].copy()
     order = np.lexsort([rows[name] for name in reversed(by)])
-    rows, weights = rows[order], weights[order]
-    starts = _runs(rows, by)
-    out = rows[starts].copy()
+    starts = _starts([rows[name][order] for name in by])
+    if len(starts) == len(rows):  # nothing to add up (the usual case for files)
+        return rows[order], weights[order]
+    out = rows[order[starts]]
     for name in SUMMED:
-        out[name] = np.add.reduceat(rows[name], starts)
+        out[name] = np.add.reduceat(rows[name][order], starts)
     for name in LARGEST:
-        out[name] = np.maximum.reduceat(rows[name], starts)
-    return out, np.add.reduceat(weights, starts)
+        out[name] = np.maximum.reduceat(rows[name][order], starts)
+    return out, np.add.reduceat(weights[order], starts)
 
 
 def split(files: np.ndarray, folders: np.ndarray, keep: int = KEEP_FILES
@@ -63,26 +65,30 @@ def split(files: np.ndarray, folders: np.ndarray, keep: int = KEEP_FILES
     others are added up per (process, folder, op), with the kernel's folder counts."""
     import numpy as np
 
-    files, _ = add_up(files, ("tgid", "dev", "ino", "gen", "op"))
+    key = ("tgid", "dev", "ino", "gen", "op")
+    if len(files):
+        order = np.lexsort([files[name] for name in reversed(key)])
+        if len(_starts([files[name][order] for name in key])) < len(files):
+            files, _ = add_up(files, key)  # rare: a key in its slot and in the map
     if len(files):
         # largest first: the negated counts (all far below 2**63)
         order = np.lexsort((-(files["pages_missed"] + files["pages_dirtied"]).astype(np.int64),
                             -files["bytes"].astype(np.int64),
                             -files["latency_sum_ns"].astype(np.int64),
                             files["op"], files["tgid"]))
-        files = files[order]
-        starts = _runs(files, ("tgid", "op"))
-        group = np.cumsum(np.isin(np.arange(len(files)), starts)) - 1
-        rank = np.arange(len(files)) - starts[group]
-        own, rest = files[rank < keep], files[rank >= keep].copy()
+        starts = _starts([files["tgid"][order], files["op"][order]])
+        sizes = np.diff(np.append(starts, len(files)))
+        rank = np.arange(len(files)) - np.repeat(starts, sizes)  # within its (tgid, op)
+        own, rest = files[order[rank < keep]], files[order[rank >= keep]]
     else:
         own, rest = files, files.copy()
     rest["ino"] = rest["dir_ino"]
     rest["gen"] = 0
-    kernel = folders.copy()
-    kernel["gen"] = 0
-    rows = np.concatenate([rest, kernel])
-    weights = np.concatenate([np.ones(len(rest), dtype=np.int64),
-                              np.zeros(len(kernel), dtype=np.int64)])
+    rows, weights = rest, np.ones(len(rest), dtype=np.int64)
+    if len(folders):
+        kernel = folders.copy()
+        kernel["gen"] = 0
+        rows = np.concatenate([rest, kernel])
+        weights = np.concatenate([weights, np.zeros(len(kernel), dtype=np.int64)])
     folder_rows, n_files = add_up(rows, FOLDER_KEY, weights)
     return own, folder_rows, n_files

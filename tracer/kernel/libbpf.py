@@ -386,17 +386,39 @@ class Map:
             ctypes.memmove(token[0], token[1], len(token[0]))
             first = False
 
-    def raw_items(self) -> tuple[bytes, bytes]:
-        """Every key and every value, each as one string of bytes (n keys, then n values in
-        the same order): for decoding in bulk (numpy), with no Python object per entry."""
-        try:
-            parts = list(self._batches())
-            return b"".join(k for k, _ in parts), b"".join(v for _, v in parts)
-        except LibbpfError as e:
-            if e.errno not in _UNSUPPORTED:
-                raise
-        items = self.items()
-        return b"".join(k for k, _ in items), b"".join(v for _, v in items)
+    def raw_items(self, max_entries: int) -> tuple[memoryview, memoryview]:
+        """Every key and every value (n keys, then n values in the same order) for decoding in
+        bulk (numpy), with no Python object per entry: views of buffers for `max_entries`
+        entries, made once and filled again by the next call (so a map read every interval
+        costs no memory beyond them)."""
+        ks, vs = self.key_size, self.value_size
+        if getattr(self, "_bulk", None) is None or len(self._bulk[0]) < ks * max_entries:
+            self._bulk = (ctypes.create_string_buffer(ks * max_entries),
+                          ctypes.create_string_buffer(vs * max_entries))
+        keys, values = self._bulk
+        token = [ctypes.create_string_buffer(max(ks, 8)) for _ in range(2)]  # hash: a bucket
+        n, first = 0, True
+        while n < max_entries:
+            count = ctypes.c_uint32(min(self.BATCH, max_entries - n))
+            rc = lib().bpf_map_lookup_batch(self.fd, None if first else token[0], token[1],
+                                            ctypes.addressof(keys) + n * ks,
+                                            ctypes.addressof(values) + n * vs,
+                                            ctypes.byref(count), None)
+            if rc < 0 and rc != -errno.ENOENT:  # ENOENT: the last batch (count entries)
+                if -rc in _UNSUPPORTED and first:
+                    return self._raw_items_one_by_one(max_entries)
+                raise LibbpfError(-rc, f"map lookup batch: {os.strerror(-rc)}")
+            n += count.value
+            if rc < 0:
+                break
+            ctypes.memmove(token[0], token[1], len(token[0]))
+            first = False
+        return memoryview(keys)[:n * ks], memoryview(values)[:n * vs]
+
+    def _raw_items_one_by_one(self, max_entries: int) -> tuple[memoryview, memoryview]:
+        items = self.items()[:max_entries]
+        return (memoryview(b"".join(k for k, _ in items)),
+                memoryview(b"".join(v for _, v in items)))
 
     def delete_many(self, keys: bytes) -> None:
         """Deletes the entries of these keys (raw, one after another), in one syscall where the

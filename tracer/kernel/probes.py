@@ -393,22 +393,25 @@ class Probes:
         key_words = abi.FILE_KEY.size // 8
         from_slots = abi.file_counts(rows[:, 1:1 + key_words].tobytes(),
                                      rows[:, 1 + key_words:].tobytes())
-        files = self._drain_map(self.file_stats, buf)
-        folders = self._drain_map(self.folder_stats, buf)
+        files = self._drain_map(self.file_stats, "file_stats", buf)
+        folders = self._drain_map(self.folder_stats, "folder_stats", buf)
         files = np.concatenate([from_slots, files]) if len(from_slots) else files
         return files, folders
 
-    @staticmethod
-    def _drain_map(m: Map, buf: int):
+    def _drain_map(self, m: Map, name: str, buf: int):
         """The entries of buffer `buf` of a file_key -> file_stat map, deleted."""
         import numpy as np
 
-        keys, values = m.raw_items()
+        keys, values = m.raw_items(self.max_entries[name])
         counts = abi.file_counts(keys, values)
         mine = counts["buf"] == buf
-        if mine.any():
-            raw = np.frombuffer(keys, dtype=f"V{abi.FILE_KEY.size}")
-            m.delete_many(raw[mine].tobytes())
+        if not mine.any():
+            return counts[:0]
+        raw = np.frombuffer(keys, dtype=f"V{abi.FILE_KEY.size}")
+        if mine.all():  # the usual case: the new buffer has had no time to fill
+            m.delete_many(raw.tobytes())
+            return counts
+        m.delete_many(raw[mine].tobytes())
         return counts[mine]
 
     @staticmethod

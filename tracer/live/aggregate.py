@@ -36,7 +36,7 @@ from tracer.live.devices import device_name
 from tracer.live.files import FileTable
 from tracer.live.processes import Process, ProcessTable
 
-MAX_FILE_TOTALS = 20_000  # files the summary keeps totals of (the others: their folders')
+MAX_FILE_TOTALS = 2_000  # files the summary keeps totals of (the others: their folders')
 NO_SYSCALL: dict[str, str | int | None] = {"syscall_op": None, "syscall_path": None, "syscall_since": None}
 
 

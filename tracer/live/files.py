@@ -12,6 +12,7 @@ module asks /proc/PID/fd instead and says so in `path_source`.
 from __future__ import annotations
 
 import fcntl
+import functools
 import glob
 import itertools
 import os
@@ -29,7 +30,7 @@ KERNEL, INODE, PROC_FD, PROC_MAPS, LOOKUP, SIBLING, TRUNCATED, UNKNOWN, FOLDER =
     "folder")
 FS_IOC_GETVERSION = 0x80087601  # _IOR('v', 1, long): the inode's generation (ext4, xfs, btrfs)
 RESCAN_S = 1.0  # a folder is listed again at most this often
-MAX_NAMED = 65536  # files (and folders) whose names are kept; the others are looked up again
+MAX_NAMED = 16384  # files (and folders) whose names are kept; the others are looked up again
 LISTINGS = 64  # folder listings kept (a job reads a few folders at a time)
 
 
@@ -76,8 +77,10 @@ def _mount_point(dev: int, pid: int) -> str | None:
     return None
 
 
+@functools.lru_cache(maxsize=256)
 def _fs_type(dev: int, mountinfo: str = "/proc/self/mountinfo") -> str:
-    """The file system type of the mount with this device, from iotrace's own mount table."""
+    """The file system type of the mount with this device, from iotrace's own mount table
+    (read once per device: every row names its file system)."""
     major, minor = dev_major_minor(dev)
     want = f"{major}:{minor}"
     try:
@@ -175,18 +178,19 @@ def _same_file(host_path: str, dev: int, ino: int, gen: int) -> bool:
 
 def _list_folder(folder: str, pid: int) -> dict[int, tuple[str, str]]:
     """Inode -> (path as the process sees it, path here) of every entry of `folder`, a path as
-    process `pid` sees it: d_ino from the listing, no stat per entry."""
-    root = f"/proc/{pid}/root"
-    if not os.path.exists(root):
-        root = ""
-    index: dict[int, tuple[str, str]] = {}
-    try:
-        with os.scandir(root + folder) as it:
-            for entry in it:
-                index[entry.inode()] = (os.path.join(folder, entry.name), entry.path)
-    except OSError:
-        pass
-    return index
+    process `pid` sees it: d_ino from the listing, no stat per entry. Through the process's
+    root (a container's); the process gone, even while listing, through iotrace's own root
+    (the caller checks device, inode and generation, so a file found there is the one)."""
+    for root in (f"/proc/{pid}/root", ""):
+        index: dict[int, tuple[str, str]] = {}
+        try:
+            with os.scandir(root + folder) as it:
+                for entry in it:
+                    index[entry.inode()] = (os.path.join(folder, entry.name), entry.path)
+            return index
+        except OSError:
+            continue
+    return {}
 
 
 class _Bounded(dict):
