@@ -140,20 +140,16 @@ static __always_inline __u8 target_of(struct inode *inode)
 	return IOT_TARGET_OTHER;
 }
 
-SEC("raw_tp/sys_enter")
-int sys_enter(struct bpf_raw_tracepoint_args *ctx)
+/* The entry of traced syscall `op` (op_of_syscall, not 0xff) with first argument `fd` and 4th
+ * `pos` (the offset of a POSITIONAL op): one body for the raw and the classic tracepoints. */
+static __always_inline void enter_body(__u8 op, int fd, unsigned long pos)
 {
-	__u8 op = op_of_syscall(ctx->args[1]);
 	struct task_struct *task;
 	struct sys_start *start;
-	struct pt_regs *regs;
 	struct file *file;
 	struct inode *inode;
 	__u32 tgid;
-	int fd;
 
-	if (op == 0xff)
-		return 0;
 	task = bpf_get_current_task_btf();
 	/* A thread with a record belongs to a traced process: `tracked` drops a process only
 	 * once all its threads are gone. Others are looked up, and get a record if traced. */
@@ -161,20 +157,18 @@ int sys_enter(struct bpf_raw_tracepoint_args *ctx)
 	if (!start) {
 		tgid = task->tgid;
 		if (!is_tracked(tgid) || compat_syscall(task))
-			return 0;
+			return;
 		start = bpf_task_storage_get(&sys_starts, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 		if (!start)
-			return 0;
+			return;
 	} else if (compat_syscall(task)) {
-		return 0;
+		return;
 	}
 	start->op = op & ~POSITIONAL;
 	start->target = IOT_TARGET_OTHER;
 	start->file.dev = 0;
 	if (op == IOT_OP_OPEN) /* the file is known at exit, from the returned fd */
 		goto out;
-	regs = user_regs(ctx);
-	fd = (int)syscall_arg(regs, 0);
 	file = fd_file_of(task, fd);
 	if (!file)
 		goto out;
@@ -183,7 +177,7 @@ int sys_enter(struct bpf_raw_tracepoint_args *ctx)
 	if (start->target != IOT_TARGET_FILE)
 		goto out;
 	inode_id(inode, &start->file);
-	start->offset = op & POSITIONAL ? syscall_arg(regs, 3) : file->f_pos;
+	start->offset = op & POSITIONAL ? pos : file->f_pos;
 	if (start->file.ino != start->last_sent.ino || start->file.dev != start->last_sent.dev ||
 	    start->file.gen != start->last_sent.gen) {
 		file_first_sight(file, &start->file, fd, task->tgid);
@@ -191,6 +185,18 @@ int sys_enter(struct bpf_raw_tracepoint_args *ctx)
 	}
 out:
 	start->ts_ns = bpf_ktime_get_ns();
+}
+
+SEC("raw_tp/sys_enter")
+int sys_enter(struct bpf_raw_tracepoint_args *ctx)
+{
+	__u8 op = op_of_syscall(ctx->args[1]);
+	struct pt_regs *regs;
+
+	if (op == 0xff)
+		return 0;
+	regs = user_regs(ctx);
+	enter_body(op, (int)syscall_arg(regs, 0), syscall_arg(regs, 3));
 	return 0;
 }
 
@@ -237,28 +243,24 @@ static __always_inline void open_done(struct task_struct *task, long fd, __u64 l
 	file_op_add(task->tgid, &fid, IOT_OP_OPEN, latency_ns, 0);
 }
 
-/* Every syscall's exit: other syscalls than the traced ones return after two loads and a few
- * compares; then only threads with a syscall in flight (ts_ns set by sys_enter) go on. */
-SEC("raw_tp/sys_exit")
-int sys_exit(struct bpf_raw_tracepoint_args *ctx)
+/* The exit of a traced syscall returning `ret`: only threads with a syscall in flight (ts_ns
+ * set by enter_body) go on. One body for the raw and the classic tracepoints. */
+static __always_inline void exit_body(long ret)
 {
 	struct task_struct *task;
 	struct sys_start *start;
 	struct hist_key key = {};
 	__u64 latency_ns, bytes;
-	long ret = ctx->args[1];
 
-	if (op_of_syscall(syscall_nr(user_regs(ctx))) == 0xff)
-		return 0;
 	task = bpf_get_current_task_btf();
 	start = bpf_task_storage_get(&sys_starts, task, 0, 0);
 	if (!start || !start->ts_ns)
-		return 0;
+		return;
 	latency_ns = bpf_ktime_get_ns() - start->ts_ns;
 	if (start->op == IOT_OP_OPEN) {
 		start->ts_ns = 0;
 		open_done(task, ret, latency_ns);
-		return 0;
+		return;
 	}
 	bytes = ret > 0 && start->op != IOT_OP_FSYNC ? (__u64)ret : 0;
 	key.tgid = task->tgid;
@@ -272,5 +274,15 @@ int sys_exit(struct bpf_raw_tracepoint_args *ctx)
 			emit_slow(start, task, latency_ns, bytes);
 	}
 	start->ts_ns = 0;
+}
+
+/* Every syscall's exit: other syscalls than the traced ones return after two loads and a few
+ * compares. */
+SEC("raw_tp/sys_exit")
+int sys_exit(struct bpf_raw_tracepoint_args *ctx)
+{
+	if (op_of_syscall(syscall_nr(user_regs(ctx))) == 0xff)
+		return 0;
+	exit_body(ctx->args[1]);
 	return 0;
 }
