@@ -3,12 +3,14 @@
  * Syscall layer: latency and bytes of read/write/fsync family syscalls per (process, op, fd kind),
  * per file for regular files, openat per file, and slow operations as events.
  *
- * One program on the raw sys_enter tracepoint and one on raw sys_exit. They run for every
- * syscall of every process, so the syscall number is checked first (a few compares) and the
- * rest runs only for the I/O syscalls of traced processes. Per traced call this costs about
- * half what a pair of classic per-syscall tracepoints (sys_enter_pread64, ...) costs, because
- * those build a perf record before the program runs (docs/benchmarks.md). Kernel memory is read
- * with plain loads through BTF-typed pointers rather than bpf_probe_read_kernel() calls.
+ * Two ways to hook the syscalls, one body of work (enter_body, exit_body); the loader takes
+ * one per mode (probes.py, SYSCALL_HOOKS). One program on the raw sys_enter tracepoint and one
+ * on raw sys_exit run for every syscall of every process, so the syscall number is checked
+ * first (a few compares) and the rest runs only for the I/O syscalls of traced processes. Per
+ * traced call this costs about half what the classic per-syscall tracepoints
+ * (sys_enter_pread64, ...) cost, because those build a perf record before the program runs;
+ * but these run no program for the host's other syscalls (docs/benchmarks.md). Kernel memory
+ * is read with plain loads through BTF-typed pointers rather than bpf_probe_read_kernel() calls.
  */
 #define IOT_KFUNCS_HERE /* see core_fixes.bpf.h */
 #include "vmlinux.h"
@@ -284,5 +286,64 @@ int sys_exit(struct bpf_raw_tracepoint_args *ctx)
 	if (op_of_syscall(syscall_nr(user_regs(ctx))) == 0xff)
 		return 0;
 	exit_body(ctx->args[1]);
+	return 0;
+}
+
+/*
+ * The same syscalls on the classic per-syscall tracepoints (syscalls:sys_enter_read, ...): the
+ * kernel runs these only for the syscalls they are attached to, so the host's other syscalls
+ * run no program, and a traced call pays for a perf record built before the program runs
+ * (docs/benchmarks.md). The loader attaches each program to the tracepoints of the syscalls
+ * of op_of_syscall it names (probes.py, CLASSIC_SYSCALLS); SEC("tp"): libbpf attaches nothing
+ * by itself. A record is the common fields, the syscall number as an int at offset 8, then
+ * the arguments (enter) or the return value (exit) as longs from offset 16 (the events'
+ * format files). The kernel refuses a program that reads past the record of a tracepoint it
+ * is attached to, and fsync's holds one argument: the positional syscalls, whose offset is
+ * the 4th, have a program of their own.
+ */
+struct syscall_enter_record {
+	__u64 common;
+	int nr;
+	unsigned long fd;
+};
+
+struct syscall_enter_pos_record {
+	__u64 common;
+	int nr;
+	unsigned long args[4];
+};
+
+struct syscall_exit_record {
+	__u64 common;
+	int nr;
+	long ret;
+};
+
+SEC("tp")
+int sys_enter_tp(struct syscall_enter_record *ctx)
+{
+	__u8 op = op_of_syscall(ctx->nr);
+
+	if (op == 0xff || op & POSITIONAL)
+		return 0;
+	enter_body(op, (int)ctx->fd, 0);
+	return 0;
+}
+
+SEC("tp")
+int sys_enter_pos_tp(struct syscall_enter_pos_record *ctx)
+{
+	__u8 op = op_of_syscall(ctx->nr);
+
+	if (op == 0xff || !(op & POSITIONAL))
+		return 0;
+	enter_body(op, (int)ctx->args[0], ctx->args[3]);
+	return 0;
+}
+
+SEC("tp")
+int sys_exit_tp(struct syscall_exit_record *ctx)
+{
+	exit_body(ctx->ret);
 	return 0;
 }
