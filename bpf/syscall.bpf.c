@@ -3,12 +3,14 @@
  * Syscall layer: latency and bytes of read/write/fsync family syscalls per (process, op, fd kind),
  * per file for regular files, openat per file, and slow operations as events.
  *
- * One program on the raw sys_enter tracepoint and one on raw sys_exit. They run for every
- * syscall of every process, so the syscall number is checked first (a few compares) and the
- * rest runs only for the I/O syscalls of traced processes. Per traced call this costs about
- * half what a pair of classic per-syscall tracepoints (sys_enter_pread64, ...) costs, because
- * those build a perf record before the program runs (docs/benchmarks.md). Kernel memory is read
- * with plain loads through BTF-typed pointers rather than bpf_probe_read_kernel() calls.
+ * Two ways to hook the syscalls, one body of work (enter_body, exit_body); the loader takes
+ * one per mode (probes.py, SYSCALL_HOOKS). One program on the raw sys_enter tracepoint and one
+ * on raw sys_exit run for every syscall of every process, so the syscall number is checked
+ * first (a few compares) and the rest runs only for the I/O syscalls of traced processes. Per
+ * traced call this costs about half what the classic per-syscall tracepoints
+ * (sys_enter_pread64, ...) cost, because those build a perf record before the program runs;
+ * but these run no program for the host's other syscalls (docs/benchmarks.md). Kernel memory
+ * is read with plain loads through BTF-typed pointers rather than bpf_probe_read_kernel() calls.
  */
 #define IOT_KFUNCS_HERE /* see core_fixes.bpf.h */
 #include "vmlinux.h"
@@ -140,20 +142,16 @@ static __always_inline __u8 target_of(struct inode *inode)
 	return IOT_TARGET_OTHER;
 }
 
-SEC("raw_tp/sys_enter")
-int sys_enter(struct bpf_raw_tracepoint_args *ctx)
+/* The entry of traced syscall `op` (op_of_syscall, not 0xff) with first argument `fd` and 4th
+ * `pos` (the offset of a POSITIONAL op): one body for the raw and the classic tracepoints. */
+static __always_inline void enter_body(__u8 op, int fd, unsigned long pos)
 {
-	__u8 op = op_of_syscall(ctx->args[1]);
 	struct task_struct *task;
 	struct sys_start *start;
-	struct pt_regs *regs;
 	struct file *file;
 	struct inode *inode;
 	__u32 tgid;
-	int fd;
 
-	if (op == 0xff)
-		return 0;
 	task = bpf_get_current_task_btf();
 	/* A thread with a record belongs to a traced process: `tracked` drops a process only
 	 * once all its threads are gone. Others are looked up, and get a record if traced. */
@@ -161,20 +159,18 @@ int sys_enter(struct bpf_raw_tracepoint_args *ctx)
 	if (!start) {
 		tgid = task->tgid;
 		if (!is_tracked(tgid) || compat_syscall(task))
-			return 0;
+			return;
 		start = bpf_task_storage_get(&sys_starts, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 		if (!start)
-			return 0;
+			return;
 	} else if (compat_syscall(task)) {
-		return 0;
+		return;
 	}
 	start->op = op & ~POSITIONAL;
 	start->target = IOT_TARGET_OTHER;
 	start->file.dev = 0;
 	if (op == IOT_OP_OPEN) /* the file is known at exit, from the returned fd */
 		goto out;
-	regs = user_regs(ctx);
-	fd = (int)syscall_arg(regs, 0);
 	file = fd_file_of(task, fd);
 	if (!file)
 		goto out;
@@ -184,7 +180,7 @@ int sys_enter(struct bpf_raw_tracepoint_args *ctx)
 		goto out;
 	inode_id(inode, &start->file);
 	start->dir_ino = dir_ino_of(file->f_path.dentry);
-	start->offset = op & POSITIONAL ? syscall_arg(regs, 3) : file->f_pos;
+	start->offset = op & POSITIONAL ? pos : file->f_pos;
 	if (start->file.ino != start->last_sent.ino || start->file.dev != start->last_sent.dev ||
 	    start->file.gen != start->last_sent.gen) {
 		file_first_sight(file, &start->file, fd, start->dir_ino, task->tgid);
@@ -192,6 +188,18 @@ int sys_enter(struct bpf_raw_tracepoint_args *ctx)
 	}
 out:
 	start->ts_ns = bpf_ktime_get_ns();
+}
+
+SEC("raw_tp/sys_enter")
+int sys_enter(struct bpf_raw_tracepoint_args *ctx)
+{
+	__u8 op = op_of_syscall(ctx->args[1]);
+	struct pt_regs *regs;
+
+	if (op == 0xff)
+		return 0;
+	regs = user_regs(ctx);
+	enter_body(op, (int)syscall_arg(regs, 0), syscall_arg(regs, 3));
 	return 0;
 }
 
@@ -240,28 +248,24 @@ static __always_inline void open_done(struct task_struct *task, long fd, __u64 l
 	file_op_add(task->tgid, &fid, dir_ino, IOT_OP_OPEN, latency_ns, 0);
 }
 
-/* Every syscall's exit: other syscalls than the traced ones return after two loads and a few
- * compares; then only threads with a syscall in flight (ts_ns set by sys_enter) go on. */
-SEC("raw_tp/sys_exit")
-int sys_exit(struct bpf_raw_tracepoint_args *ctx)
+/* The exit of a traced syscall returning `ret`: only threads with a syscall in flight (ts_ns
+ * set by enter_body) go on. One body for the raw and the classic tracepoints. */
+static __always_inline void exit_body(long ret)
 {
 	struct task_struct *task;
 	struct sys_start *start;
 	struct hist_key key = {};
 	__u64 latency_ns, bytes;
-	long ret = ctx->args[1];
 
-	if (op_of_syscall(syscall_nr(user_regs(ctx))) == 0xff)
-		return 0;
 	task = bpf_get_current_task_btf();
 	start = bpf_task_storage_get(&sys_starts, task, 0, 0);
 	if (!start || !start->ts_ns)
-		return 0;
+		return;
 	latency_ns = bpf_ktime_get_ns() - start->ts_ns;
 	if (start->op == IOT_OP_OPEN) {
 		start->ts_ns = 0;
 		open_done(task, ret, latency_ns);
-		return 0;
+		return;
 	}
 	bytes = ret > 0 && start->op != IOT_OP_FSYNC ? (__u64)ret : 0;
 	key.tgid = task->tgid;
@@ -275,5 +279,74 @@ int sys_exit(struct bpf_raw_tracepoint_args *ctx)
 			emit_slow(start, task, latency_ns, bytes);
 	}
 	start->ts_ns = 0;
+}
+
+/* Every syscall's exit: other syscalls than the traced ones return after two loads and a few
+ * compares. */
+SEC("raw_tp/sys_exit")
+int sys_exit(struct bpf_raw_tracepoint_args *ctx)
+{
+	if (op_of_syscall(syscall_nr(user_regs(ctx))) == 0xff)
+		return 0;
+	exit_body(ctx->args[1]);
+	return 0;
+}
+
+/*
+ * The same syscalls on the classic per-syscall tracepoints (syscalls:sys_enter_read, ...): the
+ * kernel runs these only for the syscalls they are attached to, so the host's other syscalls
+ * run no program, and a traced call pays for a perf record built before the program runs
+ * (docs/benchmarks.md). The loader attaches each program to the tracepoints of the syscalls
+ * of op_of_syscall it names (probes.py, CLASSIC_SYSCALLS); SEC("tp"): libbpf attaches nothing
+ * by itself. A record is the common fields, the syscall number as an int at offset 8, then
+ * the arguments (enter) or the return value (exit) as longs from offset 16 (the events'
+ * format files). The kernel refuses a program that reads past the record of a tracepoint it
+ * is attached to, and fsync's holds one argument: the positional syscalls, whose offset is
+ * the 4th, have a program of their own.
+ */
+struct syscall_enter_record {
+	__u64 common;
+	int nr;
+	unsigned long fd;
+};
+
+struct syscall_enter_pos_record {
+	__u64 common;
+	int nr;
+	unsigned long args[4];
+};
+
+struct syscall_exit_record {
+	__u64 common;
+	int nr;
+	long ret;
+};
+
+SEC("tp")
+int sys_enter_tp(struct syscall_enter_record *ctx)
+{
+	__u8 op = op_of_syscall(ctx->nr);
+
+	if (op == 0xff || op & POSITIONAL)
+		return 0;
+	enter_body(op, (int)ctx->fd, 0);
+	return 0;
+}
+
+SEC("tp")
+int sys_enter_pos_tp(struct syscall_enter_pos_record *ctx)
+{
+	__u8 op = op_of_syscall(ctx->nr);
+
+	if (op == 0xff || !(op & POSITIONAL))
+		return 0;
+	enter_body(op, (int)ctx->args[0], ctx->args[3]);
+	return 0;
+}
+
+SEC("tp")
+int sys_exit_tp(struct syscall_exit_record *ctx)
+{
+	exit_body(ctx->ret);
 	return 0;
 }

@@ -6,7 +6,9 @@
  *   raw-floor     floor_enter/floor_exit: empty programs, what the kernel's dispatch costs;
  *   timing-floor  time_enter/time_exit: the least a per-call latency histogram takes: for the
  *                 loop's process only, a start time in task-local storage at enter, and at exit
- *                 the latency into a log2 slot of an array; no fd, no file, no per-process key.
+ *                 the latency into a log2 slot of an array; no fd, no file, no per-process key;
+ *   classic-floor classic_enter/classic_exit: empty programs on the classic tracepoints of
+ *                 every syscall iotrace traces, where its classic syscall hooks attach.
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -73,5 +75,17 @@ int time_exit(void *ctx)
 	if (n)
 		__sync_fetch_and_add(n, 1);
 	*ts = 0;
+	return 0;
+}
+
+SEC("tp")
+int classic_enter(void *ctx)
+{
+	return 0;
+}
+
+SEC("tp")
+int classic_exit(void *ctx)
+{
 	return 0;
 }

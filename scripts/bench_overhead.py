@@ -11,6 +11,10 @@ loop once per mode, the order rotating from round to round:
 
   untraced   scripts/bin/pread_loop FILE SECONDS [--direct | --other]
   iotrace    iotrace -o TMPDIR -- scripts/bin/pread_loop FILE SECONDS [...]
+             (its syscalls on the raw sys_enter/sys_exit pair, as for -- CMD and --pid)
+  iotrace-classic  the same with IOTRACE_FORCE=classic_syscalls: the syscalls on their
+             classic per-syscall tracepoints, as for --auto (needs tracefs mounted)
+  iotrace-mixed  IOTRACE_FORCE=mixed_syscalls: classic enters, the raw sys_exit
   bpftrace   bpftrace -c 'scripts/bin/pread_loop FILE SECONDS [...]' scripts/bench_overhead.bt
              (only when bpftrace is on PATH; a per-PID pread64 latency histogram)
   floor      bpftrace -c '...' -e 'tracepoint:syscalls:sys_enter_pread64 {} ...sys_exit_pread64 {}'
@@ -22,11 +26,15 @@ loop once per mode, the order rotating from round to round:
   timing-floor  the least a per-call latency histogram takes there: for the loop's process
              only, a start time in task-local storage, then the latency into a log2 slot
              (scripts/bench_floor.bpf.c too)
+  classic-floor  empty programs on the classic tracepoints of each syscall iotrace traces
+             (scripts/bench_floor.bpf.c), where iotrace-classic attaches: bpftrace's floor,
+             on all 26 tracepoints instead of pread64's two
   strace     strace -f -c -o /dev/null -- ...   (when installed)
   perf-trace perf trace -s -o /dev/null -- ...  (when installed)
 
 Every figure comes from the loop's own `ns_per_op`, so tracer start-up and shutdown are not
-in it. A traced run is paired with the untraced run of its round: the slowdown is the
+in it; "p10 ovh" from its 10th percentile of batches' ns/op (pread_loop.c), which other load
+moves least. A traced run is paired with the untraced run of its round: the slowdown is the
 median of the per-round ratios traced/untraced, the overhead the median of the per-round
 differences traced - untraced (ns per pread64, as the loop does one syscall per op).
 Before each run the first 1 MiB of the file is read once, so that the page-cache loop
@@ -73,7 +81,8 @@ LOOP = REPO / "scripts" / "bin" / "pread_loop"
 BT_SCRIPT = REPO / "scripts" / "bench_overhead.bt"
 FILE_SIZE = 256 << 20
 WARM_BYTES = 1 << 20
-LOOP_LINE = re.compile(r"ops=(\d+) seconds=([0-9.]+) ns_per_op=([0-9.]+)")
+LOOP_LINE = re.compile(r"ops=(\d+) seconds=([0-9.]+) ns_per_op=([0-9.]+)"
+                       r"(?: p10_ns_per_op=([0-9.]+))?")
 # iotrace's summary: "syscall read (file): 643072 ops, ..." (pread64 is counted as a read).
 IOTRACE_READS = re.compile(r"syscall read \(file\): (\d+) ops")
 # bpftrace's histogram rows: "[512, 1K)   549363 |@@@@...|"
@@ -82,8 +91,11 @@ BT_ROW = re.compile(r"^\[[^\]\)\n]*[\])][ \t]+(\d+)[ \t]+\|", re.M)
 FLOOR_OBJ = REPO / "scripts" / "bin" / "bench_floor.bpf.o"
 WORKLOADS = [("page-cache pread", []), ("O_DIRECT pread", ["--direct"]),
              ("other syscall", ["--other"])]
-ALL_MODES = ("untraced", "iotrace", "bpftrace", "floor", "raw-floor", "timing-floor", "strace",
-             "perf-trace")
+ALL_MODES = ("untraced", "iotrace", "iotrace-classic", "iotrace-mixed", "bpftrace", "floor",
+             "raw-floor", "timing-floor", "classic-floor", "strace", "perf-trace")
+# iotrace's modes: the IOTRACE_FORCE each runs with, and the syscall hooks it must report.
+IOTRACE_MODES = {"iotrace": ("", "raw"), "iotrace-classic": ("classic_syscalls", "classic"),
+                 "iotrace-mixed": ("mixed_syscalls", "mixed")}
 # The issue's goals: slowdown of the loop under iotrace, by workload.
 SLOWDOWN_GOALS = {"page-cache pread": 1.6, "O_DIRECT pread": 1.03}
 
@@ -96,6 +108,7 @@ class BenchError(Exception):
 class Run:
     ns_per_op: float
     ops: int
+    p10_ns: float | None = None  # the loop's 10th percentile of its batches' ns/op
     seen: int | None = None  # pread64 calls the tracer counted
     maxrss_kib: int | None = None  # tracer's peak RSS
     hwm_kib: int | None = None  # tracer's VmHWM, last sample before it stopped
@@ -264,10 +277,11 @@ class Tracer:
     of its life it spent waiting for a CPU: the noise other load adds to its wall-clock
     ns/op."""
 
-    def __init__(self, argv: list[str], ready_prefix: str | None, is_loop: bool = False):
+    def __init__(self, argv: list[str], ready_prefix: str | None, is_loop: bool = False,
+                 env: dict[str, str] | None = None):
         self.t0 = time.monotonic()
         self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     stdin=subprocess.DEVNULL, text=True)
+                                     stdin=subprocess.DEVNULL, text=True, env=env)
         self.ready_prefix = ready_prefix
         self.ready = threading.Event()
         self.ready_at: float | None = None
@@ -346,12 +360,12 @@ class Tracer:
         return "".join(self.err)
 
 
-def parse_loop(text: str, what: str, stderr: str = "") -> tuple[int, float]:
+def parse_loop(text: str, what: str, stderr: str = "") -> tuple[int, float, float | None]:
     m = LOOP_LINE.search(text)
     if not m:
         raise BenchError(f"{what}: no `ops=... ns_per_op=...` line in its output\n"
                          f"stdout: {text[-800:]}\nstderr: {stderr[-800:]}")
-    return int(m.group(1)), float(m.group(3))
+    return int(m.group(1)), float(m.group(3)), float(m.group(4)) if m.group(4) else None
 
 
 # -- one run per mode -----------------------------------------------------------------------------
@@ -360,21 +374,28 @@ def run_untraced(loop_argv: list[str], timeout: float) -> Run:
     rc = p.wait(timeout)
     if rc != 0:
         raise BenchError(f"untraced loop exited {rc}: {p.stderr.strip()}")
-    ops, ns = parse_loop(p.stdout, "untraced loop", p.stderr)
-    return Run(ns_per_op=ns, ops=ops, wait_ns=p.wait_ns)
+    ops, ns, p10 = parse_loop(p.stdout, "untraced loop", p.stderr)
+    return Run(ns_per_op=ns, ops=ops, wait_ns=p.wait_ns, p10_ns=p10)
 
 
-def run_iotrace(iotrace: list[str], loop_argv: list[str], timeout: float, keep: bool) -> Run:
+def run_iotrace(iotrace: list[str], loop_argv: list[str], timeout: float, keep: bool,
+                mode: str = "iotrace") -> Run:
+    force, hooks = IOTRACE_MODES[mode]
     outdir = tempfile.mkdtemp(prefix="iotrace-bench-", dir="/var/tmp")
     try:
-        tr = Tracer([*iotrace, "-o", outdir, "--", *loop_argv], ready_prefix="Tracing")
+        tr = Tracer([*iotrace, "-o", outdir, "--", *loop_argv], ready_prefix="Tracing",
+                    env={**os.environ, "IOTRACE_FORCE": force})
         rc = tr.wait(timeout)
         wall = time.monotonic() - tr.t0
         if rc != 0:
             raise BenchError(f"iotrace exited {rc}: {tr.stderr.strip()[-800:]}")
-        ops, ns = parse_loop(tr.stdout, "iotrace run", tr.stderr)
+        meta = json.loads((Path(outdir) / "meta.json").read_text())
+        if meta.get("syscall_hooks", "raw") != hooks:
+            raise BenchError(f"{mode}: iotrace hooked its syscalls {meta.get('syscall_hooks')}, "
+                             f"not {hooks}: {meta.get('unavailable')}")
+        ops, ns, p10 = parse_loop(tr.stdout, "iotrace run", tr.stderr)
         m = IOTRACE_READS.search(tr.stdout)
-        return Run(ns_per_op=ns, ops=ops, seen=int(m.group(1)) if m else None,
+        return Run(ns_per_op=ns, ops=ops, seen=int(m.group(1)) if m else None, p10_ns=p10,
                    maxrss_kib=tr.maxrss, hwm_kib=tr.hwm,
                    attach_s=(tr.ready_at - tr.t0) if tr.ready_at else None, wall_s=wall,
                    wait_ns=tr.wait_ns)
@@ -396,13 +417,14 @@ def run_command_tracer(argv: list[str], what: str, timeout: float) -> tuple[Run,
     wall = time.monotonic() - tr.t0
     if rc != 0:
         raise BenchError(f"{what} exited {rc}: {tr.stderr.strip()[-800:]}")
-    ops, ns = parse_loop(tr.stdout, f"{what} run", tr.stderr)
-    return Run(ns_per_op=ns, ops=ops, maxrss_kib=tr.maxrss, hwm_kib=tr.hwm, wall_s=wall,
+    ops, ns, p10 = parse_loop(tr.stdout, f"{what} run", tr.stderr)
+    return Run(ns_per_op=ns, ops=ops, p10_ns=p10, maxrss_kib=tr.maxrss, hwm_kib=tr.hwm, wall_s=wall,
                wait_ns=tr.wait_ns), tr.stdout
 
 
 FLOOR_PROGRAMS = {"raw-floor": ("floor_enter", "floor_exit"),
-                  "timing-floor": ("time_enter", "time_exit")}
+                  "timing-floor": ("time_enter", "time_exit"),
+                  "classic-floor": ("classic_enter", "classic_exit")}
 
 
 def floor_main(mode: str, loop_argv: list[str]) -> int:
@@ -411,12 +433,22 @@ def floor_main(mode: str, loop_argv: list[str]) -> int:
     floor's filter), detaches."""
     sys.path.insert(0, str(REPO))
     from tracer.kernel import libbpf as _libbpf
+    from tracer.kernel.probes import CLASSIC_SYSCALLS
 
     obj = _libbpf.BpfObject(str(FLOOR_OBJ))
     for prog in obj.programs():
         prog.autoload = prog.name in FLOOR_PROGRAMS[mode]
     obj.load()
-    links = [prog.attach() for prog in obj.programs() if prog.autoload]
+    links = []
+    for prog in obj.programs():
+        if not prog.autoload:
+            continue
+        if prog.section != "tp":
+            links.append(prog.attach())
+            continue
+        way = prog.name.removeprefix("classic_")  # enter, exit: the tracepoints iotrace uses
+        links += [prog.attach_tracepoint("syscalls", f"sys_{way}_{name}")
+                  for w, names in CLASSIC_SYSCALLS.values() if w == way for name in names]
     try:
         loop = subprocess.Popen(loop_argv)
         bss = _libbpf.Map(obj.map_fd(".bss"), 4, 4)
@@ -542,11 +574,11 @@ def report(results: dict, modes: list[str], attach: list[Run], info: dict) -> No
           + ("on any CPU" if info["loop_cpu"] is None else f"on CPU {info['loop_cpu']} only") + "; "
           f"load average before {info['load_before'][0]:.2f}, after {info['load_after'][0]:.2f}")
     print()
-    head = (f"{'workload':<17} {'mode':<12} {'median ns/op':>12} {'slowdown':>8} "
-            f"{'overhead':>9} {'on-CPU ovh':>10} {'rq wait':>7} {'coverage':>8} "
+    head = (f"{'workload':<17} {'mode':<15} {'median ns/op':>12} {'slowdown':>8} "
+            f"{'overhead':>9} {'on-CPU ovh':>10} {'p10 ovh':>8} {'rq wait':>7} {'coverage':>8} "
             f"{'peak RSS':>8} {'wall':>6}")
-    units = (f"{'':<17} {'':<12} {'(loop)':>12} {'':>8} {'ns/call':>9} {'ns/call':>10} "
-             f"{'median':>7} {'min':>8} {'MiB':>8} {'s':>6}")
+    units = (f"{'':<17} {'':<15} {'(loop)':>12} {'':>8} {'ns/call':>9} {'ns/call':>10} "
+             f"{'ns/call':>8} {'median':>7} {'min':>8} {'MiB':>8} {'s':>6}")
     print(head)
     print(units)
     print("-" * len(head))
@@ -560,21 +592,25 @@ def report(results: dict, modes: list[str], attach: list[Run], info: dict) -> No
             cov = [x.seen / x.ops for x in runs.values() if x.seen is not None]
             rss = med([peak_kib(x) for x in runs.values()])
             rq = med([x.rq_wait for x in runs.values()])
-            print(f"{wl:<17} {mode:<12} {fmt(med([x.ns_per_op for x in runs.values()]), '12.1f')} "
+            _, p10_diffs = paired(runs, base, lambda x: x.p10_ns)
+            print(f"{wl:<17} {mode:<15} {fmt(med([x.ns_per_op for x in runs.values()]), '12.1f')} "
                   f"{fmt(med(ratios) if traced else None, '7.2f') + ('x' if traced else ' '):>8} "
                   f"{fmt(med(diffs) if traced else None, '+9.0f'):>9} "
                   f"{fmt(med(cpu_diffs) if traced and cpu_diffs else None, '+10.0f'):>10} "
+                  f"{fmt(med(p10_diffs) if traced and p10_diffs else None, '+8.0f'):>8} "
                   f"{pct(rq, '.1f'):>7} {pct(min(cov) if cov else None, '.1f'):>8} "
                   f"{fmt(rss / 1024 if rss else None, '8.1f'):>8} "
                   f"{fmt(med([x.wall_s for x in runs.values()]), '6.2f'):>6}")
-    print()
-    print("per round, ns/op as the loop printed it (rq wait %):")
-    for wl, _ in WORKLOADS:
-        for mode in modes:
-            runs = results[wl][mode].runs
-            print(f"  {wl:<17} {mode:<12} " + "  ".join(
-                f"{runs[r].ns_per_op:8.0f} ({pct(runs[r].rq_wait, '.0f')})"
-                + ("*" if runs[r].others else "") for r in sorted(runs)))
+    for title, cell in (
+            ("ns/op as the loop printed it (rq wait %)",
+             lambda x: f"{x.ns_per_op:8.0f} ({pct(x.rq_wait, '.0f')})" + ("*" if x.others else "")),
+            ("the loop's p10 of its batches, ns/op", lambda x: fmt(x.p10_ns, "6.0f", "     -"))):
+        print()
+        print(f"per round, {title}:")
+        for wl, _ in WORKLOADS:
+            for mode in modes:
+                runs = results[wl][mode].runs
+                print(f"  {wl:<17} {mode:<15} " + "  ".join(cell(runs[r]) for r in sorted(runs)))
     if any(run.others for per in results.values() for cell in per.values()
            for run in cell.runs.values()):
         print("  * another tracer's BPF programs were loaded around this run: they tax "
@@ -583,9 +619,11 @@ def report(results: dict, modes: list[str], attach: list[Run], info: dict) -> No
     print("slowdown = median over rounds of traced/untraced ns/op of the same round; overhead = "
           "median of traced - untraced ns/op (one pread64 per op);\non-CPU ovh = the same after "
           "taking each run's time runnable-but-not-running (schedstat) out of its ns/op, which "
-          "removes waits for a CPU other load took;\nrq wait = share of the loop's run spent "
-          "runnable but not running; coverage = lowest tracer-counted/loop-counted preads; "
-          "wall = whole tracer invocation.")
+          "removes waits for a CPU other load took;\np10 ovh = the same with the 10th percentile of "
+          "the loop's batches of calls (4096, or 64 O_DIRECT) for ns/op: other load only slows "
+          "a batch, so on a loaded machine this is the steadiest figure;\nrq wait = share of "
+          "the loop's run spent runnable but not running; coverage = lowest "
+          "tracer-counted/loop-counted preads; wall = whole tracer invocation.")
     cmd_attach = [r.attach_s for wl, _ in WORKLOADS for r in results[wl]["iotrace"].runs.values()]
     print()
     if attach:
@@ -608,7 +646,8 @@ def report(results: dict, modes: list[str], attach: list[Run], info: dict) -> No
         line = f"  {wl}: iotrace {med(ratios):.2f}x ({med(diffs):+.0f} ns/call)"
         if goal:
             line += f" -> {'met' if med(ratios) <= goal else 'NOT met'} (goal <= {goal:.2f}x)"
-        for other in ("bpftrace", "floor", "raw-floor", "timing-floor"):
+        for other in ("iotrace-classic", "iotrace-mixed", "bpftrace", "floor", "raw-floor",
+                      "timing-floor", "classic-floor"):
             if other in modes:
                 ovh = med(paired(results[wl][other].runs, base, lambda x: x.ns_per_op)[1])
                 line += f"; {other} {ovh:+.0f}"
@@ -710,8 +749,8 @@ def main(argv: list[str] | None = None) -> int:
                     if mode == "untraced":
                         run = run_untraced(loop_argv, timeout)
                         others = max(others, tracing_programs() or 0)
-                    elif mode == "iotrace":
-                        run = run_iotrace(iotrace, loop_argv, timeout, args.keep)
+                    elif mode in IOTRACE_MODES:
+                        run = run_iotrace(iotrace, loop_argv, timeout, args.keep, mode)
                     elif mode in ("bpftrace", "floor"):
                         run = run_bpftrace(bpftrace, loop_argv, timeout, floor=mode == "floor")
                     elif mode in FLOOR_PROGRAMS:
@@ -725,7 +764,7 @@ def main(argv: list[str] | None = None) -> int:
                                                      "/dev/null", "--", *loop_argv], mode, timeout)
                     run.others = others
                     results[wl][mode].runs[r] = run
-                    print(f"{wl:<18} round {r + 1}/{args.rounds} {mode:<9} "
+                    print(f"{wl:<18} round {r + 1}/{args.rounds} {mode:<15} "
                           f"{run.ns_per_op:9.1f} ns/op  ({run.ops} ops)"
                           + (f"  [{others} foreign BPF tracing programs loaded]" if others
                              else ""), file=sys.stderr)

@@ -62,6 +62,25 @@ def data_file(tmp_path_factory) -> Path:
     return path
 
 
+@pytest.fixture(scope="session")
+def tracefs() -> Iterator[None]:
+    """tracefs mounted where libbpf looks for the classic tracepoints' ids (the classic syscall
+    hooks need it; raw_tp and tp_btf programs do not): mounted for the session if it is not,
+    and unmounted after."""
+    from tracer.kernel.probes import TRACEFS_DIRS, classic_syscalls_missing
+
+    mounted = None
+    if classic_syscalls_missing():
+        mounted = TRACEFS_DIRS[-1]
+        subprocess.run(["mount", "-t", "tracefs", "nodev", mounted], check=True)
+        assert classic_syscalls_missing() is None
+    try:
+        yield
+    finally:
+        if mounted:
+            subprocess.run(["umount", "-l", mounted], check=False)
+
+
 def warm(path: Path, nbytes: int = 1 << 20) -> None:
     """Reads the first `nbytes` so that cached preads hit the page cache (reclaim here evicts
     pages idle for ~6 s, so call it right before the measured run)."""

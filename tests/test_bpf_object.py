@@ -24,6 +24,7 @@ def test_every_program_has_its_stage(built):
     assert stages["fork_btf"] == "proc" and stages["track"] == "proc"
     assert stages["free_slot"] == "proc"
     assert stages["sys_enter"] == "syscall" and stages["sys_exit"] == "syscall"
+    assert stages["sys_enter_tp"] == stages["sys_enter_pos_tp"] == stages["sys_exit_tp"] == "syscall"
     assert stages["add_page_raw"] == "pagecache"
     assert stages["rq_issue_raw"] == "block" and stages["io_start_raw"] == "block"
     assert stages["switch_btf"] == "sched"

@@ -105,13 +105,15 @@ def check_trace(out, parent_pid: int | None = None) -> None:
 
 @pytest.mark.parametrize("force, sizes", [
     ("", ""), ("raw_tp", ""), ("no_block_io_start", ""), ("raw_tp,no_block_io_start", ""),
-    ("", "hist_slots=1,file_slots=2"),
+    ("", "hist_slots=1,file_slots=2"), ("classic_syscalls", ""), ("mixed_syscalls", ""),
 ])
-def test_command_mode_exact_counts(iowork, data_file, tmp_path, force, sizes):
+def test_command_mode_exact_counts(iowork, data_file, tmp_path, tracefs, force, sizes):
     """Also with the fallbacks older kernels take: raw_tp instead of tp_btf, and block requests
     first seen at insert/issue where block_io_start (6.5+) is missing. And with one slot in each
     slot table (slots.bpf.h): the first histogram and the first file's counters take them, every
-    other key goes to the hash maps, and user space adds both up."""
+    other key goes to the hash maps, and user space adds both up. And with the syscalls hooked
+    on their classic tracepoints, as --auto does (probes.SYSCALL_HOOKS), or half so: the same
+    counts."""
     prime(iowork, data_file)
     out = tmp_path / "trace"
     r = run_iotrace("-o", str(out), *EXACT, "--", str(iowork), *workload_args(data_file),
@@ -119,7 +121,12 @@ def test_command_mode_exact_counts(iowork, data_file, tmp_path, force, sizes):
     assert r.returncode == 0, r.stderr
     assert r.stderr.startswith("Tracing")
     assert f"Trace written to {out}" in r.stdout
-    hooks = json.loads((out / "meta.json").read_text())["hooks"]
+    meta = json.loads((out / "meta.json").read_text())
+    hooks = meta["hooks"]
+    syscalls = next((h for h in ("classic", "mixed") if f"{h}_syscalls" in force), "raw")
+    assert meta["syscall_hooks"] == syscalls
+    assert ("sys_enter" in hooks, "sys_exit" in hooks) == {
+        "raw": (True, True), "mixed": (False, True), "classic": (False, False)}[syscalls]
     kind = "raw_tp" if "raw_tp" in force else "tp_btf"
     assert hooks["sched_process_fork"] == kind
     assert hooks["block_rq_issue"] == "raw_tp"  # reads task storage: raw_tp first (probes.py)
@@ -169,7 +176,8 @@ def test_no_tracefs_needed(iowork, data_file, tmp_path):
     check_trace(out)
 
 
-def test_attach_mode_exact_counts(iowork, data_file, tmp_path):
+@pytest.mark.parametrize("force", ["", "classic_syscalls"])
+def test_attach_mode_exact_counts(iowork, data_file, tmp_path, tracefs, force):
     prime(iowork, data_file)
     ready_r, ready_w = os.pipe()
     work = subprocess.Popen([str(iowork), *workload_args(data_file), "--wait-signal",
@@ -178,7 +186,8 @@ def test_attach_mode_exact_counts(iowork, data_file, tmp_path):
     assert os.read(ready_r, 1) == b"r"
     out = tmp_path / "trace"
     tracer = subprocess.Popen([*IOTRACE, "--pid", str(work.pid), "-o", str(out), *EXACT], cwd=ROOT,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env={**os.environ, "IOTRACE_FORCE": force})
     line = tracer.stderr.readline()
     assert line.startswith("Tracing"), line + tracer.stderr.read()
     warm(data_file)
@@ -187,6 +196,8 @@ def test_attach_mode_exact_counts(iowork, data_file, tmp_path):
     _, stderr = tracer.communicate(timeout=30)  # ends by itself: its target exited
     assert tracer.returncode == 0, stderr
     check_trace(out, parent_pid=work.pid)
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["syscall_hooks"] == ("classic" if force else "raw")
 
 
 def test_several_pids_all_traced(tmp_path):
@@ -272,9 +283,10 @@ def test_kill_9_keeps_every_closed_segment(tmp_path):
     assert {p.suffix for p in (out / "latency").iterdir()} == {".parquet"}
 
 
-def test_auto_discovers_jobs_started_later(tmp_path):
+def test_auto_discovers_jobs_started_later(tmp_path, tracefs):
     """--auto: two jobs started after iotrace are traced from the moment they start DataLoader
-    workers; their workers' reads are counted exactly."""
+    workers; their workers' reads are counted exactly. A node agent hooks the syscalls on their
+    classic tracepoints, which spare the host's other syscalls (probes.SYSCALL_HOOKS)."""
     data = tmp_path / "data.bin"
     data.write_bytes(os.urandom(1 << 20))
     out = tmp_path / "trace"
@@ -303,6 +315,7 @@ def test_auto_discovers_jobs_started_later(tmp_path):
     reads = files[(files.path == str(data)) & (files.op == "read") & files.pid.isin(workers.pid)]
     assert reads.groupby("pid")["ops"].sum().tolist() == [25, 25, 25, 25]
     assert set(reads.role) == {"dataloader_worker"}
+    assert json.loads((out / "meta.json").read_text())["syscall_hooks"] == "classic"
 
 
 def test_prometheus_histogram_counts_the_reads(iowork, data_file, tmp_path):

@@ -365,10 +365,11 @@ def test_live_view_of_a_real_trace_in_tmux(tmp_path):
         subprocess.run(["tmux", "-L", sock, "kill-server"], capture_output=True, check=False)
 
 
-def test_every_traced_syscall_is_counted_by_its_number(tmp_path):
+@pytest.mark.parametrize("hooks", ["raw", "classic"])
+def test_every_traced_syscall_is_counted_by_its_number(tmp_path, tracefs, hooks):
     """The raw sys_enter/sys_exit programs know syscalls by number (bpf/syscall.bpf.c): each
     of the vectored and positional variants, and fsync/fdatasync/openat, counted exactly on
-    its file, with its bytes."""
+    its file, with its bytes. The same on the classic tracepoints, one of each per syscall."""
     data = tmp_path / "v.bin"
     data.write_bytes(os.urandom(64 * PAGE))
     warm(data)
@@ -384,8 +385,10 @@ def test_every_traced_syscall_is_counted_by_its_number(tmp_path):
             "for i in range(2): os.fdatasync(fd)\n"
             "for i in range(4): os.close(os.open(sys.argv[1], os.O_RDONLY))\n")
     out = tmp_path / "trace"
-    r = run_iotrace("-o", str(out), "--", sys.executable, "-c", code, str(data))
+    r = run_iotrace("-o", str(out), "--", sys.executable, "-c", code, str(data),
+                    env={**os.environ, "IOTRACE_FORCE": f"{hooks}_syscalls"})
     assert r.returncode == 0, r.stderr
+    assert json.loads((out / "meta.json").read_text())["syscall_hooks"] == hooks
     files = pd.read_parquet(out / "files")
     pid = pd.read_parquet(out / "processes").query("role == 'main'").pid.iloc[0]
     got = {op: per_file(files, pid, data, op) for op in ("read", "write", "fsync", "open")}

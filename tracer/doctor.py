@@ -15,6 +15,7 @@ from tracer.kernel.probes import (
     BadSetting,
     HostCannotTrace,
     Probes,
+    classic_syscalls_missing,
 )
 
 SELF_CALLS = 20_000  # page-cache pread64 calls the doctor traces of itself to measure the cost
@@ -112,6 +113,17 @@ def _measure_self(probes: Probes, calls: int = SELF_CALLS) -> Check:
                  f"{format_ns(total_ns / calls)} of BPF per call ({per_prog})")
 
 
+def _syscall_hooks_check() -> Check:
+    """Which syscall hooks each mode takes here (probes.SYSCALL_HOOKS): --auto wants the classic
+    tracepoints, which need tracefs."""
+    why = classic_syscalls_missing()
+    if why is None:
+        return Check("syscall hooks", True, "--pid and -- CMD: raw sys_enter/sys_exit; --auto: "
+                     "the classic per-syscall tracepoints (the host's other syscalls run none)")
+    return Check("syscall hooks", None, f"raw sys_enter/sys_exit in every mode: {why}; --auto "
+                 "would take the classic tracepoints, which cost the host's other syscalls less")
+
+
 def _ringbuf_check(privileged: bool) -> Check:
     """Probing creates a map, which needs the privileges; without them the kernel's BTF tells
     whether it has ring buffers (struct bpf_ringbuf), so a missing privilege is not blamed on
@@ -148,6 +160,7 @@ def run_checks() -> list[Check]:
             checks.extend(_load_attach_checks())
         elif problem_priv and all(c.ok is not False for c in checks[1:]):
             checks.append(Check("load+attach", None, "not tried without the privileges above"))
+        checks.append(_syscall_hooks_check())
     checks.append(Check("kprobes/fentry", None, "not used: iotrace needs only tracepoints"))
     checks.append(_nvml_check())
     return checks

@@ -99,6 +99,7 @@ def lib() -> ctypes.CDLL:
     _sig(so.bpf_program__set_autoload, i, vp, ctypes.c_bool)
     _sig(so.bpf_program__autoload, ctypes.c_bool, vp)
     _sig(so.bpf_program__attach, vp, vp)
+    _sig(so.bpf_program__attach_tracepoint, vp, vp, cp, cp)
     _sig(so.bpf_program__fd, i, vp)
     _sig(so.bpf_prog_test_run_opts, i, i, ctypes.POINTER(TestRunOpts))
     _sig(so.bpf_map__set_max_entries, i, vp, u32)
@@ -226,6 +227,12 @@ class Program:
 
     def attach(self) -> Link:
         return Link(_check_ptr(lib().bpf_program__attach(self._ptr), f"attach {self.name}"))
+
+    def attach_tracepoint(self, category: str, name: str) -> Link:
+        """Attaches a SEC("tp") program to classic tracepoint category:name (libbpf finds its
+        id in tracefs); one program may be attached to several."""
+        ptr = lib().bpf_program__attach_tracepoint(self._ptr, category.encode(), name.encode())
+        return Link(_check_ptr(ptr, f"attach {self.name} to {category}:{name}"))
 
 
 class Link:

@@ -64,8 +64,33 @@ RAW_TP_FIRST = frozenset({"block_io_start", "block_rq_insert", "block_rq_issue",
                           "block_io_done",
                           "mm_filemap_add_to_page_cache", "sys_enter", "sys_exit"})
 # Test and debugging knob: comma-separated fallbacks to force on a kernel that has the better
-# path, so the fallbacks are exercised too: "raw_tp" (no tp_btf), "no_block_io_start".
+# path, so the fallbacks are exercised too: "raw_tp" (no tp_btf), "no_block_io_start"; and
+# the syscall hooking to use whatever the mode: "raw_syscalls", "classic_syscalls",
+# "mixed_syscalls" (SYSCALL_HOOKS).
 FORCE_ENV = "IOTRACE_FORCE"
+# The ways syscall.bpf.c hooks the I/O syscalls, by the programs each loads. "raw": the raw
+# sys_enter/sys_exit pair, the cheaper per traced call, but a program run for every syscall of
+# every process; "classic": programs on the per-syscall tracepoints of the traced syscalls
+# only, so the host's other syscalls run none, at a higher price per traced call; "mixed":
+# classic enters and the raw exit (measured, never chosen). --pid and -- CMD trace a few processes
+# whose I/O is what they pay for: raw. --auto is a node agent, whose cost every process of the
+# node pays on each of its syscalls: classic (docs/benchmarks.md, issue 17).
+CLASSIC_ENTERS = ("sys_enter_tp", "sys_enter_pos_tp")
+SYSCALL_HOOKS = {"raw": ("sys_enter", "sys_exit"),
+                 "classic": (*CLASSIC_ENTERS, "sys_exit_tp"),
+                 "mixed": (*CLASSIC_ENTERS, "sys_exit")}
+SYSCALL_PROGRAMS = frozenset(p for progs in SYSCALL_HOOKS.values() for p in progs)
+# The syscalls of op_of_syscall (syscall.bpf.c), by the classic program attached to their
+# syscalls:sys_enter_NAME (or sys_exit_NAME) tracepoint: the positional ones, whose offset is
+# their 4th argument, apart.
+_POSITIONAL = ("pread64", "preadv", "preadv2", "pwrite64", "pwritev", "pwritev2")
+_BY_FD = ("read", "readv", "write", "writev", "fsync", "fdatasync", "openat")
+CLASSIC_SYSCALLS = {"sys_enter_tp": ("enter", _BY_FD),
+                    "sys_enter_pos_tp": ("enter", _POSITIONAL),
+                    "sys_exit_tp": ("exit", _BY_FD + _POSITIONAL)}
+# Where libbpf 1.1 looks for a classic tracepoint's id, in its order: classic tracepoints need
+# tracefs mounted (raw_tp and tp_btf programs do not).
+TRACEFS_DIRS = ("/sys/kernel/debug/tracing", "/sys/kernel/tracing")
 # Test and debugging knob: "MAP=N[,MAP=N]" sizes maps of abi.MAP_FULL_MAPS (max_entries), e.g.
 # "file_stats=1" to see refused inserts counted as map-full drops.
 MAP_SIZES_ENV = "IOTRACE_MAP_SIZES"
@@ -125,6 +150,29 @@ def _tracepoint_of(section: str) -> str:
     return section.split("/", 1)[1]
 
 
+def classic_syscalls_missing(dirs: tuple[str, ...] = TRACEFS_DIRS) -> str | None:
+    """None when libbpf can attach the classic syscall tracepoints of CLASSIC_SYSCALLS here,
+    else why not."""
+    base = next((d for d in dirs if os.access(d, os.F_OK)), dirs[-1])
+    events = Path(base) / "events" / "syscalls"
+    if not events.is_dir():
+        return f"no tracefs at {base} (mount -t tracefs nodev {base})"
+    gone = [f"sys_{way}_{n}" for way, names in CLASSIC_SYSCALLS.values() for n in names
+            if not (events / f"sys_{way}_{n}" / "id").exists()]
+    return f"no tracepoint syscalls:{gone[0]} in {events}" if gone else None
+
+
+def choose_syscall_hooks(auto_discover: bool, force: set[str],
+                         dirs: tuple[str, ...] = TRACEFS_DIRS) -> tuple[str, str | None]:
+    """(the SYSCALL_HOOKS key to load, why the one the mode or the knob wanted is not it)."""
+    hooks = next((h for h in SYSCALL_HOOKS if f"{h}_syscalls" in force),
+                 "classic" if auto_discover else "raw")
+    why = classic_syscalls_missing(dirs) if hooks != "raw" else None
+    if why:
+        return "raw", f"{hooks} syscall hooks: {why}; the raw pair instead"
+    return hooks, None
+
+
 class Probes:
     """iotrace's BPF programs and maps, loaded into the kernel."""
 
@@ -140,6 +188,9 @@ class Probes:
         self.stages: dict[str, str] = {}  # program name -> its stage (bpf/STAGE.bpf.c)
         self.links: list[Link] = []
         self.features: dict[str, str] = {}
+        # SYSCALL_HOOKS' key in use (chosen at load), and why the mode's choice was not taken
+        self.syscall_hooks = ""
+        self.syscall_hooks_note: str | None = None
         self._ring: RingBuffer | None = None
         self.tracked: Map | None = None
         self.hists: Map | None = None
@@ -227,8 +278,13 @@ class Probes:
         """Keeps the tp_btf twin of each program where the kernel's BTF has the tracepoint,
         the raw_tp twin elsewhere; drops both when the tracepoint does not exist at all."""
         force = set(os.environ.get(FORCE_ENV, "").split(","))
+        hooks, self.syscall_hooks_note = choose_syscall_hooks(self.auto_discover, force)
+        self.syscall_hooks = hooks
         for prog in obj.programs():
             sec = prog.section
+            if prog.name in SYSCALL_PROGRAMS and prog.name not in SYSCALL_HOOKS[hooks]:
+                prog.autoload = False
+                continue
             if not sec.startswith(("tp_btf/", "raw_tp/")):
                 continue
             tp = _tracepoint_of(sec)
@@ -267,6 +323,11 @@ class Probes:
             for prog in self.obj.programs():
                 if not prog.autoload or prog.section == "syscall":  # run, not attached
                     continue
+                if prog.name in CLASSIC_SYSCALLS:  # on each of its syscalls' tracepoints
+                    way, names = CLASSIC_SYSCALLS[prog.name]
+                    self.links += [prog.attach_tracepoint("syscalls", f"sys_{way}_{name}")
+                                   for name in names]
+                    continue
                 self.links.append(prog.attach())
         except LibbpfError as e:
             self.detach()
@@ -275,7 +336,9 @@ class Probes:
     def detach(self) -> None:
         """Destroys every link. Each close waits for an RCU grace period in the kernel (about
         50 ms here), so they are closed from a few threads at once (ctypes releases the GIL):
-        detaching 38 links takes one or two grace periods instead of 38."""
+        detaching 38 links takes one or two grace periods instead of 38. The classic syscall
+        tracepoints' links do not overlap: the kernel closes perf events one at a time, about
+        40 ms each here, so those 26 take about a second."""
         links, self.links = self.links, []
         if len(links) <= 1:
             for link in links:

@@ -289,8 +289,9 @@ class Session:
             "redacted_paths": self.redact.enabled,
             "clocks": self.clock.meta(), "start_ns": start_ns, "stop_ns": None,
             "interval_s": self.opts.interval_s, "hooks": self.probes.features,
+            "syscall_hooks": self.probes.syscall_hooks,
             "unavailable": [k for k, v in self.probes.features.items() if v == "missing"]
-            + ([self.gpu_note] if self.gpu_note else []),
+            + [n for n in (self.probes.syscall_hooks_note, self.gpu_note) if n],
             "events_lost": 0, "self_cost": None,
         }
 
