@@ -339,6 +339,38 @@ def test_existing_segments_are_never_overwritten(tmp_path: Path) -> None:
     assert len(pd.read_parquet(tmp_path / "latency")) == 2
 
 
+def test_segments_merged_every_merge_segments(tmp_path: Path, monkeypatch) -> None:
+    """A long trace keeps few files: every MERGE_SEGMENTS rolled segments of a table become
+    one, under the last one's name; every row is read back once, in order, by iotrace and by
+    pandas."""
+    monkeypatch.setattr(parquet_sink, "MERGE_SEGMENTS", 4)
+    with TraceWriter(tmp_path, {}) as w:
+        for i in range(10):
+            w.add("latency", [dict(LATENCY_ROWS[0], count=i)])
+            w.flush()
+    assert _parts(tmp_path / "latency") == ["part-00003.parquet", "part-00007.parquet",
+                                            "part-00008.parquet", "part-00009.parquet"]
+    assert load(tmp_path).latency["count"].tolist() == list(range(10))
+    assert pd.read_parquet(tmp_path / "latency")["count"].tolist() == list(range(10))
+
+
+def test_parts_of_a_merged_segment_left_behind_are_read_once(tmp_path: Path,
+                                                             monkeypatch) -> None:
+    """A tracer killed after a merged segment was in place, before the parts it holds were
+    deleted: iotrace's reader skips those parts (the merged segment names them)."""
+    monkeypatch.setattr(parquet_sink, "MERGE_SEGMENTS", 3)
+    with TraceWriter(tmp_path, {}) as w:
+        for i in range(3):
+            w.add("latency", [dict(LATENCY_ROWS[0], count=i)])
+            w.flush()
+            if i == 1:  # keep copies of the parts, as a kill before their deletion would
+                kept = {p.name: p.read_bytes() for p in (tmp_path / "latency").iterdir()}
+    for name, data in kept.items():
+        (tmp_path / "latency" / name).write_bytes(data)
+    assert len(_parts(tmp_path / "latency")) == 3
+    assert load(tmp_path).latency["count"].tolist() == [0, 1, 2]
+
+
 def test_maybe_roll_flushes_every_roll_s(tmp_path: Path) -> None:
     w = TraceWriter(tmp_path, {}, roll_s=5.0)
     start = time.monotonic()

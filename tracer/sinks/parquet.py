@@ -33,6 +33,7 @@ import pyarrow.parquet as pq
 from tracer import __version__
 from tracer.tracedir.private import mkdir_private, open_private
 from tracer.tracedir.schema import META_FILE, SCHEMA_VERSION, TABLES, table_from_rows
+from tracer.tracedir.segments import COVERS_KEY
 
 if TYPE_CHECKING:
     from typing import Self
@@ -47,6 +48,11 @@ _PART_RE = re.compile(r"part-(\d+)\.parquet")
 TMP_DIR = ".tmp"
 """Where files are written before they are renamed into place, in the trace directory."""
 _RESERVED_META = ("schema_version", "tool_version")
+
+
+MERGE_SEGMENTS = 60
+"""Segments of a table merged into one once that many were rolled (5 minutes at the default
+roll of 5 s): a day's trace holds a few hundred files per table, not 17 000."""
 
 
 def segment_name(number: int) -> str:
@@ -150,6 +156,7 @@ class TraceWriter:
         self._lock = threading.RLock()
         self._buffers: dict[str, list[pa.Table]] = {}
         self._next_segment: dict[str, int] = {}
+        self._unmerged: dict[str, int] = {}  # table -> its first segment not merged yet
         self._last_roll = time.monotonic()
         self._closed = False
         self._given_up = False  # give_up(): nothing more is written
@@ -261,6 +268,32 @@ class TraceWriter:
         _write_parquet(folder / segment_name(number), data)
         self._empty.discard(table)
         self._next_segment[table] = number + 1
+        first = self._unmerged.setdefault(table, number)
+        if number - first + 1 >= MERGE_SEGMENTS:
+            self._merge(table, first, number)
+
+    def _merge(self, table: str, first: int, last: int) -> None:
+        """Segments first..last of `table` as one, under the last one's name: a row group per
+        segment, read and written one at a time (the memory of one segment, not of all)."""
+        folder = self.directory / table
+        paths = [p for n in range(first, last + 1) if (p := folder / segment_name(n)).exists()]
+        schema = pq.read_schema(paths[-1])
+        schema = schema.with_metadata({**(schema.metadata or {}),
+                                       COVERS_KEY: f"{first}-{last}".encode()})
+
+        def write(f: BinaryIO) -> None:
+            with pq.ParquetWriter(f, schema, compression="zstd") as out:
+                for p in paths:
+                    part = pq.read_table(p)
+                    if part.num_rows:
+                        out.write_table(part.cast(schema), row_group_size=part.num_rows)
+
+        # the merged segment takes the last one's name; the others go once it is in place
+        _write_atomic(folder / segment_name(last), write, self.directory / TMP_DIR)
+        for p in paths[:-1]:
+            p.unlink()
+        _fsync_dir(folder)
+        self._unmerged.pop(table, None)
 
     def _write_empty_tables(self) -> None:
         """An empty segment, with its columns, for each table that has none yet."""

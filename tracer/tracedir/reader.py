@@ -94,19 +94,25 @@ class TraceReader:
 
         import pyarrow.parquet as pq
 
-        from tracer.tracedir.segments import conform, segment_problems
+        from tracer.tracedir.segments import conform, covered_segments, segment_number, segment_problems
 
         columns = TABLES[name].names if name in TABLES else None
         bad = dict(segment_problems(folder, name, columns)) if name in TABLES else {}
-        tables = []
+        read: list[tuple[int | None, pa.Table]] = []
+        covered: set[int] = set()
         for seg in sorted(folder.glob(_SEGMENT_GLOB)):
             if seg in bad:
                 continue
             try:
                 data = pq.read_table(seg)
-                tables.append(conform(data, name) if name in TABLES else data)
             except (pa.ArrowException, OSError) as e:
                 bad[seg] = f"damaged data ({' '.join(str(e).split())[:120]})"
+                continue
+            read.append((segment_number(seg.name),
+                         conform(data, name) if name in TABLES else data))
+            covered.update(covered_segments(data))
+        # a merged segment's parts still on disk (its writer was killed before deleting them)
+        tables = [data for n, data in read if n not in covered]
         if bad:
             self.damaged[name] = sorted(bad.items())
             first, reason = self.damaged[name][0]

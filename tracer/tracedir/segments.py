@@ -18,6 +18,26 @@ import pyarrow.parquet as pq
 
 from tracer.tracedir.schema import SCHEMA_VERSION, SCHEMA_VERSION_KEY, TABLES
 
+COVERS_KEY = b"iotrace.covers"
+"""Parquet metadata of a merged segment (sinks/parquet.MERGE_SEGMENTS): the numbers of the first
+and last segments it holds ("12-71"). It has the last one's name; the others are deleted once
+it is in place, and a reader skips any of them still there (a tracer killed in between)."""
+
+
+def covered_segments(data: pa.Table) -> range:
+    """The numbers of the other segments a merged segment holds (empty: it is not merged)."""
+    covers = (data.schema.metadata or {}).get(COVERS_KEY)
+    if not covers:
+        return range(0)
+    first, last = (int(n) for n in covers.decode().split("-"))
+    return range(first, last)
+
+
+def segment_number(name: str) -> int | None:
+    """The number of segment ``part-00042.parquet`` (None for a name of another form)."""
+    digits = name.removeprefix("part-").removesuffix(".parquet")
+    return int(digits) if digits.isdigit() else None
+
 
 def segment_problems(
     folder: str | os.PathLike[str], table: str, columns: Iterable[str] | None = None,
