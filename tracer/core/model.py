@@ -114,7 +114,9 @@ class LoopRow(TypedDict):
     interval_ns: int
     data_wait_io_ns: int
     data_wait_cpu_ns: int
+    data_wait_network_ns: int
     sync_loading_ns: int
+    sync_writes_ns: int
     checkpoint_ns: int
     compute_ns: int
     other_ns: int
@@ -170,7 +172,9 @@ class GpuIdleRow(TypedDict):
     cause: str
     data_wait_io_frac: float
     data_wait_cpu_frac: float
+    data_wait_network_frac: float
     sync_loading_frac: float
+    sync_writes_frac: float
     checkpoint_frac: float
     compute_frac: float
     other_frac: float

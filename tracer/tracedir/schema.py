@@ -165,11 +165,13 @@ TABLES: dict[str, pa.Schema] = {
         _field("interval_ns", NS),
         _field("data_wait_io_ns", NS),
         _field("data_wait_cpu_ns", NS),
+        _field("data_wait_network_ns", NS),
         _field("sync_loading_ns", NS),
+        _field("sync_writes_ns", NS),
         _field("checkpoint_ns", NS),
         _field("compute_ns", NS),
         _field("other_ns", NS),
-        _field("state", DICT_STRING),  # the largest of the six
+        _field("state", DICT_STRING),  # the largest of them
     ),
     # Per whole disk per interval, the columns of `iostat -x` (tracer.live.procfs has the formulas).
     "devices": _schema(
@@ -225,7 +227,9 @@ TABLES: dict[str, pa.Schema] = {
         _field("cause", DICT_STRING),  # the loop state with the largest share, or "unknown"
         _field("data_wait_io_frac", pa.float64()),
         _field("data_wait_cpu_frac", pa.float64()),
+        _field("data_wait_network_frac", pa.float64()),
         _field("sync_loading_frac", pa.float64()),
+        _field("sync_writes_frac", pa.float64()),
         _field("checkpoint_frac", pa.float64()),
         _field("compute_frac", pa.float64()),
         _field("other_frac", pa.float64()),
