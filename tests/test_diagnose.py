@@ -306,3 +306,40 @@ def test_writes_of_a_thread_that_logs_in_the_background_are_not_the_loops():
            thread(MAIN, MAIN + 1, "main", sleep=700 * MS, iowait=300 * MS)],
           [file_row(MAIN, "main", "fsync", 0, 300 * MS, path=log)])
     assert kinds(run([iv] * 5)) == ["not_io_bound"]
+
+
+def test_a_background_saver_is_charged_for_the_loops_wait_only():
+    """A saver thread writes a checkpoint (16 MiB, then an fsync blocked 900 ms a second) while
+    the loop sleeps in a join that no worker ends: `checkpoint`, said to be a background save;
+    its write time is the saver's, not the loop's."""
+    ckpt = "/ckpt/step-100.pt"
+    first = ([thread(MAIN, MAIN, "main", oncpu=1000 * MS),
+              thread(MAIN, MAIN + 1, "main", oncpu=200 * MS, iowait=800 * MS)],
+             [file_row(MAIN, "main", "write", 16 << 20, 800 * MS, path=ckpt)])
+    wait = ([thread(MAIN, MAIN, "main", oncpu=100 * MS, sleep=900 * MS),
+             thread(MAIN, MAIN + 1, "main", iowait=900 * MS)], [])
+    d = Diagnosis()
+    for i, (threads, files) in enumerate([first, wait, wait, wait], start=1):
+        d.add(i * S, S, threads, files, [], [], OWNER)
+    assert [iv.loops[MAIN].ns["checkpoint"] for iv in d.intervals] == [0] + [900 * MS] * 3
+    f = d.findings()
+    assert kinds(f)[0] == "checkpoint_stall"
+    ev = json.loads(f[0].row(0)["evidence"])
+    assert ev["background"] and ev["saver"] == "thread" and ev["loop_waited_ns"] == 2700 * MS
+    assert ev["bytes_written"] == 16 << 20
+
+
+def test_a_background_save_the_loop_does_not_wait_for_is_a_line_not_a_finding():
+    ckpt = "/ckpt/step-100.pt"
+    child = {MAIN: MAIN, WORKER: MAIN, 300: MAIN}
+    d = Diagnosis()
+    for i in range(1, 6):
+        d.add(i * S, S, [thread(MAIN, MAIN, "main", oncpu=950 * MS, sleep=50 * MS),
+                         thread(300, 300, "child", oncpu=100 * MS, iowait=900 * MS)],
+              [file_row(300, "child", "write", 16 << 20, 900 * MS, path=ckpt)] if i == 1 else [],
+              [], [], child)
+    f = d.findings()
+    assert kinds(f) == ["not_io_bound"]
+    [line] = d.background_lines()[1:]
+    assert line.startswith(f"Checkpoint written in the background by pid {MAIN}'s child process")
+    assert line.endswith("the loop waited 5 % of its time.")

@@ -202,5 +202,5 @@ def summary_text(trace: TraceReader, name: str | None = None, write_gpu_idle: bo
     if gpu is not None:
         loop += gpu_idle_lines(trace.gpu_idle_by_cause(pd.DataFrame(gpu[0])))
     return render_summary(totals_from_latency(latency), procs, header, file_totals, file_table,
-                          findings, cost, startup=diagnosis.startup_lines(), loop=loop,
+                          findings, cost, startup=diagnosis.context_lines(), loop=loop,
                           devices=device_lines(trace.device_summary()))

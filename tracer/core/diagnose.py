@@ -6,7 +6,8 @@ every threshold are documented in docs/diagnosis.md; the thresholds live in THRE
 
 The training loop is the main thread of each `main` process. Its time in an interval is split,
 in this order, into:
-  checkpoint    it writes or fsyncs a large regular file (a checkpoint)
+  checkpoint    it writes or fsyncs a large regular file (a checkpoint), or sleeps while a
+                background saver (another thread, a child process) is blocked writing one
   sync_writes   it writes or fsyncs other files itself (logs, metrics)
   sync_loading  its process reads files itself (num_workers=0 loads batches this way)
   data_wait_*   it sleeps and a DataLoader worker or the pin-memory thread wakes it: waiting for
@@ -28,7 +29,7 @@ from dataclasses import dataclass, field
 from tracer.core.abi import MAX_SLOTS
 from tracer.core.histogram import format_bytes, format_ns, percentile_ns, slot_of
 from tracer.core.model import DeviceRow, FileRow, FindingRow, LatencyRow, LoopRow, ThreadRow
-from tracer.core.vocab import DATALOADER_WORKER, FINDING_KINDS, IO_KINDS, LOOP_STATES, MAIN
+from tracer.core.vocab import CHILD, DATALOADER_WORKER, FINDING_KINDS, IO_KINDS, LOOP_STATES, MAIN
 
 STATES = LOOP_STATES  # the loop table's states, by this module's name for them
 KINDS = FINDING_KINDS
@@ -250,6 +251,19 @@ class _Interval:
     net_counts: dict[tuple[int, str], list[int]]  # (main, role) -> socket reads' log2 slots
     net_bytes: dict[tuple[int, str], int]  # (main, role) -> bytes of socket reads
     small_writes: dict[int, dict[str, list[int]]]  # main -> path -> [writes, fsyncs, fsync ns]
+    background: dict[int, _Background]  # main pid -> a background save's cost to the loop
+
+
+@dataclass
+class _Background:
+    """A background save (another thread, a child process) in one interval."""
+
+    blocked_ns: int  # the saver's blocked (D) time
+    waited_ns: int  # the loop's sleep charged to it (`checkpoint`)
+    bytes: int  # checkpoint bytes written by the saver
+    woken_own_ns: int  # the loop's sleeps ended by its own threads (a join, a lock, the GIL)
+    woken_other_ns: int  # ... by timers and other processes (timed waits: the GIL's)
+    child: bool  # a child process saves (else a thread)
 
 
 @dataclass
@@ -274,6 +288,8 @@ class Diagnosis:
     startup: bool = False
     first_worker_ns: dict[int, int] = field(default_factory=dict)
     first_data_ns: dict[int, int] = field(default_factory=dict)
+    # main pids whose checkpoints are written by another thread or a child process
+    background_savers: set[int] = field(default_factory=set)
     # (pid, path) -> bytes brought in by readahead that no read has used yet
     read_ahead: dict[tuple[int, str], int] = field(default_factory=dict)
 
@@ -287,7 +303,7 @@ class Diagnosis:
         files, threads = list(files), list(threads)
         own_read, proc_ckpt, proc_writes = defaultdict(int), defaultdict(int), defaultdict(int)
         worker_read = defaultdict(int)
-        written = defaultdict(int)
+        written, child_written = defaultdict(int), defaultdict(int)
         small: dict[int, dict[str, list[int]]] = defaultdict(dict)
         for f in files:
             main = owner.get(f["pid"], f["pid"])
@@ -296,11 +312,14 @@ class Diagnosis:
                     own_read[main] += f["latency_sum_ns"]
                 elif f["role"] == DATALOADER_WORKER:
                     worker_read[main] += f["latency_sum_ns"]
-            elif (f["op"] in ("write", "fsync") and f["role"] == MAIN
+            elif (f["op"] in ("write", "fsync") and f["role"] in (MAIN, CHILD)
                   and f.get("path_source") != "folder"):  # a checkpoint is one file
                 key = (main, f["path"])
                 self.written_total[key] += f["bytes"]
-                if self.written_total[key] >= t.checkpoint_file_bytes:
+                ckpt = self.written_total[key] >= t.checkpoint_file_bytes
+                if f["role"] == CHILD:
+                    child_written[main] += f["bytes"] if ckpt else 0
+                elif ckpt:
                     proc_ckpt[main] += f["latency_sum_ns"]
                     written[main] += f["bytes"]
                 else:
@@ -312,7 +331,7 @@ class Diagnosis:
                         w[1] += f["ops"]
                         w[2] += f["latency_sum_ns"]
         worker_cpu, worker_io = defaultdict(int), defaultdict(int)
-        other_io = defaultdict(int)  # blocked (D) time of the main processes' other threads
+        other_io, child_io = defaultdict(int), defaultdict(int)  # D of non-loop threads, children
         loop_threads = {}
         for th in threads:
             main = owner.get(th["pid"], th["pid"])
@@ -324,17 +343,23 @@ class Diagnosis:
                 loop_threads[th["pid"]] = th
             elif th["role"] == MAIN:
                 other_io[main] += th["iowait_ns"]
+            elif th["role"] == CHILD:
+                child_io[main] += th["iowait_ns"]
         worker_net, own_net, net_counts, net_bytes = self._socket_reads(latency, owner)
         # The `files` rows are per process: the part of its writes that is the loop's own is its
-        # share of the process's blocked (D) time (a thread that logs or saves in the background
-        # blocks, a loop that keeps training does not); the rest was written by its other threads.
-        own_ckpt, own_writes = defaultdict(int), defaultdict(int)
+        # share of the process's blocked (D) time (a saver thread blocks, a loop that keeps
+        # training does not); the rest was written by its other threads.
+        own_ckpt, own_writes, background = defaultdict(int), defaultdict(int), {}
+        saver_bytes = defaultdict(int)
         for pid, th in loop_threads.items():
             blocked = th["iowait_ns"] + other_io[pid]
             mine = th["iowait_ns"] / blocked if blocked else 1.0
             own_ckpt[pid] = round(proc_ckpt[pid] * mine)
             own_writes[pid] = round(proc_writes[pid] * mine)
-            written[pid] = round(written[pid] * mine)
+            saver_bytes[pid] = written[pid] - round(written[pid] * mine) + child_written[pid]
+            written[pid] -= saver_bytes[pid] - child_written[pid]
+            if proc_ckpt[pid] > own_ckpt[pid] or child_written[pid]:
+                self.background_savers.add(pid)
         loops = {}
         for pid, th in loop_threads.items():
             own_ckpt[pid], own_writes[pid], own_read[pid] = self._as_it_passes(
@@ -365,11 +390,24 @@ class Diagnosis:
             woken = data + th["woken_by_own_ns"] + th["woken_by_other_ns"]
             recent = self.wakes.setdefault(pid, deque(maxlen=t.wake_window))
             recent.append((data, woken))
-            if woken and 2 * woken >= th["sleep_ns"]:
+            speaks = woken and 2 * woken >= th["sleep_ns"]
+            if speaks:
                 share = data / woken
             else:
                 ended = sum(a for _, a in recent)
                 share = sum(d for d, _ in recent) / ended if ended else 0.0
+            # While a background saver is blocked writing, the loop's sleeps that no worker
+            # ended are waits for it (a join, the GIL it holds, a lock), up to its blocked time.
+            saver_ns = other_io[pid] + child_io[pid] if pid in self.background_savers else 0
+            waited = 0
+            if saver_ns:
+                waited = min(sleep - round(sleep * share) if speaks else sleep, saver_ns, left)
+                ns["checkpoint"] += waited
+                left -= waited
+                sleep -= waited
+                background[pid] = _Background(
+                    saver_ns, waited, saver_bytes[pid], th["woken_by_own_ns"],
+                    th["woken_by_other_ns"], bool(child_io[pid]))
             wait = min(round(sleep * share), left)
             io, cpu, net = worker_io[pid], worker_cpu[pid], worker_net[pid]
             busy = io + cpu + net
@@ -399,7 +437,7 @@ class Diagnosis:
             data, library, loop_time, dict(written), read_counts, _read_max(files, owner),
             queue, service,
             {d["device"]: d["util_pct"] for d in devices}, dict(worker_net), net_counts, net_bytes,
-            dict(small)))
+            dict(small), background))
         return [loop.row() for loop in loops.values()]
 
     def _as_it_passes(self, pid: int, th: ThreadRow, ts_ns: int, interval_ns: int, ckpt_ns: int,
@@ -557,6 +595,11 @@ class Diagnosis:
                 sum(n for _, n in files.values()), missed))
         return out
 
+    def context_lines(self) -> list[str]:
+        """The summary's lines before the verdicts: long start-ups, and background saves that
+        cost the loop little."""
+        return self.startup_lines() + self.background_lines()
+
     def startup_lines(self) -> list[str]:
         """The summary's lines on start-ups long enough to matter."""
         long = [s for s in self.startups() if s.seconds >= self.thresholds.startup_long_s]
@@ -640,7 +683,11 @@ class Diagnosis:
             out.append(self._network_finding(pid, ivs, share, shares, total, wait_pct))
         if share["sync_writes"] >= t.sync_writes_share:
             out.append(self._writes_finding(pid, ivs, share, shares, total))
-        if share["checkpoint"] >= t.checkpoint_share:
+        bg = [iv.background[pid] for iv in ivs if pid in iv.background]
+        waited = sum(b.waited_ns for b in bg)
+        if share["checkpoint"] >= t.checkpoint_share and 2 * waited >= ns["checkpoint"]:
+            out.append(self._background_finding(pid, bg, share, shares, total))
+        elif share["checkpoint"] >= t.checkpoint_share:
             nbytes = sum(iv.written.get(pid, 0) for iv in ivs)
             rate = nbytes / (ns["checkpoint"] / 1e9) if ns["checkpoint"] else 0
             ckpts = sorted({path for (p, path), n in self.written_total.items()
@@ -708,6 +755,54 @@ class Diagnosis:
              "writes_per_s": round(writes / secs, 2), "fsyncs_per_s": round(fsyncs / secs, 2),
              "fsync_mean_ns": mean,
              "files": sorted(by_path, key=lambda p: -sum(by_path[p][:2]))[:5]})
+
+    def _background_finding(self, pid: int, bg: list[_Background], share: dict, shares: dict,
+                            total: int) -> Finding:
+        waited = sum(b.waited_ns for b in bg)
+        blocked = sum(b.blocked_ns for b in bg)
+        nbytes = sum(b.bytes for b in bg)
+        own = sum(b.woken_own_ns for b in bg)
+        timers = sum(b.woken_other_ns for b in bg)
+        saver = "a child process" if any(b.child for b in bg) else "another thread"
+        if own >= timers:
+            how = ("its sleeps were ended by its own threads: it waited on the saver (a join, "
+                   "a lock, the GIL handed back)")
+        elif saver == "a child process":
+            how = ("its sleeps were ended by other processes: it waited for the saver (waitpid, "
+                   "a pipe or a queue it holds up)")
+        else:
+            how = ("its sleeps were ended by timers: timed waits, such as for the GIL held by "
+                   "the saver while it writes")
+        return Finding(
+            "checkpoint_stall", _severity(share["checkpoint"]), pid,
+            f"A checkpoint saved in the background ({saver}) still held the training loop "
+            f"{shares['checkpoint']:.0f} % of {format_ns(total)}: the loop slept "
+            f"{format_ns(waited)} while the saver was blocked writing ({format_ns(blocked)}, "
+            f"{format_bytes(nbytes)}); {how}.",
+            {"loop_shares_pct": shares, "seconds": round(total / 1e9, 1), "background": True,
+             "saver": "process" if saver == "a child process" else "thread",
+             "loop_waited_ns": waited, "saver_blocked_ns": blocked, "bytes_written": nbytes,
+             "loop_woken_by_own_ns": own, "loop_woken_by_timers_ns": timers})
+
+    def background_lines(self) -> list[str]:
+        """The summary's line on background saves that cost the loop little (below
+        `checkpoint_stall`), per main process."""
+        out = []
+        ivs = list(self.intervals)
+        for pid in sorted(self.background_savers):
+            bg = [iv.background[pid] for iv in ivs if pid in iv.background]
+            total = sum(sum(iv.loops[pid].ns.values()) for iv in ivs if pid in iv.loops)
+            if not bg or not total:
+                continue
+            waited = sum(b.waited_ns for b in bg)
+            if waited >= self.thresholds.checkpoint_share * total:
+                continue  # a finding says it
+            out.append(f"Checkpoint written in the background by pid {pid}'s "
+                       f"{'child process' if any(b.child for b in bg) else 'threads'}: "
+                       f"{format_bytes(sum(b.bytes for b in bg))} while the saver was blocked "
+                       f"{format_ns(sum(b.blocked_ns for b in bg))}; the loop waited "
+                       f"{100 * waited / total:.0f} % of its time.")
+        return ["", *out] if out else []
 
     def _storage_findings(self, ivs: list[_Interval], loop: list[Finding]) -> list[Finding]:
         t = self.thresholds

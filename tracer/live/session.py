@@ -437,7 +437,7 @@ class Session:
         aggregator = self.step.aggregator
         return render_summary(aggregator.totals, self.processes, header, aggregator.file_totals,
                               self.files, self.final_findings, cost,
-                              startup=self.step.diagnosis.startup_lines())
+                              startup=self.step.diagnosis.context_lines())
 
     def exit_code(self) -> int:
         """What iotrace exits with after a trace: the started command's status, as time(1) and
