@@ -343,3 +343,15 @@ def test_a_background_save_the_loop_does_not_wait_for_is_a_line_not_a_finding():
     [line] = d.background_lines()[1:]
     assert line.startswith(f"Checkpoint written in the background by pid {MAIN}'s child process")
     assert line.endswith("the loop waited 5 % of its time.")
+
+
+def test_other_is_said_in_words():
+    """`other`: 200 ms runnable, 200 ms asleep woken by timers, of 1 s a second."""
+    iv = ([thread(MAIN, MAIN, "main", oncpu=600 * MS, runnable=200 * MS, sleep=200 * MS,
+                  by_other=200 * MS)], [])
+    d = Diagnosis()
+    for i in range(1, 4):
+        d.add(i * S, S, *iv, [], [], OWNER)
+    assert d.other_lines()[1:] == [
+        f"The loop of pid {MAIN} spent 40 % of its time in `other`: runnable, waiting for a CPU "
+        "50 %, asleep, woken by timers or other processes 50 %."]

@@ -252,6 +252,7 @@ class _Interval:
     net_bytes: dict[tuple[int, str], int]  # (main, role) -> bytes of socket reads
     small_writes: dict[int, dict[str, list[int]]]  # main -> path -> [writes, fsyncs, fsync ns]
     background: dict[int, _Background]  # main pid -> a background save's cost to the loop
+    other_parts: dict[int, tuple[int, int, int]]  # main -> other's (runnable, own, timers) ns
 
 
 @dataclass
@@ -366,6 +367,7 @@ class Diagnosis:
                 pid, th, ts_ns, interval_ns, own_ckpt[pid], own_writes[pid], own_read[pid])
         for pid in set(self.in_flight) - set(loop_threads):  # no row: the loop is gone
             self._ended(pid)
+        other_parts = {}
         for pid, th in loop_threads.items():
             total = th["oncpu_ns"] + th["runnable_ns"] + th["sleep_ns"] + th["iowait_ns"]
             ns = dict.fromkeys(STATES, 0)
@@ -419,6 +421,13 @@ class Diagnosis:
             left -= wait
             ns["compute"] = min(th["oncpu_ns"], left)
             ns["other"] = left - ns["compute"]
+            # what `other` was: runnable without a CPU, then sleeps by who ended them
+            runnable = min(th["runnable_ns"], ns["other"])
+            rest = ns["other"] - runnable
+            own_woken, timer_woken = th["woken_by_own_ns"], th["woken_by_other_ns"]
+            own_part = round(rest * own_woken / (own_woken + timer_woken)) if (
+                own_woken + timer_woken) else 0
+            other_parts[pid] = (runnable, own_part, rest - own_part)
             loops[pid] = LoopInterval(ts_ns, pid, interval_ns, ns)
         read_counts: dict[tuple[int, str], list[int]] = {}
         queue, service = [0] * MAX_SLOTS, [0] * MAX_SLOTS
@@ -437,7 +446,7 @@ class Diagnosis:
             data, library, loop_time, dict(written), read_counts, _read_max(files, owner),
             queue, service,
             {d["device"]: d["util_pct"] for d in devices}, dict(worker_net), net_counts, net_bytes,
-            dict(small), background))
+            dict(small), background, other_parts))
         return [loop.row() for loop in loops.values()]
 
     def _as_it_passes(self, pid: int, th: ThreadRow, ts_ns: int, interval_ns: int, ckpt_ns: int,
@@ -596,9 +605,9 @@ class Diagnosis:
         return out
 
     def context_lines(self) -> list[str]:
-        """The summary's lines before the verdicts: long start-ups, and background saves that
-        cost the loop little."""
-        return self.startup_lines() + self.background_lines()
+        """The summary's lines before the verdicts: long start-ups, background saves that cost
+        the loop little, and what its `other` time was."""
+        return self.startup_lines() + self.background_lines() + self.other_lines()
 
     def startup_lines(self) -> list[str]:
         """The summary's lines on start-ups long enough to matter."""
@@ -802,6 +811,24 @@ class Diagnosis:
                        f"{format_bytes(sum(b.bytes for b in bg))} while the saver was blocked "
                        f"{format_ns(sum(b.blocked_ns for b in bg))}; the loop waited "
                        f"{100 * waited / total:.0f} % of its time.")
+        return ["", *out] if out else []
+
+    def other_lines(self) -> list[str]:
+        """What the loop's `other` time was, per main process, when it is 10 % or more."""
+        out = []
+        for pid in sorted({p for iv in self.intervals for p in iv.loops}):
+            ivs = [iv for iv in self.intervals if pid in iv.loops and self._training(iv, pid)]
+            total = sum(sum(iv.loops[pid].ns.values()) for iv in ivs)
+            other = sum(iv.loops[pid].ns["other"] for iv in ivs)
+            if not total or other < 0.10 * total:
+                continue
+            parts = [sum(iv.other_parts.get(pid, (0, 0, 0))[i] for iv in ivs) for i in range(3)]
+            words = ("runnable, waiting for a CPU", "asleep, woken by its own threads",
+                     "asleep, woken by timers or other processes")
+            said = ", ".join(f"{w} {100 * n / other:.0f} %" for w, n in zip(words, parts,
+                                                                             strict=True) if n)
+            out.append(f"The loop of pid {pid} spent {100 * other / total:.0f} % of its time in "
+                       f"`other`: {said or 'nothing more is known'}.")
         return ["", *out] if out else []
 
     def _storage_findings(self, ivs: list[_Interval], loop: list[Finding]) -> list[Finding]:
