@@ -58,6 +58,12 @@ import threading
 import time
 from pathlib import Path
 
+# `import torch` starts a thread, and a SIGUSR1 that reaches a thread not blocking it ends the
+# process (its default action): blocked before, every thread inherits the mask and only the
+# loop's sigwait() takes the signal, however soon after the handshake it comes.
+if "--wait-signal" in sys.argv:
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
+
 import torch
 import torch.nn.functional as F
 from torch import nn
