@@ -269,6 +269,8 @@ def test_workers_asleep_in_socket_reads_are_a_network_wait():
     """A worker asleep in recv is neither blocked nor on CPU: its socket reads' time (9 reads
     in the 64-128 ms slot: 864 ms) splits the loop's wait with its 100 ms on CPU."""
     d = Diagnosis()
+    d.note_peers(MAIN, ["10.0.0.7:443"])
+    d.note_peers(MAIN, ["10.0.0.7:443", "10.0.0.8:443"])  # each named once
     for i in range(1, 6):
         d.add(i * S, S, [thread(MAIN, MAIN, "main", oncpu=200 * MS, sleep=800 * MS,
                                 by_worker=800 * MS),
@@ -284,6 +286,8 @@ def test_workers_asleep_in_socket_reads_are_a_network_wait():
     ev = json.loads(f[0].row(0)["evidence"])
     assert (ev["socket_reads"], ev["bytes_received"], ev["receive_bytes_per_s"]) == (
         45, 45 << 20, 9 << 20)
+    assert ev["peers"] == ["10.0.0.7:443", "10.0.0.8:443"]
+    assert "received from 10.0.0.7:443, 10.0.0.8:443," in f[0].summary
 
 
 def test_the_loops_own_small_writes_are_sync_writes_not_checkpoints():

@@ -68,6 +68,10 @@ def test_data_over_the_network(mode, workdir, tmp_path):
     assert not set(final.kind) & (DATA_WAITS - {"dataloader_network_bound"} | {"not_io_bound"})
     ev = json.loads(final.evidence.iloc[0])
     assert ev["workers_socket_pct"] >= 50 and ev["socket_read_p99_ns"] >= 64_000_000
+    server = sc.argv[sc.argv.index("--data-url") + 1].removeprefix("http://")
+    assert ev["peers"] == [server]  # the slow server, named from /proc
+    workers = t.table("processes").query("role == 'dataloader_worker'")
+    assert set(workers.peers.dropna()) == {server}  # (rows before a peer was seen have none)
     if mode == "launch":  # every sample's body came through the traced sockets, with headers
         bodies = 2 * SPECS[sc.name].n_files * SPECS[sc.name].file_kib * 1024
         assert bodies <= ev["bytes_received"] <= bodies + 2 * SPECS[sc.name].n_files * 1024

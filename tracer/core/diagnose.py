@@ -73,6 +73,7 @@ class Thresholds:
 THRESHOLDS = Thresholds()
 MAX_INTERVALS = 3600
 MAX_READ_AHEAD = 100_000  # files whose read-ahead pages are remembered (bounded memory)
+MAX_PEERS = 8  # TCP peers named per main process
 
 ADVICE = {
     "sync_loading": "Load batches in parallel: DataLoader(num_workers=4 or more, pin_memory=True, "
@@ -289,12 +290,19 @@ class Diagnosis:
     startup: bool = False
     first_worker_ns: dict[int, int] = field(default_factory=dict)
     first_data_ns: dict[int, int] = field(default_factory=dict)
+    # main pid -> the TCP peers (address:port) its processes were seen talking to, bounded
+    peers: dict[int, list[str]] = field(default_factory=dict)
     # main pids whose checkpoints are written by another thread or a child process
     background_savers: set[int] = field(default_factory=set)
     # (pid, path) -> bytes brought in by readahead that no read has used yet
     read_ahead: dict[tuple[int, str], int] = field(default_factory=dict)
 
     # -- per interval -------------------------------------------------------------------------
+    def note_peers(self, main: int, peers: Iterable[str]) -> None:
+        """TCP peers that main `main`'s processes talk to (their `processes` rows carry them)."""
+        seen = self.peers.setdefault(main, [])
+        seen.extend(p for p in peers if p not in seen and len(seen) < MAX_PEERS)
+
     def add(self, ts_ns: int, interval_ns: int, threads: Iterable[ThreadRow],
             files: Iterable[FileRow], latency: Iterable[LatencyRow], devices: Iterable[DeviceRow],
             owner: dict[int, int]) -> list[LoopRow]:
@@ -729,17 +737,19 @@ class Diagnosis:
         who = (f"the DataLoader workers spent {net_pct:.0f} % of their busy time in socket reads"
                if role == DATALOADER_WORKER
                else "the loop read the sockets itself (no DataLoader workers)")
+        peers = self.peers.get(pid, [])
+        where = f" from {', '.join(peers[:3])}" + (" ..." if len(peers) > 3 else "") if peers else ""
         return Finding(
             "dataloader_network_bound", _severity(share["data_wait_network"]), pid,
             f"The training loop waited for data from the network {shares['data_wait_network']:.0f} % "
-            f"of {format_ns(total)}: {who}; {format_bytes(rate)}/s received, socket reads "
-            f"p50 {format_ns(p50)}, p99 {format_ns(p99)}.",
+            f"of {format_ns(total)}: {who}; {format_bytes(rate)}/s received{where}, socket "
+            f"reads p50 {format_ns(p50)}, p99 {format_ns(p99)}.",
             {"loop_shares_pct": shares, "seconds": round(total / 1e9, 1),
              "data_wait_pct": round(wait_pct, 1),
              "workers_socket_pct": round(net_pct, 1) if wbusy else None,
              "socket_reads": sum(counts), "bytes_received": nbytes,
              "receive_bytes_per_s": round(rate), "socket_read_p50_ns": p50,
-             "socket_read_p99_ns": p99})
+             "socket_read_p99_ns": p99, "peers": peers})
 
     def _writes_finding(self, pid: int, ivs: list[_Interval], share: dict, shares: dict,
                         total: int) -> Finding:

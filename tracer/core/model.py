@@ -35,6 +35,7 @@ class ProcessRow(TypedDict):
     worker_generation: int | None
     worker_index: int | None
     ns_pid: int | None
+    peers: str | None
 
 
 class LatencyRow(TypedDict):

@@ -73,6 +73,9 @@ TABLES: dict[str, pa.Schema] = {
         # `pid` is the host's (what BPF sees); this is the PID inside the process's own PID
         # namespace (a container's view, from NSpid), null when it could not be read
         _field("ns_pid", pa.int32(), nullable=True),
+        # the TCP peers (address:port, comma-separated) of its sockets seen so far, at most 8:
+        # the servers a DataLoader worker fetches from (tracer.live.peers); null: none
+        _field("peers", pa.string(), nullable=True),
     ),
     # One row per non-empty latency histogram bucket per process per interval; the sum of `count`
     # over an interval is exactly the number of operations completed in it.
