@@ -6,6 +6,7 @@ the next (no stall); each traced from its start and attached to once its workers
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -44,8 +45,10 @@ def table(f: pd.DataFrame) -> str:
     return f[["kind", "severity", "summary"]].to_string()
 
 
-def test_socket_reads_are_counted(tmp_path):
-    """recv() and recvmsg() on a socket are syscall reads of target `socket`, exactly."""
+@pytest.mark.parametrize("force", ["", "classic_syscalls"])
+def test_socket_reads_are_counted(tmp_path, tracefs, force):
+    """recv() and recvmsg() on a socket are syscall reads of target `socket`, exactly, on the
+    raw syscall hooks and on the classic tracepoints (--auto's)."""
     script = ("import socket\n"
               "a, b = socket.socketpair()\n"
               "for _ in range(7):\n"
@@ -53,7 +56,8 @@ def test_socket_reads_are_counted(tmp_path):
               "for _ in range(3):\n"
               "    a.send(b'y' * 100); assert len(b.recvmsg(100)[0]) == 100\n")
     out = tmp_path / "trace"
-    r = run_iotrace("-o", str(out), *EXACT, "--", sys.executable, "-c", script)
+    r = run_iotrace("-o", str(out), *EXACT, "--", sys.executable, "-c", script,
+                    env={**os.environ, "IOTRACE_FORCE": force})
     assert r.returncode == 0, r.stderr
     lat = pd.read_parquet(out / "latency")
     socket = lat[(lat.layer == "syscall") & (lat.op == "read") & (lat.target == "socket")]
