@@ -33,7 +33,7 @@
 #if defined(__TARGET_ARCH_x86)
 enum {
 	NR_read = 0, NR_write = 1, NR_pread64 = 17, NR_pwrite64 = 18, NR_readv = 19, NR_writev = 20,
-	NR_fsync = 74, NR_fdatasync = 75, NR_openat = 257, NR_preadv = 295, NR_pwritev = 296,
+	NR_recvfrom = 45, NR_recvmsg = 47, NR_fsync = 74, NR_fdatasync = 75, NR_openat = 257, NR_preadv = 295, NR_pwritev = 296,
 	NR_preadv2 = 327, NR_pwritev2 = 328,
 };
 #define TS_COMPAT 0x0002 /* thread_info.status: a 32-bit syscall, numbered differently */
@@ -41,7 +41,7 @@ enum {
 enum {
 	NR_openat = 56, NR_read = 63, NR_write = 64, NR_readv = 65, NR_writev = 66, NR_pread64 = 67,
 	NR_pwrite64 = 68, NR_preadv = 69, NR_pwritev = 70, NR_fsync = 82, NR_fdatasync = 83,
-	NR_preadv2 = 286, NR_pwritev2 = 287,
+	NR_recvfrom = 207, NR_recvmsg = 212, NR_preadv2 = 286, NR_pwritev2 = 287,
 };
 #else
 #error "syscall numbers: only x86 and arm64 are known"
@@ -54,6 +54,7 @@ static __always_inline __u8 op_of_syscall(long nr)
 {
 	switch (nr) {
 	case NR_read: case NR_readv:
+	case NR_recvfrom: case NR_recvmsg: /* recv() and friends: the socket reads of HTTP clients */
 		return IOT_OP_READ;
 	case NR_pread64: case NR_preadv: case NR_preadv2:
 		return IOT_OP_READ | POSITIONAL;

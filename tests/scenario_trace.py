@@ -60,6 +60,8 @@ def wait_for_workers(pid: int, timeout: float = 120) -> tuple[list[int], pd.Time
         if workers:
             started = min(w.create_time() for w in workers)
             return [w.pid for w in workers], pd.Timestamp(started, unit="s", tz="UTC")
+        if job.status() == psutil.STATUS_ZOMBIE:  # said now, with its output, not in 2 minutes
+            raise AssertionError("the job exited before it started a DataLoader worker")
         time.sleep(0.05)
     raise AssertionError("the job started no DataLoader worker")
 
@@ -76,7 +78,13 @@ def attached(sc: Scenario, out: Path, *, after_workers: bool = False, extra: Seq
     pids = [run.pid]
     if after_workers:
         run.go()
-        workers, started = wait_for_workers(run.pid)
+        try:
+            workers, started = wait_for_workers(run.pid)
+        except AssertionError as e:
+            if run.proc.poll() is None:
+                raise
+            out = run.wait(timeout=60)
+            raise AssertionError(f"{e} (exit {out.returncode}): {out.stderr[-2000:]}") from e
         time.sleep(0.5)  # they read by now
         if pids_of is not None:
             pids = pids_of(run.pid, workers)

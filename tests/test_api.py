@@ -109,10 +109,12 @@ PROCESSES = [
 
 LOOP = [
     {"ts": T0 + 1 * S, "pid": MAIN, "interval_ns": S, "data_wait_io_ns": 600_000_000,
-     "data_wait_cpu_ns": 0, "sync_loading_ns": 0, "checkpoint_ns": 0, "compute_ns": 400_000_000,
+     "data_wait_cpu_ns": 0, "data_wait_network_ns": 0, "sync_loading_ns": 0,
+     "sync_writes_ns": 0, "checkpoint_ns": 0, "compute_ns": 400_000_000,
      "other_ns": 0, "state": "data_wait_io"},
     {"ts": T0 + 2 * S, "pid": MAIN, "interval_ns": S, "data_wait_io_ns": 200_000_000,
-     "data_wait_cpu_ns": 0, "sync_loading_ns": 0, "checkpoint_ns": 500_000_000,
+     "data_wait_cpu_ns": 0, "data_wait_network_ns": 0, "sync_loading_ns": 0,
+     "sync_writes_ns": 0, "checkpoint_ns": 500_000_000,
      "compute_ns": 300_000_000, "other_ns": 0, "state": "checkpoint"},
 ]
 
@@ -727,7 +729,7 @@ def test_timeline_shows_the_start_up_and_a_gpu_panel_only_with_gpu_data(hand: Pa
 def test_repr_html_shows_the_loop_split(hand: Path) -> None:
     page = load(hand)._repr_html_()
     assert "<h4>Training loop time by state</h4>" in page
-    # pid, 2.0 s of training, no start-up, then the six states of the `loop` rows
-    cells = ["100", "2.0 s", "0.0 s", "40 %", "0 %", "0 %", "25 %", "35 %", "0 %"]
+    # pid, 2.0 s of training, no start-up, then the states of the `loop` rows
+    cells = ["100", "2.0 s", "0.0 s", "40 %", "0 %", "0 %", "0 %", "0 %", "25 %", "35 %", "0 %"]
     assert "".join(f'<td style="text-align:{"left" if i == 0 else "right"}">{c}</td>'
                    for i, c in enumerate(cells)) in page

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from tracer.core.diagnose import IO_KINDS, Diagnosis
+from tracer.core.vocab import LOOP_STATES
 
 MS = 1_000_000
 S = 1_000_000_000
@@ -119,8 +120,7 @@ def test_loop_rows_add_up_to_the_thread_time():
                                iowait=500 * MS)],
                  [file_row(MAIN, "main", "read", 4096, 100 * MS)], [], [], OWNER)
     (row,) = rows
-    states = ("data_wait_io", "data_wait_cpu", "sync_loading", "checkpoint", "compute", "other")
-    assert sum(row[f"{s}_ns"] for s in states) == S
+    assert sum(row[f"{s}_ns"] for s in LOOP_STATES) == S
     assert (row["sync_loading_ns"], row["data_wait_io_ns"], row["data_wait_cpu_ns"]) == (
         100 * MS, 200 * MS, 200 * MS)
     assert row["compute_ns"] == 300 * MS and row["state"] == "compute"
@@ -257,3 +257,105 @@ def test_p99_stays_within_the_slowest_read_seen():
                 "latency_max_ns": slow}], [bucket], [], OWNER)
     (f,) = [x for x in d.findings() if x.kind == "sync_loading"]
     assert f.evidence["p99_read_ns"] == slow and "2.53 s" in f.summary
+
+
+def socket_reads(pid, role, count, lo_ns, nbytes):
+    """Syscall-layer socket reads of one log2 slot, [lo_ns, 2 lo_ns)."""
+    return {"pid": pid, "role": role, "layer": "syscall", "op": "read", "target": "socket",
+            "bucket_lo_ns": lo_ns, "bucket_hi_ns": 2 * lo_ns, "count": count, "bytes": nbytes}
+
+
+def test_workers_asleep_in_socket_reads_are_a_network_wait():
+    """A worker asleep in recv is neither blocked nor on CPU: its socket reads' time (9 reads
+    in the 64-128 ms slot: 864 ms) splits the loop's wait with its 100 ms on CPU."""
+    d = Diagnosis()
+    d.note_peers(MAIN, ["10.0.0.7:443"])
+    d.note_peers(MAIN, ["10.0.0.7:443", "10.0.0.8:443"])  # each named once
+    for i in range(1, 6):
+        d.add(i * S, S, [thread(MAIN, MAIN, "main", oncpu=200 * MS, sleep=800 * MS,
+                                by_worker=800 * MS),
+                         thread(WORKER, WORKER, "dataloader_worker", oncpu=100 * MS,
+                                sleep=900 * MS)],
+              [], [socket_reads(WORKER, "dataloader_worker", 9, 1 << 26, 9 << 20)], [], OWNER)
+    row = d.intervals[-1].loops[MAIN].row()
+    net = round(800 * MS * 864 * (1 << 20) / (864 * (1 << 20) + 100 * MS))
+    assert (row["data_wait_network_ns"], row["data_wait_cpu_ns"]) == (net, 800 * MS - net)
+    f = d.findings()
+    assert kinds(f)[0] == "dataloader_network_bound"
+    assert not {"dataloader_cpu_bound", "not_io_bound"} & set(kinds(f))
+    ev = json.loads(f[0].row(0)["evidence"])
+    assert (ev["socket_reads"], ev["bytes_received"], ev["receive_bytes_per_s"]) == (
+        45, 45 << 20, 9 << 20)
+    assert ev["peers"] == ["10.0.0.7:443", "10.0.0.8:443"]
+    assert "received from 10.0.0.7:443, 10.0.0.8:443," in f[0].summary
+
+
+def test_the_loops_own_small_writes_are_sync_writes_not_checkpoints():
+    log = "/run/user/metrics.log"
+    iv = ([thread(MAIN, MAIN, "main", oncpu=600 * MS, iowait=400 * MS)],
+          [file_row(MAIN, "main", "write", 100, 1 * MS, path=log),
+           file_row(MAIN, "main", "fsync", 0, 300 * MS, path=log)])
+    f = run([iv] * 5)
+    assert kinds(f)[0] == "sync_writes" and f[0].severity == 30
+    assert "checkpoint_stall" not in kinds(f)
+    ev = json.loads(f[0].row(0)["evidence"])
+    assert (ev["file"], ev["fsyncs_per_s"], ev["fsync_mean_ns"]) == (log, 1.0, 300 * MS)
+
+
+def test_writes_of_a_thread_that_logs_in_the_background_are_not_the_loops():
+    """The process's fsyncs go to the loop in proportion to its blocked (D) time: here the
+    logging thread was the one blocked."""
+    log = "/run/user/metrics.log"
+    iv = ([thread(MAIN, MAIN, "main", oncpu=1000 * MS),
+           thread(MAIN, MAIN + 1, "main", sleep=700 * MS, iowait=300 * MS)],
+          [file_row(MAIN, "main", "fsync", 0, 300 * MS, path=log)])
+    assert kinds(run([iv] * 5)) == ["not_io_bound"]
+
+
+def test_a_background_saver_is_charged_for_the_loops_wait_only():
+    """A saver thread writes a checkpoint (16 MiB, then an fsync blocked 900 ms a second) while
+    the loop sleeps in a join that no worker ends: `checkpoint`, said to be a background save;
+    its write time is the saver's, not the loop's."""
+    ckpt = "/ckpt/step-100.pt"
+    first = ([thread(MAIN, MAIN, "main", oncpu=1000 * MS),
+              thread(MAIN, MAIN + 1, "main", oncpu=200 * MS, iowait=800 * MS)],
+             [file_row(MAIN, "main", "write", 16 << 20, 800 * MS, path=ckpt)])
+    wait = ([thread(MAIN, MAIN, "main", oncpu=100 * MS, sleep=900 * MS),
+             thread(MAIN, MAIN + 1, "main", iowait=900 * MS)], [])
+    d = Diagnosis()
+    for i, (threads, files) in enumerate([first, wait, wait, wait], start=1):
+        d.add(i * S, S, threads, files, [], [], OWNER)
+    assert [iv.loops[MAIN].ns["checkpoint"] for iv in d.intervals] == [0] + [900 * MS] * 3
+    f = d.findings()
+    assert kinds(f)[0] == "checkpoint_stall"
+    ev = json.loads(f[0].row(0)["evidence"])
+    assert ev["background"] and ev["saver"] == "thread" and ev["loop_waited_ns"] == 2700 * MS
+    assert ev["bytes_written"] == 16 << 20
+
+
+def test_a_background_save_the_loop_does_not_wait_for_is_a_line_not_a_finding():
+    ckpt = "/ckpt/step-100.pt"
+    child = {MAIN: MAIN, WORKER: MAIN, 300: MAIN}
+    d = Diagnosis()
+    for i in range(1, 6):
+        d.add(i * S, S, [thread(MAIN, MAIN, "main", oncpu=950 * MS, sleep=50 * MS),
+                         thread(300, 300, "child", oncpu=100 * MS, iowait=900 * MS)],
+              [file_row(300, "child", "write", 16 << 20, 900 * MS, path=ckpt)] if i == 1 else [],
+              [], [], child)
+    f = d.findings()
+    assert kinds(f) == ["not_io_bound"]
+    [line] = d.background_lines()[1:]
+    assert line.startswith(f"Checkpoint written in the background by pid {MAIN}'s child process")
+    assert line.endswith("the loop waited 5 % of its time.")
+
+
+def test_other_is_said_in_words():
+    """`other`: 200 ms runnable, 200 ms asleep woken by timers, of 1 s a second."""
+    iv = ([thread(MAIN, MAIN, "main", oncpu=600 * MS, runnable=200 * MS, sleep=200 * MS,
+                  by_other=200 * MS)], [])
+    d = Diagnosis()
+    for i in range(1, 4):
+        d.add(i * S, S, *iv, [], [], OWNER)
+    assert d.other_lines()[1:] == [
+        f"The loop of pid {MAIN} spent 40 % of its time in `other`: runnable, waiting for a CPU "
+        "50 %, asleep, woken by timers or other processes 50 %."]

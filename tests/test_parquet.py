@@ -131,6 +131,7 @@ def test_latency_and_processes_columns() -> None:
         ("worker_generation", pa.int32(), True),
         ("worker_index", pa.int32(), True),
         ("ns_pid", pa.int32(), True),
+        ("peers", pa.string(), True),
     ]
     assert [(f.name, f.type, f.nullable) for f in TABLES["latency"]] == [
         ("ts", ts, False),

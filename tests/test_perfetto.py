@@ -22,6 +22,7 @@ import pytest
 
 from conftest import ROOT, needs_root, run_iotrace
 from tracer.api import TraceError, load
+from tracer.core.vocab import LOOP_STATES
 from tracer.render.perfetto import (
     IOTRACE_PID,
     KINETO_BASE_PERIOD_NS,
@@ -35,7 +36,7 @@ S = 1_000_000_000
 MS = 1_000_000
 T0 = 1_700_000_000 * S  # start of the hand-built trace
 MAIN, W1, W2, CHILD = 100, 101, 102, 103
-STATES = ("data_wait_io", "data_wait_cpu", "sync_loading", "checkpoint", "compute", "other")
+STATES = LOOP_STATES
 
 META = {"host": "gpu-node-1", "start_ns": T0, "stop_ns": T0 + 5 * S, "interval_s": 1.0,
         "targets": {"pids": [MAIN], "command": []}}
@@ -246,7 +247,8 @@ def test_training_loop_slices_merge_equal_neighbours(hand: Path, tmp_path: Path)
     ]
     first = next(e for e in doc["traceEvents"] if e.get("cat") == "iotrace.loop")
     assert first["args"] == {"intervals": 2, "data_wait_io_ns": 1300 * MS, "data_wait_cpu_ns": 0,
-                             "sync_loading_ns": 0, "checkpoint_ns": 0, "compute_ns": 700 * MS,
+                             "data_wait_network_ns": 0, "sync_loading_ns": 0, "sync_writes_ns": 0,
+                             "checkpoint_ns": 0, "compute_ns": 700 * MS,
                              "other_ns": 0}
 
 

@@ -77,7 +77,8 @@ def intervals() -> list[tuple[Snapshot, list[dict], list, list[dict], int]]:
                         events=[{"ts": 0, "pid": 4242, "path": PATH, "latency_ns": 10**8}],
                         cost=cost(i))
         loop = [{"ts": snap.ts_ns, "pid": 4242, "interval_ns": S, "data_wait_io_ns": 600_000_000,
-                 "data_wait_cpu_ns": 0, "sync_loading_ns": 0, "checkpoint_ns": 0,
+                 "data_wait_cpu_ns": 0, "data_wait_network_ns": 0, "sync_loading_ns": 0,
+                 "sync_writes_ns": 0, "checkpoint_ns": 0,
                  "compute_ns": 300_000_000, "other_ns": 100_000_000, "state": "data_wait_io"}]
         findings = [Finding("dataloader_io_bound", 60 + i, 4242, "workers wait on reads", {"x": 1}),
                     Finding("dataloader_io_bound", 10, 5555, "another job", {}),

@@ -94,7 +94,8 @@ def snapshot(i: int = 0, interval_ns: int = SEC) -> Snapshot:
 def loop_rows(i: int = 0) -> list[dict]:
     ts = T0 + (i + 1) * SEC
     return [{"ts": ts, "pid": 1000, "interval_ns": SEC, "data_wait_io_ns": 450_000_000,
-             "data_wait_cpu_ns": 100_000_000, "sync_loading_ns": 0, "checkpoint_ns": 0,
+             "data_wait_cpu_ns": 100_000_000, "data_wait_network_ns": 0, "sync_loading_ns": 0,
+             "sync_writes_ns": 0, "checkpoint_ns": 0,
              "compute_ns": 400_000_000, "other_ns": 50_000_000, "state": "data_wait_io"}]
 
 

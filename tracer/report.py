@@ -91,6 +91,11 @@ def diagnose_trace(trace: TraceReader, processes: ProcessTable) -> Diagnosis:
     d = Diagnosis(startup=bool(trace.targets["command"]))  # as the live run: launch mode
     tables = {name: _records(trace[name]) for name in ("threads", "files", "latency", "devices")}
     owners = processes.owners()
+    procs = trace["processes"]
+    if "peers" in procs:  # the TCP peers the live run saw, for the same evidence
+        for pid, peers in zip(procs["pid"], procs["peers"], strict=True):
+            if isinstance(peers, str):
+                d.note_peers(owners.get(int(pid), int(pid)), peers.split(", "))
     stamps = sorted(set().union(*(t.keys() for t in tables.values())))
     prev = None
     interval_ns = int(float(trace.meta.get("interval_s") or 1.0) * 1e9)
@@ -202,5 +207,5 @@ def summary_text(trace: TraceReader, name: str | None = None, write_gpu_idle: bo
     if gpu is not None:
         loop += gpu_idle_lines(trace.gpu_idle_by_cause(pd.DataFrame(gpu[0])))
     return render_summary(totals_from_latency(latency), procs, header, file_totals, file_table,
-                          findings, cost, startup=diagnosis.startup_lines(), loop=loop,
+                          findings, cost, startup=diagnosis.context_lines(), loop=loop,
                           devices=device_lines(trace.device_summary()))

@@ -6,11 +6,14 @@ every threshold are documented in docs/diagnosis.md; the thresholds live in THRE
 
 The training loop is the main thread of each `main` process. Its time in an interval is split,
 in this order, into:
-  checkpoint    its process writes or fsyncs a large regular file (a checkpoint)
+  checkpoint    it writes or fsyncs a large regular file (a checkpoint), or sleeps while a
+                background saver (another thread, a child process) is blocked writing one
+  sync_writes   it writes or fsyncs other files itself (logs, metrics)
   sync_loading  its process reads files itself (num_workers=0 loads batches this way)
   data_wait_*   it sleeps and a DataLoader worker or the pin-memory thread wakes it: waiting for
-                a batch; split into _io and _cpu by what the workers did meanwhile (blocked in D
-                state on reads/page faults vs on CPU)
+                a batch; split into _io, _cpu and _network by what the workers did meanwhile
+                (blocked in D state on reads/page faults, on CPU, in socket reads); without
+                workers, its own socket reads are data_wait_network
   compute       on CPU otherwise (or waiting on the GPU: a spinning CUDA sync is on CPU)
   other         the rest: runnable without a CPU, sleeps ended by anything else
 """
@@ -26,7 +29,7 @@ from dataclasses import dataclass, field
 from tracer.core.abi import MAX_SLOTS
 from tracer.core.histogram import format_bytes, format_ns, percentile_ns, slot_of
 from tracer.core.model import DeviceRow, FileRow, FindingRow, LatencyRow, LoopRow, ThreadRow
-from tracer.core.vocab import DATALOADER_WORKER, FINDING_KINDS, IO_KINDS, LOOP_STATES, MAIN
+from tracer.core.vocab import CHILD, DATALOADER_WORKER, FINDING_KINDS, IO_KINDS, LOOP_STATES, MAIN
 
 STATES = LOOP_STATES  # the loop table's states, by this module's name for them
 KINDS = FINDING_KINDS
@@ -48,6 +51,7 @@ class Thresholds:
     loop_share: float = 0.25  # a data-wait or loading state is a finding above this share
     checkpoint_share: float = 0.10  # checkpoint writes above this share of the loop's time
     checkpoint_file_bytes: int = 8 << 20  # a written file this big (cumulative) is a checkpoint
+    sync_writes_share: float = 0.10  # the loop's own writes of other files above this share
     cold_miss_ratio: float = 0.5  # an interval reading mostly from disk
     warm_miss_ratio: float = 0.1  # an interval reading mostly from the page cache
     min_read_bytes: int = 1 << 20  # an interval with fewer file reads says nothing about caching
@@ -69,6 +73,7 @@ class Thresholds:
 THRESHOLDS = Thresholds()
 MAX_INTERVALS = 3600
 MAX_READ_AHEAD = 100_000  # files whose read-ahead pages are remembered (bounded memory)
+MAX_PEERS = 8  # TCP peers named per main process
 
 ADVICE = {
     "sync_loading": "Load batches in parallel: DataLoader(num_workers=4 or more, pin_memory=True, "
@@ -84,6 +89,13 @@ ADVICE = {
                         "thread/process, torch.distributed.checkpoint async_save), save less "
                         "often or only what changed (e.g. LoRA weights), use safetensors, write "
                         "to local SSD and copy out later.",
+    "dataloader_network_bound": "The workers wait on the network: raise num_workers or the "
+                                "requests in flight per worker (threads, async I/O), fetch "
+                                "larger objects (shards of many samples), cache the data set on "
+                                "local disk, prefetch ahead of the loop (prefetch_factor).",
+    "sync_writes": "The loop waits on its own small writes: buffer log lines and fsync far less "
+                   "often (or not at all), write logs to local disk or tmpfs, or log from a "
+                   "background thread.",
     "not_io_bound": "I/O is not what limits this job: look at compute (the PyTorch profiler) "
                     "rather than storage.",
     "cold_cache": "The first pass read from disk and later passes from the page cache: judge "
@@ -236,6 +248,24 @@ class _Interval:
     queue_counts: list[int]
     service_counts: list[int]
     device_util: dict[str, float]
+    worker_net_ns: dict[int, int]  # main pid -> its workers' time in socket reads (estimated)
+    net_counts: dict[tuple[int, str], list[int]]  # (main, role) -> socket reads' log2 slots
+    net_bytes: dict[tuple[int, str], int]  # (main, role) -> bytes of socket reads
+    small_writes: dict[int, dict[str, list[int]]]  # main -> path -> [writes, fsyncs, fsync ns]
+    background: dict[int, _Background]  # main pid -> a background save's cost to the loop
+    other_parts: dict[int, tuple[int, int, int]]  # main -> other's (runnable, own, timers) ns
+
+
+@dataclass
+class _Background:
+    """A background save (another thread, a child process) in one interval."""
+
+    blocked_ns: int  # the saver's blocked (D) time
+    waited_ns: int  # the loop's sleep charged to it (`checkpoint`)
+    bytes: int  # checkpoint bytes written by the saver
+    woken_own_ns: int  # the loop's sleeps ended by its own threads (a join, a lock, the GIL)
+    woken_other_ns: int  # ... by timers and other processes (timed waits: the GIL's)
+    child: bool  # a child process saves (else a thread)
 
 
 @dataclass
@@ -260,10 +290,19 @@ class Diagnosis:
     startup: bool = False
     first_worker_ns: dict[int, int] = field(default_factory=dict)
     first_data_ns: dict[int, int] = field(default_factory=dict)
+    # main pid -> the TCP peers (address:port) its processes were seen talking to, bounded
+    peers: dict[int, list[str]] = field(default_factory=dict)
+    # main pids whose checkpoints are written by another thread or a child process
+    background_savers: set[int] = field(default_factory=set)
     # (pid, path) -> bytes brought in by readahead that no read has used yet
     read_ahead: dict[tuple[int, str], int] = field(default_factory=dict)
 
     # -- per interval -------------------------------------------------------------------------
+    def note_peers(self, main: int, peers: Iterable[str]) -> None:
+        """TCP peers that main `main`'s processes talk to (their `processes` rows carry them)."""
+        seen = self.peers.setdefault(main, [])
+        seen.extend(p for p in peers if p not in seen and len(seen) < MAX_PEERS)
+
     def add(self, ts_ns: int, interval_ns: int, threads: Iterable[ThreadRow],
             files: Iterable[FileRow], latency: Iterable[LatencyRow], devices: Iterable[DeviceRow],
             owner: dict[int, int]) -> list[LoopRow]:
@@ -271,9 +310,10 @@ class Diagnosis:
         the `loop` table for this interval."""
         t = self.thresholds
         files, threads = list(files), list(threads)
-        own_read, own_ckpt = defaultdict(int), defaultdict(int)
+        own_read, proc_ckpt, proc_writes = defaultdict(int), defaultdict(int), defaultdict(int)
         worker_read = defaultdict(int)
-        written = defaultdict(int)
+        written, child_written = defaultdict(int), defaultdict(int)
+        small: dict[int, dict[str, list[int]]] = defaultdict(dict)
         for f in files:
             main = owner.get(f["pid"], f["pid"])
             if f["op"] == "read":
@@ -281,14 +321,26 @@ class Diagnosis:
                     own_read[main] += f["latency_sum_ns"]
                 elif f["role"] == DATALOADER_WORKER:
                     worker_read[main] += f["latency_sum_ns"]
-            elif (f["op"] in ("write", "fsync") and f["role"] == MAIN
+            elif (f["op"] in ("write", "fsync") and f["role"] in (MAIN, CHILD)
                   and f.get("path_source") != "folder"):  # a checkpoint is one file
                 key = (main, f["path"])
                 self.written_total[key] += f["bytes"]
-                if self.written_total[key] >= t.checkpoint_file_bytes:
-                    own_ckpt[main] += f["latency_sum_ns"]
+                ckpt = self.written_total[key] >= t.checkpoint_file_bytes
+                if f["role"] == CHILD:
+                    child_written[main] += f["bytes"] if ckpt else 0
+                elif ckpt:
+                    proc_ckpt[main] += f["latency_sum_ns"]
                     written[main] += f["bytes"]
+                else:
+                    proc_writes[main] += f["latency_sum_ns"]
+                    w = small[main].setdefault(f["path"], [0, 0, 0])
+                    if f["op"] == "write":
+                        w[0] += f["ops"]
+                    else:
+                        w[1] += f["ops"]
+                        w[2] += f["latency_sum_ns"]
         worker_cpu, worker_io = defaultdict(int), defaultdict(int)
+        other_io, child_io = defaultdict(int), defaultdict(int)  # D of non-loop threads, children
         loop_threads = {}
         for th in threads:
             main = owner.get(th["pid"], th["pid"])
@@ -298,19 +350,46 @@ class Diagnosis:
                 self.workers_seen.add(main)
             elif th["role"] == MAIN and th["tid"] == th["pid"]:
                 loop_threads[th["pid"]] = th
+            elif th["role"] == MAIN:
+                other_io[main] += th["iowait_ns"]
+            elif th["role"] == CHILD:
+                child_io[main] += th["iowait_ns"]
+        worker_net, own_net, net_counts, net_bytes = self._socket_reads(latency, owner)
+        # The `files` rows are per process: the part of its writes that is the loop's own is its
+        # share of the process's blocked (D) time (a saver thread blocks, a loop that keeps
+        # training does not); the rest was written by its other threads.
+        own_ckpt, own_writes, background = defaultdict(int), defaultdict(int), {}
+        saver_bytes = defaultdict(int)
+        for pid, th in loop_threads.items():
+            blocked = th["iowait_ns"] + other_io[pid]
+            mine = th["iowait_ns"] / blocked if blocked else 1.0
+            own_ckpt[pid] = round(proc_ckpt[pid] * mine)
+            own_writes[pid] = round(proc_writes[pid] * mine)
+            saver_bytes[pid] = written[pid] - round(written[pid] * mine) + child_written[pid]
+            written[pid] -= saver_bytes[pid] - child_written[pid]
+            if proc_ckpt[pid] > own_ckpt[pid] or child_written[pid]:
+                self.background_savers.add(pid)
         loops = {}
         for pid, th in loop_threads.items():
-            own_ckpt[pid], own_read[pid] = self._as_it_passes(
-                pid, th, ts_ns, interval_ns, own_ckpt[pid], own_read[pid])
+            own_ckpt[pid], own_writes[pid], own_read[pid] = self._as_it_passes(
+                pid, th, ts_ns, interval_ns, own_ckpt[pid], own_writes[pid], own_read[pid])
         for pid in set(self.in_flight) - set(loop_threads):  # no row: the loop is gone
             self._ended(pid)
+        other_parts = {}
         for pid, th in loop_threads.items():
             total = th["oncpu_ns"] + th["runnable_ns"] + th["sleep_ns"] + th["iowait_ns"]
             ns = dict.fromkeys(STATES, 0)
             ns["checkpoint"] = min(own_ckpt[pid], total)
             left = total - ns["checkpoint"]
+            ns["sync_writes"] = min(own_writes[pid], left)
+            left -= ns["sync_writes"]
             ns["sync_loading"] = min(own_read[pid], left)
             left -= ns["sync_loading"]
+            sleep = th["sleep_ns"]
+            if pid not in self.workers_seen:  # the loop fetches its data over the network
+                ns["data_wait_network"] = min(own_net[pid], sleep, left)
+                left -= ns["data_wait_network"]
+                sleep -= ns["data_wait_network"]
             # A sleep is credited to its waker when it ends, perhaps an interval or more after
             # it began, while the sleep itself is counted as it passes: so the loop's sleep in
             # this interval is split by who ended its sleeps here when those cover at least
@@ -321,19 +400,42 @@ class Diagnosis:
             woken = data + th["woken_by_own_ns"] + th["woken_by_other_ns"]
             recent = self.wakes.setdefault(pid, deque(maxlen=t.wake_window))
             recent.append((data, woken))
-            if woken and 2 * woken >= th["sleep_ns"]:
+            speaks = woken and 2 * woken >= th["sleep_ns"]
+            if speaks:
                 share = data / woken
             else:
                 ended = sum(a for _, a in recent)
                 share = sum(d for d, _ in recent) / ended if ended else 0.0
-            wait = min(round(th["sleep_ns"] * share), left)
-            io, cpu = worker_io[pid], worker_cpu[pid]
-            io_share = io / (io + cpu) if io + cpu else 0.0
-            ns["data_wait_io"] = round(wait * io_share)
-            ns["data_wait_cpu"] = wait - ns["data_wait_io"]
+            # While a background saver is blocked writing, the loop's sleeps that no worker
+            # ended are waits for it (a join, the GIL it holds, a lock), up to its blocked time.
+            saver_ns = other_io[pid] + child_io[pid] if pid in self.background_savers else 0
+            waited = 0
+            if saver_ns:
+                waited = min(sleep - round(sleep * share) if speaks else sleep, saver_ns, left)
+                ns["checkpoint"] += waited
+                left -= waited
+                sleep -= waited
+                background[pid] = _Background(
+                    saver_ns, waited, saver_bytes[pid], th["woken_by_own_ns"],
+                    th["woken_by_other_ns"], bool(child_io[pid]))
+            wait = min(round(sleep * share), left)
+            io, cpu, net = worker_io[pid], worker_cpu[pid], worker_net[pid]
+            busy = io + cpu + net
+            io_part = round(wait * io / busy) if busy else 0
+            net_part = round(wait * net / busy) if busy else 0
+            ns["data_wait_io"] = io_part
+            ns["data_wait_network"] += net_part
+            ns["data_wait_cpu"] = wait - io_part - net_part
             left -= wait
             ns["compute"] = min(th["oncpu_ns"], left)
             ns["other"] = left - ns["compute"]
+            # what `other` was: runnable without a CPU, then sleeps by who ended them
+            runnable = min(th["runnable_ns"], ns["other"])
+            rest = ns["other"] - runnable
+            own_woken, timer_woken = th["woken_by_own_ns"], th["woken_by_other_ns"]
+            own_part = round(rest * own_woken / (own_woken + timer_woken)) if (
+                own_woken + timer_woken) else 0
+            other_parts[pid] = (runnable, own_part, rest - own_part)
             loops[pid] = LoopInterval(ts_ns, pid, interval_ns, ns)
         read_counts: dict[tuple[int, str], list[int]] = {}
         queue, service = [0] * MAX_SLOTS, [0] * MAX_SLOTS
@@ -351,11 +453,12 @@ class Diagnosis:
             ts_ns, interval_ns, loops, dict(worker_cpu), dict(worker_io), dict(worker_read),
             data, library, loop_time, dict(written), read_counts, _read_max(files, owner),
             queue, service,
-            {d["device"]: d["util_pct"] for d in devices}))
+            {d["device"]: d["util_pct"] for d in devices}, dict(worker_net), net_counts, net_bytes,
+            dict(small), background, other_parts))
         return [loop.row() for loop in loops.values()]
 
     def _as_it_passes(self, pid: int, th: ThreadRow, ts_ns: int, interval_ns: int, ckpt_ns: int,
-                      read_ns: int) -> tuple[int, int]:
+                      writes_ns: int, read_ns: int) -> tuple[int, int, int]:
         """The loop's checkpoint and read time in this interval, counted as it passes: `files`
         rows count a syscall when it returns (a 2.5 s fsync all in the interval where it
         ends), while the time of the one the loop is in (its `threads` row) belongs to the
@@ -367,10 +470,9 @@ class Diagnosis:
         kind = None
         if op == "read":
             kind = "sync_loading"
-        elif (op in ("write", "fsync")
-              and self.written_total.get((pid, th.get("syscall_path")), 0)
-              >= t.checkpoint_file_bytes):
-            kind = "checkpoint"
+        elif op in ("write", "fsync"):
+            kind = ("checkpoint" if self.written_total.get((pid, th.get("syscall_path")), 0)
+                    >= t.checkpoint_file_bytes else "sync_writes")
         prev = self.in_flight.get(pid)
         if prev is not None and (kind is None or prev[0] != since):
             self._ended(pid)
@@ -379,7 +481,7 @@ class Diagnosis:
         if kind is not None:
             part = max(0, ts_ns - max(int(since), ts_ns - interval_ns))
             self.in_flight[pid] = (since, kind, (prev[2] if prev else 0) + part)
-        out = {"checkpoint": ckpt_ns, "sync_loading": read_ns}
+        out = {"checkpoint": ckpt_ns, "sync_writes": writes_ns, "sync_loading": read_ns}
         for k in out:
             owed = self.counted_early.get((pid, k), 0)
             if owed:
@@ -388,7 +490,28 @@ class Diagnosis:
                 self.counted_early[(pid, k)] = owed - paid
         if kind is not None:
             out[kind] += part
-        return out["checkpoint"], out["sync_loading"]
+        return out["checkpoint"], out["sync_writes"], out["sync_loading"]
+
+    @staticmethod
+    def _socket_reads(latency: Iterable[LatencyRow], owner: dict[int, int]):
+        """Per main pid: its workers' time in socket reads and its own process's, estimated
+        from the histograms (each read at the middle of its log2 slot: within a third), and the
+        data's socket reads (the workers', or the main's without workers) as slot counts and
+        bytes."""
+        worker, own = defaultdict(int), defaultdict(int)
+        counts: dict[tuple[int, str], list[int]] = {}
+        nbytes: dict[tuple[int, str], int] = defaultdict(int)
+        for r in latency:
+            if (r["layer"] != "syscall" or r["op"] != "read" or r["target"] != "socket"
+                    or r["role"] not in (MAIN, DATALOADER_WORKER)):
+                continue
+            main = owner.get(r["pid"], r["pid"])
+            ns = r["count"] * (r["bucket_lo_ns"] + r["bucket_hi_ns"]) // 2
+            (worker if r["role"] == DATALOADER_WORKER else own)[main] += ns
+            counts.setdefault((main, r["role"]), [0] * MAX_SLOTS)[slot_of(r["bucket_lo_ns"])] += (
+                r["count"])
+            nbytes[(main, r["role"])] += r["bytes"]
+        return worker, own, counts, dict(nbytes)
 
     def _ended(self, pid: int) -> None:
         """The syscall the loop was in has returned: its `files` rows will count all of it,
@@ -489,6 +612,11 @@ class Diagnosis:
                 sum(n for _, n in files.values()), missed))
         return out
 
+    def context_lines(self) -> list[str]:
+        """The summary's lines before the verdicts: long start-ups, background saves that cost
+        the loop little, and what its `other` time was."""
+        return self.startup_lines() + self.background_lines() + self.other_lines()
+
     def startup_lines(self) -> list[str]:
         """The summary's lines on start-ups long enough to matter."""
         long = [s for s in self.startups() if s.seconds >= self.thresholds.startup_long_s]
@@ -536,7 +664,7 @@ class Diagnosis:
         wio = sum(iv.worker_iowait_ns.get(pid, 0) for iv in ivs)
         blocked = 100 * wio / (wio + wcpu) if wio + wcpu else 0.0
         top = self._top_file(ivs, pid)
-        wait_pct = shares["data_wait_io"] + shares["data_wait_cpu"]
+        wait_pct = shares["data_wait_io"] + shares["data_wait_cpu"] + shares["data_wait_network"]
         where = f" on {top[0]} ({top[1]})" if top else ""
         if share["sync_loading"] >= t.loop_share:
             p99 = percentile_ns(reads.get(MAIN, []), 99, _slowest(ivs, pid, MAIN, reads))
@@ -568,7 +696,15 @@ class Diagnosis:
                 f"{100 - blocked:.0f} % of their busy time (decoding/augmenting), not on I/O.",
                 {"loop_shares_pct": shares, "seconds": round(secs, 1),
                  "workers_oncpu_pct": round(100 - blocked, 1)}))
-        if share["checkpoint"] >= t.checkpoint_share:
+        if share["data_wait_network"] >= t.loop_share:
+            out.append(self._network_finding(pid, ivs, share, shares, total, wait_pct))
+        if share["sync_writes"] >= t.sync_writes_share:
+            out.append(self._writes_finding(pid, ivs, share, shares, total))
+        bg = [iv.background[pid] for iv in ivs if pid in iv.background]
+        waited = sum(b.waited_ns for b in bg)
+        if share["checkpoint"] >= t.checkpoint_share and 2 * waited >= ns["checkpoint"]:
+            out.append(self._background_finding(pid, bg, share, shares, total))
+        elif share["checkpoint"] >= t.checkpoint_share:
             nbytes = sum(iv.written.get(pid, 0) for iv in ivs)
             rate = nbytes / (ns["checkpoint"] / 1e9) if ns["checkpoint"] else 0
             ckpts = sorted({path for (p, path), n in self.written_total.items()
@@ -581,6 +717,129 @@ class Diagnosis:
                 {"loop_shares_pct": shares, "seconds": round(secs, 1), "bytes_written": nbytes,
                  "write_bytes_per_s": round(rate), "files": ckpts[:5]}))
         return out
+
+    def _network_finding(self, pid: int, ivs: list[_Interval], share: dict, shares: dict,
+                         total: int, wait_pct: float) -> Finding:
+        role = DATALOADER_WORKER if pid in self.workers_seen else MAIN
+        counts = [0] * MAX_SLOTS
+        nbytes = 0
+        for iv in ivs:
+            for i, c in enumerate(iv.net_counts.get((pid, role), ())):
+                counts[i] += c
+            nbytes += iv.net_bytes.get((pid, role), 0)
+        secs = sum(iv.interval_ns for iv in ivs if pid in iv.loops) / 1e9
+        p50, p99 = percentile_ns(counts, 50), percentile_ns(counts, 99)
+        wnet = sum(iv.worker_net_ns.get(pid, 0) for iv in ivs)
+        wbusy = wnet + sum(iv.worker_oncpu_ns.get(pid, 0) + iv.worker_iowait_ns.get(pid, 0)
+                           for iv in ivs)
+        rate = nbytes / secs if secs else 0
+        net_pct = 100 * wnet / wbusy if wbusy else 0.0
+        who = (f"the DataLoader workers spent {net_pct:.0f} % of their busy time in socket reads"
+               if role == DATALOADER_WORKER
+               else "the loop read the sockets itself (no DataLoader workers)")
+        peers = self.peers.get(pid, [])
+        where = f" from {', '.join(peers[:3])}" + (" ..." if len(peers) > 3 else "") if peers else ""
+        return Finding(
+            "dataloader_network_bound", _severity(share["data_wait_network"]), pid,
+            f"The training loop waited for data from the network {shares['data_wait_network']:.0f} % "
+            f"of {format_ns(total)}: {who}; {format_bytes(rate)}/s received{where}, socket "
+            f"reads p50 {format_ns(p50)}, p99 {format_ns(p99)}.",
+            {"loop_shares_pct": shares, "seconds": round(total / 1e9, 1),
+             "data_wait_pct": round(wait_pct, 1),
+             "workers_socket_pct": round(net_pct, 1) if wbusy else None,
+             "socket_reads": sum(counts), "bytes_received": nbytes,
+             "receive_bytes_per_s": round(rate), "socket_read_p50_ns": p50,
+             "socket_read_p99_ns": p99, "peers": peers})
+
+    def _writes_finding(self, pid: int, ivs: list[_Interval], share: dict, shares: dict,
+                        total: int) -> Finding:
+        by_path: dict[str, list[int]] = {}
+        for iv in ivs:
+            for path, w in iv.small_writes.get(pid, {}).items():
+                acc = by_path.setdefault(path, [0, 0, 0])
+                for i in range(3):
+                    acc[i] += w[i]
+        secs = sum(iv.interval_ns for iv in ivs if pid in iv.loops) / 1e9 or 1.0
+        top = max(by_path, key=lambda p: by_path[p][0] + by_path[p][1] + by_path[p][2] / 1e9,
+                  default=None)
+        writes, fsyncs, fsync_ns = by_path.get(top, [0, 0, 0]) if top else (0, 0, 0)
+        mean = fsync_ns // fsyncs if fsyncs else 0
+        what = (f" mostly to {top} ({writes / secs:.1f} writes/s, {fsyncs / secs:.1f} fsyncs/s, "
+                f"{format_ns(mean)} per fsync)") if top else ""
+        return Finding(
+            "sync_writes", _severity(share["sync_writes"]), pid,
+            f"The training loop spent {shares['sync_writes']:.0f} % of {format_ns(total)} writing "
+            f"and fsyncing files that are not checkpoints{what}.",
+            {"loop_shares_pct": shares, "seconds": round(total / 1e9, 1), "file": top,
+             "writes_per_s": round(writes / secs, 2), "fsyncs_per_s": round(fsyncs / secs, 2),
+             "fsync_mean_ns": mean,
+             "files": sorted(by_path, key=lambda p: -sum(by_path[p][:2]))[:5]})
+
+    def _background_finding(self, pid: int, bg: list[_Background], share: dict, shares: dict,
+                            total: int) -> Finding:
+        waited = sum(b.waited_ns for b in bg)
+        blocked = sum(b.blocked_ns for b in bg)
+        nbytes = sum(b.bytes for b in bg)
+        own = sum(b.woken_own_ns for b in bg)
+        timers = sum(b.woken_other_ns for b in bg)
+        saver = "a child process" if any(b.child for b in bg) else "another thread"
+        if own >= timers:
+            how = ("its sleeps were ended by its own threads: it waited on the saver (a join, "
+                   "a lock, the GIL handed back)")
+        elif saver == "a child process":
+            how = ("its sleeps were ended by other processes: it waited for the saver (waitpid, "
+                   "a pipe or a queue it holds up)")
+        else:
+            how = ("its sleeps were ended by timers: timed waits, such as for the GIL held by "
+                   "the saver while it writes")
+        return Finding(
+            "checkpoint_stall", _severity(share["checkpoint"]), pid,
+            f"A checkpoint saved in the background ({saver}) still held the training loop "
+            f"{shares['checkpoint']:.0f} % of {format_ns(total)}: the loop slept "
+            f"{format_ns(waited)} while the saver was blocked writing ({format_ns(blocked)}, "
+            f"{format_bytes(nbytes)}); {how}.",
+            {"loop_shares_pct": shares, "seconds": round(total / 1e9, 1), "background": True,
+             "saver": "process" if saver == "a child process" else "thread",
+             "loop_waited_ns": waited, "saver_blocked_ns": blocked, "bytes_written": nbytes,
+             "loop_woken_by_own_ns": own, "loop_woken_by_timers_ns": timers})
+
+    def background_lines(self) -> list[str]:
+        """The summary's line on background saves that cost the loop little (below
+        `checkpoint_stall`), per main process."""
+        out = []
+        ivs = list(self.intervals)
+        for pid in sorted(self.background_savers):
+            bg = [iv.background[pid] for iv in ivs if pid in iv.background]
+            total = sum(sum(iv.loops[pid].ns.values()) for iv in ivs if pid in iv.loops)
+            if not bg or not total:
+                continue
+            waited = sum(b.waited_ns for b in bg)
+            if waited >= self.thresholds.checkpoint_share * total:
+                continue  # a finding says it
+            out.append(f"Checkpoint written in the background by pid {pid}'s "
+                       f"{'child process' if any(b.child for b in bg) else 'threads'}: "
+                       f"{format_bytes(sum(b.bytes for b in bg))} while the saver was blocked "
+                       f"{format_ns(sum(b.blocked_ns for b in bg))}; the loop waited "
+                       f"{100 * waited / total:.0f} % of its time.")
+        return ["", *out] if out else []
+
+    def other_lines(self) -> list[str]:
+        """What the loop's `other` time was, per main process, when it is 10 % or more."""
+        out = []
+        for pid in sorted({p for iv in self.intervals for p in iv.loops}):
+            ivs = [iv for iv in self.intervals if pid in iv.loops and self._training(iv, pid)]
+            total = sum(sum(iv.loops[pid].ns.values()) for iv in ivs)
+            other = sum(iv.loops[pid].ns["other"] for iv in ivs)
+            if not total or other < 0.10 * total:
+                continue
+            parts = [sum(iv.other_parts.get(pid, (0, 0, 0))[i] for iv in ivs) for i in range(3)]
+            words = ("runnable, waiting for a CPU", "asleep, woken by its own threads",
+                     "asleep, woken by timers or other processes")
+            said = ", ".join(f"{w} {100 * n / other:.0f} %" for w, n in zip(words, parts,
+                                                                             strict=True) if n)
+            out.append(f"The loop of pid {pid} spent {100 * other / total:.0f} % of its time in "
+                       f"`other`: {said or 'nothing more is known'}.")
+        return ["", *out] if out else []
 
     def _storage_findings(self, ivs: list[_Interval], loop: list[Finding]) -> list[Finding]:
         t = self.thresholds

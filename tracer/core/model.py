@@ -35,6 +35,7 @@ class ProcessRow(TypedDict):
     worker_generation: int | None
     worker_index: int | None
     ns_pid: int | None
+    peers: str | None
 
 
 class LatencyRow(TypedDict):
@@ -114,7 +115,9 @@ class LoopRow(TypedDict):
     interval_ns: int
     data_wait_io_ns: int
     data_wait_cpu_ns: int
+    data_wait_network_ns: int
     sync_loading_ns: int
+    sync_writes_ns: int
     checkpoint_ns: int
     compute_ns: int
     other_ns: int
@@ -170,7 +173,9 @@ class GpuIdleRow(TypedDict):
     cause: str
     data_wait_io_frac: float
     data_wait_cpu_frac: float
+    data_wait_network_frac: float
     sync_loading_frac: float
+    sync_writes_frac: float
     checkpoint_frac: float
     compute_frac: float
     other_frac: float

@@ -17,11 +17,12 @@ ROLES = (MAIN, DATALOADER_WORKER, CHILD)
 """Roles in display order; rows whose role is unknown (None) show as ``?``."""
 
 # `loop.state`, the `loop.<state>_ns` columns and the `gpu_idle.<state>_frac` ones, in this order
-LOOP_STATES = ("data_wait_io", "data_wait_cpu", "sync_loading", "checkpoint", "compute", "other")
+LOOP_STATES = ("data_wait_io", "data_wait_cpu", "data_wait_network", "sync_loading", "sync_writes",
+               "checkpoint", "compute", "other")
 
 # `findings.kind`: the verdicts that blame I/O, then the others
-IO_KINDS = ("sync_loading", "dataloader_io_bound", "checkpoint_stall", "device_saturated",
-            "small_files", "slow_filesystem")
+IO_KINDS = ("sync_loading", "dataloader_io_bound", "dataloader_network_bound", "sync_writes",
+            "checkpoint_stall", "device_saturated", "small_files", "slow_filesystem")
 FINDING_KINDS = (*IO_KINDS, "dataloader_cpu_bound", "cold_cache", "not_io_bound")
 
 LATENCY_LAYERS = ("syscall", "block_queue", "block")

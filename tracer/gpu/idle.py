@@ -218,7 +218,9 @@ def analyse(gpu_rows: Sequence[Mapping[str, Any]], loop_rows: Iterable[Mapping[s
 CAUSE_WORDS = {
     "data_wait_io": "while the loop waited on DataLoader reads",
     "data_wait_cpu": "while the loop waited on DataLoader workers busy on the CPU",
+    "data_wait_network": "while the loop waited on DataLoader workers reading from the network",
     "sync_loading": "while the loop itself read data (no DataLoader workers)",
+    "sync_writes": "while the loop wrote or fsynced logs and other small files",
     "checkpoint": "while the loop wrote a checkpoint",
     "compute": "while the loop was busy on the CPU, not waiting for data",
     "other": "while the loop was doing something else",

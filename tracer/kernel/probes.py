@@ -84,7 +84,7 @@ SYSCALL_PROGRAMS = frozenset(p for progs in SYSCALL_HOOKS.values() for p in prog
 # syscalls:sys_enter_NAME (or sys_exit_NAME) tracepoint: the positional ones, whose offset is
 # their 4th argument, apart.
 _POSITIONAL = ("pread64", "preadv", "preadv2", "pwrite64", "pwritev", "pwritev2")
-_BY_FD = ("read", "readv", "write", "writev", "fsync", "fdatasync", "openat")
+_BY_FD = ("read", "readv", "recvfrom", "recvmsg", "write", "writev", "fsync", "fdatasync", "openat")
 CLASSIC_SYSCALLS = {"sys_enter_tp": ("enter", _BY_FD),
                     "sys_enter_pos_tp": ("enter", _POSITIONAL),
                     "sys_exit_tp": ("exit", _BY_FD + _POSITIONAL)}

@@ -33,6 +33,7 @@ class Process:
     worker_generation: int | None = None
     worker_index: int | None = None
     ns_pid: int | None = None  # the PID inside its own PID namespace (containers)
+    peers: list[str] = field(default_factory=list)  # TCP peers seen, first MAX_PEERS (peers.py)
 
     @property
     def role(self) -> str:
@@ -48,7 +49,7 @@ class Process:
                 "exit": self.exit_ns, "exit_code": self.exit_code,
                 "exit_signal": self.exit_signal,
                 "worker_generation": self.worker_generation, "worker_index": self.worker_index,
-                "ns_pid": self.ns_pid}
+                "ns_pid": self.ns_pid, "peers": ", ".join(self.peers) or None}
 
 
 def split_wait_status(raw: int) -> tuple[int | None, int | None]:

@@ -24,10 +24,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from tracer.core import abi
-from tracer.core.diagnose import Diagnosis
+from tracer.core.diagnose import MAX_PEERS, Diagnosis
 from tracer.core.redact import Redactor
 from tracer.core.roles import ELASTIC_COMM
-from tracer.core.vocab import READY_PREFIX
+from tracer.core.vocab import DATALOADER_WORKER, MAIN, READY_PREFIX
 from tracer.errors import (
     EXIT_HOST,
     EXIT_OK,
@@ -45,6 +45,7 @@ from tracer.live.cost import CostReader
 from tracer.live.discovery import Discovery, gone
 from tracer.live.files import FileTable
 from tracer.live.forget import Forgetter
+from tracer.live.peers import peers_of
 from tracer.live.processes import ProcessTable
 from tracer.live.procfs import ProcSampler
 
@@ -359,6 +360,7 @@ class Session:
         if not final:
             self.cost.sample(time.monotonic())
         assert self.step is not None and self.trace is not None
+        self._sample_peers()
         # Every segment roll carries the processes seen or changed since the last: a killed
         # tracer's trace still names every process its other rows mention.
         processes = self._process_rows() if final or self.trace.roll_due() else None
@@ -369,6 +371,18 @@ class Session:
             sink.write(interval)
         self.forget.after(reading, self.step.aggregator)
         return interval
+
+    def _sample_peers(self) -> None:
+        """The TCP peers of the mains and their workers, for the network data wait's evidence:
+        kept on each process (its `processes` rows) and told to the diagnosis."""
+        owners = self.processes.owners()
+        for proc in self.processes.alive():
+            if proc.role not in (MAIN, DATALOADER_WORKER) or len(proc.peers) >= MAX_PEERS:
+                continue
+            new = sorted(peers_of(proc.pid) - set(proc.peers))[:MAX_PEERS - len(proc.peers)]
+            if new:
+                proc.peers.extend(new)
+                self.step.diagnosis.note_peers(owners.get(proc.pid, proc.pid), new)
 
     def _read(self) -> Reading:
         """The kernel's maps: this interval's per-file counters (taken out of the kernel), the
@@ -437,7 +451,7 @@ class Session:
         aggregator = self.step.aggregator
         return render_summary(aggregator.totals, self.processes, header, aggregator.file_totals,
                               self.files, self.final_findings, cost,
-                              startup=self.step.diagnosis.startup_lines())
+                              startup=self.step.diagnosis.context_lines())
 
     def exit_code(self) -> int:
         """What iotrace exits with after a trace: the started command's status, as time(1) and

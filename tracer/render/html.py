@@ -49,7 +49,9 @@ if TYPE_CHECKING:
 STATE_COLOURS = {
     "data_wait_io": "#d62728",  # red: the loop waits for batches, workers blocked on reads
     "data_wait_cpu": "#ff7f0e",  # orange: waits for batches, workers busy on CPU
+    "data_wait_network": "#17becf",  # cyan: waits for batches, workers wait on the network
     "sync_loading": "#9467bd",  # purple: the loop reads files itself
+    "sync_writes": "#e377c2",  # pink: the loop writes/fsyncs logs and other small files
     "checkpoint": "#8c564b",  # brown: the loop writes checkpoints
     "compute": "#2ca02c",  # green: computing or waiting on the GPU
     "other": "#c7c7c7",  # grey

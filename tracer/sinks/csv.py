@@ -27,8 +27,8 @@ dsk_read_bytes_s, dsk_writ_bytes_s
                         and the mean over its processes of the time blocked on I/O (threads' D
                         state, percent of the interval, capped at 100 per process); the
                         definitions are tracer.ui.stats's
-loop_data_wait_io_pct, loop_data_wait_cpu_pct, loop_sync_loading_pct, loop_checkpoint_pct,
-loop_compute_pct, loop_other_pct
+loop_data_wait_io_pct, loop_data_wait_cpu_pct, loop_data_wait_network_pct,
+loop_sync_loading_pct, loop_sync_writes_pct, loop_checkpoint_pct, loop_compute_pct, loop_other_pct
                         the training loop's time by state, percent, over the main processes
                         (the `loop` rows of the interval); empty when no loop ran
 

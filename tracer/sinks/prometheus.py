@@ -370,7 +370,7 @@ def _families(s: _State) -> Iterator[Metric]:
     fam = CounterMetricFamily(
         "iotrace_training_loop_seconds_total",
         "Time of the training loop (main thread of each traced main process), in seconds, by "
-        "state: data_wait_io, data_wait_cpu, sync_loading, checkpoint, compute, other. Summed "
+        "state: " + ", ".join(LOOP_STATES) + ". Summed "
         "over the training processes of the host.", labels=("state",))
     for state, ns in s.loop_ns.items():
         fam.add_metric([state], ns / 1e9)

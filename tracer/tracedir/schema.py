@@ -73,6 +73,9 @@ TABLES: dict[str, pa.Schema] = {
         # `pid` is the host's (what BPF sees); this is the PID inside the process's own PID
         # namespace (a container's view, from NSpid), null when it could not be read
         _field("ns_pid", pa.int32(), nullable=True),
+        # the TCP peers (address:port, comma-separated) of its sockets seen so far, at most 8:
+        # the servers a DataLoader worker fetches from (tracer.live.peers); null: none
+        _field("peers", pa.string(), nullable=True),
     ),
     # One row per non-empty latency histogram bucket per process per interval; the sum of `count`
     # over an interval is exactly the number of operations completed in it.
@@ -165,11 +168,13 @@ TABLES: dict[str, pa.Schema] = {
         _field("interval_ns", NS),
         _field("data_wait_io_ns", NS),
         _field("data_wait_cpu_ns", NS),
+        _field("data_wait_network_ns", NS),
         _field("sync_loading_ns", NS),
+        _field("sync_writes_ns", NS),
         _field("checkpoint_ns", NS),
         _field("compute_ns", NS),
         _field("other_ns", NS),
-        _field("state", DICT_STRING),  # the largest of the six
+        _field("state", DICT_STRING),  # the largest of them
     ),
     # Per whole disk per interval, the columns of `iostat -x` (tracer.live.procfs has the formulas).
     "devices": _schema(
@@ -225,7 +230,9 @@ TABLES: dict[str, pa.Schema] = {
         _field("cause", DICT_STRING),  # the loop state with the largest share, or "unknown"
         _field("data_wait_io_frac", pa.float64()),
         _field("data_wait_cpu_frac", pa.float64()),
+        _field("data_wait_network_frac", pa.float64()),
         _field("sync_loading_frac", pa.float64()),
+        _field("sync_writes_frac", pa.float64()),
         _field("checkpoint_frac", pa.float64()),
         _field("compute_frac", pa.float64()),
         _field("other_frac", pa.float64()),

@@ -35,7 +35,8 @@ COLUMNS = (
     ("cpu %", [("usr", 3), ("sys", 3), ("wai", 3)]),
     ("disk MB/s", [("read", 5), ("writ", 5)]),
     ("file reads", [("ops/s", 7), ("p99", 6)]),
-    ("loop %", [("dwio", 4), ("dwcpu", 5), ("load", 4), ("ckpt", 4), ("comp", 4), ("other", 5)]),
+    ("loop %", [("dwio", 4), ("dwcpu", 5), ("dwnet", 5), ("load", 4), ("wrt", 4), ("ckpt", 4),
+                ("comp", 4), ("other", 5)]),  # in LOOP_STATES order
 )
 
 

@@ -54,12 +54,15 @@ HIST_BAR = 24  # the histogram's bars
 ROLE_SHORT = {MAIN: "main", DATALOADER_WORKER: "worker", CHILD: "child", None: "?"}
 ROLE_STYLE = {MAIN: "bold", DATALOADER_WORKER: "cyan", CHILD: "dim", None: "dim"}
 STATE_LABEL = {"data_wait_io": "data wait I/O", "data_wait_cpu": "data wait CPU",
-               "sync_loading": "sync loading", "checkpoint": "checkpoint", "compute": "compute",
+               "data_wait_network": "data wait network", "sync_loading": "sync loading",
+               "sync_writes": "sync writes", "checkpoint": "checkpoint", "compute": "compute",
                "other": "other"}
-STATE_GLYPH = {"data_wait_io": "I", "data_wait_cpu": "C", "sync_loading": "L",
-               "checkpoint": "K", "compute": "=", "other": "."}  # without colour
-STATE_STYLE = {"data_wait_io": "red", "data_wait_cpu": "yellow", "sync_loading": "magenta",
-               "checkpoint": "blue", "compute": "green", "other": "bright_black"}
+STATE_GLYPH = {"data_wait_io": "I", "data_wait_cpu": "C", "data_wait_network": "N",
+               "sync_loading": "L", "sync_writes": "W", "checkpoint": "K", "compute": "=",
+               "other": "."}  # without colour
+STATE_STYLE = {"data_wait_io": "red", "data_wait_cpu": "yellow", "data_wait_network": "cyan",
+               "sync_loading": "magenta", "sync_writes": "bright_magenta", "checkpoint": "blue",
+               "compute": "green", "other": "bright_black"}
 LAYER_TITLE = {"syscall": "file syscalls", "block": "block service (issue->complete)",
                "block_queue": "block queue (insert->issue)"}
 

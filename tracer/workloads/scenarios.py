@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tracer.workloads import dataset as ds
+from tracer.workloads import slow_http
 
 MB = 1_000_000
 
@@ -64,7 +65,10 @@ class Spec:
     read_bps: int = 0
     read_iops: int = 0
     write_bps: int = 0
+    write_iops: int = 0
     checkpoints: bool = False
+    http_delay_ms: int = 0  # > 0: the samples come from a slow local HTTP server (slow_http)
+    log_fsync: bool = False  # the loop appends a line to a log and fsyncs it every step
     loop_mib: int = 0  # > 0: the data lives on an ext4 loop device of this size (throttled underneath)
 
 
@@ -132,6 +136,69 @@ SPECS: dict[str, Spec] = {
             train_args=(
                 "--num-workers", "2", "--persistent-workers", "--batch-size", "8", "--epochs", "4",
                 "--checkpoint-every", "8", "--checkpoint-mb", "256",
+            ),
+        ),
+        Spec(
+            name="dataloader_network_bound",
+            finding="dataloader_network_bound",
+            summary="2 workers fetch 64 samples of 192 KiB per epoch over HTTP from a local server "
+            "that answers each request after 80 ms (a remote object store)",
+            expect="workers asleep (S) in recvfrom() most of the time; main thread waiting for batches",
+            n_files=64,
+            file_kib=192,
+            cache="warm",
+            http_delay_ms=80,
+            train_args=("--num-workers", "2", "--persistent-workers", "--batch-size", "8",
+                        "--epochs", "2"),
+        ),
+        Spec(
+            name="sync_writes",
+            finding="sync_writes",
+            summary="the loop appends a metrics line and fsyncs it every step, on a disk limited "
+            "to 20 write IO/s; data warm",
+            expect="main thread in D inside fsync() ~130 ms per step; workers mostly idle",
+            n_files=64,
+            file_kib=192,
+            cache="warm",
+            write_iops=20,
+            log_fsync=True,
+            train_args=("--num-workers", "2", "--persistent-workers", "--batch-size", "8",
+                        "--epochs", "3"),
+        ),
+        Spec(
+            name="checkpoint_thread",
+            finding="checkpoint_stall",
+            summary="a background thread saves ~100 MB with torch.save + fsync every 16 steps, "
+            "writes limited to 32 MB/s; the loop waits for the previous save before the next, "
+            "and for the last one at the end (the first starts ~3 s into training)",
+            expect="saver thread in D in fsync ~3 s per save; main thread asleep in a join "
+            "(futex) until it ends",
+            n_files=64,
+            file_kib=192,
+            cache="warm",
+            write_bps=32 * MB,
+            checkpoints=True,
+            train_args=(
+                "--num-workers", "2", "--persistent-workers", "--batch-size", "8", "--epochs", "4",
+                "--compute", "heavy", "--compute-rounds", "4", "--checkpoint-every", "16",
+                "--checkpoint-mb", "96", "--checkpoint-in", "thread",
+            ),
+        ),
+        Spec(
+            name="checkpoint_fork",
+            finding="not_io_bound",
+            summary="a forked child saves ~100 MB with torch.save + fsync every 12 steps (writes "
+            "limited to 100 MB/s) while the loop trains on; each save ends before the next",
+            expect="the child in D in fsync ~1 s; main thread on CPU meanwhile",
+            n_files=64,
+            file_kib=192,
+            cache="warm",
+            write_bps=100 * MB,
+            checkpoints=True,
+            train_args=(
+                "--num-workers", "2", "--persistent-workers", "--batch-size", "8", "--epochs", "4",
+                "--compute", "heavy", "--compute-rounds", "4", "--checkpoint-every", "12",
+                "--checkpoint-mb", "64", "--checkpoint-in", "fork",
             ),
         ),
         Spec(
@@ -242,6 +309,8 @@ class Scenario:
     checkpoint_dir: Path | None
     env: dict[str, str]
     loop: ds.LoopDisk | None = None  # device_saturated: the mounted loop device holding the data
+    server: subprocess.Popen[str] | None = None  # the slow HTTP server of the samples
+    log: Path | None = None  # the log the loop fsyncs every step
     _hold: ds.Hold | None = None
     _runs: list[Run] = field(default_factory=list)
 
@@ -335,6 +404,12 @@ class Scenario:
         self._runs = []
         if self.checkpoint_dir is not None:
             shutil.rmtree(self.checkpoint_dir, ignore_errors=True)
+        if self.log is not None:
+            self.log.unlink(missing_ok=True)
+        if self.server is not None:
+            self.server.kill()
+            self.server.wait()
+            self.server = None
         if self.loop is not None:
             self.loop.close()
             if remove_data:
@@ -359,8 +434,14 @@ def argv_for(
     checkpoint_dir: Path | None,
     python: str | None = None,
     throttle_disk_of: Path | None = None,
+    data_url: str | None = None,
+    log: Path | None = None,
 ) -> list[str]:
     argv = [python or sys.executable, "-m", "tracer.workloads.train", "--data", str(data), *spec.train_args]
+    if data_url is not None:
+        argv += ["--data-url", data_url]
+    if log is not None:
+        argv += ["--log-fsync", str(log)]
     if checkpoint_dir is not None:
         argv += ["--checkpoint-dir", str(checkpoint_dir)]
     if throttle_disk_of is not None:
@@ -369,6 +450,7 @@ def argv_for(
         ("--throttle-read-bps", spec.read_bps),
         ("--throttle-read-iops", spec.read_iops),
         ("--throttle-write-bps", spec.write_bps),
+        ("--throttle-write-iops", spec.write_iops),
     ):
         if value:
             argv += [flag, str(value)]
@@ -407,7 +489,16 @@ def prepare(
             loop.close()
         raise
     ckpt = base / "checkpoints" if spec.checkpoints else None
-    argv = argv_for(spec, data, ckpt, python, image)
+    log = base / "metrics.log" if spec.log_fsync else None
+    server, url = None, None
+    if spec.http_delay_ms:
+        url = "http://127.0.0.1:PORT"
+        setup.append(f"slow_http.start(data, {spec.http_delay_ms}): a server of the files on "
+                     "127.0.0.1, each answer after that many ms (not traced)")
+        if make:
+            server, port = slow_http.start(data, spec.http_delay_ms)
+            url = f"http://127.0.0.1:{port}"
+    argv = argv_for(spec, data, ckpt, python, image, url, log)
     setup.append(
         f"make_dataset({str(data)!r}, {spec.n_files}, {spec.file_kib}): {spec.n_files} files of "
         f"{spec.file_kib} KiB random bytes, fsynced"
@@ -423,6 +514,8 @@ def prepare(
         limits.append(f"reads {spec.read_iops} IO/s")
     if spec.write_bps:
         limits.append(f"writes {spec.write_bps / MB:g} MB/s")
+    if spec.write_iops:
+        limits.append(f"writes {spec.write_iops} IO/s")
     if limits:
         where = "the disk of the loop device's image file" if image is not None else "the disk of the data"
         setup.append(
@@ -431,5 +524,5 @@ def prepare(
         )
     return Scenario(
         spec=spec, workdir=Path(workdir), data=data, paths=paths, argv=argv, setup=setup,
-        checkpoint_dir=ckpt, env=_repo_env(), loop=loop,
+        checkpoint_dir=ckpt, env=_repo_env(), loop=loop, server=server, log=log,
     )

@@ -3,8 +3,10 @@
     python -m tracer.workloads.train --data DIR [--num-workers N] [--batch-size B]
         [--persistent-workers] [--prefetch-factor F] [--pin-memory]
         [--transform none|heavy] [--compute light|heavy] [--epochs E] [--steps-per-epoch S]
-        [--checkpoint-every K --checkpoint-mb M --checkpoint-dir D]
+        [--checkpoint-every K --checkpoint-mb M --checkpoint-dir D [--checkpoint-in loop|thread|fork]]
+        [--data-url URL] [--log-fsync PATH]
         [--throttle-read-bps N] [--throttle-read-iops N] [--throttle-write-bps N]
+        [--throttle-write-iops N]
         [--ready-fd FD] [--wait-signal]
 
 Each sample is one file, read with plain open()/read() inside `Dataset.__getitem__` (in the
@@ -16,7 +18,16 @@ sample in the worker, so workers are CPU-bound even on cached data.
 
 Checkpoints are synchronous, in the loop: every K steps `torch.save` of a state dict of about M MB
 (model + optimizer + a ballast standing in for a large model), then the file is opened and fsynced,
-then the previous checkpoint is removed.
+then the previous checkpoint is removed. `--checkpoint-in thread` saves in a background thread of
+the process instead, `fork` in a forked child (the child's copy of memory, as fork-based async
+savers do); the loop goes on training and waits only for the previous save before it starts the
+next one.
+
+--data-url URL: the samples come over HTTP instead of from files (streaming data sets): sample i
+is `GET URL/i` (`tracer.workloads.slow_http` serves a directory so), read with urllib on a
+blocking socket. --data then only gives the number of samples (its files).
+
+--log-fsync PATH: every step appends a metrics line to PATH and fsyncs it (a training log).
 
 --ready-fd FD writes "r" to FD (then closes it) once set up (imports, model, ballast, a warm-up step
 on random data), just before the DataLoader exists; with --wait-signal the loop then blocks until
@@ -43,8 +54,15 @@ import math
 import os
 import signal
 import sys
+import threading
 import time
 from pathlib import Path
+
+# `import torch` starts a thread, and a SIGUSR1 that reaches a thread not blocking it ends the
+# process (its default action): blocked before, every thread inherits the mask and only the
+# loop's sigwait() takes the signal, however soon after the handshake it comes.
+if "--wait-signal" in sys.argv:
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
 
 import torch
 import torch.nn.functional as F
@@ -70,9 +88,12 @@ class FileDataset(Dataset):
     def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
         with open(self.paths[i], "rb") as f:
             buf = f.read()
+        return self._sample(buf, str(self.paths[i]))
+
+    def _sample(self, buf: bytes, name: str) -> tuple[torch.Tensor, int]:
         side = math.isqrt(len(buf) // 3)
         if side < 1:
-            raise ValueError(f"{self.paths[i]}: {len(buf)} bytes is too small for a sample")
+            raise ValueError(f"{name}: {len(buf)} bytes is too small for a sample")
         x = torch.frombuffer(bytearray(buf[: 3 * side * side]), dtype=torch.uint8)
         x = x.view(3, side, side).float().div_(255.0)
         if self.transform == "heavy":
@@ -91,6 +112,21 @@ class FileDataset(Dataset):
             y = torch.fft.irfft2(spec * spec.abs().clamp(max=1.0), s=y.shape[-2:])
             y = (y - y.mean()) / (y.std() + 1e-6)
         return y.squeeze(0)
+
+
+class HttpDataset(FileDataset):
+    """Sample i is `GET base/i`: what streaming data sets (object stores, HTTP shards) do."""
+
+    def __init__(self, base: str, n: int, transform: str, transform_rounds: int) -> None:
+        super().__init__([Path(str(i)) for i in range(n)], transform, transform_rounds)
+        self.base = base.rstrip("/")
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
+        import urllib.request
+
+        with urllib.request.urlopen(f"{self.base}/{i}") as r:
+            buf = r.read()
+        return self._sample(buf, str(i))
 
 
 class Model(nn.Module):
@@ -161,6 +197,60 @@ def save_checkpoint(
     return path, path.stat().st_size, t1 - t0, t2 - t1
 
 
+def _report(step: int, size: int, save_s: float, fsync_s: float, seconds: float) -> None:
+    print(f"checkpoint step {step} bytes {size} save_s {save_s:.3f} fsync_s {fsync_s:.3f} "
+          f"seconds {seconds:.3f}", file=sys.stderr, flush=True)
+
+
+class Saver:
+    """Saves checkpoints in the loop, in a background thread or in a forked child; a new save
+    first waits for the one before (as async checkpointing does)."""
+
+    def __init__(self, directory: Path | None, where: str) -> None:
+        self.directory, self.where = directory, where
+        self.previous: Path | None = None
+        self.thread: threading.Thread | None = None
+        self.child = 0
+
+    def save(self, step: int, state: dict[str, object]) -> None:
+        assert self.directory is not None
+        self.wait()
+        c0 = time.perf_counter()
+        if self.where == "loop":
+            self._save(step, state, c0)
+        elif self.where == "thread":
+            self.thread = threading.Thread(target=self._save, args=(step, state, c0),
+                                           name="ckpt-saver")
+            self.thread.start()
+        else:
+            self.child = os.fork()
+            if self.child == 0:  # the child: its copy of the state, written out, then gone
+                try:
+                    self._save(step, state, c0)
+                finally:
+                    os._exit(0)
+            # the parent removes the file before this one once the child is done (wait())
+            self.pending = self.directory / f"ckpt-{step:07d}.pt"
+
+    def _save(self, step: int, state: dict[str, object], c0: float) -> None:
+        assert self.directory is not None
+        previous = self.previous if self.where != "fork" else None
+        path, size, save_s, fsync_s = save_checkpoint(self.directory, step, state, previous)
+        self.previous = path
+        _report(step, size, save_s, fsync_s, time.perf_counter() - c0)
+
+    def wait(self) -> None:
+        if self.thread is not None:
+            self.thread.join()
+            self.thread = None
+        if self.child:
+            os.waitpid(self.child, 0)
+            self.child = 0
+            if self.previous is not None:
+                self.previous.unlink(missing_ok=True)
+            self.previous = self.pending
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m tracer.workloads.train", description=__doc__.split("\n")[0])
     p.add_argument("--data", required=True, help="directory of sample files (one sample per file)")
@@ -183,9 +273,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--checkpoint-every", type=int, default=0, metavar="K", help="steps; 0: never")
     p.add_argument("--checkpoint-mb", type=int, default=64, metavar="M")
     p.add_argument("--checkpoint-dir", default=None)
+    p.add_argument("--checkpoint-in", choices=["loop", "thread", "fork"], default="loop",
+                   help="who writes the checkpoint: the loop itself, a background thread, a forked child")
+    p.add_argument("--data-url", default=None, help="fetch sample i as GET URL/i (see the module's doc)")
+    p.add_argument("--log-fsync", default=None, metavar="PATH",
+                   help="append a metrics line to PATH and fsync it every step")
     p.add_argument("--throttle-read-bps", type=int, default=0)
     p.add_argument("--throttle-read-iops", type=int, default=0)
     p.add_argument("--throttle-write-bps", type=int, default=0)
+    p.add_argument("--throttle-write-iops", type=int, default=0)
     p.add_argument("--throttle-disk-of", default=None, metavar="PATH",
                    help="throttle the disk that holds PATH (default: the one that holds --data)")
     p.add_argument("--ready-fd", type=int, default=None)
@@ -215,7 +311,8 @@ def main(argv: list[str] | None = None) -> int:
     if not paths:
         print(f"error: no sample files in {data}", file=sys.stderr)
         return 2
-    dataset = FileDataset(paths, args.transform, args.transform_rounds)
+    dataset = (HttpDataset(args.data_url, len(paths), args.transform, args.transform_rounds)
+               if args.data_url else FileDataset(paths, args.transform, args.transform_rounds))
     if args.device == "auto":
         args.device = "cuda" if torch.cuda.is_available() else "cpu"
     model = Model(args.compute).to(args.device)
@@ -230,7 +327,8 @@ def main(argv: list[str] | None = None) -> int:
     warm_up(model, dataset)
 
     throttle_name = None
-    if args.throttle_read_bps or args.throttle_read_iops or args.throttle_write_bps:
+    if (args.throttle_read_bps or args.throttle_read_iops or args.throttle_write_bps
+            or args.throttle_write_iops):
         from tracer.workloads.dataset import throttle
 
         throttle_name = f"train-{os.getpid()}"
@@ -240,6 +338,7 @@ def main(argv: list[str] | None = None) -> int:
             args.throttle_read_bps,
             read_iops=args.throttle_read_iops,
             write_bps=args.throttle_write_bps,
+            write_iops=args.throttle_write_iops,
             name=throttle_name,
         )
         print(f"throttle: {done or 'not possible here (no blkio/io cgroup, or not root)'}", file=sys.stderr)
@@ -289,7 +388,8 @@ def train(
     loss_fn = nn.CrossEntropyLoss()
     rounds = args.compute_rounds if args.compute == "heavy" else 1
     step = 0
-    previous: Path | None = None
+    saver = Saver(ckpt_dir, args.checkpoint_in)
+    log = open(args.log_fsync, "a") if args.log_fsync else None  # noqa: SIM115 (closed below)
     for epoch in range(1, args.epochs + 1):
         t0 = time.perf_counter()
         n = 0
@@ -310,17 +410,17 @@ def train(
                     "optimizer": optimizer.state_dict(),
                     "ballast": extra,
                 }
-                c0 = time.perf_counter()
-                previous, size, save_s, fsync_s = save_checkpoint(ckpt_dir, step, state, previous)
-                print(
-                    f"checkpoint step {step} bytes {size} save_s {save_s:.3f} fsync_s {fsync_s:.3f} "
-                    f"seconds {time.perf_counter() - c0:.3f}",
-                    file=sys.stderr,
-                    flush=True,
-                )
+                saver.save(step, state)
+            if log is not None:
+                log.write(f"step {step} loss {loss.item():.4f}\n")
+                log.flush()
+                os.fsync(log.fileno())
             if args.steps_per_epoch and n >= args.steps_per_epoch:
                 break
         print(f"epoch {epoch} steps {n} seconds {time.perf_counter() - t0:.3f}", flush=True)
+    saver.wait()
+    if log is not None:
+        log.close()
     del loader  # shuts persistent workers down before the process leaves its cgroup
 
 

@@ -1,0 +1,61 @@
+"""The TCP peers a process talks to: its socket fds (/proc/PID/fd) matched to the connections of
+its network namespace (/proc/PID/net/tcp, tcp6), as `ss -tp` does. Read in user space once per
+interval: the kernel side counts the socket reads, this only names the other end."""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import struct
+
+_LISTEN = "0A"
+
+
+def _address(hex_addr: str) -> str:
+    """`0100007F:1F90` -> `127.0.0.1:8080`; IPv6 in brackets. The kernel prints the address as
+    32-bit words in host order (little-endian here), the port as a big-endian number."""
+    addr, port = hex_addr.split(":")
+    raw = b"".join(struct.pack("<I", int(addr[i:i + 8], 16)) for i in range(0, len(addr), 8))
+    ip = ipaddress.ip_address(raw)
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped:
+        ip = ip.ipv4_mapped
+    text = f"[{ip}]" if isinstance(ip, ipaddress.IPv6Address) else str(ip)
+    return f"{text}:{int(port, 16)}"
+
+
+def parse_tcp(text: str) -> dict[int, str]:
+    """Socket inode -> its remote `address:port`, for the connections of /proc/net/tcp{,6}
+    (listening sockets have no peer and are left out)."""
+    out = {}
+    for line in text.splitlines()[1:]:
+        f = line.split()
+        if len(f) < 10 or f[3] == _LISTEN or f[9] == "0":
+            continue
+        out[int(f[9])] = _address(f[2])
+    return out
+
+
+def peers_of(pid: int, proc_root: str = "/proc") -> set[str]:
+    """The remote ends of `pid`'s TCP sockets now; empty when it is gone or unreadable."""
+    inodes = set()
+    try:
+        fds = os.listdir(f"{proc_root}/{pid}/fd")
+    except OSError:
+        return set()
+    for fd in fds:
+        try:
+            link = os.readlink(f"{proc_root}/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if link.startswith("socket:["):
+            inodes.add(int(link[8:-1]))
+    if not inodes:
+        return set()
+    conns: dict[int, str] = {}
+    for name in ("tcp", "tcp6"):
+        try:
+            with open(f"{proc_root}/{pid}/net/{name}") as f:
+                conns.update(parse_tcp(f.read()))
+        except OSError:
+            continue
+    return {conns[i] for i in inodes if i in conns}
