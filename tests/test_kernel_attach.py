@@ -101,8 +101,8 @@ def test_attached_while_workers_run_gives_the_launch_verdict(workers, tmp_path, 
 def test_checkpoint_time_counts_as_it_passes(tmp_path, workdir):
     """checkpoint_stall: torch.save of 256 MB + fsync on a disk limited to 100 MB/s, each
     save ~2.5 s and so across intervals. The loop's checkpoint time in the trace is within
-    10 % of the job's own clock around torch.save + fsync, and `iotrace report` replays the
-    same split from the trace's rows."""
+    15 % of the job's own clock around torch.save + fsync, no less than its fsyncs took, and
+    `iotrace report` replays the same split from the trace's rows."""
     sc = prepare("checkpoint_stall", workdir)
     try:
         t = attached(sc, tmp_path / "trace")
@@ -111,9 +111,13 @@ def test_checkpoint_time_counts_as_it_passes(tmp_path, workdir):
     out, job = t.out, t.job
     assert job.checkpoints and max(c["fsync_s"] for c in job.checkpoints) > 1.5, job.checkpoints
     clock_s = sum(c["seconds"] for c in job.checkpoints)
+    fsync_s = sum(c["fsync_s"] for c in job.checkpoints)
     loop = pd.read_parquet(out / "loop")
     traced_s = loop.checkpoint_ns.sum() / 1e9
-    assert abs(traced_s - clock_s) <= 0.10 * clock_s, (traced_s, clock_s, job.checkpoints)
+    # torch.save's clock includes pickling on the CPU, which is not checkpoint I/O: 0.5-0.7 s
+    # of ~11.5 s alone, up to 1.4 s amid the whole suite. The fsyncs must all be in it.
+    assert fsync_s * 0.98 <= traced_s <= clock_s * 1.05, (traced_s, clock_s, job.checkpoints)
+    assert traced_s >= 0.85 * clock_s, (traced_s, clock_s, job.checkpoints)
     # charged while the fsync ran: intervals that are mostly checkpoint, before it returned
     threads = pd.read_parquet(out / "threads")
     during = threads[threads.syscall_op == "fsync"]
