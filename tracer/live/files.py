@@ -257,7 +257,7 @@ class FileTable:
         found = None
         if dir_ino and (path := self._in_folder(dev, dir_ino, ino, gen)) is not None:
             found = (path, SIBLING)
-        elif pid:
+        if found is None and pid:
             found = _from_proc(pid, dev, ino)
         if found:
             info = FileInfo(self.redact.path(found[0]), found[1], _fs_type(dev), device_name(dev))
