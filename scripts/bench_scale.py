@@ -1,7 +1,7 @@
 """iotrace on an ImageNet-shaped job: many small files, read once by DataLoader workers.
 
     .venv/bin/python scripts/bench_scale.py [--files 200000] [--folders 1000] [--workers 8]
-        [--rounds 2] [--data /var/tmp/iotrace-scale] [--keep DIR]
+        [--rounds 2] [--files-per-s N] [--data /var/tmp/iotrace-scale] [--keep DIR]
 
 The job is tracer.workloads.imagefolder (open, read whole, close each file in the workers;
 no model). Per round, untraced then traced by `iotrace -o DIR --no-tui -- job`, the page cache
@@ -104,6 +104,7 @@ def main() -> int:
     ap.add_argument("--workers", type=int, default=8)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--data", default="/var/tmp/iotrace-scale")
+    ap.add_argument("--files-per-s", type=float, help="pace the job (default: as fast as it goes)")
     ap.add_argument("--keep", help="keep the last trace here")
     args = ap.parse_args()
 
@@ -114,6 +115,8 @@ def main() -> int:
           f"(made or checked in {time.monotonic() - t0:.0f} s)", flush=True)
     job = [PY, "-m", "tracer.workloads.imagefolder", "--data", str(data),
            "--num-workers", str(args.workers)]
+    if args.files_per_s:
+        job += ["--files-per-s", str(args.files_per_s)]
     ratios = []
     for r in range(args.rounds):
         warm(data)
@@ -139,7 +142,8 @@ def main() -> int:
         print(f"  files table: {ex['files_ops']} reads {ex['files_bytes']} B; latency table: "
               f"{ex['latency_ops']} reads {ex['latency_bytes']} B; "
               f"{'equal' if same else 'DIFFERENT'}; {ex['paths_own']} files with rows of their "
-              f"own; trace {ex['trace_bytes'] / 2**20:.1f} MiB in {ex['segments']} segments; "
+              f"own; trace {ex['trace_bytes'] / 2**20:.1f} MiB in {ex['segments']} segments "
+              f"({ex['trace_bytes'] / 2**20 / wall * 3600:.0f} MiB/hour); "
               f"job read {n_traced} files", flush=True)
         if not args.keep:
             subprocess.run(["rm", "-rf", str(out)], check=True)

@@ -2,12 +2,13 @@
 once per epoch by DataLoader workers.
 
     python -m tracer.workloads.imagefolder --data DIR [--num-workers 8] [--batch-size 64]
-        [--epochs 1] [--ready-fd FD]
+        [--epochs 1] [--files-per-s N] [--ready-fd FD]
 
 DIR holds class folders of sample files (`make(DIR, n_files, n_folders, file_kib)` writes them).
 Each sample is opened, read whole and closed in `Dataset.__getitem__`, as an image folder data
 set does before decoding; the loop only sums the batch (no model), so the job goes as fast as
-files can be opened and read, which is what a tracer must keep up with.
+files can be opened and read, which is what a tracer must keep up with; or, with --files-per-s,
+at that rate (each worker paces itself to its share).
 
 stdout: `files N bytes B seconds T` per epoch (T from the first batch asked for to the last one
 received: torch's import and the worker start-up are not in it). With --ready-fd FD, "r" is
@@ -57,6 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--num-workers", type=int, default=8)
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--epochs", type=int, default=1)
+    ap.add_argument("--files-per-s", type=float)
     ap.add_argument("--ready-fd", type=int)
     args = ap.parse_args(argv)
 
@@ -70,7 +72,17 @@ def main(argv: list[str] | None = None) -> int:
         def __len__(self) -> int:
             return len(paths)
 
+        def __init__(self) -> None:
+            self.read, self.t0 = 0, None
+
         def __getitem__(self, i: int) -> int:
+            if args.files_per_s:  # this worker's share of the rate
+                self.t0 = self.t0 or time.monotonic()
+                self.read += 1
+                ahead = self.read * max(1, args.num_workers) / args.files_per_s - (
+                    time.monotonic() - self.t0)
+                if ahead > 0:
+                    time.sleep(ahead)
             with open(paths[i], "rb") as f:
                 return len(f.read())
 

@@ -1,0 +1,145 @@
+"""iotrace on a long, steady job: does its memory stay flat, how big does the trace grow, and
+how long does tracer.load() take on a day of it?
+
+    .venv/bin/python scripts/bench_long.py [--minutes 10] [--reads-per-s 2000] [--files 100]
+        [--keep DIR]
+
+The job (a Python loop, traced from its start) reads --files files of 4 KiB round robin at
+--reads-per-s. Every 30 s the tracer's resident memory (VmRSS) is printed with the trace's size
+and file count. At the end: the growth of RSS from the second minute on, the trace's bytes per
+hour, and tracer.load() of the trace, then of a day of it: the trace's segments copied, renumbered,
+to cover 24 hours' worth (a day at the same rate, for the reader's cost; not a day of tracing).
+
+Nothing is asserted: figures go to docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+JOB = """
+import os, sys, time
+paths, rate, until = sys.argv[1:-2], float(sys.argv[-2]), time.monotonic() + float(sys.argv[-1])
+fds = [os.open(p, os.O_RDONLY) for p in paths]
+n, t0 = 0, time.monotonic()
+while time.monotonic() < until:
+    for fd in fds:
+        os.pread(fd, 4096, 0)
+    n += len(fds)
+    ahead = n / rate - (time.monotonic() - t0)
+    if ahead > 0:
+        time.sleep(ahead)
+"""
+
+
+def rss_kib(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+def tree(out: Path) -> tuple[int, int]:
+    files = [p for p in out.rglob("*") if p.is_file()]
+    return sum(p.stat().st_size for p in files), len(files)
+
+
+def day_of(out: Path, minutes: float, into: Path) -> int:
+    """A copy of trace `out` whose every table holds its segments 24 h / `minutes` times over,
+    renumbered in order (times are not shifted: the reader's cost is what is measured)."""
+    copies = max(1, round(24 * 60 / minutes))
+    shutil.copytree(out, into)
+    n = 0
+    for folder in into.iterdir():
+        if not folder.is_dir() or folder.name.startswith("."):
+            continue
+        parts = sorted(folder.glob("part-*.parquet"))
+        for p in parts:
+            p.rename(p.with_suffix(".orig"))
+        i = 0
+        for _ in range(copies):
+            for p in parts:
+                shutil.copyfile(p.with_suffix(".orig"), folder / f"part-{i:05d}.parquet")
+                i += 1
+        for p in parts:
+            p.with_suffix(".orig").unlink()
+        n += i
+    return n
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--minutes", type=float, default=10)
+    ap.add_argument("--reads-per-s", type=float, default=2000)
+    ap.add_argument("--files", type=int, default=100)
+    ap.add_argument("--keep")
+    args = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="iotrace-long-"))
+    paths = []
+    for i in range(args.files):
+        p = work / f"f{i:04d}.bin"
+        p.write_bytes(b"x" * 4096)
+        paths.append(str(p))
+    out = Path(args.keep) if args.keep else work / "trace"
+    shutil.rmtree(out, ignore_errors=True)
+    seconds = args.minutes * 60
+    cmd = [str(ROOT / ".venv/bin/iotrace"), "-o", str(out), "--no-tui", "--", sys.executable,
+           "-c", JOB, *paths, str(args.reads_per_s), str(seconds)]
+    tracer = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    t0, samples = time.monotonic(), []
+    while tracer.poll() is None:
+        time.sleep(1)
+        t = time.monotonic() - t0
+        if not samples or t - samples[-1][0] >= 30:
+            rss = rss_kib(tracer.pid)
+            if rss is None:
+                continue
+            size, count = tree(out)
+            samples.append((t, rss))
+            print(f"{t:6.0f} s  tracer RSS {rss / 1024:6.1f} MiB  trace {size / 2**20:6.2f} MiB "
+                  f"in {count} files", flush=True)
+    late = [(t, r) for t, r in samples if t >= 60]
+    if len(late) >= 2:
+        (ta, ra), (tb, rb) = late[0], late[-1]
+        print(f"RSS from {ta:.0f} s to {tb:.0f} s: {ra / 1024:.1f} -> {rb / 1024:.1f} MiB "
+              f"({(rb - ra) / 1024 / ((tb - ta) / 60):+.2f} MiB/min)")
+    size, count = tree(out)
+    print(f"trace: {size / 2**20:.2f} MiB in {count} files after {args.minutes:g} min: "
+          f"{size / 2**20 * 60 / args.minutes:.1f} MiB/hour")
+    import tracer as iotrace
+
+    def timed_load(d: Path) -> float:
+        t = time.monotonic()
+        tr = iotrace.load(d)
+        for name in ("latency", "files", "threads", "loop", "processes"):
+            tr[name]
+        return time.monotonic() - t
+
+    print(f"tracer.load() of the trace, 5 tables: {timed_load(out):.2f} s")
+    day = work / "day"
+    n = day_of(out, args.minutes, day)
+    size, _ = tree(day)
+    print(f"a day of it ({n} segments, {size / 2**20:.0f} MiB): tracer.load(), 5 tables: "
+          f"{timed_load(day):.1f} s")
+    meta = json.loads((out / "meta.json").read_text())
+    print(f"tracer CPU {meta['self_cost']['tracer']['cpu_pct']} % of a core")
+    shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
