@@ -7,8 +7,8 @@ how long does tracer.load() take on a day of it?
 The job (a Python loop, traced from its start) reads --files files of 4 KiB round robin at
 --reads-per-s. Every 30 s the tracer's resident memory (VmRSS) is printed with the trace's size
 and file count. At the end: the growth of RSS from the second minute on, the trace's bytes per
-hour, and tracer.load() of the trace, then of a day of it: the trace's segments copied, renumbered,
-to cover 24 hours' worth (a day at the same rate, for the reader's cost; not a day of tracing).
+hour, and tracer.load() of the trace, then of a day of it: its merged segments (5 minutes each)
+copied to make 288 per table (a day at the same rate, for the reader's cost; not a day traced).
 
 Nothing is asserted: figures go to docs/benchmarks.md.
 """
@@ -58,21 +58,26 @@ def tree(out: Path) -> tuple[int, int]:
     return sum(p.stat().st_size for p in files), len(files)
 
 
-def day_of(out: Path, minutes: float, into: Path) -> int:
-    """A copy of trace `out` whose every table holds its segments 24 h / `minutes` times over,
-    renumbered in order (times are not shifted: the reader's cost is what is measured)."""
-    copies = max(1, round(24 * 60 / minutes))
+def day_of(out: Path, into: Path) -> int:
+    """A copy of trace `out` whose every table holds a day of merged segments: its merged ones
+    (5 minutes each, sinks/parquet.MERGE_SEGMENTS) copied 288 times over, renumbered in order
+    (times are not shifted: the reader's cost is what is measured)."""
+    import pyarrow.parquet as pq
+
+    from tracer.tracedir.segments import covered_segments
+
     shutil.copytree(out, into)
     n = 0
     for folder in into.iterdir():
         if not folder.is_dir() or folder.name.startswith("."):
             continue
         parts = sorted(folder.glob("part-*.parquet"))
+        merged = [p for p in parts if covered_segments(pq.read_table(p))] or parts[-1:]
         for p in parts:
             p.rename(p.with_suffix(".orig"))
         i = 0
-        for _ in range(copies):
-            for p in parts:
+        while i < 288:
+            for p in merged:
                 shutil.copyfile(p.with_suffix(".orig"), folder / f"part-{i:05d}.parquet")
                 i += 1
         for p in parts:
@@ -131,7 +136,7 @@ def main() -> int:
 
     print(f"tracer.load() of the trace, 5 tables: {timed_load(out):.2f} s")
     day = work / "day"
-    n = day_of(out, args.minutes, day)
+    n = day_of(out, day)
     size, _ = tree(day)
     print(f"a day of it ({n} segments, {size / 2**20:.0f} MiB): tracer.load(), 5 tables: "
           f"{timed_load(day):.1f} s")

@@ -72,6 +72,9 @@ class Thresholds:
 
 THRESHOLDS = Thresholds()
 MAX_INTERVALS = 3600
+# Files an interval's reads keep by path; the others count in their folder's entry: the last
+# MAX_INTERVALS intervals of a job reading 30 000 files a second stay a few MiB.
+MAX_READ_PATHS = 64
 MAX_READ_AHEAD = 100_000  # files whose read-ahead pages are remembered (bounded memory)
 MAX_PEERS = 8  # TCP peers named per main process
 
@@ -171,13 +174,18 @@ class _Reads:
     folder_files: dict[tuple[str, str], int] = field(default_factory=dict)
 
     def add(self, path: str, fs: str, nbytes: int, missed: int,
-            folder_files: int | None = None) -> None:
-        """A file's read bytes, or a folder row's (`folder_files`: how many files it adds up)."""
+            folder_files: int | None = None, max_paths: int | None = MAX_READ_PATHS) -> None:
+        """A file's read bytes, or a folder row's (`folder_files`: how many files it adds up).
+        Past `max_paths` files, a file counts in its folder's entry, as one of its files."""
         self.bytes += nbytes
         self.missed += missed
-        self.files[(path, fs)] = self.files.get((path, fs), 0) + nbytes
+        key = (path, fs)
+        if (folder_files is None and max_paths is not None and key not in self.files
+                and len(self.files) >= max_paths):
+            key, folder_files = (path.rsplit("/", 1)[0] + "/", fs), 1
+        self.files[key] = self.files.get(key, 0) + nbytes
         if folder_files is not None:
-            self.folder_files[(path, fs)] = self.folder_files.get((path, fs), 0) + folder_files
+            self.folder_files[key] = self.folder_files.get(key, 0) + folder_files
 
     def merge(self, other: _Reads) -> None:
         self.bytes += other.bytes
@@ -548,8 +556,9 @@ class Diagnosis:
                 self.read_ahead[key] = ahead - missed
             if lib:
                 if main not in self.first_worker_ns:  # kept for the start-up's summary only
+                    # every path: the start-up's summary counts distinct files, and it ends
                     library.setdefault(main, _Reads()).add(f["path"], f["fs_type"], f["bytes"],
-                                                           missed, _folder_files(f))
+                                                           missed, _folder_files(f), None)
             else:
                 data.setdefault(main, _Reads()).add(f["path"], f["fs_type"], f["bytes"], missed,
                                                     _folder_files(f))

@@ -294,6 +294,7 @@ class TraceWriter:
             p.unlink()
         _fsync_dir(folder)
         self._unmerged.pop(table, None)
+        pa.default_memory_pool().release_unused()  # else its allocator keeps what it read
 
     def _write_empty_tables(self) -> None:
         """An empty segment, with its columns, for each table that has none yet."""
