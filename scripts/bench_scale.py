@@ -136,7 +136,8 @@ def main() -> int:
         full = {k: v for k, v in cost.get("map_full_drops", {}).items() if v}
         print(f"round {r}: untraced {plain_s:.2f} s ({n / plain_s:,.0f} files/s), traced "
               f"{traced_s:.2f} s: {ratio:.3f}x; tracer {tracer_cpu / wall * 100:.0f} % of a "
-              f"core, peak RSS {cost.get('tracer', {}).get('peak_rss_bytes', 0) / 2**20:.0f} "
+              f"core ({cost.get('tracer', {}).get('cpu_pct')} % while tracing, start-up "
+              f"left out), peak RSS {cost.get('tracer', {}).get('peak_rss_bytes', 0) / 2**20:.0f} "
               f"MiB; lost {cost.get('events_lost')} records, map full {full or 0}", flush=True)
         same = (ex["files_ops"], ex["files_bytes"]) == (ex["latency_ops"], ex["latency_bytes"])
         print(f"  files table: {ex['files_ops']} reads {ex['files_bytes']} B; latency table: "
