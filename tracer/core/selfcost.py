@@ -119,8 +119,8 @@ class SelfCost:
     # in no histogram, since their latency is unknown
     block_unseen_requests: int = 0
     block_unseen_bytes: int = 0
-    # files whose first-sight record was lost (events_lost counts every record, a file's
-    # retries too): found in the directories of files whose records came, or left unnamed
+    # files the kernel sent no path for (one per folder is sent) or whose record was lost:
+    # named from their folder's listing, or left unnamed
     paths_recovered: int = 0
     paths_unknown: int = 0
     # the files table's roll-up (core/rollup.py): per-file rows added into folder rows, the
