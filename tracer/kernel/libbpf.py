@@ -375,19 +375,33 @@ class Map:
 
     def _batches(self):
         """(keys, values) of BATCH entries at most at a time, as raw bytes, n keys then n values."""
-        so, ks, vs, n = lib(), self.key_size, self.value_size, self.BATCH
+        ks, vs, n = self.key_size, self.value_size, self.BATCH
         keys = ctypes.create_string_buffer(ks * n)
         values = ctypes.create_string_buffer(vs * n)
+        for _, got in self._lookup_batches(keys, values, n, accumulate=False):
+            # copy out only the filled part of the buffers
+            yield ctypes.string_at(keys, got * ks), ctypes.string_at(values, got * vs)
+
+    def _lookup_batches(self, keys, values, capacity: int, accumulate: bool):
+        """BPF_MAP_LOOKUP_BATCH until the whole map is read, BATCH entries a call at most into
+        `keys` and `values` (buffers of `capacity` entries): each call's at their start, or,
+        `accumulate`, after the calls' before. Yields (first entry, entries) of each call."""
+        so, ks, vs = lib(), self.key_size, self.value_size
         token = [ctypes.create_string_buffer(max(ks, 8)) for _ in range(2)]  # hash: a bucket
-        first = True
+        n, first = 0, True
         while True:
-            count = ctypes.c_uint32(n)
-            rc = so.bpf_map_lookup_batch(self.fd, None if first else token[0], token[1], keys,
-                                         values, ctypes.byref(count), None)
+            at = n if accumulate else 0
+            count = ctypes.c_uint32(min(self.BATCH, capacity - at))
+            if not count.value:
+                return
+            rc = so.bpf_map_lookup_batch(self.fd, None if first else token[0], token[1],
+                                         ctypes.addressof(keys) + at * ks,
+                                         ctypes.addressof(values) + at * vs,
+                                         ctypes.byref(count), None)
             if rc < 0 and rc != -errno.ENOENT:  # ENOENT: the last batch (count entries)
                 raise LibbpfError(-rc, f"map lookup batch: {os.strerror(-rc)}")
-            got = count.value  # copy out only the filled part of the buffers
-            yield ctypes.string_at(keys, got * ks), ctypes.string_at(values, got * vs)
+            yield at, count.value
+            n += count.value
             if rc < 0:
                 return
             ctypes.memmove(token[0], token[1], len(token[0]))
@@ -403,23 +417,14 @@ class Map:
             self._bulk = (ctypes.create_string_buffer(ks * max_entries),
                           ctypes.create_string_buffer(vs * max_entries))
         keys, values = self._bulk
-        token = [ctypes.create_string_buffer(max(ks, 8)) for _ in range(2)]  # hash: a bucket
-        n, first = 0, True
-        while n < max_entries:
-            count = ctypes.c_uint32(min(self.BATCH, max_entries - n))
-            rc = lib().bpf_map_lookup_batch(self.fd, None if first else token[0], token[1],
-                                            ctypes.addressof(keys) + n * ks,
-                                            ctypes.addressof(values) + n * vs,
-                                            ctypes.byref(count), None)
-            if rc < 0 and rc != -errno.ENOENT:  # ENOENT: the last batch (count entries)
-                if -rc in _UNSUPPORTED and first:
-                    return self._raw_items_one_by_one(max_entries)
-                raise LibbpfError(-rc, f"map lookup batch: {os.strerror(-rc)}")
-            n += count.value
-            if rc < 0:
-                break
-            ctypes.memmove(token[0], token[1], len(token[0]))
-            first = False
+        n = 0
+        try:
+            for at, got in self._lookup_batches(keys, values, max_entries, accumulate=True):
+                n = at + got
+        except LibbpfError as e:
+            if e.errno not in _UNSUPPORTED or n:
+                raise
+            return self._raw_items_one_by_one(max_entries)
         return memoryview(keys)[:n * ks], memoryview(values)[:n * vs]
 
     def _raw_items_one_by_one(self, max_entries: int) -> tuple[memoryview, memoryview]:
