@@ -430,9 +430,8 @@ class Probes:
                 os.close(fd)
 
     def next_epoch(self) -> int:
-        """Starts a new interval for the per-file maximum latency; returns the one that ended
-        (file_stat.latency_max_ns belongs to it when file_stat.max_epoch equals it, or the new
-        one for an operation that completed since)."""
+        """Starts a new interval: the programs add to the other per-file buffer (max_epoch & 1,
+        slots.bpf.h); returns the interval that ended, whose buffer drain_file_stats takes."""
         assert self.epoch is not None
         self.max_epoch += 1
         self.epoch.update(b"\0\0\0\0", self.max_epoch.to_bytes(8, "little"))
