@@ -360,22 +360,23 @@ class Session:
         if not final:
             self.cost.sample(time.monotonic())
         assert self.step is not None and self.trace is not None
-        self._sample_peers()
+        owners = self.processes.owners()
+        self._sample_peers(owners)
         # Every segment roll carries the processes seen or changed since the last: a killed
         # tracer's trace still names every process its other rows mention.
         processes = self._process_rows() if final or self.trace.roll_due() else None
         interval = self.step.interval(reading, ts_ns, devices=devices, system=system,
-                                      gpu_rows=gpu_rows, cost=cost, owners=self.processes.owners(),
+                                      gpu_rows=gpu_rows, cost=cost, owners=owners,
                                       processes=processes, final=final)
         for sink in self.sinks:
             sink.write(interval)
         self.forget.after(reading, self.step.aggregator)
         return interval
 
-    def _sample_peers(self) -> None:
+    def _sample_peers(self, owners: dict[int, int]) -> None:
         """The TCP peers of the mains and their workers, for the network data wait's evidence:
-        kept on each process (its `processes` rows) and told to the diagnosis."""
-        owners = self.processes.owners()
+        kept on each process (its `processes` rows) and told to the diagnosis (`owners`: each
+        process's main)."""
         for proc in self.processes.alive():
             if proc.role not in (MAIN, DATALOADER_WORKER) or len(proc.peers) >= MAX_PEERS:
                 continue
