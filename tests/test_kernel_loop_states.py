@@ -112,6 +112,24 @@ def test_a_background_thread_checkpoint_that_stalls(mode, workdir, tmp_path):
     assert "in the background (another thread)" in final.summary.iloc[0]
 
 
+def test_attached_while_a_background_save_is_under_way(workdir, tmp_path):
+    """Attached while the saver thread writes the first checkpoint and the loop sleeps in its
+    join: that sleep began before the trace, no worker ends it, and the workers have nothing to
+    do meanwhile, so it is not a wait for data (it was, from the wake-ups before it)."""
+    sc = prepare("checkpoint_thread", workdir)
+    try:
+        t = attached(sc, tmp_path / "trace", after_workers=True,
+                     then=lambda: any(sc.checkpoint_dir.glob("ckpt-*.pt")))
+    finally:
+        sc.cleanup()
+    final = t.final_findings()
+    assert final.kind.iloc[0] == "checkpoint_stall", table(final)
+    assert not set(final.kind) & (DATA_WAITS | {"not_io_bound"})
+    loop = t.table("loop")
+    waits = loop[["data_wait_io_ns", "data_wait_cpu_ns", "data_wait_network_ns"]].sum().sum()
+    assert waits < 0.02 * loop.interval_ns.sum(), loop.to_string()  # the data is warm
+
+
 @pytest.mark.parametrize("mode", ["launch", "attach"])
 def test_a_forked_child_checkpoint_that_does_not_stall(mode, workdir, tmp_path):
     t, _ = trace("checkpoint_fork", mode, workdir, tmp_path)
