@@ -47,21 +47,30 @@ def table(f: pd.DataFrame) -> str:
 
 @pytest.mark.parametrize("force", ["", "classic_syscalls"])
 def test_socket_reads_are_counted(tmp_path, tracefs, force):
-    """recv() and recvmsg() on a socket are syscall reads of target `socket`, exactly, on the
-    raw syscall hooks and on the classic tracepoints (--auto's)."""
+    """recv() and recvmsg() on a TCP socket are syscall reads of target `socket`, exactly, on
+    the raw syscall hooks and on the classic tracepoints (--auto's); on a Unix socket (how
+    PyTorch hands batches' shared memory between processes) they are `unix_socket`."""
     script = ("import socket\n"
-              "a, b = socket.socketpair()\n"
-              "for _ in range(7):\n"
-              "    a.send(b'x' * 100); assert len(b.recv(100)) == 100\n"
-              "for _ in range(3):\n"
-              "    a.send(b'y' * 100); assert len(b.recvmsg(100)[0]) == 100\n")
+              "def talk(a, b, n, m):\n"
+              "    for _ in range(n):\n"
+              "        a.send(b'x' * 100); assert len(b.recv(100)) == 100\n"
+              "    for _ in range(m):\n"
+              "        a.send(b'y' * 100); assert len(b.recvmsg(100)[0]) == 100\n"
+              "talk(*socket.socketpair(), 7, 3)\n"
+              "srv = socket.create_server(('127.0.0.1', 0))\n"
+              "c = socket.create_connection(srv.getsockname())\n"
+              "s, _ = srv.accept()\n"
+              "for sock in (c, s):\n"
+              "    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)\n"
+              "talk(c, s, 5, 2)\n")
     out = tmp_path / "trace"
     r = run_iotrace("-o", str(out), *EXACT, "--", sys.executable, "-c", script,
                     env={**os.environ, "IOTRACE_FORCE": force})
     assert r.returncode == 0, r.stderr
     lat = pd.read_parquet(out / "latency")
-    socket = lat[(lat.layer == "syscall") & (lat.op == "read") & (lat.target == "socket")]
-    assert (socket["count"].sum(), socket["bytes"].sum()) == (10, 1000)
+    reads = lat[(lat.layer == "syscall") & (lat.op == "read")].groupby("target")
+    for target, expected in (("socket", (7, 700)), ("unix_socket", (10, 1000))):
+        assert (reads["count"].sum()[target], reads["bytes"].sum()[target]) == expected
 
 
 @pytest.mark.parametrize("mode", ["launch", "attach"])
