@@ -35,8 +35,9 @@ enum iot_target { /* kind of file descriptor, syscall layer only */
 	IOT_TARGET_NONE = 0,
 	IOT_TARGET_FILE = 1, /* regular file or block device */
 	IOT_TARGET_PIPE = 2,
-	IOT_TARGET_SOCKET = 3,
+	IOT_TARGET_SOCKET = 3, /* a network socket (any family but AF_UNIX) */
 	IOT_TARGET_OTHER = 4,
+	IOT_TARGET_UNIX_SOCKET = 5, /* AF_UNIX: local, e.g. the fds DataLoader workers pass */
 };
 
 enum iot_attribution { /* who a block request is charged to, block layers only */

@@ -25,6 +25,7 @@
 
 #define S_IFMT 00170000
 #define S_IFSOCK 0140000
+#define AF_UNIX 1
 #define S_IFREG 0100000
 #define S_IFBLK 0060000
 #define S_IFIFO 0010000
@@ -130,16 +131,29 @@ static __always_inline struct file *fd_file_of(struct task_struct *task, int fd)
 	return slot->ki_filp;
 }
 
-static __always_inline __u8 target_of(struct inode *inode)
+/* A socket's family tells the network from local hand-overs: PyTorch passes the shared memory
+ * of every batch between processes over AF_UNIX sockets, which a data wait must not take for
+ * a wait on the network. */
+static __always_inline __u8 socket_target(struct file *file)
 {
-	umode_t mode = inode->i_mode & S_IFMT;
+	struct socket *sock = kernel_view(file->private_data, struct socket);
+	struct sock *sk = sock ? sock->sk : NULL;
+
+	if (sk && sk->__sk_common.skc_family == AF_UNIX)
+		return IOT_TARGET_UNIX_SOCKET;
+	return IOT_TARGET_SOCKET;
+}
+
+static __always_inline __u8 target_of(struct file *file)
+{
+	umode_t mode = file->f_inode->i_mode & S_IFMT;
 
 	if (mode == S_IFREG || mode == S_IFBLK)
 		return IOT_TARGET_FILE;
 	if (mode == S_IFIFO)
 		return IOT_TARGET_PIPE;
 	if (mode == S_IFSOCK)
-		return IOT_TARGET_SOCKET;
+		return socket_target(file);
 	return IOT_TARGET_OTHER;
 }
 
@@ -175,10 +189,10 @@ static __always_inline void enter_body(__u8 op, int fd, unsigned long pos)
 	file = fd_file_of(task, fd);
 	if (!file)
 		goto out;
-	inode = file->f_inode;
-	start->target = target_of(inode);
+	start->target = target_of(file);
 	if (start->target != IOT_TARGET_FILE)
 		goto out;
+	inode = file->f_inode;
 	inode_id(inode, &start->file);
 	start->dir_ino = dir_ino_of(file->f_path.dentry);
 	start->offset = op & POSITIONAL ? pos : file->f_pos;
@@ -240,9 +254,9 @@ static __always_inline void open_done(struct task_struct *task, long fd, __u64 l
 
 	if (fd < 0 || !(file = fd_file_of(task, (int)fd)))
 		return;
-	inode = file->f_inode;
-	if (target_of(inode) != IOT_TARGET_FILE)
+	if (target_of(file) != IOT_TARGET_FILE)
 		return;
+	inode = file->f_inode;
 	inode_id(inode, &fid);
 	dir_ino = dir_ino_of(file->f_path.dentry);
 	file_first_sight(file, &fid, (int)fd, dir_ino, task->tgid);

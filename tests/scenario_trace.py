@@ -68,11 +68,12 @@ def wait_for_workers(pid: int, timeout: float = 120) -> tuple[list[int], pd.Time
 
 def attached(sc: Scenario, out: Path, *, after_workers: bool = False, extra: Sequence[str] = (),
              pids_of: Callable[[int, list[int]], list[int]] | None = None,
-             others: Sequence[int] = ()) -> Traced:
+             others: Sequence[int] = (), then: Callable[[], bool] | None = None) -> Traced:
     """`iotrace --pid PID -o OUT`, attached once the job is set up, before training, or with
     `after_workers` once its DataLoader workers run. `pids_of(job, workers)`: the PIDs to give
     (default the job's); `others`: unrelated PIDs given too (they outlive the job, so the
-    tracer is then stopped as Ctrl-C would)."""
+    tracer is then stopped as Ctrl-C would); `then`: after the workers, attach only once it
+    says true (polled)."""
     run = sc.start(ready=True, extra_args=list(extra))
     started = None
     pids = [run.pid]
@@ -86,6 +87,8 @@ def attached(sc: Scenario, out: Path, *, after_workers: bool = False, extra: Seq
             out = run.wait(timeout=60)
             raise AssertionError(f"{e} (exit {out.returncode}): {out.stderr[-2000:]}") from e
         time.sleep(0.5)  # they read by now
+        while then is not None and not then() and run.proc.poll() is None:
+            time.sleep(0.02)
         if pids_of is not None:
             pids = pids_of(run.pid, workers)
     tracer = subprocess.Popen([*IOTRACE, "--pid", *map(str, [*pids, *others]), "-o", str(out)],

@@ -359,3 +359,24 @@ def test_other_is_said_in_words():
     assert d.other_lines()[1:] == [
         f"The loop of pid {MAIN} spent 40 % of its time in `other`: runnable, waiting for a CPU "
         "50 %, asleep, woken by timers or other processes 50 %."]
+
+
+def test_a_long_sleep_is_no_data_wait_while_the_workers_do_nothing():
+    """Attached while the loop sleeps in a join of a save already under way: its sleep ends in
+    no interval, so the last intervals' wake-ups (by workers) would call it a data wait; but
+    the workers do nothing meanwhile, so nothing of it can be waiting for them."""
+    batches = ([thread(MAIN, MAIN, "main", oncpu=900 * MS, sleep=100 * MS, by_worker=100 * MS),
+                thread(WORKER, WORKER, "dataloader_worker", oncpu=700 * MS, sleep=300 * MS)], [])
+    joining = ([thread(MAIN, MAIN, "main", sleep=1000 * MS),
+                thread(MAIN, MAIN + 1, "main", iowait=1000 * MS),  # the saver, in D
+                thread(WORKER, WORKER, "dataloader_worker", sleep=1000 * MS)], [])
+    busy = ([thread(MAIN, MAIN, "main", sleep=1000 * MS),
+             thread(WORKER, WORKER, "dataloader_worker", oncpu=300 * MS, sleep=700 * MS)], [])
+    d = Diagnosis()
+    rows = [d.add(i * S, S, *iv, [], [], OWNER)[0]
+            for i, iv in enumerate([batches] * 3 + [joining] * 3 + [busy], start=1)]
+    assert [r["data_wait_cpu_ns"] + r["data_wait_io_ns"] for r in rows[3:6]] == [0, 0, 0]
+    assert all(r["other_ns"] == S for r in rows[3:6])
+    # a worker that works while the loop sleeps: that much of the sleep may be the wait
+    assert rows[6]["data_wait_cpu_ns"] == 300 * MS
+    assert kinds(d.findings()) == ["not_io_bound"]  # (3 s of data wait, without the cap)

@@ -95,8 +95,8 @@ def check_trace(out, parent_pid: int | None = None) -> None:
     assert sums(lat, parent, layer="block", op="read", attribution="direct") == mine
     assert sums(lat, parent, layer="syscall", op="read", target="pipe") == (P, 100 * P)
     assert sums(lat, parent, layer="syscall", op="write", target="pipe") == (P, 100 * P)
-    assert sums(lat, parent, layer="syscall", op="read", target="socket") == (S, 100 * S)
-    assert sums(lat, parent, layer="syscall", op="write", target="socket") == (S, 100 * S)
+    assert sums(lat, parent, layer="syscall", op="read", target="unix_socket") == (S, 100 * S)
+    assert sums(lat, parent, layer="syscall", op="write", target="unix_socket") == (S, 100 * S)
     assert sums(lat, child, layer="syscall", op="read", target="file") == (K, PAGE * K)
     # Histogram rows are well formed: buckets are log2 ranges of ns.
     assert (lat.bucket_hi_ns > lat.bucket_lo_ns).all() and (lat["count"] > 0).all()

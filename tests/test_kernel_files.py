@@ -145,7 +145,7 @@ def test_pipes_and_sockets_never_in_files(iowork, tmp_path):
     lat = pd.read_parquet(out / "latency")
     sys_rows = lat[lat.layer == "syscall"]
     assert sys_rows[sys_rows.target == "pipe"]["count"].sum() == 8
-    assert sys_rows[sys_rows.target == "socket"]["count"].sum() == 6
+    assert sys_rows[sys_rows.target == "unix_socket"]["count"].sum() == 6  # a socketpair
 
 
 @pytest.mark.parametrize("sizes", ["", "file_slots=2"])

@@ -47,21 +47,30 @@ def table(f: pd.DataFrame) -> str:
 
 @pytest.mark.parametrize("force", ["", "classic_syscalls"])
 def test_socket_reads_are_counted(tmp_path, tracefs, force):
-    """recv() and recvmsg() on a socket are syscall reads of target `socket`, exactly, on the
-    raw syscall hooks and on the classic tracepoints (--auto's)."""
+    """recv() and recvmsg() on a TCP socket are syscall reads of target `socket`, exactly, on
+    the raw syscall hooks and on the classic tracepoints (--auto's); on a Unix socket (how
+    PyTorch hands batches' shared memory between processes) they are `unix_socket`."""
     script = ("import socket\n"
-              "a, b = socket.socketpair()\n"
-              "for _ in range(7):\n"
-              "    a.send(b'x' * 100); assert len(b.recv(100)) == 100\n"
-              "for _ in range(3):\n"
-              "    a.send(b'y' * 100); assert len(b.recvmsg(100)[0]) == 100\n")
+              "def talk(a, b, n, m):\n"
+              "    for _ in range(n):\n"
+              "        a.send(b'x' * 100); assert len(b.recv(100)) == 100\n"
+              "    for _ in range(m):\n"
+              "        a.send(b'y' * 100); assert len(b.recvmsg(100)[0]) == 100\n"
+              "talk(*socket.socketpair(), 7, 3)\n"
+              "srv = socket.create_server(('127.0.0.1', 0))\n"
+              "c = socket.create_connection(srv.getsockname())\n"
+              "s, _ = srv.accept()\n"
+              "for sock in (c, s):\n"
+              "    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)\n"
+              "talk(c, s, 5, 2)\n")
     out = tmp_path / "trace"
     r = run_iotrace("-o", str(out), *EXACT, "--", sys.executable, "-c", script,
                     env={**os.environ, "IOTRACE_FORCE": force})
     assert r.returncode == 0, r.stderr
     lat = pd.read_parquet(out / "latency")
-    socket = lat[(lat.layer == "syscall") & (lat.op == "read") & (lat.target == "socket")]
-    assert (socket["count"].sum(), socket["bytes"].sum()) == (10, 1000)
+    reads = lat[(lat.layer == "syscall") & (lat.op == "read")].groupby("target")
+    for target, expected in (("socket", (7, 700)), ("unix_socket", (10, 1000))):
+        assert (reads["count"].sum()[target], reads["bytes"].sum()[target]) == expected
 
 
 @pytest.mark.parametrize("mode", ["launch", "attach"])
@@ -110,6 +119,24 @@ def test_a_background_thread_checkpoint_that_stalls(mode, workdir, tmp_path):
     assert ev["background"] and ev["saver"] == "thread"
     assert ev["loop_woken_by_own_ns"] > ev["loop_woken_by_timers_ns"]  # a join, not timers
     assert "in the background (another thread)" in final.summary.iloc[0]
+
+
+def test_attached_while_a_background_save_is_under_way(workdir, tmp_path):
+    """Attached while the saver thread writes the first checkpoint and the loop sleeps in its
+    join: that sleep began before the trace, no worker ends it, and the workers have nothing to
+    do meanwhile, so it is not a wait for data (it was, from the wake-ups before it)."""
+    sc = prepare("checkpoint_thread", workdir)
+    try:
+        t = attached(sc, tmp_path / "trace", after_workers=True,
+                     then=lambda: any(sc.checkpoint_dir.glob("ckpt-*.pt")))
+    finally:
+        sc.cleanup()
+    final = t.final_findings()
+    assert final.kind.iloc[0] == "checkpoint_stall", table(final)
+    assert not set(final.kind) & (DATA_WAITS | {"not_io_bound"})
+    loop = t.table("loop")
+    waits = loop[["data_wait_io_ns", "data_wait_cpu_ns", "data_wait_network_ns"]].sum().sum()
+    assert waits < 0.02 * loop.interval_ns.sum(), loop.to_string()  # the data is warm
 
 
 @pytest.mark.parametrize("mode", ["launch", "attach"])

@@ -27,7 +27,7 @@ LAYERS = {1: "syscall", 2: "block", 3: "block_queue", 4: "pagecache"}
 # enum iot_op
 OPS = {0: "read", 1: "write", 2: "fsync", 3: "flush", 4: "discard", 5: "other", 6: "open"}
 # enum iot_target (0: IOT_TARGET_NONE, not a syscall row)
-TARGETS = {0: None, 1: "file", 2: "pipe", 3: "socket", 4: "other"}
+TARGETS = {0: None, 1: "file", 2: "pipe", 3: "socket", 4: "other", 5: "unix_socket"}
 TARGET_FILE = 1  # IOT_TARGET_FILE
 # enum iot_attribution (0: IOT_ATTR_NONE, not a block row)
 ATTRIBUTIONS = {0: None, 1: "direct", 2: "writeback", 3: "readahead", 4: "unknown"}

@@ -347,7 +347,7 @@ class Diagnosis:
                     else:
                         w[1] += f["ops"]
                         w[2] += f["latency_sum_ns"]
-        worker_cpu, worker_io = defaultdict(int), defaultdict(int)
+        worker_cpu, worker_io, worker_runnable = defaultdict(int), defaultdict(int), defaultdict(int)
         other_io, child_io = defaultdict(int), defaultdict(int)  # D of non-loop threads, children
         loop_threads = {}
         for th in threads:
@@ -355,6 +355,7 @@ class Diagnosis:
             if th["role"] == DATALOADER_WORKER:
                 worker_cpu[main] += th["oncpu_ns"]
                 worker_io[main] += th["iowait_ns"]
+                worker_runnable[main] += th["runnable_ns"]
                 self.workers_seen.add(main)
             elif th["role"] == MAIN and th["tid"] == th["pid"]:
                 loop_threads[th["pid"]] = th
@@ -428,6 +429,8 @@ class Diagnosis:
                     th["woken_by_other_ns"], bool(child_io[pid]))
             wait = min(round(sleep * share), left)
             io, cpu, net = worker_io[pid], worker_cpu[pid], worker_net[pid]
+            if not speaks:  # the window's guess: no more than the workers were doing
+                wait = min(wait, io + cpu + net + worker_runnable[pid])
             busy = io + cpu + net
             io_part = round(wait * io / busy) if busy else 0
             net_part = round(wait * net / busy) if busy else 0
