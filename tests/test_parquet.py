@@ -759,3 +759,19 @@ def test_exit_status_is_split_into_code_and_signal() -> None:
     assert split_wait_status(7 << 8) == (7, None)
     assert split_wait_status(9) == (None, 9)
     assert split_wait_status(11 | 0x80) == (None, 11)
+
+
+@pytest.mark.parametrize("asked", [None, "mimalloc"])
+def test_the_tracers_pyarrow_allocates_with_malloc_unless_told(asked) -> None:
+    """The tracer's pyarrow uses the C library's allocator, and the command it starts does not
+    inherit the setting; a pool the user chose in the environment stays theirs."""
+    code = ("import os, sys; from tracer import cli; cli._system_allocator_for_pyarrow(); "
+            "import pyarrow; print(pyarrow.default_memory_pool().backend_name, "
+            "os.environ.get('ARROW_DEFAULT_MEMORY_POOL'))")
+    env = {k: v for k, v in os.environ.items() if k != "ARROW_DEFAULT_MEMORY_POOL"}
+    if asked:
+        env["ARROW_DEFAULT_MEMORY_POOL"] = asked
+    r = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ([asked, asked] if asked else ["system", "None"])
