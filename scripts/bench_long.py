@@ -7,8 +7,9 @@ how long does tracer.load() take on a day of it?
 The job (a Python loop, traced from its start) reads --files files of 4 KiB round robin at
 --reads-per-s. Every 30 s the tracer's resident memory (VmRSS) is printed with the trace's size
 and file count. At the end: the growth of RSS from the second minute on, the trace's bytes per
-hour, and tracer.load() of the trace, then of a day of it: its merged segments (5 minutes each)
-copied to make 288 per table (a day at the same rate, for the reader's cost; not a day traced).
+hour, and tracer.load() of the trace, then tracer.load() and Trace.summary() of a day of it:
+its first merged segment (about 5 minutes) of each table copied over 24 hours, times moved on
+(a day at the same rate, for the reader's cost; not a day traced).
 
 Nothing is asserted: figures go to docs/benchmarks.md.
 """
@@ -59,30 +60,45 @@ def tree(out: Path) -> tuple[int, int]:
 
 
 def day_of(out: Path, into: Path) -> int:
-    """A copy of trace `out` whose every table holds a day of merged segments: its merged ones
-    (5 minutes each, sinks/parquet.MERGE_SEGMENTS) copied 288 times over, renumbered in order
-    (times are not shifted: the reader's cost is what is measured)."""
+    """A copy of trace `out` whose every table holds a day of merged segments: its first merged
+    one (MERGE_SEGMENTS rolls, about 5 minutes) copied over a day, each copy's times moved on by
+    its span, with the same row groups (the reader's cost of a day at the same rate)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    from tracer.tracedir.segments import covered_segments
+    from tracer.tracedir.segments import COVERS_KEY, covered_segments
 
     shutil.copytree(out, into)
     n = 0
     for folder in into.iterdir():
-        if not folder.is_dir() or folder.name.startswith("."):
+        if not folder.is_dir() or folder.name.startswith(".") or folder.name == "processes":
             continue
         parts = sorted(folder.glob("part-*.parquet"))
-        merged = [p for p in parts if covered_segments(pq.read_table(p))] or parts[-1:]
+        merged = [p for p in parts if covered_segments(pq.read_table(p))]
+        if not merged:
+            continue
+        table = pq.read_table(merged[0])
+        meta = pq.ParquetFile(merged[0]).metadata
+        groups = [meta.row_group(g).num_rows for g in range(meta.num_row_groups)]
+        stamps = pc.cast(table.column("ts"), pa.int64())
+        span = pc.max(stamps).as_py() - pc.min(stamps).as_py() + 1_000_000_000
+        schema = table.schema.remove_metadata().with_metadata(
+            {k: v for k, v in (table.schema.metadata or {}).items() if k != COVERS_KEY})
         for p in parts:
-            p.rename(p.with_suffix(".orig"))
-        i = 0
-        while i < 288:
-            for p in merged:
-                shutil.copyfile(p.with_suffix(".orig"), folder / f"part-{i:05d}.parquet")
-                i += 1
-        for p in parts:
-            p.with_suffix(".orig").unlink()
-        n += i
+            p.unlink()
+        for k in range(-(-86_400_000_000_000 // span)):  # a day of them
+            columns = [pc.cast(pc.add(pc.cast(c, pa.int64()), k * span), f.type)
+                       if pa.types.is_timestamp(f.type) else c
+                       for c, f in zip(table.columns, table.schema, strict=True)]
+            copy = pa.Table.from_arrays(columns, schema=schema)
+            with pq.ParquetWriter(folder / f"part-{k:05d}.parquet", schema,
+                                  compression="zstd") as w:
+                at = 0
+                for rows in groups:
+                    w.write_table(copy.slice(at, rows), row_group_size=max(rows, 1))
+                    at += rows
+            n += 1
     return n
 
 
@@ -139,7 +155,10 @@ def main() -> int:
     n = day_of(out, day)
     size, _ = tree(day)
     print(f"a day of it ({n} segments, {size / 2**20:.0f} MiB): tracer.load(), 5 tables: "
-          f"{timed_load(day):.1f} s")
+          f"{timed_load(day):.1f} s", flush=True)
+    t = time.monotonic()
+    iotrace.load(day).summary()
+    print(f"Trace.summary() of the day: {time.monotonic() - t:.0f} s")
     meta = json.loads((out / "meta.json").read_text())
     print(f"tracer CPU {meta['self_cost']['tracer']['cpu_pct']} % of a core")
     shutil.rmtree(work, ignore_errors=True)

@@ -345,14 +345,20 @@ def test_segments_merged_every_merge_segments(tmp_path: Path, monkeypatch) -> No
     one, under the last one's name; every row is read back once, in order, by iotrace and by
     pandas."""
     monkeypatch.setattr(parquet_sink, "MERGE_SEGMENTS", 4)
+    monkeypatch.setattr(parquet_sink, "MERGED_ROW_GROUP_ROWS", 3)
     with TraceWriter(tmp_path, {}) as w:
-        for i in range(10):
-            w.add("latency", [dict(LATENCY_ROWS[0], count=i)])
+        for i in range(10):  # each segment with a dictionary of its own (comm)
+            w.add("latency", [dict(LATENCY_ROWS[0], count=i, comm=f"c{i}")])
             w.flush()
     assert _parts(tmp_path / "latency") == ["part-00003.parquet", "part-00007.parquet",
                                             "part-00008.parquet", "part-00009.parquet"]
     assert load(tmp_path).latency["count"].tolist() == list(range(10))
-    assert pd.read_parquet(tmp_path / "latency")["count"].tolist() == list(range(10))
+    back = pd.read_parquet(tmp_path / "latency")
+    assert back["count"].tolist() == list(range(10))
+    assert back["comm"].astype(str).tolist() == [f"c{i}" for i in range(10)]
+    # the 4 parts in row groups of at least 3 rows: 3, then the last
+    merged = pq.ParquetFile(tmp_path / "latency" / "part-00003.parquet")
+    assert [merged.metadata.row_group(g).num_rows for g in range(merged.num_row_groups)] == [3, 1]
 
 
 def test_parts_of_a_merged_segment_left_behind_are_read_once(tmp_path: Path,
@@ -753,3 +759,19 @@ def test_exit_status_is_split_into_code_and_signal() -> None:
     assert split_wait_status(7 << 8) == (7, None)
     assert split_wait_status(9) == (None, 9)
     assert split_wait_status(11 | 0x80) == (None, 11)
+
+
+@pytest.mark.parametrize("asked", [None, "mimalloc"])
+def test_the_tracers_pyarrow_allocates_with_malloc_unless_told(asked) -> None:
+    """The tracer's pyarrow uses the C library's allocator, and the command it starts does not
+    inherit the setting; a pool the user chose in the environment stays theirs."""
+    code = ("import os, sys; from tracer import cli; cli._system_allocator_for_pyarrow(); "
+            "import pyarrow; print(pyarrow.default_memory_pool().backend_name, "
+            "os.environ.get('ARROW_DEFAULT_MEMORY_POOL'))")
+    env = {k: v for k, v in os.environ.items() if k != "ARROW_DEFAULT_MEMORY_POOL"}
+    if asked:
+        env["ARROW_DEFAULT_MEMORY_POOL"] = asked
+    r = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ([asked, asked] if asked else ["system", "None"])

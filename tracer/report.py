@@ -37,10 +37,22 @@ def _ns(ts: object) -> int:
     return int(pd.Timestamp(ts).value)
 
 
+def _grouped(df: pd.DataFrame, keys: list[str], **agg: tuple[str, str]) -> pd.DataFrame:
+    """`agg` (pandas' named aggregations) per distinct `keys`, nulls a key of their own, in one
+    pass over the rows: a day of trace has millions of them."""
+    return (df.astype({k: object for k in keys if isinstance(df[k].dtype, pd.CategoricalDtype)})
+            .groupby(keys, dropna=False, sort=False).agg(**agg).reset_index())
+
+
 def totals_from_latency(latency: pd.DataFrame) -> dict[Series, np.ndarray]:
     """Whole-trace histograms per series, summed from the latency rows (bucket_lo_ns -> slot)."""
     totals: dict[Series, np.ndarray] = {}
-    for r in latency.itertuples(index=False):
+    keys = ["pid", "layer", "op", "target", "device", "attribution"]
+    if latency.empty:
+        return totals
+    summed = _grouped(latency, [*keys, "bucket_lo_ns"], count=("count", "sum"),
+                      bytes=("bytes", "sum"))
+    for r in summed.itertuples(index=False):
         key = Series(int(r.pid), str(r.layer), str(r.op), _text(r.target), _text(r.device),
                      _text(r.attribution))
         h = totals.setdefault(key, np.zeros((2, abi.MAX_SLOTS), dtype=np.uint64))
@@ -62,26 +74,41 @@ class SavedPaths:
 
 
 def file_totals_from_files(files: pd.DataFrame) -> tuple[dict, SavedPaths]:
+    # The table has no inode generation: a reused inode number's files differ by their paths
+    # (each is the one the kernel sent for that generation), so the path takes its place in
+    # the key.
     totals: dict[tuple, FileTotals] = {}
     table = SavedPaths()
-    for r in files.itertuples(index=False):
-        # The table has no inode generation: a reused inode number's files differ by their
-        # paths (each is the one the kernel sent for that generation), so the path takes its
-        # place in the key.
-        key = (int(r.pid), str(r.device), int(r.inode), str(r.path))
-        table.by_id[key[1:]] = FileInfo(str(r.path), str(r.path_source), str(r.fs_type),
-                                        str(r.device))
-        t = totals.setdefault(key, FileTotals())
-        t.add(str(r.op), int(r.ops), int(r.bytes), int(r.latency_sum_ns), int(r.pages_missed),
-              int(r.pages_dirtied), int(r.latency_max_ns))
+    if files.empty:
+        return totals, table
+    file_key = ["device", "inode", "path"]
+    names = files.astype({c: object for c in (*file_key, "path_source", "fs_type")
+                          if isinstance(files[c].dtype, pd.CategoricalDtype)})
+    for r in names.drop_duplicates(file_key, keep="last").itertuples(index=False):
+        table.by_id[(str(r.device), int(r.inode), str(r.path))] = FileInfo(
+            str(r.path), str(r.path_source), str(r.fs_type), str(r.device))
+    # The slowest operation is known for the rows that say it (latency_max_ns > 0), and a
+    # row with operations that does not makes the maximum of its (process, op) unknown.
+    known = files["latency_max_ns"] > 0
+    f = files.assign(known_ops=files["ops"].where(known, 0),
+                     unknown_ops=files["ops"].where(~known, 0),
+                     known_max_ns=files["latency_max_ns"].where(known, 0))
+    summed = _grouped(f, ["pid", *file_key, "op"], bytes=("bytes", "sum"),
+                      latency_sum_ns=("latency_sum_ns", "sum"), pages_missed=("pages_missed", "sum"),
+                      pages_dirtied=("pages_dirtied", "sum"), known_ops=("known_ops", "sum"),
+                      unknown_ops=("unknown_ops", "sum"), known_max_ns=("known_max_ns", "max"))
+    for r in summed.itertuples(index=False):
+        t = totals.setdefault((int(r.pid), str(r.device), int(r.inode), str(r.path)), FileTotals())
+        t.add(str(r.op), int(r.known_ops), int(r.bytes), int(r.latency_sum_ns),
+              int(r.pages_missed), int(r.pages_dirtied), int(r.known_max_ns))
+        t.add(str(r.op), int(r.unknown_ops), 0, 0, 0, 0, 0)
     return totals, table
 
 
 def _records(df: pd.DataFrame) -> dict[int, list[dict]]:
     """Rows by interval end (ns), as plain dicts with str/None for the dictionary columns."""
     out: dict[int, list[dict]] = {}
-    for rec in _as_records(df):
-        rec = _plain_row(rec)  # timestamps as int ns, as the live session passes them
+    for rec in _plain_records(df):
         out.setdefault(rec["ts"], []).append(rec)
     return out
 
@@ -121,8 +148,8 @@ def recompute_gpu(trace: TraceReader, write: bool = True
     gpu_df = trace["gpu"]
     if gpu_df.empty:
         return None
-    gpu_rows = [_plain_row(r) for r in _as_records(gpu_df)]
-    loop_rows = [_plain_row(r) for r in _as_records(trace["loop"])]
+    gpu_rows = _plain_records(gpu_df)
+    loop_rows = _plain_records(trace["loop"])
     spans = idle.analyse(gpu_rows, loop_rows)
     if write:
         write_segment(trace.directory / "gpu_idle", table_from_rows("gpu_idle", spans), replace=True)
@@ -130,17 +157,22 @@ def recompute_gpu(trace: TraceReader, write: bool = True
     return spans, gpu_rows
 
 
-def _as_records(df: pd.DataFrame) -> list[dict]:
-    """Rows as plain dicts: str/None for the dictionary columns, None for missing values."""
-    if df.empty:
-        return []
-    df = df.astype({c: object for c in df.columns if isinstance(df[c].dtype, pd.CategoricalDtype)})
-    return df.astype(object).where(df.notna(), None).to_dict("records")
-
-
-def _plain_row(r: dict) -> dict:
-    """Timestamps as int ns (what the live session passes), everything else as is."""
-    return {k: (_ns(v) if isinstance(v, pd.Timestamp) else v) for k, v in r.items()}
+def _plain_records(df: pd.DataFrame) -> list[dict]:
+    """Rows as plain dicts, as the live session passes them: timestamps as int ns, str for the
+    dictionary columns, None for missing values. Column by column: a day has millions of rows."""
+    columns = {}
+    for name in df.columns:
+        col = df[name]
+        missing = col.isna().to_numpy()
+        if isinstance(col.dtype, pd.DatetimeTZDtype) or pd.api.types.is_datetime64_dtype(col):
+            values = col.array.asi8.tolist()
+        else:
+            values = col.astype(object).tolist()
+        if missing.any():
+            values = [None if m else v for v, m in zip(values, missing, strict=True)]
+        columns[name] = values
+    names = list(columns)
+    return [dict(zip(names, row, strict=True)) for row in zip(*columns.values(), strict=True)]
 
 
 def report(directory: str, out: TextIO) -> int:

@@ -20,6 +20,7 @@ in this order, into:
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections import defaultdict, deque
@@ -155,6 +156,7 @@ def _cumulative(weighted: list[tuple[int, int]]) -> Iterator[tuple[int, int]]:
         yield value, total
 
 
+@functools.lru_cache(maxsize=65536)  # every interval asks again about the same files
 def is_library(path: str, fs_type: str) -> bool:
     """A file that is not the data set: the interpreter's and libraries' files (site-packages,
     .py, .pyc, .so), the system's (/etc, /usr/lib, ...) and pseudo file systems (/proc, /sys)."""

@@ -54,6 +54,11 @@ MERGE_SEGMENTS = 60
 """Segments of a table merged into one once that many were rolled (5 minutes at the default
 roll of 5 s): a day's trace holds a few hundred files per table, not 17 000."""
 
+MERGED_ROW_GROUP_ROWS = 65536
+"""Rows gathered into one row group of a merged segment: a row group per segment made a day
+of 190 000 row groups, each with its own dictionaries, which took 8 times the bytes and the
+time to read (docs/benchmarks.md)."""
+
 
 def segment_name(number: int) -> str:
     """File name of segment `number` (counted from 0 per table): ``part-00042.parquet``."""
@@ -273,8 +278,8 @@ class TraceWriter:
             self._merge(table, first, number)
 
     def _merge(self, table: str, first: int, last: int) -> None:
-        """Segments first..last of `table` as one, under the last one's name: a row group per
-        segment, read and written one at a time (the memory of one segment, not of all)."""
+        """Segments first..last of `table` as one, under the last one's name, in row groups of
+        MERGED_ROW_GROUP_ROWS rows or so (the memory of that many rows, not of all)."""
         folder = self.directory / table
         paths = [p for n in range(first, last + 1) if (p := folder / segment_name(n)).exists()]
         schema = pq.read_schema(paths[-1])
@@ -283,10 +288,17 @@ class TraceWriter:
 
         def write(f: BinaryIO) -> None:
             with pq.ParquetWriter(f, schema, compression="zstd") as out:
-                for p in paths:
+                pending: list[pa.Table] = []
+                rows = 0
+                for i, p in enumerate(paths):
                     part = pq.read_table(p)
                     if part.num_rows:
-                        out.write_table(part.cast(schema), row_group_size=part.num_rows)
+                        pending.append(part.cast(schema))
+                        rows += part.num_rows
+                    if pending and (rows >= MERGED_ROW_GROUP_ROWS or i == len(paths) - 1):
+                        group = pa.concat_tables(pending).combine_chunks()
+                        out.write_table(group, row_group_size=group.num_rows)
+                        pending, rows = [], 0
 
         # the merged segment takes the last one's name; the others go once it is in place
         _write_atomic(folder / segment_name(last), write, self.directory / TMP_DIR)
