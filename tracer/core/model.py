@@ -73,6 +73,8 @@ class FileRow(TypedDict):
     pages_missed: int
     pages_dirtied: int
     cache_hit_pct: float | None
+    reread_bytes: int | None  # op read only (None in older traces)
+    reread_pages_missed: int | None
 
 
 class EventRow(TypedDict):

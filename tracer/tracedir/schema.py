@@ -121,6 +121,11 @@ TABLES: dict[str, pa.Schema] = {
         _field("pages_missed", pa.int64()),  # op read: pages brought into the page cache
         _field("pages_dirtied", pa.int64()),  # op write: pages dirtied
         _field("cache_hit_pct", pa.float64(), nullable=True),  # op read: 1 - missed/read bytes
+        # op read: of `bytes`, those read from files already read in an earlier interval (a
+        # later pass over them, tracer.live.rereads), and the pages those reads missed; null
+        # for other ops and in traces of an iotrace before them
+        _field("reread_bytes", pa.int64(), nullable=True),
+        _field("reread_pages_missed", pa.int64(), nullable=True),
     ),
     # Individual operations slower than --slow-ms.
     "events": _schema(
