@@ -28,7 +28,15 @@ from dataclasses import dataclass, field
 
 from tracer.core.abi import MAX_SLOTS
 from tracer.core.histogram import format_bytes, format_ns, percentile_ns, slot_of
-from tracer.core.model import DeviceRow, FileRow, FindingRow, LatencyRow, LoopRow, ThreadRow
+from tracer.core.model import (
+    DeviceRow,
+    FileRow,
+    FindingRow,
+    LatencyRow,
+    LoopRow,
+    MemoryRow,
+    ThreadRow,
+)
 from tracer.core.vocab import CHILD, DATALOADER_WORKER, FINDING_KINDS, IO_KINDS, LOOP_STATES, MAIN
 
 STATES = LOOP_STATES  # the loop table's states, by this module's name for them
@@ -262,6 +270,7 @@ class _Interval:
     small_writes: dict[int, dict[str, list[int]]]  # main -> path -> [writes, fsyncs, fsync ns]
     background: dict[int, _Background]  # main pid -> a background save's cost to the loop
     other_parts: dict[int, tuple[int, int, int]]  # main -> other's (runnable, own, timers) ns
+    memory: dict[int, MemoryRow] = field(default_factory=dict)  # main pid -> its memory row
 
 
 @dataclass
@@ -313,9 +322,9 @@ class Diagnosis:
 
     def add(self, ts_ns: int, interval_ns: int, threads: Iterable[ThreadRow],
             files: Iterable[FileRow], latency: Iterable[LatencyRow], devices: Iterable[DeviceRow],
-            owner: dict[int, int]) -> list[LoopRow]:
-        """One interval's rows; `owner` maps each traced pid to its main pid. Returns the rows of
-        the `loop` table for this interval."""
+            owner: dict[int, int], memory: Iterable[MemoryRow] = ()) -> list[LoopRow]:
+        """One interval's rows; `owner` maps each traced pid to its main pid; `memory`: the
+        mains' memory rows. Returns the rows of the `loop` table for this interval."""
         t = self.thresholds
         files, threads = list(files), list(threads)
         own_read, proc_ckpt, proc_writes = defaultdict(int), defaultdict(int), defaultdict(int)
@@ -462,7 +471,7 @@ class Diagnosis:
             data, library, loop_time, dict(written), read_counts, _read_max(files, owner),
             queue, service,
             {d["device"]: d["util_pct"] for d in devices}, dict(worker_net), net_counts, net_bytes,
-            dict(small), background, other_parts))
+            dict(small), background, other_parts, {m["pid"]: m for m in memory}))
         return [loop.row() for loop in loops.values()]
 
     def _as_it_passes(self, pid: int, th: ThreadRow, ts_ns: int, interval_ns: int, ckpt_ns: int,

@@ -25,6 +25,7 @@ from tracer.core.model import (
     FileTotals,
     GpuRow,
     LatencyRow,
+    MemoryRow,
     RolledUp,
     Series,
     Snapshot,
@@ -90,7 +91,7 @@ class Aggregator:
 
     def interval(self, reading: Reading, ts_ns: int, *, devices: list[DeviceRow] | None = None,
                  system: SystemRow | None = None, gpu: list[GpuRow] | None = None,
-                 cost: SelfCost | None = None) -> Snapshot:
+                 cost: SelfCost | None = None, memory: list[MemoryRow] | None = None) -> Snapshot:
         """Deltas since the previous call, as rows stamped `ts_ns`; slow events since then. The
         snapshot's other fields, read elsewhere (/proc, NVML, iotrace's cost), as given, but for
         the cost's count of files whose path was lost: the file table's, after this reading."""
@@ -121,7 +122,7 @@ class Aggregator:
                                        file_rows_rolled_up=r.file_rows, folder_rows=r.folder_rows,
                                        folder_ops_kernel=r.kernel_ops)
         return Snapshot(ts_ns, interval_ns, rows, file_rows, events, thread_rows, devices or [],
-                        system, gpu or [], cost)
+                        system, gpu or [], cost, memory or [])
 
     def _thread_rows(self, threads: dict[int, bytes], mono_ns: int, ts_ns: int,
                      in_flight: dict[int, tuple[int, int, int, int, int, int]]) -> list[ThreadRow]:
