@@ -32,7 +32,7 @@ def reread(r: Rereads, *reads: tuple) -> list[tuple[int, int]]:
 def sizes(**by_ino: int):
     asked = []
 
-    def size_of(pid, dev, ino, gen):
+    def size_of(pid, dev, ino, gen, dir_ino):
         asked.append(ino)
         return by_ino.get(f"i{ino}")
     return size_of, asked

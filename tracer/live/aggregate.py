@@ -219,10 +219,10 @@ class Aggregator:
             self.fold_file_totals()
         return rows
 
-    def _size_of(self, pid: int, dev: int, ino: int, gen: int) -> int | None:
+    def _size_of(self, pid: int, dev: int, ino: int, gen: int, dir_ino: int) -> int | None:
         """A file's size now, through the process's root (its mount namespace's view), or None
         when it cannot be found there as that inode."""
-        path = self.files.get(dev, ino, gen, pid).path
+        path = self.files.get(dev, ino, gen, pid, dir_ino).path
         try:
             st = os.stat(f"/proc/{pid}/root{path}")
         except (OSError, ValueError):

@@ -52,8 +52,9 @@ def file_hash(dev: np.ndarray, ino: np.ndarray, gen: np.ndarray) -> np.ndarray:
 class Rereads:
     """Marks each interval's reads of files already read in an earlier one (see the module)."""
 
-    def __init__(self, size_of: Callable[[int, int, int, int], int | None]) -> None:
-        self.size_of = size_of  # (pid, dev, ino, gen) -> the file's size now; None: unknown
+    def __init__(self, size_of: Callable[[int, int, int, int, int], int | None]) -> None:
+        # (pid, dev, ino, gen, its folder's inode) -> the file's size now; None: unknown
+        self.size_of = size_of
         self.bits: np.ndarray | None = None  # allocated at the first read
         # the files read in the previous interval, sorted by hash: re-read?, bytes in this
         # pass, size (-1: not asked yet, -2: unknown)
@@ -86,7 +87,7 @@ class Rereads:
             if s == -1:
                 r = reads[first[i]]
                 got = self.size_of(int(out["tgid"][r]), int(out["dev"][r]), int(out["ino"][r]),
-                                   int(out["gen"][r]))
+                                   int(out["gen"][r]), int(out["dir_ino"][r]))
                 s = -2 if got is None else got
             size[i] = s
             if 0 <= s <= self.run[j]:  # its whole size read already: the next pass begins
