@@ -986,7 +986,7 @@ class Diagnosis:
         if again < t.min_reread_bytes or missed < t.reread_miss_ratio * again:
             return None
         top = max(by_dir, key=lambda d: by_dir[d][2])
-        first = sum(c[0] - c[1] for c in by_dir.values())  # what a first pass read
+        first = by_dir[top][0] - by_dir[top][1]  # what a first pass read there
         share = missed / again
         rows = [m for iv in ivs for m in iv.memory.values()]
         limits = [m["limit_bytes"] for m in rows if m.get("limit_bytes")]
@@ -1005,7 +1005,7 @@ class Diagnosis:
         else:
             room = "the page cache"
         return Finding(
-            "dataset_exceeds_cache", max(30, min(sev, round(sev * share))), None,
+            "dataset_exceeds_cache", min(sev, max(30, round(sev * share))), None,
             f"The data set under {top} ({format_bytes(first)} read in a first pass) does not "
             f"fit in {room}: {100 * share:.0f} % of the {format_bytes(again)} read again missed "
             "the page cache again.",
