@@ -86,13 +86,14 @@ def test_a_data_set_larger_than_its_memory_cgroup(mode, workdir, tmp_path):
     assert ev["cgroup"] == the_jobs_cgroup(t, spec.memory_mib)
     size = spec.n_files * spec.file_kib * 1024
     nbytes, again, missed = data_reads(t, sc)
-    assert (again, missed) == (ev["reread_bytes"], ev["reread_missed_bytes"])
+    assert ev["dirs"][str(sc.data)] == {"bytes": nbytes, "reread_bytes": again,
+                                        "reread_missed_bytes": missed}
+    assert ev["first_pass_bytes"] == nbytes - again
     if mode == "launch":
         # the second epoch is read again, but for the few files read at the end of the first
         # and at the start of the second in one interval (a pass counted when its reads stop)
         assert nbytes == 2 * size
         assert size - 32 * spec.file_kib * 1024 <= again <= size
-        assert ev["first_pass_bytes"] == nbytes - again
         report = subprocess.run([sys.executable, "-m", "tracer.cli", "report", str(t.out)],
                                 capture_output=True, text=True, timeout=120)
         assert "] dataset_exceeds_cache: The data set under" in report.stdout  # from the rows
@@ -102,8 +103,9 @@ def test_a_data_set_larger_than_its_memory_cgroup(mode, workdir, tmp_path):
 
 
 def test_a_data_set_that_fits_in_its_memory_cgroup(workdir, tmp_path):
-    """The same cgroup, a quarter of the data: the first epoch reads from disk, the next three
-    from the page cache; an I/O-bound job (its cold first epoch), so the rule was judged."""
+    """A quarter of the data in a cgroup that leaves room for it: the first epoch reads from
+    disk, the next three from the page cache; an I/O-bound job (its cold first epoch), so the
+    rule was judged."""
     t, sc = trace("dataset_fits_cache", "launch", workdir, tmp_path)
     spec = SPECS[sc.name]
     final = t.final_findings()
@@ -115,5 +117,7 @@ def test_a_data_set_that_fits_in_its_memory_cgroup(workdir, tmp_path):
     size = spec.n_files * spec.file_kib * 1024
     nbytes, again, missed = data_reads(t, sc)
     assert nbytes == 4 * size
-    assert 3 * size - 32 * spec.file_kib * 1024 <= again <= 3 * size
+    # Epochs 2-4 take a fraction of a second each: the files read at the end of the first
+    # epoch are read again within the same interval, which counts as one pass there.
+    assert 2 * size <= again <= 3 * size
     assert missed <= again // 20  # hits

@@ -243,14 +243,14 @@ SPECS: dict[str, Spec] = {
         Spec(
             name="dataset_exceeds_cache",
             finding="dataset_exceeds_cache",
-            summary="2 workers read 512 cold 512 KiB files (256 MiB) twice at 48 MB/s in a memory "
+            summary="2 workers read 512 cold 512 KiB files (256 MiB) twice at 32 MB/s in a memory "
             "cgroup of 320 MiB: the workers' memory leaves ~100 MiB of page cache, so the second "
             "epoch reads from disk again",
             expect="both epochs equally slow; the second epoch's disk reads ~ the data set",
             n_files=512,
             file_kib=512,
             cache="cold",
-            read_bps=48 * MB,
+            read_bps=32 * MB,
             memory_mib=320,
             train_args=("--num-workers", "2", "--persistent-workers", "--batch-size", "8",
                         "--epochs", "2"),
@@ -259,13 +259,13 @@ SPECS: dict[str, Spec] = {
             name="dataset_fits_cache",
             finding="cold_cache",
             summary="2 workers read 128 cold 512 KiB files (64 MiB) for 4 epochs at 24 MB/s in a "
-            "memory cgroup of 320 MiB: the data set fits, epochs 2-4 hit the page cache",
+            "memory cgroup of 448 MiB: the data set fits, epochs 2-4 hit the page cache",
             expect="epoch 1 several times slower than the others; disk reads only in epoch 1",
             n_files=128,
             file_kib=512,
             cache="cold",
             read_bps=24 * MB,
-            memory_mib=320,
+            memory_mib=448,
             train_args=("--num-workers", "2", "--persistent-workers", "--batch-size", "8",
                         "--epochs", "4"),
         ),
