@@ -1,8 +1,8 @@
 """A data set larger than the page cache its job may use, on real PyTorch jobs: read for two
-epochs in a memory cgroup that leaves it ~100 MiB of page cache, the second epoch reads from
-disk again (`dataset_exceeds_cache`, no `cold_cache`), traced from its start and attached to
-once its workers run; and one that fits in the same cgroup, whose later epochs hit the cache
-(never `dataset_exceeds_cache`)."""
+epochs in a memory cgroup of its size, whose workers' memory leaves at most ~190 MiB of page
+cache, the second epoch reads from disk again (`dataset_exceeds_cache`, no `cold_cache`),
+traced from its start and attached to once its workers run; and one that fits in a larger
+cgroup, whose later epochs hit the cache (never `dataset_exceeds_cache`)."""
 
 from __future__ import annotations
 
