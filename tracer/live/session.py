@@ -45,9 +45,9 @@ from tracer.live.cost import CostReader
 from tracer.live.discovery import Discovery, gone
 from tracer.live.files import FileTable
 from tracer.live.forget import Forgetter
+from tracer.live.memory import MemorySampler
 from tracer.live.peers import peers_of
 from tracer.live.processes import ProcessTable
-from tracer.live.memory import MemorySampler
 from tracer.live.procfs import ProcSampler
 
 if TYPE_CHECKING:

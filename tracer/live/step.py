@@ -38,8 +38,9 @@ class Step:
                  processes: list[dict] | None = None, final: bool = False,
                  memory: list[dict] | None = None) -> Interval:
         """One interval ending at `ts_ns` (UTC ns): the maps' `reading`, the host's `devices`
-        and `system` rows, the mains' `memory` rows, the GPUs' samples, iotrace's cost so far, each process's main
-        process (`owners`), and the `processes` rows to write (None: none this interval).
+        and `system` rows, the mains' `memory` rows, the GPUs' samples, iotrace's cost so far,
+        each process's main process (`owners`), and the `processes` rows to write (None: none
+        this interval).
         `final`: the run's last interval, which also gets the whole run's verdicts."""
         snap = self.aggregator.interval(reading, ts_ns, devices=devices, system=system,
                                         gpu=gpu_rows, cost=cost, memory=memory)
