@@ -129,7 +129,7 @@ def test_later_passes_that_miss_again_are_dataset_exceeds_cache():
     ev = json.loads(exceeds.row(0)["evidence"])
     assert (ev["top_dir"], ev["first_pass_bytes"], ev["reread_bytes"]) == (
         "/data/train", 48 << 20, 48 << 20)
-    assert ev["reread_miss_pct"] == 90.0 and ev["limit_bytes"] == 40 << 20
+    assert ev["reread_miss_pct"] == 90.0 and ev["limit_bytes"] == ev["usage_bytes"] == 40 << 20
     assert ("48.0 MiB read in a first pass" in exceeds.summary
             and "the 40.0 MiB that the job's memory cgroup /job allows" in exceeds.summary
             and "it kept 24.0 MiB as page cache" in exceeds.summary

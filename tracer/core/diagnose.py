@@ -993,6 +993,8 @@ class Diagnosis:
         caches = [m["cache_bytes"] for m in rows if m.get("cache_bytes") is not None]
         limit = min(limits) if limits else None
         cache = max(caches) if caches else None
+        usage = max((m["usage_bytes"] for m in rows if m.get("usage_bytes") is not None),
+                    default=None)
         available = min((m["available_bytes"] for m in rows), default=None)
         cgroup = next((m["cgroup"] for m in rows if m.get("limit_bytes") == limit and limit), None)
         kept = f", of which it kept {format_bytes(cache)} as page cache" if cache is not None else ""
@@ -1011,7 +1013,7 @@ class Diagnosis:
             "the page cache again.",
             {"top_dir": top, "first_pass_bytes": first, "reread_bytes": again,
              "reread_missed_bytes": missed, "reread_miss_pct": round(100 * share, 1),
-             "limit_bytes": limit, "cgroup": cgroup, "cache_bytes": cache,
+             "limit_bytes": limit, "cgroup": cgroup, "cache_bytes": cache, "usage_bytes": usage,
              "available_bytes": available,
              "dirs": {d: {"bytes": c[0], "reread_bytes": c[1], "reread_missed_bytes": c[2]}
                       for d, c in sorted(by_dir.items(), key=lambda kv: -kv[1][2])[:5]}})
