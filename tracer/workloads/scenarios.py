@@ -258,13 +258,13 @@ SPECS: dict[str, Spec] = {
         Spec(
             name="dataset_fits_cache",
             finding="cold_cache",
-            summary="2 workers read 128 cold 512 KiB files (64 MiB) for 4 epochs at 24 MB/s in a "
+            summary="2 workers read 128 cold 512 KiB files (64 MiB) for 4 epochs at 12 MB/s in a "
             "memory cgroup of 448 MiB: the data set fits, epochs 2-4 hit the page cache",
             expect="epoch 1 several times slower than the others; disk reads only in epoch 1",
             n_files=128,
             file_kib=512,
             cache="cold",
-            read_bps=24 * MB,
+            read_bps=12 * MB,
             memory_mib=448,
             train_args=("--num-workers", "2", "--persistent-workers", "--batch-size", "8",
                         "--epochs", "4"),
