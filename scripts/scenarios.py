@@ -447,6 +447,22 @@ def check(m: Measured) -> list[tuple[str, bool]]:
              f"{(w_read - e1_read) / 1e6:.1f} MB (< 5 % of {data_bytes / 1e6:.1f})",
              e1_read >= 0.9 * data_bytes and w_read - e1_read < 0.05 * data_bytes),
         ]
+    elif name == "dataset_exceeds_cache":
+        c += [
+            (f"epoch 2 {epochs[-1] if epochs else 0:.2f} s >= 0.6 x epoch 1 "
+             f"({epochs[0] if epochs else 0:.2f} s): read from disk again",
+             len(epochs) > 1 and epochs[-1] >= 0.6 * epochs[0]),
+            (f"workers read {w_read / 1e6:.1f} MB from disk (>= 1.5 x {data_bytes / 1e6:.1f})",
+             w_read >= 1.5 * data_bytes),
+        ]
+    elif name == "dataset_fits_cache":
+        later = statistics.median(epochs[1:]) if len(epochs) > 1 else 0.0
+        c += [
+            (f"epoch 1 {epochs[0] if epochs else 0:.2f} s >= 3 x median of epochs 2+ ({later:.2f} s)",
+             len(epochs) > 1 and epochs[0] >= 3 * later),
+            (f"workers read {w_read / 1e6:.1f} MB from disk (< 1.1 x {data_bytes / 1e6:.1f})",
+             0.9 * data_bytes <= w_read < 1.1 * data_bytes),
+        ]
     elif name == "device_saturated":
         dk = m.disk
         c += [

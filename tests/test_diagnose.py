@@ -101,6 +101,54 @@ def test_cold_then_warm_reads_are_cold_cache():
     assert "cold_cache" not in kinds(run([cold, cold, warm, warm, warm, warm, warm, iv(1024)]))
 
 
+def _passes(first: int, again: int, missed_again: int, **kw):
+    """An I/O-bound job: `first` intervals of a first pass over /data/train, then `again` of a
+    later pass whose 8 MiB per interval missed `missed_again` pages."""
+    def iv(reread, missed):
+        return ([thread(MAIN, MAIN, "main", oncpu=200 * MS, sleep=800 * MS, by_worker=800 * MS),
+                 thread(WORKER, WORKER, "dataloader_worker", oncpu=100 * MS, iowait=900 * MS)],
+                [{**file_row(WORKER, "dataloader_worker", "read", 8 << 20, 900 * MS,
+                             missed=missed), "reread_bytes": reread,
+                  "reread_pages_missed": missed if reread else 0}])
+    memory = {"ts": 0, "pid": MAIN, "source": "cgroup_v1", "cgroup": "/job",
+              "limit_bytes": 40 << 20, "usage_bytes": 40 << 20, "cache_bytes": 24 << 20,
+              "available_bytes": 8 << 30, **kw}
+    d = Diagnosis()
+    for i, (threads, files) in enumerate([iv(0, 2048)] * first + [iv(8 << 20, missed_again)]
+                                         * again, start=1):
+        d.add(i * S, S, threads, files, [], [], OWNER, [memory])
+    return d.findings()
+
+
+def test_later_passes_that_miss_again_are_dataset_exceeds_cache():
+    f = _passes(6, 6, 2048 * 9 // 10)  # the second pass: 90 % from disk again
+    assert kinds(f)[:2] == ["dataloader_io_bound", "dataset_exceeds_cache"]
+    assert "cold_cache" not in kinds(f)
+    exceeds = f[1]
+    assert exceeds.severity == round(f[0].severity * 0.9)
+    ev = json.loads(exceeds.row(0)["evidence"])
+    assert (ev["top_dir"], ev["first_pass_bytes"], ev["reread_bytes"]) == (
+        "/data/train", 48 << 20, 48 << 20)
+    assert ev["reread_miss_pct"] == 90.0 and ev["limit_bytes"] == ev["usage_bytes"] == 40 << 20
+    assert ("48.0 MiB read in a first pass" in exceeds.summary
+            and "the 40.0 MiB that the job's memory cgroup /job allows" in exceeds.summary
+            and "it kept 24.0 MiB as page cache" in exceeds.summary
+            and "90 % of the 48.0 MiB read again missed" in exceeds.summary)
+    assert "NVMe" in exceeds.advice
+    # without a limit, the memory the host has left
+    host = _passes(6, 6, 2048, limit_bytes=None, source="host", cgroup=None, cache_bytes=None)
+    summary = next(x.summary for x in host if x.kind == "dataset_exceeds_cache")
+    assert "(8.0 GiB available on the host)" in summary
+
+
+def test_later_passes_from_the_page_cache_are_no_dataset_exceeds_cache():
+    f = _passes(6, 6, 0)
+    assert "dataset_exceeds_cache" not in kinds(f)
+    assert "cold_cache" in kinds(f)  # a first pass that warmed the cache
+    assert "dataset_exceeds_cache" not in kinds(_passes(6, 6, 2048 * 4 // 10))  # 40 %: below
+    assert "dataset_exceeds_cache" not in kinds(_passes(12, 1, 2048))  # 8 MiB read again: few
+
+
 def test_window_only_looks_at_recent_intervals():
     io = ([thread(MAIN, MAIN, "main", oncpu=100 * MS, iowait=900 * MS)],
           [file_row(MAIN, "main", "read", 8 << 20, 900 * MS)])

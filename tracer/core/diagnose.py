@@ -29,7 +29,15 @@ from dataclasses import dataclass, field
 
 from tracer.core.abi import MAX_SLOTS
 from tracer.core.histogram import format_bytes, format_ns, percentile_ns, slot_of
-from tracer.core.model import DeviceRow, FileRow, FindingRow, LatencyRow, LoopRow, ThreadRow
+from tracer.core.model import (
+    DeviceRow,
+    FileRow,
+    FindingRow,
+    LatencyRow,
+    LoopRow,
+    MemoryRow,
+    ThreadRow,
+)
 from tracer.core.vocab import CHILD, DATALOADER_WORKER, FINDING_KINDS, IO_KINDS, LOOP_STATES, MAIN
 
 STATES = LOOP_STATES  # the loop table's states, by this module's name for them
@@ -57,6 +65,10 @@ class Thresholds:
     warm_miss_ratio: float = 0.1  # an interval reading mostly from the page cache
     min_read_bytes: int = 1 << 20  # an interval with fewer file reads says nothing about caching
     cold_min_intervals: int = 2  # cold intervals that the reads must start with for cold_cache
+    # dataset_exceeds_cache: of the bytes read again (files read in an earlier interval), at
+    # least this share missed the page cache again, of at least this many bytes
+    reread_miss_ratio: float = 0.5
+    min_reread_bytes: int = 16 << 20
     small_file_bytes: int = 256 << 10  # median bytes read per file below this: small files
     small_files_min_count: int = 100
     saturated_util_pct: float = 90.0
@@ -110,6 +122,12 @@ ADVICE = {
     "device_saturated": "The disk is saturated (busy near 100 %, requests queue far longer than "
                         "they take): spread the data over more/faster devices or cut the read "
                         "volume (smaller or compressed samples, caching).",
+    "dataset_exceeds_cache": "The data set does not fit in the page cache the job may use, so "
+                             "every pass reads it from disk again: give the job more memory "
+                             "(a higher memory cgroup limit or a larger node), make the data "
+                             "set smaller (compressed or lower-resolution samples), cache it on "
+                             "a local NVMe disk, or read it as sequential shards once per epoch "
+                             "(WebDataset/tar, Arrow) so that storage streams at full speed.",
     "slow_filesystem": "The dataset sits on a slow file system (overlay/network/FUSE): copy it "
                        "to a local disk or tmpfs, or use a bind mount instead of a volume.",
 }
@@ -174,13 +192,24 @@ class _Reads:
     opens: int = 0
     # the files of folder rows (a folder's files added up, core/rollup.py), by (path, fs_type)
     folder_files: dict[tuple[str, str], int] = field(default_factory=dict)
+    # folder -> [bytes read, of them read again (files read in an earlier interval), and of
+    # those the bytes that missed the page cache]
+    by_dir: dict[str, list[int]] = field(default_factory=dict)
 
     def add(self, path: str, fs: str, nbytes: int, missed: int,
-            folder_files: int | None = None, max_paths: int | None = MAX_READ_PATHS) -> None:
+            folder_files: int | None = None, max_paths: int | None = MAX_READ_PATHS,
+            reread: int = 0, reread_missed: int = 0) -> None:
         """A file's read bytes, or a folder row's (`folder_files`: how many files it adds up).
-        Past `max_paths` files, a file counts in its folder's entry, as one of its files."""
+        Past `max_paths` files, a file counts in its folder's entry, as one of its files.
+        `reread`: of `nbytes`, those of a later pass, `reread_missed` of which came from disk."""
         self.bytes += nbytes
         self.missed += missed
+        # a folder row's path is its folder's, with a "/" at the end
+        folder = path[:-1] if path.endswith("/") else path.rsplit("/", 1)[0]
+        acc = self.by_dir.setdefault(folder or "/", [0, 0, 0])
+        acc[0] += nbytes
+        acc[1] += reread
+        acc[2] += reread_missed
         key = (path, fs)
         if (folder_files is None and max_paths is not None and key not in self.files
                 and len(self.files) >= max_paths):
@@ -197,6 +226,10 @@ class _Reads:
             self.files[key] = self.files.get(key, 0) + n
         for key, n in other.folder_files.items():
             self.folder_files[key] = self.folder_files.get(key, 0) + n
+        for d, counts in other.by_dir.items():
+            acc = self.by_dir.setdefault(d, [0, 0, 0])
+            for i, n in enumerate(counts):
+                acc[i] += n
 
     def file_count(self) -> int:
         """Files read: a file's row counts one, a folder row the files it adds up."""
@@ -264,6 +297,7 @@ class _Interval:
     small_writes: dict[int, dict[str, list[int]]]  # main -> path -> [writes, fsyncs, fsync ns]
     background: dict[int, _Background]  # main pid -> a background save's cost to the loop
     other_parts: dict[int, tuple[int, int, int]]  # main -> other's (runnable, own, timers) ns
+    memory: dict[int, MemoryRow] = field(default_factory=dict)  # main pid -> its memory row
 
 
 @dataclass
@@ -315,9 +349,9 @@ class Diagnosis:
 
     def add(self, ts_ns: int, interval_ns: int, threads: Iterable[ThreadRow],
             files: Iterable[FileRow], latency: Iterable[LatencyRow], devices: Iterable[DeviceRow],
-            owner: dict[int, int]) -> list[LoopRow]:
-        """One interval's rows; `owner` maps each traced pid to its main pid. Returns the rows of
-        the `loop` table for this interval."""
+            owner: dict[int, int], memory: Iterable[MemoryRow] = ()) -> list[LoopRow]:
+        """One interval's rows; `owner` maps each traced pid to its main pid; `memory`: the
+        mains' memory rows. Returns the rows of the `loop` table for this interval."""
         t = self.thresholds
         files, threads = list(files), list(threads)
         own_read, proc_ckpt, proc_writes = defaultdict(int), defaultdict(int), defaultdict(int)
@@ -467,7 +501,7 @@ class Diagnosis:
             data, library, loop_time, dict(written), read_counts, _read_max(files, owner),
             queue, service,
             {d["device"]: d["util_pct"] for d in devices}, dict(worker_net), net_counts, net_bytes,
-            dict(small), background, other_parts))
+            dict(small), background, other_parts, {m["pid"]: m for m in memory}))
         return [loop.row() for loop in loops.values()]
 
     def _as_it_passes(self, pid: int, th: ThreadRow, ts_ns: int, interval_ns: int, ckpt_ns: int,
@@ -559,6 +593,9 @@ class Diagnosis:
             missed = min(ahead, f["bytes"])
             if ahead > missed and len(self.read_ahead) < MAX_READ_AHEAD:
                 self.read_ahead[key] = ahead - missed
+            # a later pass's reads: their misses at most their bytes (no carry: a share of them)
+            reread = f.get("reread_bytes") or 0
+            reread_missed = min((f.get("reread_pages_missed") or 0) * self.page_size, reread)
             if lib:
                 if main not in self.first_worker_ns:  # kept for the start-up's summary only
                     # every path: the start-up's summary counts distinct files, and it ends
@@ -566,7 +603,8 @@ class Diagnosis:
                                                            missed, _folder_files(f), None)
             else:
                 data.setdefault(main, _Reads()).add(f["path"], f["fs_type"], f["bytes"], missed,
-                                                    _folder_files(f))
+                                                    _folder_files(f), reread=reread,
+                                                    reread_missed=reread_missed)
         t = self.thresholds
         for main, r in data.items():
             if (main not in self.first_data_ns and (r.file_count() >= t.startup_data_files
@@ -882,6 +920,10 @@ class Diagnosis:
                      "late_miss_pct": [round(100 * r, 1) for r in late]}))
         if not io_bound:
             return out
+        exceeds = self._exceeds_cache(training, reads, sev)
+        if exceeds is not None:
+            # later passes miss as the first did: no first pass that warmed the cache
+            out = [f for f in out if f.kind != "cold_cache"] + [exceeds]
         sizes, in_folder = defaultdict(int), defaultdict(int)  # path -> bytes, folder's files
         for r in reads:
             for key, n in r.files.items():
@@ -932,6 +974,54 @@ class Diagnosis:
                 {"device": hot, "util_pct": round(busy[hot], 1), "queue_p50_ns": q50,
                  "service_p50_ns": s50}))
         return out
+
+    def _exceeds_cache(self, ivs: list[_Interval], reads: list[_Reads], sev: int
+                       ) -> Finding | None:
+        """dataset_exceeds_cache: the bytes read again (of files read in an earlier interval)
+        missed the page cache again; with the memory the job's cgroup allows."""
+        t = self.thresholds
+        by_dir: dict[str, list[int]] = {}
+        for r in reads:
+            for d, counts in r.by_dir.items():
+                acc = by_dir.setdefault(d, [0, 0, 0])
+                for i, n in enumerate(counts):
+                    acc[i] += n
+        again = sum(c[1] for c in by_dir.values())
+        missed = sum(c[2] for c in by_dir.values())
+        if again < t.min_reread_bytes or missed < t.reread_miss_ratio * again:
+            return None
+        top = max(by_dir, key=lambda d: by_dir[d][2])
+        first = by_dir[top][0] - by_dir[top][1]  # what a first pass read there
+        share = missed / again
+        rows = [m for iv in ivs for m in iv.memory.values()]
+        limits = [m["limit_bytes"] for m in rows if m.get("limit_bytes")]
+        caches = [m["cache_bytes"] for m in rows if m.get("cache_bytes") is not None]
+        limit = min(limits) if limits else None
+        cache = max(caches) if caches else None
+        usage = max((m["usage_bytes"] for m in rows if m.get("usage_bytes") is not None),
+                    default=None)
+        available = min((m["available_bytes"] for m in rows), default=None)
+        cgroup = next((m["cgroup"] for m in rows if m.get("limit_bytes") == limit and limit), None)
+        kept = f", of which it kept {format_bytes(cache)} as page cache" if cache is not None else ""
+        if limit is not None:
+            room = f"the {format_bytes(limit)} that the job's memory cgroup {cgroup} allows{kept}"
+        elif available is not None:
+            room = (f"the memory left to the job ({format_bytes(available)} available on the "
+                    "host" + (f"; its cgroup kept {format_bytes(cache)} of page cache)"
+                              if cache is not None else ")"))
+        else:
+            room = "the page cache"
+        return Finding(
+            "dataset_exceeds_cache", min(sev, max(30, round(sev * share))), None,
+            f"The data set under {top} ({format_bytes(first)} read in a first pass) does not "
+            f"fit in {room}: {100 * share:.0f} % of the {format_bytes(again)} read again missed "
+            "the page cache again.",
+            {"top_dir": top, "first_pass_bytes": first, "reread_bytes": again,
+             "reread_missed_bytes": missed, "reread_miss_pct": round(100 * share, 1),
+             "limit_bytes": limit, "cgroup": cgroup, "cache_bytes": cache, "usage_bytes": usage,
+             "available_bytes": available,
+             "dirs": {d: {"bytes": c[0], "reread_bytes": c[1], "reread_missed_bytes": c[2]}
+                      for d, c in sorted(by_dir.items(), key=lambda kv: -kv[1][2])[:5]}})
 
     def _data_read(self, iv: _Interval) -> _Reads | None:
         """The data set's reads in `iv` by the mains in training then; None when every main

@@ -73,6 +73,8 @@ class FileRow(TypedDict):
     pages_missed: int
     pages_dirtied: int
     cache_hit_pct: float | None
+    reread_bytes: int | None  # op read only (None in older traces)
+    reread_pages_missed: int | None
 
 
 class EventRow(TypedDict):
@@ -152,6 +154,17 @@ class SystemRow(TypedDict):
     disk_write_bytes_s: float
 
 
+class MemoryRow(TypedDict):
+    ts: int
+    pid: int
+    source: str
+    cgroup: str | None
+    limit_bytes: int | None
+    usage_bytes: int | None
+    cache_bytes: int | None
+    available_bytes: int
+
+
 class GpuRow(TypedDict):
     ts: int
     gpu: int
@@ -198,7 +211,7 @@ class FindingRow(TypedDict):
 ROW_TYPES: dict[str, type] = {
     "processes": ProcessRow, "latency": LatencyRow, "files": FileRow, "events": EventRow,
     "threads": ThreadRow, "loop": LoopRow, "devices": DeviceRow, "system": SystemRow,
-    "gpu": GpuRow, "gpu_idle": GpuIdleRow, "findings": FindingRow,
+    "memory": MemoryRow, "gpu": GpuRow, "gpu_idle": GpuIdleRow, "findings": FindingRow,
 }
 """The row type of each table, by table name (the keys of `schema.TABLES`)."""
 
@@ -234,6 +247,7 @@ class Snapshot:
     system: SystemRow | None = None  # dstat
     gpu: list[GpuRow] = field(default_factory=list)  # NVML samples, when sampling
     cost: SelfCost | None = None  # iotrace's own cost so far (the session adds it)
+    memory: list[MemoryRow] = field(default_factory=list)  # per main process: its memory cgroup
 
 
 @dataclass

@@ -19,6 +19,8 @@ if TYPE_CHECKING:
 # job that reads a few files sees each of them in every interval.
 KEEP_FILES = 64
 SUMMED = ("ops", "bytes", "latency_sum_ns", "pages_missed", "pages_dirtied")
+# summed too where the rows carry them (tracer.live.rereads adds them before the roll-up)
+SUMMED_IF_THERE = ("reread_bytes", "reread_pages")
 LARGEST = ("latency_max_ns", "dir_ino")
 FOLDER_KEY = ("tgid", "dev", "ino", "op")  # a folder row's `ino` is the folder's
 
@@ -51,7 +53,7 @@ def add_up(rows: np.ndarray, by: tuple[str, ...], weights: np.ndarray | None = N
     if len(starts) == len(rows):  # nothing to add up (the usual case for files)
         return rows[order], weights[order]
     out = rows[order[starts]]
-    for name in SUMMED:
+    for name in SUMMED + tuple(n for n in SUMMED_IF_THERE if n in rows.dtype.names):
         out[name] = np.add.reduceat(rows[name][order], starts)
     for name in LARGEST:
         out[name] = np.maximum.reduceat(rows[name][order], starts)

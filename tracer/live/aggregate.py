@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -24,6 +25,7 @@ from tracer.core.model import (
     FileTotals,
     GpuRow,
     LatencyRow,
+    MemoryRow,
     RolledUp,
     Series,
     Snapshot,
@@ -35,6 +37,7 @@ from tracer.core.selfcost import SelfCost
 from tracer.live.devices import device_name
 from tracer.live.files import FileTable
 from tracer.live.processes import Process, ProcessTable
+from tracer.live.rereads import Rereads, with_rereads
 
 MAX_FILE_TOTALS = 2_000  # files the summary keeps totals of (the others: their folders')
 NO_SYSCALL: dict[str, str | int | None] = {"syscall_op": None, "syscall_path": None, "syscall_since": None}
@@ -84,10 +87,11 @@ class Aggregator:
         self.rolled_up = RolledUp()
         self.last_ts_ns: int | None = None
         self.pending_events: list[EventRow] = []
+        self.rereads = Rereads(self._size_of)
 
     def interval(self, reading: Reading, ts_ns: int, *, devices: list[DeviceRow] | None = None,
                  system: SystemRow | None = None, gpu: list[GpuRow] | None = None,
-                 cost: SelfCost | None = None) -> Snapshot:
+                 cost: SelfCost | None = None, memory: list[MemoryRow] | None = None) -> Snapshot:
         """Deltas since the previous call, as rows stamped `ts_ns`; slow events since then. The
         snapshot's other fields, read elsewhere (/proc, NVML, iotrace's cost), as given, but for
         the cost's count of files whose path was lost: the file table's, after this reading."""
@@ -118,7 +122,7 @@ class Aggregator:
                                        file_rows_rolled_up=r.file_rows, folder_rows=r.folder_rows,
                                        folder_ops_kernel=r.kernel_ops)
         return Snapshot(ts_ns, interval_ns, rows, file_rows, events, thread_rows, devices or [],
-                        system, gpu or [], cost)
+                        system, gpu or [], cost, memory or [])
 
     def _thread_rows(self, threads: dict[int, bytes], mono_ns: int, ts_ns: int,
                      in_flight: dict[int, tuple[int, int, int, int, int, int]]) -> list[ThreadRow]:
@@ -175,7 +179,7 @@ class Aggregator:
     def _file_rows(self, files: np.ndarray, folders: np.ndarray, ts_ns: int) -> list[FileRow]:
         """This interval's per-file rows, the files past rollup.KEEP_FILES per (process, op)
         added up per folder (and the kernel's own folder counts with them)."""
-        own, folder_rows, n_files = rollup.split(files, folders)
+        own, folder_rows, n_files = rollup.split(self.rereads.mark(files), with_rereads(folders))
         self.rolled_up.add(folder_rows, n_files, folders)
         who: dict[int, tuple[str, str]] = {}  # pid -> (comm, role), looked up once per reading
         rows: list[FileRow] = []
@@ -183,7 +187,7 @@ class Aggregator:
                 zip(own.tolist(), itertools.repeat(1), itertools.repeat(False)),
                 zip(folder_rows.tolist(), n_files.tolist(), itertools.repeat(True))):
             (pid, dev, ino, gen, op_code, _buf, _pad, ops, nbytes, lat_sum, missed, dirtied,
-             max_ns, dir_ino) = counts
+             max_ns, dir_ino, reread, reread_pages) = counts
             if not (ops or missed or dirtied):
                 continue
             op = abi.OPS.get(op_code, "other")
@@ -203,6 +207,8 @@ class Aggregator:
                 "device": info.device, "inode": ino, "op": op, "file_count": n, "ops": ops,
                 "bytes": nbytes, "latency_sum_ns": lat_sum, "latency_max_ns": max_ns,
                 "pages_missed": missed, "pages_dirtied": dirtied, "cache_hit_pct": hit,
+                "reread_bytes": reread if op == "read" else None,
+                "reread_pages_missed": reread_pages if op == "read" else None,
             })
             tkey = (pid, dev, ino, FOLDER_GEN if folder else gen)
             t = self.file_totals.get(tkey)
@@ -212,6 +218,16 @@ class Aggregator:
         if len(self.file_totals) > 2 * MAX_FILE_TOTALS:
             self.fold_file_totals()
         return rows
+
+    def _size_of(self, pid: int, dev: int, ino: int, gen: int, dir_ino: int) -> int | None:
+        """A file's size now, through the process's root (its mount namespace's view), or None
+        when it cannot be found there as that inode."""
+        path = self.files.get(dev, ino, gen, pid, dir_ino).path
+        try:
+            st = os.stat(f"/proc/{pid}/root{path}")
+        except (OSError, ValueError):
+            return None
+        return st.st_size if st.st_ino == ino else None
 
     def fold_file_totals(self) -> None:
         """Keeps the MAX_FILE_TOTALS files with the most time in syscalls, the others added to

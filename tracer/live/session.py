@@ -45,6 +45,7 @@ from tracer.live.cost import CostReader
 from tracer.live.discovery import Discovery, gone
 from tracer.live.files import FileTable
 from tracer.live.forget import Forgetter
+from tracer.live.memory import MemorySampler
 from tracer.live.peers import peers_of
 from tracer.live.processes import ProcessTable
 from tracer.live.procfs import ProcSampler
@@ -134,6 +135,7 @@ class Session:
         self.cost = CostReader(self.probes, opts.bpf_stats, opts.interval_s)
         self.discovery = Discovery(self.processes, self.probes, self.redact, err, opts.match)
         self.proc = ProcSampler()
+        self.memory = MemorySampler()
         self.gpu: nvml.GpuMonitor | None = None
         self.gpu_note: str | None = None  # why GPU sampling is off, when it is
         self.step: Step | None = None  # made once attached (tracer.live.aggregate imports numpy)
@@ -355,6 +357,7 @@ class Session:
         self.probes.poll_events(0)
         ts_ns = self.clock.to_utc_ns(reading.monotonic_ns)
         devices, system = self.proc.sample(ts_ns)
+        memory = self.memory.sample(ts_ns, [p.pid for p in self.processes.alive() if p.is_target])
         gpu_rows = self.gpu.poll(ts_ns) if self.gpu else []
         cost = self.cost.read(final)
         if not final:
@@ -366,7 +369,7 @@ class Session:
         # tracer's trace still names every process its other rows mention.
         processes = self._process_rows() if final or self.trace.roll_due() else None
         interval = self.step.interval(reading, ts_ns, devices=devices, system=system,
-                                      gpu_rows=gpu_rows, cost=cost, owners=owners,
+                                      memory=memory, gpu_rows=gpu_rows, cost=cost, owners=owners,
                                       processes=processes, final=final)
         for sink in self.sinks:
             sink.write(interval)

@@ -35,15 +35,17 @@ class Step:
 
     def interval(self, reading: Reading, ts_ns: int, *, devices: list[dict], system: dict | None,
                  gpu_rows: list[dict], cost: SelfCost, owners: dict[int, int],
-                 processes: list[dict] | None = None, final: bool = False) -> Interval:
+                 processes: list[dict] | None = None, final: bool = False,
+                 memory: list[dict] | None = None) -> Interval:
         """One interval ending at `ts_ns` (UTC ns): the maps' `reading`, the host's `devices`
-        and `system` rows, the GPUs' samples, iotrace's cost so far, each process's main
-        process (`owners`), and the `processes` rows to write (None: none this interval).
+        and `system` rows, the mains' `memory` rows, the GPUs' samples, iotrace's cost so far,
+        each process's main process (`owners`), and the `processes` rows to write (None: none
+        this interval).
         `final`: the run's last interval, which also gets the whole run's verdicts."""
         snap = self.aggregator.interval(reading, ts_ns, devices=devices, system=system,
-                                        gpu=gpu_rows, cost=cost)
+                                        gpu=gpu_rows, cost=cost, memory=memory)
         loop = self.diagnosis.add(snap.ts_ns, snap.interval_ns, snap.threads, snap.files,
-                                  snap.latency, snap.devices, owners)
+                                  snap.latency, snap.devices, owners, snap.memory)
         findings = self.diagnosis.findings(self.diagnosis.thresholds.window_s)
         rows: list[dict] = []
         if not self._last_findings_ns:  # the first verdicts once FINDINGS_EVERY_S have passed,

@@ -423,6 +423,7 @@ class ParquetSink:
         for table in SNAPSHOT_TABLES:
             w.add(table, getattr(snap, table))
         w.add("system", [snap.system] if snap.system else [])
+        w.add("memory", snap.memory)
         w.add("loop", interval.loop)
         w.add("findings", interval.findings_rows)
         w.add("gpu", snap.gpu)

@@ -121,6 +121,11 @@ TABLES: dict[str, pa.Schema] = {
         _field("pages_missed", pa.int64()),  # op read: pages brought into the page cache
         _field("pages_dirtied", pa.int64()),  # op write: pages dirtied
         _field("cache_hit_pct", pa.float64(), nullable=True),  # op read: 1 - missed/read bytes
+        # op read: of `bytes`, those read from files already read in an earlier interval (a
+        # later pass over them, tracer.live.rereads), and the pages those reads missed; null
+        # for other ops and in traces of an iotrace before them
+        _field("reread_bytes", pa.int64(), nullable=True),
+        _field("reread_pages_missed", pa.int64(), nullable=True),
     ),
     # Individual operations slower than --slow-ms.
     "events": _schema(
@@ -203,6 +208,20 @@ TABLES: dict[str, pa.Schema] = {
         _field("net_tx_bytes_s", pa.float64()),
         _field("disk_read_bytes_s", pa.float64()),  # whole disks, stacked ones (dm, md) left out
         _field("disk_write_bytes_s", pa.float64()),
+    ),
+    # Per main process per interval: the memory its job may use, from its memory cgroup (v1 or
+    # v2) and the host's MemAvailable (tracer.live.memory): what the page cache can hold of its
+    # data set.
+    "memory": _schema(
+        _field("ts", TIMESTAMP),  # end of the interval
+        _field("pid", pa.int32()),  # the main process
+        _field("source", DICT_STRING),  # cgroup_v1 | cgroup_v2 | host (no memory cgroup found)
+        _field("cgroup", DICT_STRING, nullable=True),  # its memory cgroup, e.g. /kubepods/pod1/c1
+        # the smallest limit of that cgroup and those above it; null: no limit
+        _field("limit_bytes", pa.int64(), nullable=True),
+        _field("usage_bytes", pa.int64(), nullable=True),  # charged to it, page cache included
+        _field("cache_bytes", pa.int64(), nullable=True),  # page cache charged to it
+        _field("available_bytes", pa.int64()),  # the host's MemAvailable
     ),
     # NVML utilisation samples (tracer.gpu.nvml): one row per GPU per sample, covering
     # (ts - sample_period_ns, ts]. When the driver's sample buffer is empty (an idle GPU empties it),

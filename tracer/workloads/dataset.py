@@ -18,6 +18,12 @@
   device's requests then wait for the throttled backing reads (the loop worker issues them on
   behalf of the reader's cgroup), so the loop device is a slow, saturated disk (%util ~100 %,
   aqu-sz > 1, await of 100+ ms) like an HDD or a network volume.
+- `limit_memory(pid, limit_bytes, name)`: put `pid` (and the children it forks later) into a memory
+  cgroup (v1 `memory.limit_in_bytes`, or v2 `memory.max`) whose page cache, with everything else
+  it charges from then on, may not exceed `limit_bytes`: a data set larger than that is read from
+  disk again on every pass. Memory charged before the move stays where it was (neither v1 by
+  default nor v2 moves charges), so the interpreter's imports do not count. `unthrottle(name)`
+  removes it too.
 """
 
 from __future__ import annotations
@@ -174,16 +180,26 @@ def blkio_v1_root() -> Path | None:
     return None
 
 
-def io_v2_root() -> Path | None:
-    """Mount point of the cgroup v2 hierarchy if its io controller is available there."""
+def io_v2_root(controller: str = "io") -> Path | None:
+    """Mount point of the cgroup v2 hierarchy if `controller` is available there."""
     for mnt, fstype, _ in _mounts():
         if fstype == "cgroup2":
             root = Path(mnt)
             try:
-                if "io" in (root / "cgroup.controllers").read_text().split():
+                if controller in (root / "cgroup.controllers").read_text().split():
                     return root
             except OSError:
                 continue
+    return None
+
+
+def memory_v1_root() -> Path | None:
+    """Mount point of the cgroup v1 hierarchy with the memory controller."""
+    for mnt, fstype, opts in _mounts():
+        if fstype == "cgroup" and "memory" in opts:
+            root = Path(mnt)
+            if (root / "memory.limit_in_bytes").exists():
+                return root
     return None
 
 
@@ -266,6 +282,40 @@ def throttle(
     return None
 
 
+def limit_memory(pid: int, limit_bytes: int, name: str | None = None) -> str | None:
+    """Limit the memory (page cache included) that `pid` and the children it forks from now on
+    may charge, in the cgroup `iotrace-<name>` (v1 memory hierarchy, else v2 `memory.max`, the
+    cgroup `throttle` uses there). Returns what was done, in words, or None when it cannot be
+    done (no memory controller, not root)."""
+    name = name or str(pid)
+    v1 = memory_v1_root()
+    if v1 is not None:
+        cg = v1 / f"{CGROUP_PREFIX}{name}"
+        try:
+            cg.mkdir(exist_ok=True)
+            (cg / "memory.limit_in_bytes").write_text(f"{limit_bytes}\n")
+            (cg / "cgroup.procs").write_text(f"{pid}\n")
+        except OSError:
+            _remove(cg)
+            return None
+        return f"memory (cgroup v1) {cg}: limit {limit_bytes >> 20} MiB; pid {pid} moved in"
+    v2 = io_v2_root("memory")
+    if v2 is not None:
+        cg = v2 / f"{CGROUP_PREFIX}{name}"
+        try:
+            ctl = v2 / "cgroup.subtree_control"
+            if "memory" not in ctl.read_text().split():
+                ctl.write_text("+memory\n")
+            cg.mkdir(exist_ok=True)
+            (cg / "memory.max").write_text(f"{limit_bytes}\n")
+            (cg / "cgroup.procs").write_text(f"{pid}\n")
+        except OSError:
+            _remove(cg)
+            return None
+        return f"memory.max (cgroup v2) {cg}: limit {limit_bytes >> 20} MiB; pid {pid} moved in"
+    return None
+
+
 def _remove(cg: Path, timeout: float = 2.0) -> bool:
     """Move what is left in cgroup `cg` to its parent and remove it; False if it stays."""
     if not cg.exists():
@@ -302,7 +352,7 @@ def unthrottle(name: str | int) -> bool:
     """Remove the cgroup `iotrace-<name>` made by `throttle` (processes still in it move back to
     the root); True when no such cgroup remains. Never raises for a missing cgroup or controller."""
     ok = True
-    for root in (blkio_v1_root(), io_v2_root()):
+    for root in (blkio_v1_root(), memory_v1_root(), io_v2_root(), io_v2_root("memory")):
         if root is not None:
             ok = _remove(root / f"{CGROUP_PREFIX}{name}") and ok
     return ok
@@ -311,7 +361,7 @@ def unthrottle(name: str | int) -> bool:
 def throttled_names() -> list[str]:
     """Names of the iotrace-* throttling cgroups that exist now (for cleanup of crashed runs)."""
     names: set[str] = set()
-    for root in (blkio_v1_root(), io_v2_root()):
+    for root in (blkio_v1_root(), memory_v1_root(), io_v2_root(), io_v2_root("memory")):
         if root is not None:
             names.update(p.name[len(CGROUP_PREFIX) :] for p in root.glob(f"{CGROUP_PREFIX}*") if p.is_dir())
     return sorted(names)

@@ -70,6 +70,7 @@ class Spec:
     http_delay_ms: int = 0  # > 0: the samples come from a slow local HTTP server (slow_http)
     log_fsync: bool = False  # the loop appends a line to a log and fsyncs it every step
     loop_mib: int = 0  # > 0: the data lives on an ext4 loop device of this size (throttled underneath)
+    memory_mib: int = 0  # > 0: the job trains in a memory cgroup of this size (page cache included)
 
 
 SPECS: dict[str, Spec] = {
@@ -238,6 +239,35 @@ SPECS: dict[str, Spec] = {
             read_bps=16 * MB,
             loop_mib=256,
             train_args=("--num-workers", "3", "--batch-size", "8", "--epochs", "1"),
+        ),
+        Spec(
+            name="dataset_exceeds_cache",
+            finding="dataset_exceeds_cache",
+            summary="2 workers read 640 cold 512 KiB files (320 MiB) twice at 32 MB/s in a memory "
+            "cgroup of 320 MiB: the workers' memory leaves at most ~190 MiB of page cache, so the "
+            "second epoch reads from disk again",
+            expect="both epochs equally slow; the second epoch's disk reads ~ the data set",
+            n_files=640,
+            file_kib=512,
+            cache="cold",
+            read_bps=32 * MB,
+            memory_mib=320,
+            train_args=("--num-workers", "2", "--persistent-workers", "--batch-size", "8",
+                        "--epochs", "2"),
+        ),
+        Spec(
+            name="dataset_fits_cache",
+            finding="cold_cache",
+            summary="2 workers read 128 cold 512 KiB files (64 MiB) for 4 epochs at 12 MB/s in a "
+            "memory cgroup of 448 MiB: the data set fits, epochs 2-4 hit the page cache",
+            expect="epoch 1 several times slower than the others; disk reads only in epoch 1",
+            n_files=128,
+            file_kib=512,
+            cache="cold",
+            read_bps=12 * MB,
+            memory_mib=448,
+            train_args=("--num-workers", "2", "--persistent-workers", "--batch-size", "8",
+                        "--epochs", "4"),
         ),
     )
 }
@@ -436,6 +466,7 @@ def argv_for(
     throttle_disk_of: Path | None = None,
     data_url: str | None = None,
     log: Path | None = None,
+    memory_mib: int = 0,
 ) -> list[str]:
     argv = [python or sys.executable, "-m", "tracer.workloads.train", "--data", str(data), *spec.train_args]
     if data_url is not None:
@@ -446,6 +477,8 @@ def argv_for(
         argv += ["--checkpoint-dir", str(checkpoint_dir)]
     if throttle_disk_of is not None:
         argv += ["--throttle-disk-of", str(throttle_disk_of)]
+    if memory_mib:
+        argv += ["--memory-limit-mib", str(memory_mib)]
     for flag, value in (
         ("--throttle-read-bps", spec.read_bps),
         ("--throttle-read-iops", spec.read_iops),
@@ -498,7 +531,7 @@ def prepare(
         if make:
             server, port = slow_http.start(data, spec.http_delay_ms)
             url = f"http://127.0.0.1:{port}"
-    argv = argv_for(spec, data, ckpt, python, image, url, log)
+    argv = argv_for(spec, data, ckpt, python, image, url, log, spec.memory_mib)
     setup.append(
         f"make_dataset({str(data)!r}, {spec.n_files}, {spec.file_kib}): {spec.n_files} files of "
         f"{spec.file_kib} KiB random bytes, fsynced"
@@ -521,6 +554,11 @@ def prepare(
         setup.append(
             f"the workload throttles itself ({', '.join(limits)}) on {where}, through the cgroup "
             "iotrace-train-<pid> (blkio v1, or io.max v2); needs root, else it runs unthrottled"
+        )
+    if spec.memory_mib:
+        setup.append(
+            f"the workload moves itself into a memory cgroup of {spec.memory_mib} MiB "
+            "(iotrace-train-<pid>: v1 memory, or memory.max v2) before training; needs root"
         )
     return Scenario(
         spec=spec, workdir=Path(workdir), data=data, paths=paths, argv=argv, setup=setup,

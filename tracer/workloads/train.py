@@ -6,7 +6,7 @@
         [--checkpoint-every K --checkpoint-mb M --checkpoint-dir D [--checkpoint-in loop|thread|fork]]
         [--data-url URL] [--log-fsync PATH]
         [--throttle-read-bps N] [--throttle-read-iops N] [--throttle-write-bps N]
-        [--throttle-write-iops N]
+        [--throttle-write-iops N] [--memory-limit-mib M]
         [--ready-fd FD] [--wait-signal]
 
 Each sample is one file, read with plain open()/read() inside `Dataset.__getitem__` (in the
@@ -38,6 +38,11 @@ SIGUSR1, so that a tracer can attach with --pid before any sample is read or any
 leaves and removes it at exit. The cgroup is named iotrace-train-<pid>. The disk is the one that
 holds --data, or the one that holds --throttle-disk-of PATH (for data on a loop device: the disk of
 its image file).
+
+--memory-limit-mib M: the process moves itself into a memory cgroup of M MiB (v1 memory or v2
+memory.max, `tracer.workloads.dataset.limit_memory`; the same name, removed the same way) before
+the handshake: the page cache its reads fill, and its workers' memory, count against M, so a data
+set larger than M is read from disk again every epoch. What it charged before (imports) does not.
 
 stdout: one line per epoch, `epoch E steps N seconds T`. stderr: one line per checkpoint,
 `checkpoint step N bytes B save_s T fsync_s T seconds T`. Exit 0.
@@ -284,6 +289,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--throttle-write-iops", type=int, default=0)
     p.add_argument("--throttle-disk-of", default=None, metavar="PATH",
                    help="throttle the disk that holds PATH (default: the one that holds --data)")
+    p.add_argument("--memory-limit-mib", type=int, default=0, metavar="M",
+                   help="train in a memory cgroup of M MiB (page cache included); 0: no limit")
     p.add_argument("--ready-fd", type=int, default=None)
     p.add_argument("--wait-signal", action="store_true", help="block until SIGUSR1 before training")
     args = p.parse_args(argv)
@@ -344,6 +351,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"throttle: {done or 'not possible here (no blkio/io cgroup, or not root)'}", file=sys.stderr)
         if done is None:
             throttle_name = None
+    if args.memory_limit_mib:
+        from tracer.workloads.dataset import limit_memory
+
+        done = limit_memory(os.getpid(), args.memory_limit_mib << 20, name=f"train-{os.getpid()}")
+        print(f"memory: {done or 'not possible here (no memory cgroup, or not root)'}",
+              file=sys.stderr)
+        if done is not None:
+            throttle_name = f"train-{os.getpid()}"
 
     try:
         if args.wait_signal:

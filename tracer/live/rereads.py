@@ -1,0 +1,118 @@
+"""Which file reads go to files already read once in this trace: the `files` rows' `reread_bytes`
+and `reread_pages_missed`, from which the diagnosis tells a data set that does not fit in the
+page cache (later passes miss again) from one whose first pass was cold.
+
+Bounded at ImageNet scale (a million files and more): a file read in an earlier interval is a bit
+in a fixed bitmap of 2**26 bits (8 MiB) indexed by a hash of (device, inode, generation), not an
+entry of a set that grows with the files. Two files sharing a bit make the second one's first
+read count as a re-read: at a million files about 1.5 % of them do, so a first pass never looks
+like a pass that misses again. A per-folder counter of the bytes read could not do this: it
+cannot tell the first pass over a large folder from the second pass over a small one.
+
+A file counts as read once its reads stop, at the end of the first interval without a read of
+it; the files read in the previous interval are kept apart (at most the per-file table's
+entries). A file still read in the next interval is a shard read across intervals, unless its
+reads by then add up to its size (`size_of`, asked only for those: a few files per interval),
+which begins its next pass: a small data set read again right after its first pass. A single
+file read without pause for the whole trace (a large file read at random offsets) is in its
+first pass throughout: its re-reads are within a pass and are not counted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from tracer.core import abi
+
+BITS = 26  # the bitmap's size: 2**26 bits, 8 MiB
+REREAD_FIELDS = (("reread_bytes", "<u8"), ("reread_pages", "<u8"))
+_MUL = (np.uint64(0x9E3779B97F4A7C15), np.uint64(0xC2B2AE3D27D4EB4F),
+        np.uint64(0x165667B19E3779F9))
+_READ = next(code for code, name in abi.OPS.items() if name == "read")
+
+
+def with_rereads(rows: np.ndarray) -> np.ndarray:
+    """`rows` (abi.file_counts_dtype) with the two re-read counters, zero."""
+    out = np.zeros(len(rows), dtype=np.dtype(rows.dtype.descr + list(REREAD_FIELDS)))
+    for name in rows.dtype.names:
+        out[name] = rows[name]
+    return out
+
+
+def file_hash(dev: np.ndarray, ino: np.ndarray, gen: np.ndarray) -> np.ndarray:
+    """A 64-bit hash of each file's (device, inode, generation)."""
+    with np.errstate(over="ignore"):
+        x = (dev.astype(np.uint64) * _MUL[0] + ino.astype(np.uint64) * _MUL[1]
+             + gen.astype(np.uint64) * _MUL[2])
+    return x ^ (x >> np.uint64(29))
+
+
+class Rereads:
+    """Marks each interval's reads of files already read in an earlier one (see the module)."""
+
+    def __init__(self, size_of: Callable[[int, int, int, int, int], int | None]) -> None:
+        # (pid, dev, ino, gen, its folder's inode) -> the file's size now; None: unknown
+        self.size_of = size_of
+        self.bits: np.ndarray | None = None  # allocated at the first read
+        # the files read in the previous interval, sorted by hash: re-read?, bytes in this
+        # pass, size (-1: not asked yet, -2: unknown)
+        self.hashes = np.zeros(0, dtype=np.uint64)
+        self.reread = np.zeros(0, dtype=bool)
+        self.run = np.zeros(0, dtype=np.int64)
+        self.size = np.zeros(0, dtype=np.int64)
+
+    def mark(self, rows: np.ndarray) -> np.ndarray:
+        """`rows` (one interval's per-file counters) with `reread_bytes` and `reread_pages`
+        filled in for the reads of files read before."""
+        out = with_rereads(rows)
+        reads = np.flatnonzero((out["op"] == _READ) & (out["bytes"] > 0))
+        if self.bits is None:
+            if not len(reads):
+                return out
+            self.bits = np.zeros(1 << (BITS - 3), dtype=np.uint8)
+        h = file_hash(out["dev"][reads], out["ino"][reads], out["gen"][reads])
+        keys, first, inverse = np.unique(h, return_index=True, return_inverse=True)
+        nbytes = np.bincount(inverse, weights=out["bytes"][reads]).astype(np.int64)
+        at = np.searchsorted(self.hashes, keys)
+        going = at < len(self.hashes)
+        going[going] = self.hashes[at[going]] == keys[going]
+        reread = self._bit(keys)
+        run = nbytes.copy()
+        size = np.full(len(keys), -1, dtype=np.int64)
+        for i in np.flatnonzero(going):  # read in the previous interval too
+            j = at[i]
+            s = self.size[j]
+            if s == -1:
+                r = reads[first[i]]
+                got = self.size_of(int(out["tgid"][r]), int(out["dev"][r]), int(out["ino"][r]),
+                                   int(out["gen"][r]), int(out["dir_ino"][r]))
+                s = -2 if got is None else got
+            size[i] = s
+            if 0 <= s <= self.run[j]:  # its whole size read already: the next pass begins
+                reread[i] = True
+            else:
+                reread[i] = self.reread[j]
+                run[i] += self.run[j]
+        ended = np.ones(len(self.hashes), dtype=bool)
+        ended[at[going]] = False
+        self._set(self.hashes[ended])
+        self.hashes, self.reread, self.run, self.size = keys, reread, run, size
+        again = reads[reread[inverse]]
+        out["reread_bytes"][again] = out["bytes"][again]
+        out["reread_pages"][again] = out["pages_missed"][again]
+        return out
+
+    def _index(self, h: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        i = h >> np.uint64(64 - BITS)
+        return (i >> np.uint64(3)).astype(np.int64), (i & np.uint64(7)).astype(np.uint8)
+
+    def _bit(self, h: np.ndarray) -> np.ndarray:
+        byte, bit = self._index(h)
+        return (self.bits[byte] >> bit) & 1 == 1
+
+    def _set(self, h: np.ndarray) -> None:
+        if len(h):
+            byte, bit = self._index(h)
+            np.bitwise_or.at(self.bits, byte, (np.uint8(1) << bit).astype(np.uint8))
