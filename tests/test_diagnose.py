@@ -428,3 +428,25 @@ def test_a_long_sleep_is_no_data_wait_while_the_workers_do_nothing():
     # a worker that works while the loop sleeps: that much of the sleep may be the wait
     assert rows[6]["data_wait_cpu_ns"] == 300 * MS
     assert kinds(d.findings()) == ["not_io_bound"]  # (3 s of data wait, without the cap)
+
+
+def test_an_intervals_reads_of_a_thousand_folders_stay_bounded_and_add_up():
+    """An ImageNet-shaped interval: 200 files of their own and 1 000 class folders' rows. What
+    the diagnosis keeps of it is bounded (paths, then folders, then the folder above them),
+    and every byte and file is still counted."""
+    from tracer.core.diagnose import MAX_READ_FOLDERS, MAX_READ_PATHS
+
+    def row(path, n=None):
+        return {**file_row(WORKER, "dataloader_worker", "read", 4096 * (n or 1), MS, path=path),
+                "path_source": "folder" if n else "kernel", "file_count": n}
+    files = [row(f"/data/train/c{c:04d}/img{k}.jpg") for c in range(100) for k in range(2)]
+    files += [row(f"/data/train/c{c:04d}/", 30) for c in range(1000)]
+    d = Diagnosis()
+    d.add(S, S, [thread(MAIN, MAIN, "main", oncpu=S)], files, [], [], OWNER)
+    reads = d.intervals[-1].data[MAIN]
+    assert len(reads.files) <= MAX_READ_PATHS + MAX_READ_FOLDERS + 1
+    assert len(reads.by_dir) <= MAX_READ_FOLDERS + 1
+    assert sum(reads.files.values()) == reads.bytes == sum(c[0] for c in reads.by_dir.values())
+    assert reads.bytes == 4096 * (200 + 30 * 1000)
+    assert reads.file_count() == 200 + 30 * 1000
+    assert ("/data/train/", "ext4") in reads.folder_files  # where the other folders went
