@@ -86,7 +86,8 @@ TABLES: dict[str, pa.Schema] = {
         _field("role", DICT_STRING),
         _field("layer", DICT_STRING),  # syscall | block | block_queue | pagecache
         _field("op", DICT_STRING),  # read | write | fsync | flush | discard | other
-        _field("target", DICT_STRING, nullable=True),  # syscall rows: file | pipe | socket | unix_socket | other
+        # syscall rows: file | pipe | socket | unix_socket | other
+        _field("target", DICT_STRING, nullable=True),
         _field("device", DICT_STRING, nullable=True),  # block rows: e.g. "nvme0n1"
         # block rows: direct | writeback | readahead | unknown
         _field("attribution", DICT_STRING, nullable=True),
