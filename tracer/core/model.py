@@ -138,6 +138,20 @@ class DeviceRow(TypedDict):
     util_pct: float
 
 
+class DeviceUserRow(TypedDict):
+    ts: int
+    device: str
+    op: str
+    who: str
+    cgroup: str | None
+    container_id: str | None
+    pod_uid: str | None
+    comm: str | None
+    requests: int
+    bytes: int
+    service_ns: int
+
+
 class SystemRow(TypedDict):
     ts: int
     cpu_user_pct: float
@@ -197,7 +211,8 @@ class FindingRow(TypedDict):
 
 ROW_TYPES: dict[str, type] = {
     "processes": ProcessRow, "latency": LatencyRow, "files": FileRow, "events": EventRow,
-    "threads": ThreadRow, "loop": LoopRow, "devices": DeviceRow, "system": SystemRow,
+    "threads": ThreadRow, "loop": LoopRow, "devices": DeviceRow,
+    "device_users": DeviceUserRow, "system": SystemRow,
     "gpu": GpuRow, "gpu_idle": GpuIdleRow, "findings": FindingRow,
 }
 """The row type of each table, by table name (the keys of `schema.TABLES`)."""
@@ -234,6 +249,7 @@ class Snapshot:
     system: SystemRow | None = None  # dstat
     gpu: list[GpuRow] = field(default_factory=list)  # NVML samples, when sampling
     cost: SelfCost | None = None  # iotrace's own cost so far (the session adds it)
+    device_users: list[DeviceUserRow] = field(default_factory=list)  # who used each disk
 
 
 @dataclass
