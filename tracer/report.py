@@ -89,7 +89,8 @@ def _records(df: pd.DataFrame) -> dict[int, list[dict]]:
 def diagnose_trace(trace: TraceReader, processes: ProcessTable) -> Diagnosis:
     """Replays the per-interval rows through the diagnosis, in time order."""
     d = Diagnosis(startup=bool(trace.targets["command"]))  # as the live run: launch mode
-    tables = {name: _records(trace[name]) for name in ("threads", "files", "latency", "devices")}
+    tables = {name: _records(trace[name])
+              for name in ("threads", "files", "latency", "devices", "device_users")}
     owners = processes.owners()
     procs = trace["processes"]
     if "peers" in procs:  # the TCP peers the live run saw, for the same evidence
@@ -102,7 +103,7 @@ def diagnose_trace(trace: TraceReader, processes: ProcessTable) -> Diagnosis:
     for ts in stamps:
         d.add(ts, ts - prev if prev else interval_ns,
               *(tables[n].get(ts, []) for n in ("threads", "files", "latency", "devices")),
-              owners)
+              owners, tables["device_users"].get(ts, []))
         prev = ts
     return d
 

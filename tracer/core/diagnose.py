@@ -28,7 +28,16 @@ from dataclasses import dataclass, field
 
 from tracer.core.abi import MAX_SLOTS
 from tracer.core.histogram import format_bytes, format_ns, percentile_ns, slot_of
-from tracer.core.model import DeviceRow, FileRow, FindingRow, LatencyRow, LoopRow, ThreadRow
+from tracer.core.cgroup import short_name
+from tracer.core.model import (
+    DeviceRow,
+    DeviceUserRow,
+    FileRow,
+    FindingRow,
+    LatencyRow,
+    LoopRow,
+    ThreadRow,
+)
 from tracer.core.vocab import CHILD, DATALOADER_WORKER, FINDING_KINDS, IO_KINDS, LOOP_STATES, MAIN
 
 STATES = LOOP_STATES  # the loop table's states, by this module's name for them
@@ -61,6 +70,8 @@ class Thresholds:
     saturated_util_pct: float = 90.0
     saturated_queue_ratio: float = 4.0  # queue time / service time (block_queue vs block p50)
     slow_fs_read_share: float = 0.5  # share of read bytes on a slow file system
+    contended_share: float = 0.5  # others did more than this share of the job's disk's read bytes
+    contended_min_bytes: int = 1 << 20  # ... when they read at least this much of it
     window_s: float = 30.0  # findings during a run cover the last window_s seconds
     wake_window: int = 5  # intervals of wake-ups that say who ends the loop's sleeps
     # Without workers, training starts in the first interval that reads this much of the data
@@ -77,6 +88,7 @@ MAX_INTERVALS = 3600
 MAX_READ_PATHS = 64
 MAX_READ_AHEAD = 100_000  # files whose read-ahead pages are remembered (bounded memory)
 MAX_PEERS = 8  # TCP peers named per main process
+MAX_DISK_USERS = 8  # other users of a disk kept per interval and named in a finding
 
 ADVICE = {
     "sync_loading": "Load batches in parallel: DataLoader(num_workers=4 or more, pin_memory=True, "
@@ -109,6 +121,10 @@ ADVICE = {
     "device_saturated": "The disk is saturated (busy near 100 %, requests queue far longer than "
                         "they take): spread the data over more/faster devices or cut the read "
                         "volume (smaller or compressed samples, caching).",
+    "device_contended": "Other processes take most of the disk the job reads from: move the "
+                        "data set to a disk of its own (or local SSD, tmpfs), give the job its "
+                        "own I/O limit or a higher weight than the neighbours (blkio/io.max, "
+                        "io.weight), or schedule the noisy jobs elsewhere.",
     "slow_filesystem": "The dataset sits on a slow file system (overlay/network/FUSE): copy it "
                        "to a local disk or tmpfs, or use a bind mount instead of a volume.",
 }
@@ -262,6 +278,51 @@ class _Interval:
     small_writes: dict[int, dict[str, list[int]]]  # main -> path -> [writes, fsyncs, fsync ns]
     background: dict[int, _Background]  # main pid -> a background save's cost to the loop
     other_parts: dict[int, tuple[int, int, int]]  # main -> other's (runnable, own, timers) ns
+    # disk -> its reads: traced [requests, bytes, service ns], the others' same, and the
+    # others' bytes by (name, cgroup), at most MAX_DISK_USERS of them (device_users rows)
+    disk_reads: dict[str, _DiskReads] = field(default_factory=dict)
+
+
+@dataclass
+class _DiskReads:
+    """One disk's reads in one interval, by whom (`device_users`)."""
+
+    traced: list[int] = field(default_factory=lambda: [0, 0, 0])  # requests, bytes, service ns
+    others: list[int] = field(default_factory=lambda: [0, 0, 0])
+    by_user: dict[tuple[str, str], int] = field(default_factory=dict)  # (comm, cgroup) -> bytes
+
+
+def _others_share(ivs: Iterable[_Interval], dev: str) -> tuple[float, float, float] | None:
+    """The other processes' share of disk `dev`'s reads in `ivs`: of the requests, the bytes
+    and the service time; None when the intervals saw none of its reads."""
+    traced, others = [0, 0, 0], [0, 0, 0]
+    for iv in ivs:
+        d = iv.disk_reads.get(dev)
+        if d is not None:
+            for i in range(3):
+                traced[i] += d.traced[i]
+                others[i] += d.others[i]
+    if not traced[0] + others[0]:
+        return None
+    return tuple(o / (o + tr) if o + tr else 0.0 for o, tr in zip(others, traced, strict=True))
+
+
+def _disk_reads(rows: Iterable[DeviceUserRow]) -> dict[str, _DiskReads]:
+    out: dict[str, _DiskReads] = {}
+    for r in rows:
+        if r["op"] != "read":
+            continue
+        d = out.setdefault(r["device"], _DiskReads())
+        counts = d.traced if r["who"] == "traced" else d.others
+        for i, v in enumerate((r["requests"], r["bytes"], r["service_ns"])):
+            counts[i] += v
+        if r["who"] != "traced":
+            who = (r["comm"] or ("others" if r["who"] == "rest" else "?"), r["cgroup"] or "")
+            d.by_user[who] = d.by_user.get(who, 0) + r["bytes"]
+    for d in out.values():
+        if len(d.by_user) > MAX_DISK_USERS:
+            d.by_user = dict(sorted(d.by_user.items(), key=lambda kv: -kv[1])[:MAX_DISK_USERS])
+    return out
 
 
 @dataclass
@@ -313,7 +374,7 @@ class Diagnosis:
 
     def add(self, ts_ns: int, interval_ns: int, threads: Iterable[ThreadRow],
             files: Iterable[FileRow], latency: Iterable[LatencyRow], devices: Iterable[DeviceRow],
-            owner: dict[int, int]) -> list[LoopRow]:
+            owner: dict[int, int], device_users: Iterable[DeviceUserRow] = ()) -> list[LoopRow]:
         """One interval's rows; `owner` maps each traced pid to its main pid. Returns the rows of
         the `loop` table for this interval."""
         t = self.thresholds
@@ -462,7 +523,7 @@ class Diagnosis:
             data, library, loop_time, dict(written), read_counts, _read_max(files, owner),
             queue, service,
             {d["device"]: d["util_pct"] for d in devices}, dict(worker_net), net_counts, net_bytes,
-            dict(small), background, other_parts))
+            dict(small), background, other_parts, _disk_reads(device_users)))
         return [loop.row() for loop in loops.values()]
 
     def _as_it_passes(self, pid: int, th: ThreadRow, ts_ns: int, interval_ns: int, ckpt_ns: int,
@@ -909,6 +970,9 @@ class Diagnosis:
                 f"{100 * sum(slow.values()) / total:.0f} % of the bytes read came from "
                 f"{', '.join(sorted(slow))}, which add latency on top of the device.",
                 {"read_bytes_by_fs": dict(fs_bytes)}))
+        contended = self._contended(training, sev)
+        if contended:
+            out.append(contended)
         queue = [sum(iv.queue_counts[i] for iv in training) for i in range(MAX_SLOTS)]
         service = [sum(iv.service_counts[i] for iv in training) for i in range(MAX_SLOTS)]
         q50, s50 = percentile_ns(queue, 50), percentile_ns(service, 50)
@@ -920,13 +984,60 @@ class Diagnosis:
         hot = max(busy, key=busy.get) if busy else None
         if (hot and busy[hot] >= t.saturated_util_pct and q50 and s50
                 and q50 >= t.saturated_queue_ratio * s50):
+            share = _others_share(training, hot)
+            who = (f"; other processes did {100 * share[1]:.0f} % of its reads (bytes)"
+                   if share and share[1] > t.contended_share else "")
             out.append(Finding(
                 "device_saturated", max(30, sev // 2), None,
                 f"{hot} was busy {busy[hot]:.0f} % of the time; reads queued {format_ns(q50)} "
-                f"(median) before a {format_ns(s50)} service time.",
+                f"(median) before a {format_ns(s50)} service time{who}.",
                 {"device": hot, "util_pct": round(busy[hot], 1), "queue_p50_ns": q50,
-                 "service_p50_ns": s50}))
+                 "service_p50_ns": s50,
+                 "other_bytes_pct": round(100 * share[1], 1) if share else None}))
         return out
+
+    def _contended(self, ivs: list[_Interval], sev: int) -> Finding | None:
+        """device_contended: other processes took most of the reads of the disk the job reads
+        most from."""
+        t = self.thresholds
+        mine: dict[str, int] = defaultdict(int)
+        for iv in ivs:
+            for dev, d in iv.disk_reads.items():
+                mine[dev] += d.traced[1]
+        if not mine or not max(mine.values()):
+            return None
+        dev = max(mine, key=mine.get)
+        share = _others_share(ivs, dev)
+        if share is None:
+            return None
+        traced, others = [0, 0, 0], [0, 0, 0]
+        users: dict[tuple[str, str], int] = defaultdict(int)
+        for iv in ivs:
+            d = iv.disk_reads.get(dev)
+            if d is None:
+                continue
+            for i in range(3):
+                traced[i] += d.traced[i]
+                others[i] += d.others[i]
+            for who, n in d.by_user.items():
+                users[who] += n
+        if share[1] <= t.contended_share or others[1] < t.contended_min_bytes:
+            return None
+        secs = sum(iv.interval_ns for iv in ivs) / 1e9 or 1.0
+        top = sorted(users.items(), key=lambda kv: -kv[1])[:MAX_DISK_USERS]
+        names = ", ".join(f"{comm}" + (f" in {short_name(cg)}" if cg else "")
+                          for (comm, cg), _ in top[:3])
+        pct = [round(100 * x, 1) for x in share]
+        return Finding(
+            "device_contended", max(30, sev // 2), None,
+            f"Other processes did {pct[1]:.0f} % of {dev}'s reads (bytes) while the job waited "
+            f"on it ({names}; {format_bytes(others[1] / secs)}/s against the job's "
+            f"{format_bytes(traced[1] / secs)}/s).",
+            {"device": dev, "other_requests_pct": pct[0], "other_bytes_pct": pct[1],
+             "other_service_pct": pct[2], "other_bytes": others[1], "job_bytes": traced[1],
+             "other_bytes_s": round(others[1] / secs), "job_bytes_s": round(traced[1] / secs),
+             "others": [{"comm": comm, "cgroup": cg or None, "bytes": n}
+                        for (comm, cg), n in top]})
 
     def _data_read(self, iv: _Interval) -> _Reads | None:
         """The data set's reads in `iv` by the mains in training then; None when every main
