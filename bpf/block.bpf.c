@@ -205,6 +205,8 @@ static __always_inline void rq_drop_unseen(__u64 rq)
 
 	if (!old || (!old->issue_ns && !iot_config.have_io_start))
 		return;
+	if (old->issue_ns) /* it ended: its user used the disk, for a service time unknown */
+		block_user_add(old, 0);
 	if (old->issue_ns && old->tgid) { /* the traced ones: others are no one's loss */
 		n = bpf_map_lookup_elem(&block_unseen, &i);
 		if (n)
