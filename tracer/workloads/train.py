@@ -6,7 +6,7 @@
         [--checkpoint-every K --checkpoint-mb M --checkpoint-dir D [--checkpoint-in loop|thread|fork]]
         [--data-url URL] [--log-fsync PATH]
         [--throttle-read-bps N] [--throttle-read-iops N] [--throttle-write-bps N]
-        [--throttle-write-iops N]
+        [--throttle-write-iops N] [--join-cgroup DIR]
         [--ready-fd FD] [--wait-signal]
 
 Each sample is one file, read with plain open()/read() inside `Dataset.__getitem__` (in the
@@ -38,6 +38,10 @@ SIGUSR1, so that a tracer can attach with --pid before any sample is read or any
 leaves and removes it at exit. The cgroup is named iotrace-train-<pid>. The disk is the one that
 holds --data, or the one that holds --throttle-disk-of PATH (for data on a loop device: the disk of
 its image file).
+
+--join-cgroup DIR: the process moves itself into the existing cgroup DIR (its `cgroup.procs`) at
+the same point instead, and leaves it as it is at exit: a cgroup that other processes share with
+the job (neighbours under one I/O limit), made and removed by whoever started them.
 
 stdout: one line per epoch, `epoch E steps N seconds T`. stderr: one line per checkpoint,
 `checkpoint step N bytes B save_s T fsync_s T seconds T`. Exit 0.
@@ -284,6 +288,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--throttle-write-iops", type=int, default=0)
     p.add_argument("--throttle-disk-of", default=None, metavar="PATH",
                    help="throttle the disk that holds PATH (default: the one that holds --data)")
+    p.add_argument("--join-cgroup", default=None, metavar="DIR",
+                   help="move into this existing cgroup before training (shared with others)")
     p.add_argument("--ready-fd", type=int, default=None)
     p.add_argument("--wait-signal", action="store_true", help="block until SIGUSR1 before training")
     args = p.parse_args(argv)
@@ -344,6 +350,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"throttle: {done or 'not possible here (no blkio/io cgroup, or not root)'}", file=sys.stderr)
         if done is None:
             throttle_name = None
+    if args.join_cgroup:
+        Path(args.join_cgroup, "cgroup.procs").write_text(f"{os.getpid()}\n")
 
     try:
         if args.wait_signal:
