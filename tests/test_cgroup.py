@@ -64,8 +64,9 @@ def test_ids_are_inode_numbers_of_the_hierarchys_folders(tmp_path):
     assert names.path(os.stat(tmp_path / "c").st_ino) == "/c"
     (tmp_path / "a" / "cgroup.procs").write_text(f"{os.getpid()}\n999999999\n")
     mine = open("/proc/self/comm").read().strip()
-    assert names.processes("/a") == mine
-    assert names.processes("/a", exclude=[os.getpid()]) is None
+    assert names.processes("/a") == Counter({mine: 1})
+    assert names.processes("/a", exclude=[os.getpid()]) == Counter()
+    assert names.processes("/gone") == Counter()
 
 
 def test_the_blkio_hierarchy_is_preferred(tmp_path):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -35,7 +36,7 @@ from tracer.core.model import (
 from tracer.core.roles import CHILD
 from tracer.core.selfcost import SelfCost
 from tracer.tracedir.schema import MAX_DEVICE_USERS
-from tracer.live.cgroups import CgroupNames
+from tracer.live.cgroups import CgroupNames, describe
 from tracer.live.devices import device_name
 from tracer.live.files import FileTable
 from tracer.live.processes import Process, ProcessTable
@@ -163,11 +164,14 @@ class Aggregator:
                 if who == "other":
                     comm = self.files.redact.comm(key.comm)
                 elif who == "kernel_thread" and self.cgroups:
-                    names = self.cgroups.processes(path, traced)
-                    comm = self.files.redact.comm(names) if names else None
-                c = container_of(path)
+                    names = Counter()
+                    for name, k in self.cgroups.processes(path, traced).items():
+                        names[self.files.redact.comm(name)] += k
+                    comm = describe(names)
+                c = container_of(path)  # (IDs, not names: kept when paths are redacted)
                 rows.append({"ts": ts_ns, "device": device, "op": op, "who": who,
-                             "cgroup": path, "container_id": c.container_id,
+                             "cgroup": self.files.redact.path(path) if path else None,
+                             "container_id": c.container_id,
                              "pod_uid": c.pod_uid, "comm": comm, "requests": n,
                              "bytes": nbytes, "service_ns": svc})
             if rest[0]:

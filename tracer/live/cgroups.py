@@ -78,18 +78,18 @@ class CgroupNames:
             found = self._paths.get(cgroup_id)
         return found
 
-    def processes(self, path: str | None, exclude: Iterable[int] = ()) -> str | None:
-        """The names of the processes in cgroup `path` but those of `exclude`, most common first:
-        "4 x dd, python3"; None when there are none (or it is gone)."""
+    def processes(self, path: str | None, exclude: Iterable[int] = ()) -> Counter[str]:
+        """The names of the processes in cgroup `path` but those of `exclude`, with how many of
+        each (none when it is gone)."""
+        names: Counter[str] = Counter()
         if not self.root or not path:
-            return None
+            return names
         skip = set(exclude)
         try:
             with open(os.path.join(self.root, path.lstrip("/"), "cgroup.procs")) as f:
                 pids = [int(p) for p in f.read().split()[:MAX_PROCS]]
         except (OSError, ValueError):
-            return None
-        names: Counter[str] = Counter()
+            return names
         for pid in pids:
             if pid in skip:
                 continue
@@ -98,7 +98,7 @@ class CgroupNames:
                     names[f.read().strip()] += 1
             except OSError:
                 continue
-        return describe(names)
+        return names
 
 
 def describe(names: Counter[str], most: int = 3) -> str | None:
