@@ -67,6 +67,8 @@ def test_ids_are_inode_numbers_of_the_hierarchys_folders(tmp_path):
     assert names.processes("/a") == Counter({mine: 1})
     assert names.processes("/a", exclude=[os.getpid()]) == Counter()
     assert names.processes("/gone") == Counter()
+    (tmp_path / "cgroup.procs").write_text(f"{os.getpid()}\n")
+    assert names.processes("/") == Counter()  # the root's kernel-thread requests: the host's
 
 
 def test_the_blkio_hierarchy_is_preferred(tmp_path):

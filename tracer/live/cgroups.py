@@ -80,9 +80,10 @@ class CgroupNames:
 
     def processes(self, path: str | None, exclude: Iterable[int] = ()) -> Counter[str]:
         """The names of the processes in cgroup `path` but those of `exclude`, with how many of
-        each (none when it is gone)."""
+        each (none when it is gone). None for the root cgroup: a kernel thread's requests there
+        are the host's own (writeback, the journal), and it holds every process not in one."""
         names: Counter[str] = Counter()
-        if not self.root or not path:
+        if not self.root or not path or path == "/":
             return names
         skip = set(exclude)
         try:
