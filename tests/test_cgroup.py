@@ -43,6 +43,8 @@ def test_short_name():
     assert short_name(f"/kubepods/burstable/pod{UID}/{CID}") == (
         f"container {CID[:12]} of pod {UID}")
     assert short_name("/iotrace-x") == "/iotrace-x" and short_name(None) == ""
+    # as a trace's rows give them (a redacted path names no container itself)
+    assert short_name("/5f1e0a9b2c/77aa01bc3d", CID, UID) == f"container {CID[:12]} of pod {UID}"
 
 
 def test_describe():

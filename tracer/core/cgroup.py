@@ -59,13 +59,16 @@ def container_of(path: str | None) -> Container:
     return Container(bare, uid, runtime)
 
 
-def short_name(path: str | None) -> str:
+def short_name(path: str | None, container_id: str | None = None,
+               pod_uid: str | None = None) -> str:
     """How a finding names a cgroup: its container (12 digits, as `docker ps` shows it) and
-    pod when it has them, else its path; "" for none."""
-    c = container_of(path)
-    if c.container_id:
-        name = f"container {c.container_id[:12]}"
-        return f"{name} of pod {c.pod_uid}" if c.pod_uid else name
-    if c.pod_uid:
-        return f"pod {c.pod_uid}"
+    pod when it has them (given, as a trace's rows carry them, or read from the path), else
+    its path; "" for none."""
+    if container_id is None and pod_uid is None:
+        container_id, pod_uid, _ = container_of(path)
+    if container_id:
+        name = f"container {container_id[:12]}"
+        return f"{name} of pod {pod_uid}" if pod_uid else name
+    if pod_uid:
+        return f"pod {pod_uid}"
     return path or ""

@@ -289,12 +289,13 @@ class _DiskReads:
 
     traced: list[int] = field(default_factory=lambda: [0, 0, 0])  # requests, bytes, service ns
     others: list[int] = field(default_factory=lambda: [0, 0, 0])
-    by_user: dict[tuple[str, str], int] = field(default_factory=dict)  # (comm, cgroup) -> bytes
+    # (comm, cgroup, container ID, pod UID) -> bytes
+    by_user: dict[tuple[str, str, str | None, str | None], int] = field(default_factory=dict)
 
 
-def _others_share(ivs: Iterable[_Interval], dev: str) -> tuple[float, float, float] | None:
-    """The other processes' share of disk `dev`'s reads in `ivs`: of the requests, the bytes
-    and the service time; None when the intervals saw none of its reads."""
+def _disk_totals(ivs: Iterable[_Interval], dev: str) -> tuple[list[int], list[int]]:
+    """Disk `dev`'s reads in `ivs`: the traced processes' and the others' [requests, bytes,
+    service ns]."""
     traced, others = [0, 0, 0], [0, 0, 0]
     for iv in ivs:
         d = iv.disk_reads.get(dev)
@@ -302,6 +303,13 @@ def _others_share(ivs: Iterable[_Interval], dev: str) -> tuple[float, float, flo
             for i in range(3):
                 traced[i] += d.traced[i]
                 others[i] += d.others[i]
+    return traced, others
+
+
+def _others_share(ivs: Iterable[_Interval], dev: str) -> tuple[float, float, float] | None:
+    """The other processes' share of disk `dev`'s reads in `ivs`: of the requests, the bytes
+    and the service time; None when the intervals saw none of its reads."""
+    traced, others = _disk_totals(ivs, dev)
     if not traced[0] + others[0]:
         return None
     return tuple(o / (o + tr) if o + tr else 0.0 for o, tr in zip(others, traced, strict=True))
@@ -317,7 +325,8 @@ def _disk_reads(rows: Iterable[DeviceUserRow]) -> dict[str, _DiskReads]:
         for i, v in enumerate((r["requests"], r["bytes"], r["service_ns"])):
             counts[i] += v
         if r["who"] != "traced":
-            who = (r["comm"] or ("others" if r["who"] == "rest" else "?"), r["cgroup"] or "")
+            who = (r["comm"] or ("others" if r["who"] == "rest" else "?"), r["cgroup"] or "",
+                   r["container_id"], r["pod_uid"])
             d.by_user[who] = d.by_user.get(who, 0) + r["bytes"]
     for d in out.values():
         if len(d.by_user) > MAX_DISK_USERS:
@@ -1010,23 +1019,18 @@ class Diagnosis:
         share = _others_share(ivs, dev)
         if share is None:
             return None
-        traced, others = [0, 0, 0], [0, 0, 0]
-        users: dict[tuple[str, str], int] = defaultdict(int)
-        for iv in ivs:
-            d = iv.disk_reads.get(dev)
-            if d is None:
-                continue
-            for i in range(3):
-                traced[i] += d.traced[i]
-                others[i] += d.others[i]
-            for who, n in d.by_user.items():
-                users[who] += n
+        traced, others = _disk_totals(ivs, dev)
         if share[1] <= t.contended_share or others[1] < t.contended_min_bytes:
             return None
+        users: dict[tuple[str, str, str | None, str | None], int] = defaultdict(int)
+        for iv in ivs:
+            d = iv.disk_reads.get(dev)
+            for who, n in (d.by_user.items() if d else ()):
+                users[who] += n
         secs = sum(iv.interval_ns for iv in ivs) / 1e9 or 1.0
         top = sorted(users.items(), key=lambda kv: -kv[1])[:MAX_DISK_USERS]
-        names = ", ".join(f"{comm}" + (f" in {short_name(cg)}" if cg else "")
-                          for (comm, cg), _ in top[:3])
+        names = ", ".join(comm + (f" in {short_name(cg, cid, pod)}" if cg else "")
+                          for (comm, cg, cid, pod), _ in top[:3])
         pct = [round(100 * x, 1) for x in share]
         return Finding(
             "device_contended", max(30, sev // 2), None,
@@ -1036,8 +1040,8 @@ class Diagnosis:
             {"device": dev, "other_requests_pct": pct[0], "other_bytes_pct": pct[1],
              "other_service_pct": pct[2], "other_bytes": others[1], "job_bytes": traced[1],
              "other_bytes_s": round(others[1] / secs), "job_bytes_s": round(traced[1] / secs),
-             "others": [{"comm": comm, "cgroup": cg or None, "bytes": n}
-                        for (comm, cg), n in top]})
+             "others": [{"comm": comm, "cgroup": cg or None, "container_id": cid,
+                         "pod_uid": pod, "bytes": n} for (comm, cg, cid, pod), n in top]})
 
     def _data_read(self, iv: _Interval) -> _Reads | None:
         """The data set's reads in `iv` by the mains in training then; None when every main
