@@ -1027,19 +1027,26 @@ class Diagnosis:
             d = iv.disk_reads.get(dev)
             for who, n in (d.by_user.items() if d else ()):
                 users[who] += n
-        secs = sum(iv.interval_ns for iv in ivs) / 1e9 or 1.0
+        # Rates over the intervals after the trace's first, whose length a replay of the
+        # trace knows as the live run did (the time since the interval before)
+        later = [iv for iv in ivs if iv.ts_ns != self.intervals[0].ts_ns]
+        secs = sum(iv.interval_ns for iv in later) / 1e9
+        rates = [_disk_totals(later, dev)[k][1] / secs if secs else None for k in (1, 0)]
         top = sorted(users.items(), key=lambda kv: -kv[1])[:MAX_DISK_USERS]
         names = ", ".join(comm + (f" in {short_name(cg, cid, pod)}" if cg else "")
                           for (comm, cg, cid, pod), _ in top[:3])
         pct = [round(100 * x, 1) for x in share]
+        how = (f"{format_bytes(rates[0])}/s against the job's {format_bytes(rates[1])}/s"
+               if secs else f"{format_bytes(others[1])} against the job's "
+               f"{format_bytes(traced[1])}")
         return Finding(
             "device_contended", max(30, sev // 2), None,
             f"Other processes did {pct[1]:.0f} % of {dev}'s reads (bytes) while the job waited "
-            f"on it ({names}; {format_bytes(others[1] / secs)}/s against the job's "
-            f"{format_bytes(traced[1] / secs)}/s).",
+            f"on it ({names}; {how}).",
             {"device": dev, "other_requests_pct": pct[0], "other_bytes_pct": pct[1],
              "other_service_pct": pct[2], "other_bytes": others[1], "job_bytes": traced[1],
-             "other_bytes_s": round(others[1] / secs), "job_bytes_s": round(traced[1] / secs),
+             "other_bytes_s": round(rates[0]) if secs else None,
+             "job_bytes_s": round(rates[1]) if secs else None,
              "others": [{"comm": comm, "cgroup": cg or None, "container_id": cid,
                          "pod_uid": pod, "bytes": n} for (comm, cg, cid, pod), n in top]})
 
