@@ -22,7 +22,7 @@ import pytest
 
 from conftest import IOTRACE, ROOT, needs_root
 from tracer.core.vocab import IO_KINDS
-from tracer.workloads.dataset import disk_of, throttle, throttle_cgroup, unthrottle
+from tracer.workloads.dataset import blkio_v1_root, disk_of
 
 pytestmark = [needs_root, pytest.mark.kernel]
 
@@ -45,17 +45,35 @@ def cgroup_reads(cg: Path, disk: tuple[int, int]) -> tuple[int, int]:
 
 
 @contextlib.contextmanager
-def blkio_cgroup(name: str, path_on_disk: Path, **limits) -> Iterator[Path]:
-    """A blkio (v1) cgroup limiting reads of the disk of `path_on_disk`, removed afterwards."""
-    if throttle(None, path_on_disk, limits.pop("read_bps", None), name=name, **limits) is None:
-        pytest.skip("needs a blkio (v1) or io (v2) cgroup controller and a disk under the data")
-    cg = throttle_cgroup(name)
+def blkio_cgroup(name: str, path_on_disk: Path, read_bps: int = 0,
+                 read_iops: int = 0) -> Iterator[Path]:
+    """A cgroup v1 blkio cgroup `test-<name>` limiting reads of the disk of `path_on_disk`,
+    removed afterwards (what is left in it moved to the root first). Not named like iotrace's
+    throttling cgroups (`iotrace-*`), which a cleanup of crashed runs may remove."""
+    root = blkio_v1_root()
+    disk = disk_of(path_on_disk)
+    if root is None or disk is None:
+        pytest.skip("needs cgroup v1 blkio (its per-cgroup counters are the truth here)")
+    cg = root / f"test-{name}"
+    cg.mkdir()
     try:
-        if not (cg / "blkio.throttle.io_service_bytes").exists():
-            pytest.skip("needs cgroup v1 blkio (its per-cgroup counters are the truth here)")
+        dev = f"{disk[0]}:{disk[1]}"
+        (cg / "blkio.throttle.read_bps_device").write_text(f"{dev} {read_bps}\n")
+        (cg / "blkio.throttle.read_iops_device").write_text(f"{dev} {read_iops}\n")
         yield cg
     finally:
-        assert unthrottle(name)
+        deadline = time.monotonic() + 5
+        while True:
+            for pid in (cg / "cgroup.procs").read_text().split():
+                with contextlib.suppress(OSError):  # gone meanwhile
+                    (root / "cgroup.procs").write_text(f"{pid}\n")
+            try:
+                cg.rmdir()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)  # exiting tasks leave a little after they are reaped
 
 
 @pytest.fixture(scope="module")
@@ -104,14 +122,17 @@ def test_untraced_reads_are_counted_by_cgroup_and_name(data_file, blob, tmp_path
     """While iotrace traces a sleeper, untraced processes read the disk: dd (32 O_DIRECT reads
     of 64 KiB, in a cgroup without limits) and a Python process (40 of 4 KiB at 50 IO/s, so
     that blk-throttle's worker submits some of them). Each read is one request in its cgroup's
-    rows, exactly, with the kernel's count for that cgroup, under the reader's name, also for
-    the requests that the kernel thread submitted."""
+    rows, and the rows of each cgroup are exactly the kernel's count of its reads, under the
+    reader's name, also for the requests that the kernel thread submitted."""
     disk = disk_of(data_file)
     reader = ("import mmap, os, sys, time\n"
               "fd = os.open(sys.argv[1], os.O_RDONLY | os.O_DIRECT); buf = mmap.mmap(-1, 4096)\n"
               "for i in range(40): os.preadv(fd, [buf], (3000 + 5 * i) * 4096)\n"
               "time.sleep(1.5)\n")  # alive when the kernel thread's requests are named
     tag = f"{os.getpid()}-{tmp_path.name}"
+    # their programs and libraries from the page cache, so that the cgroups read the data only
+    subprocess.run(["dd", "if=/dev/null", "of=/dev/null", "status=none"], check=True)
+    subprocess.run([sys.executable, "-c", "import mmap, os, sys, time"], check=True)
     out = tmp_path / "trace"
     with blkio_cgroup(f"users-a-{tag}", data_file) as free, \
             blkio_cgroup(f"users-b-{tag}", data_file, read_iops=50) as slow:
@@ -140,13 +161,17 @@ def test_untraced_reads_are_counted_by_cgroup_and_name(data_file, blob, tmp_path
         return reads[reads.cgroup == "/" + cg.name]
 
     a, b = of(free), of(slow)
-    assert kernel[free] == (32, 32 * 65536)
+    # (a program file that reclaim evicted since the warm-up is read in the cgroup too, by the
+    # shell before the exec or by the program)
+    assert kernel[free][0] >= 32 and kernel[free][1] >= 32 * 65536
     assert (a.requests.sum(), a.bytes.sum()) == kernel[free], a.to_string()
-    assert set(a.who) == {"other"} and set(a.comm) == {"dd"}
-    assert kernel[slow] == (40, 40 * 4096)
+    assert set(a.who) == {"other"} and set(a.comm) <= {"dd", "sh"}
+    assert a[a.comm == "dd"].requests.sum() >= 32
+    assert kernel[slow][0] >= 40 and kernel[slow][1] >= 40 * 4096
     assert (b.requests.sum(), b.bytes.sum()) == kernel[slow], b.to_string()
     python = Path(sys.executable).name[:15]
-    assert set(b.comm) == {python}, b.to_string()  # the kernel thread's: the cgroup's process
+    # the kernel thread's named after the cgroup's process
+    assert set(b.comm) <= {python, "sh"} and python in set(b.comm), b.to_string()
     assert b[b.who == "kernel_thread"].requests.sum() > 0, b.to_string()
     assert (b.service_ns > 0).all() and (a.service_ns > 0).all()
     assert not (reads.who == "traced").any()  # the sleeper read nothing
@@ -265,6 +290,9 @@ def test_neighbours_in_the_jobs_throttled_cgroup(mode, blob, workdir, tmp_path):
         {k: o[k] for k in ("comm", "cgroup")} for o in ev["others"]], ev
     assert f"of {sc.disk}'s reads" in c.summary and f"{NEIGHBOURS} x dd in /{cg.name}" in c.summary
     assert "] device_contended:" in stdout
+    report = subprocess.run([sys.executable, "-m", "tracer.cli", "report", str(out)], cwd=ROOT,
+                            capture_output=True, text=True, timeout=120)
+    assert "] device_contended:" in report.stdout, report.stdout  # again from the rows
 
 
 @pytest.mark.parametrize("mode", ["launch", "attach"])
