@@ -1040,7 +1040,7 @@ class Diagnosis:
                if secs else f"{format_bytes(others[1])} against the job's "
                f"{format_bytes(traced[1])}")
         return Finding(
-            "device_contended", max(30, sev // 2), None,
+            "device_contended", max(20, sev // 2), None,
             f"Other processes did {pct[1]:.0f} % of {dev}'s reads (bytes) while the job waited "
             f"on it ({names}; {how}).",
             {"device": dev, "other_requests_pct": pct[0], "other_bytes_pct": pct[1],
