@@ -28,11 +28,10 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import bench_overhead as bo  # noqa: E402  (its loop, data file and helpers)
+import bench_overhead as bo
 
 BLOCK = ("io_start_raw", "rq_insert_raw", "rq_issue_raw", "rq_complete_raw", "io_done_raw",
          "rq_merge_raw", "rq_requeue_raw")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -65,7 +66,7 @@ def test_ids_are_inode_numbers_of_the_hierarchys_folders(tmp_path):
     names._walked = float("-inf")  # (a walk is at most every RESCAN_S)
     assert names.path(os.stat(tmp_path / "c").st_ino) == "/c"
     (tmp_path / "a" / "cgroup.procs").write_text(f"{os.getpid()}\n999999999\n")
-    mine = open("/proc/self/comm").read().strip()
+    mine = Path("/proc/self/comm").read_text().strip()
     assert names.processes("/a") == Counter({mine: 1})
     assert names.processes("/a", exclude=[os.getpid()]) == Counter()
     assert names.processes("/gone") == Counter()

@@ -27,8 +27,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from tracer.core.abi import MAX_SLOTS
-from tracer.core.histogram import format_bytes, format_ns, percentile_ns, slot_of
 from tracer.core.cgroup import short_name
+from tracer.core.histogram import format_bytes, format_ns, percentile_ns, slot_of
 from tracer.core.model import (
     DeviceRow,
     DeviceUserRow,

@@ -35,11 +35,11 @@ from tracer.core.model import (
 )
 from tracer.core.roles import CHILD
 from tracer.core.selfcost import SelfCost
-from tracer.tracedir.schema import MAX_DEVICE_USERS
 from tracer.live.cgroups import CgroupNames, describe
 from tracer.live.devices import device_name
 from tracer.live.files import FileTable
 from tracer.live.processes import Process, ProcessTable
+from tracer.tracedir.schema import MAX_DEVICE_USERS
 
 MAX_FILE_TOTALS = 2_000  # files the summary keeps totals of (the others: their folders')
 NO_SYSCALL: dict[str, str | int | None] = {"syscall_op": None, "syscall_path": None, "syscall_since": None}
