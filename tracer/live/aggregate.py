@@ -145,7 +145,8 @@ class Aggregator:
             key = abi.decode_block_user_key(raw)
             groups.setdefault((device_name(key.dev), key.op), []).append((key, delta))
         rows: list[DeviceUserRow] = []
-        traced = {p.pid for p in self.processes.alive()} if self.cgroups else set()
+        # every process traced, also one that exited but is still listed in its cgroup
+        traced = set(self.processes.by_pid) if self.cgroups else set()
         for (device, op), found in groups.items():
             found.sort(key=lambda kd: -kd[1][1])
             named = 0
