@@ -9,6 +9,10 @@
  * struct iomap_dio, page-cache reads through the folio's owner (pagecache.bpf.c). Else, for
  * writes (flusher threads, and a throttled fsync's bios), to the traced process that dirtied
  * the file (`writeback`).
+ *
+ * Every other request is recorded too, with the cgroup of its bio and the name of the task that
+ * started it, so that `block_users` says who else used each disk: a job slowed by a neighbour
+ * on its volume sees the neighbour's share of the requests, bytes and service time.
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -61,6 +65,70 @@ struct {
 	__type(key, __u32);
 	__type(value, __u64);
 } block_unseen SEC(".maps");
+
+/*
+ * Who used each disk (struct block_user_key): a key per (disk, op, cgroup, name), cumulative,
+ * never deleted while tracing, so the map is bounded by the distinct users a host has. Named
+ * keys take at most BLOCK_USERS_NAMED entries; past that a disk's requests go to its key
+ * without a cgroup or name (`rest`), whose room is kept, so no request is lost while
+ * fewer than BLOCK_USERS_MAX - BLOCK_USERS_NAMED disks are in use (a refused insert then is
+ * counted in map_full).
+ */
+#define BLOCK_USERS_MAX 4096
+#define BLOCK_USERS_NAMED (BLOCK_USERS_MAX - 256)
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, BLOCK_USERS_MAX);
+	__type(key, struct block_user_key);
+	__type(value, struct block_user);
+} block_users SEC(".maps");
+
+__u64 block_users_used = 0;
+
+static __always_inline struct block_user *block_user_of(struct block_user_key *k)
+{
+	struct block_user zero = {};
+	struct block_user *u = bpf_map_lookup_elem(&block_users, k);
+	long err;
+
+	if (u)
+		return u;
+	if (block_users_used >= BLOCK_USERS_NAMED) { /* the disk's rest key instead */
+		__builtin_memset(k->comm, 0, sizeof(k->comm));
+		k->cgroup = 0;
+		k->kthread = 0;
+		k->rest = 1;
+		u = bpf_map_lookup_elem(&block_users, k);
+		if (u)
+			return u;
+	}
+	err = bpf_map_update_elem(&block_users, k, &zero, BPF_NOEXIST);
+	if (!err)
+		__sync_fetch_and_add(&block_users_used, 1);
+	else
+		count_map_full(IOT_MAP_BLOCK_USERS, err);
+	return bpf_map_lookup_elem(&block_users, k); /* (EEXIST: another CPU made it) */
+}
+
+/* A request that ended after `service_ns` in service: its user's counts. */
+static __always_inline void block_user_add(const struct rq_start *s, __u64 service_ns)
+{
+	struct block_user_key k = {
+		.dev = s->dev, .op = s->op, .traced = s->tgid != 0, .kthread = s->kthread,
+		.cgroup = s->cgroup,
+	};
+	struct block_user *u;
+
+	if (!s->tgid)
+		__builtin_memcpy(k.comm, s->comm, sizeof(k.comm));
+	u = block_user_of(&k);
+	if (!u)
+		return;
+	__sync_fetch_and_add(&u->requests, 1);
+	__sync_fetch_and_add(&u->bytes, s->data_len);
+	__sync_fetch_and_add(&u->service_ns, service_ns);
+}
 
 static __always_inline struct rq_slot *rq_slot_of(__u64 rq)
 {
@@ -137,7 +205,9 @@ static __always_inline void rq_drop_unseen(__u64 rq)
 
 	if (!old || (!old->issue_ns && !iot_config.have_io_start))
 		return;
-	if (old->issue_ns) {
+	if (old->issue_ns) /* it ended: its user used the disk, for a service time unknown */
+		block_user_add(old, 0);
+	if (old->issue_ns && old->tgid) { /* the traced ones: others are no one's loss */
 		n = bpf_map_lookup_elem(&block_unseen, &i);
 		if (n)
 			*n += 1;
@@ -291,6 +361,31 @@ static __always_inline bool rq_folio_owner(struct request *rq, struct rq_start *
 	return true;
 }
 
+/* The bio's cgroup (its blkcg's cgroup: the kernfs id, which is its directory's inode
+ * number), 0 when the kernel has no blk-cgroup or the request no bio. */
+static __always_inline __u64 rq_cgroup(struct request *rq)
+{
+	if (!bpf_core_field_exists(struct bio, bi_blkg))
+		return 0;
+	return BPF_CORE_READ(rq, bio, bi_blkg, blkcg, css.cgroup, kn, id);
+}
+
+/* A write of pages that a traced process dirtied (flusher threads, a throttled fsync). */
+static __always_inline bool rq_writeback_owner(struct request *rq, __u32 flags,
+					       struct rq_start *s)
+{
+	__u32 *owner;
+
+	if (rq_op(flags) != IOT_OP_WRITE || !rq_page_file(rq, &s->file))
+		return false;
+	owner = bpf_map_lookup_elem(&dirtier, &s->file);
+	if (!owner || !is_tracked(*owner))
+		return false;
+	s->tgid = *owner;
+	s->attribution = IOT_ATTR_WRITEBACK;
+	return true;
+}
+
 /* A request that a kernel thread started for a traced process (see current_is_kthread). */
 static __always_inline bool rq_owner_for_kthread(struct request *rq, __u32 flags,
 						 struct rq_start *s)
@@ -310,7 +405,7 @@ static __always_inline int start_request(struct request *rq)
 	__u32 flags = r->cmd_flags;
 	struct rq_start s = {};
 	struct sys_start *sys;
-	__u32 *owner;
+	bool kthread = false;
 
 	rq_drop_unseen((__u64)rq);
 	/* a thread with an in-flight-syscall record is traced (see sys_enter): no lookup then */
@@ -322,17 +417,17 @@ static __always_inline int start_request(struct request *rq)
 			s.file = sys->file; /* submitted from inside a read/write/fsync of this file */
 		else
 			rq_page_file(rq, &s.file); /* page faults, readahead without a syscall */
-	} else if (current_is_kthread() && rq_owner_for_kthread(rq, flags, &s)) {
+	} else if ((kthread = current_is_kthread()) && rq_owner_for_kthread(rq, flags, &s)) {
 		/* charged to the process whose bio it is */
-	} else if (rq_op(flags) == IOT_OP_WRITE && rq_page_file(rq, &s.file)) {
-		owner = bpf_map_lookup_elem(&dirtier, &s.file);
-		if (!owner || !is_tracked(*owner))
-			return 0;
-		s.tgid = *owner;
-		s.attribution = IOT_ATTR_WRITEBACK;
-	} else {
-		return 0;
+	} else if (!rq_writeback_owner(rq, flags, &s)) {
+		/* someone else's: counted in block_users only (tgid 0), under its cgroup and the
+		 * name of the task that started it (none for kernel threads) */
+		__builtin_memset(&s, 0, sizeof(s));
+		s.kthread = kthread;
+		if (!kthread)
+			bpf_get_current_comm(s.comm, sizeof(s.comm));
 	}
+	s.cgroup = rq_cgroup(r);
 	s.dev = rq_dev(r);
 	s.op = rq_op(flags);
 	rq_record((__u64)rq, &s);
@@ -368,7 +463,7 @@ static __always_inline int handle_issue(struct request *rq)
 		return 0;
 	s->issue_ns = bpf_ktime_get_ns();
 	s->data_len = r->__data_len;
-	if (s->insert_ns) {
+	if (s->insert_ns && s->tgid) {
 		struct hist_key k = {
 			.tgid = s->tgid, .dev = s->dev, .layer = IOT_LAYER_BLOCK_QUEUE,
 			.op = s->op, .attribution = s->attribution,
@@ -418,10 +513,14 @@ static __always_inline int handle_complete(struct request *rq)
 			.op = s->op, .attribution = s->attribution,
 		};
 		latency_ns = bpf_ktime_get_ns() - s->issue_ns;
+		block_user_add(s, latency_ns);
+		if (!s->tgid)
+			goto done;
 		hist_add(&k, latency_ns, s->data_len, 1);
 		if (iot_config.slow_ns && latency_ns >= iot_config.slow_ns)
 			emit_slow(rq, s, &k, latency_ns);
 	}
+done:
 	rq_forget((__u64)rq);
 	return 0;
 }

@@ -122,6 +122,32 @@ struct rq_start {
 	__u32 dev; /* the disk, read once when the request starts */
 	__u8 op;
 	__u8 attribution;
+	__u8 kthread; /* untraced: a kernel thread started it (struct block_user_key's) */
+	__u8 pad;
+	__u64 cgroup; /* the bio's cgroup (struct block_user_key's) */
+	char comm[IOT_COMM_LEN]; /* untraced: who started it (struct block_user_key's) */
+};
+
+/* Key of the `block_users` map (block.bpf.c): who used a disk. Every request is counted there
+ * once it completes: the traced processes' under traced 1, per cgroup, every other process's
+ * under its name, so that user space knows the share of a disk that others took. */
+struct block_user_key {
+	__u32 dev;     /* the disk (kernel dev_t) */
+	__u8 op;       /* enum iot_op */
+	__u8 traced;   /* 1: a traced process's request (comm empty: the hists say whose) */
+	__u8 kthread;  /* 1: a kernel thread started it for the cgroup (blk-throttle's dispatch,
+			* writeback): comm is empty, user space names the cgroup's processes */
+	__u8 rest;     /* 1: the disk's requests past the named keys (no cgroup, no name) */
+	__u64 cgroup;  /* the bio's blkcg: its cgroup's kernfs id (the directory's inode number),
+			* 0 when the bio has none */
+	char comm[IOT_COMM_LEN]; /* the task that started the request */
+};
+
+/* Value of `block_users`: cumulative since load. */
+struct block_user {
+	__u64 requests;
+	__u64 bytes;
+	__u64 service_ns; /* issue -> complete, summed */
 };
 
 /* The syscall in flight of a thread (syscall.bpf.c, task storage `sys_starts`): user space
@@ -299,7 +325,8 @@ enum iot_map {
 	IOT_MAP_THREADS = 3,
 	IOT_MAP_RQ_STARTS = 4, /* block.bpf.c: requests in flight */
 	IOT_MAP_FOLDER_STATS = 5, /* where file_stats' refused inserts go: full too, a count is lost */
-	IOT_MAPS = 6,
+	IOT_MAP_BLOCK_USERS = 6, /* block.bpf.c: who used a disk (a key per disk keeps the rest) */
+	IOT_MAPS = 7,
 };
 
 #endif /* IOTRACE_H */

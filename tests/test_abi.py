@@ -29,7 +29,10 @@ int main(void) {
     S(hist_slot); O(hist_slot, key); O(hist_slot, h); S(file_slot); O(file_slot, key);
     O(file_slot, st); S(free_slot_request);
     S(rq_start); O(rq_start, issue_ns); O(rq_start, tgid); O(rq_start, data_len); O(rq_start, op);
-    S(rq_slot); O(rq_slot, s);
+    S(rq_slot); O(rq_slot, s); O(rq_start, kthread); O(rq_start, cgroup); O(rq_start, comm);
+    S(block_user_key); O(block_user_key, op); O(block_user_key, traced);
+    O(block_user_key, kthread); O(block_user_key, rest); O(block_user_key, cgroup);
+    O(block_user_key, comm); S(block_user); O(block_user, service_ns);
     S(sys_start); O(sys_start, file); O(sys_start, op); O(sys_start, target);
     O(sys_start, last_sent); O(sys_start, dir_ino); O(file_key, buf); O(file_stat, dir_ino);
     O(iot_file_event, dir_ino);
@@ -49,9 +52,9 @@ int main(void) {
     printf("IOT_TARGET_PIPE %d\nIOT_ATTR_READAHEAD %d\nIOT_EVENT_EXIT %d\n", IOT_TARGET_PIPE,
            IOT_ATTR_READAHEAD, IOT_EVENT_EXIT);
     printf("IOT_MAP_TRACKED %d\nIOT_MAP_HISTS %d\nIOT_MAP_FILE_STATS %d\nIOT_MAP_THREADS %d\n"
-           "IOT_MAP_RQ_STARTS %d\nIOT_MAP_FOLDER_STATS %d\nIOT_MAPS %d\n", IOT_MAP_TRACKED,
-           IOT_MAP_HISTS, IOT_MAP_FILE_STATS, IOT_MAP_THREADS, IOT_MAP_RQ_STARTS,
-           IOT_MAP_FOLDER_STATS, IOT_MAPS);
+           "IOT_MAP_RQ_STARTS %d\nIOT_MAP_FOLDER_STATS %d\nIOT_MAP_BLOCK_USERS %d\n"
+           "IOT_MAPS %d\n", IOT_MAP_TRACKED, IOT_MAP_HISTS, IOT_MAP_FILE_STATS, IOT_MAP_THREADS,
+           IOT_MAP_RQ_STARTS, IOT_MAP_FOLDER_STATS, IOT_MAP_BLOCK_USERS, IOT_MAPS);
     return 0;
 }
 """
@@ -152,6 +155,19 @@ def test_decode_round_trip():
                                                                    "python3")
 
 
+def test_block_users_layout(c_layout):
+    """Who used a disk (block.bpf.c's block_users) and the record of an untraced request."""
+    assert c_layout["rq_start"] == abi.RQ_START.size
+    assert (c_layout["rq_start.kthread"], c_layout["rq_start.cgroup"],
+            c_layout["rq_start.comm"]) == (46, 48, 56)
+    assert c_layout["block_user_key"] == abi.BLOCK_USER_KEY.size
+    assert [c_layout[f"block_user_key.{f}"] for f in ("op", "traced", "kthread", "rest",
+                                                       "cgroup", "comm")] == [4, 5, 6, 7, 8, 16]
+    assert c_layout["block_user"] == abi.BLOCK_USER.size and c_layout["block_user.service_ns"] == 16
+    key = abi.decode_block_user_key(abi.BLOCK_USER_KEY.pack(7, 0, 0, 1, 0, 42, b"dd\0x"))
+    assert key == abi.BlockUserKey(7, "read", False, True, False, 42, "dd")
+
+
 def test_slot_tables_layout_and_tag(c_layout):
     """The slot tables (slots.bpf.h) are read in place by user space, which checks each slot's
     tag against its key: the layouts and the tag function must be the kernel's."""
@@ -215,8 +231,8 @@ def test_block_request_records(c_layout):
     whose end no completion program saw (kernel/probes.Probes.block_unseen)."""
     assert c_layout["rq_start"] == abi.RQ_START.size
     assert c_layout["rq_slot"] == abi.RQ_SLOT.size and c_layout["rq_slot.s"] == 8
-    fields = abi.RQ_START.unpack(abi.RQ_START.pack(1, 2, 3, 0, 4, 5, 6, 7, 8, 9))
-    assert fields == (1, 2, 3, 0, 4, 5, 6, 7, 8, 9)  # offsets below follow this order
+    fields = abi.RQ_START.unpack(abi.RQ_START.pack(1, 2, 3, 0, 4, 5, 6, 7, 8, 9, 1, 10, b"dd"))
+    assert fields == (1, 2, 3, 0, 4, 5, 6, 7, 8, 9, 1, 10, b"dd" + bytes(14))  # in this order
     assert (c_layout["rq_start.issue_ns"], c_layout["rq_start.tgid"],
             c_layout["rq_start.data_len"], c_layout["rq_start.op"]) == (8, 32, 36, 44)
 

@@ -26,6 +26,7 @@ from conftest import IOTRACE, ROOT, needs_root
 from tracer import attach
 from tracer.api import Trace, TraceError, load
 from tracer.core.histogram import percentile_ns
+from tracer.render.first_screen import device_lines
 from tracer.render.html import render_html, summary_json, write_html
 from tracer.render.summary import max_seen
 from tracer.report import file_totals_from_files, totals_from_latency
@@ -381,6 +382,27 @@ def test_top_files(hand: Path) -> None:
     page = os.sysconf("SC_PAGE_SIZE")
     assert shard["cache_hit_pct"] == pytest.approx(100 * (1 - 256 * page / (10 << 20)))
     assert len(load(hand).top_files(1)) == 1
+
+
+def test_device_summary_says_who_else_read_the_disk(tmp_path: Path) -> None:
+    """device_summary's others_read_pct: the share of a disk's read bytes from processes
+    iotrace did not trace (device_users rows), NaN for a disk without such rows."""
+    devices = [row("devices", ts=T0 + S, device=d, r_s=10.0, util_pct=u)
+               for d, u in (("vda", 50.0), ("vdb", 10.0))]
+    users = [row("device_users", ts=T0 + S, device="vda", op="read", who=who, bytes=n,
+                 requests=1)
+             for who, n in (("traced", 1 << 20), ("kernel_thread", 2 << 20), ("other", 1 << 20))]
+    users.append(row("device_users", ts=T0 + S, device="vda", op="write", who="other",
+                     bytes=9 << 20, requests=1))  # writes are not reads
+    with TraceWriter(tmp_path, META) as w:
+        w.add("devices", devices)
+        w.add("device_users", users)
+    summary = load(tmp_path).device_summary()
+    assert summary.loc["vda", "others_read_pct"] == 75.0
+    assert pd.isna(summary.loc["vdb", "others_read_pct"])
+    screen = device_lines(summary)
+    assert screen[2].split()[-1] == "others" and screen[3].split()[-2:] == ["75", "%"]
+    assert screen[4].split()[-1] == "-"
 
 
 def test_repr_html_shows_findings_latency_and_files(hand: Path) -> None:

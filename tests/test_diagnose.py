@@ -450,3 +450,54 @@ def test_an_intervals_reads_of_a_thousand_folders_stay_bounded_and_add_up():
     assert reads.bytes == 4096 * (200 + 30 * 1000)
     assert reads.file_count() == 200 + 30 * 1000
     assert ("/data/train/", "ext4") in reads.folder_files  # where the other folders went
+
+def disk_use(who, nbytes, requests, comm=None, cgroup="/jobs", device="vda"):
+    return {"device": device, "op": "read", "who": who, "cgroup": cgroup, "container_id": None,
+            "pod_uid": None, "comm": comm, "requests": requests, "bytes": nbytes,
+            "service_ns": requests * MS}
+
+
+def run_with_disk(threads, files, users, n=5) -> list:
+    d = Diagnosis()
+    for i in range(1, n + 1):
+        d.add(i * S, S, threads, files, [], [], OWNER, device_users=users)
+    return d.findings()
+
+
+def test_other_processes_taking_the_jobs_disk_are_device_contended():
+    io_bound = ([thread(MAIN, MAIN, "main", oncpu=200 * MS, sleep=800 * MS, by_worker=800 * MS),
+                 thread(WORKER, WORKER, "dataloader_worker", oncpu=100 * MS, iowait=900 * MS)],
+                [file_row(WORKER, "dataloader_worker", "read", 4 << 20, 900 * MS)])
+    users = [disk_use("traced", 4 << 20, 4), disk_use("kernel_thread", 10 << 20, 10, "4 x dd"),
+             disk_use("other", 2 << 20, 30, "cp", "/"),
+             disk_use("other", 50 << 20, 50, "cp", device="vdb")]  # another disk: not counted
+    f = run_with_disk(*io_bound, users)
+    assert kinds(f)[0] == "dataloader_io_bound" and "device_contended" in kinds(f)
+    c = next(x for x in f if x.kind == "device_contended")
+    ev = c.evidence
+    assert ev["device"] == "vda" and ev["other_bytes_pct"] == 75.0
+    assert ev["other_requests_pct"] == round(100 * 40 / 44, 1)
+    assert ev["other_bytes_s"] == 12 << 20 and ev["job_bytes_s"] == 4 << 20  # (the 4 after the 1st)
+    assert ev["other_bytes"] == 5 * (12 << 20)
+    assert ev["others"][0] == {"comm": "4 x dd", "cgroup": "/jobs", "container_id": None,
+                               "pod_uid": None, "bytes": 5 * (10 << 20)}
+    assert "75 % of vda's reads" in c.summary and "4 x dd in /jobs" in c.summary
+    # a neighbour that takes half or less is no finding; nor one of a job not waiting on I/O
+    fair = [disk_use("traced", 4 << 20, 4), disk_use("other", 4 << 20, 4, "dd")]
+    assert "device_contended" not in kinds(run_with_disk(*io_bound, fair))
+    healthy = ([thread(MAIN, MAIN, "main", oncpu=950 * MS, sleep=50 * MS)],
+               [file_row(MAIN, "main", "read", 1 << 20, 5 * MS)])
+    assert kinds(run_with_disk(*healthy, users)) == ["not_io_bound"]
+
+
+def test_device_contended_names_the_neighbours_container_and_pod():
+    io_bound = ([thread(MAIN, MAIN, "main", oncpu=200 * MS, sleep=800 * MS, by_worker=800 * MS),
+                 thread(WORKER, WORKER, "dataloader_worker", oncpu=100 * MS, iowait=900 * MS)],
+                [file_row(WORKER, "dataloader_worker", "read", 4 << 20, 900 * MS)])
+    cid, uid = "ab" * 32, "5e0c8b2f-1a3d-4c5e-9f7a-0b1c2d3e4f5a"
+    noisy = {**disk_use("other", 12 << 20, 12, "fio", f"/kubepods/besteffort/pod{uid}/{cid}"),
+             "container_id": cid, "pod_uid": uid}
+    f = run_with_disk(*io_bound, [disk_use("traced", 4 << 20, 4), noisy])
+    c = next(x for x in f if x.kind == "device_contended")
+    assert f"fio in container {cid[:12]} of pod {uid}" in c.summary
+    assert c.evidence["others"][0]["container_id"] == cid

@@ -569,16 +569,17 @@ def test_requests_left_in_flight_at_the_end_count_as_unseen():
     no program saw, less as many as their disk has in flight (kernel/probes.Probes.block_unseen).
     Records planted in the loaded (not attached) maps: two issued before the reading on an idle
     disk count; one never issued, one issued after the reading began and one on a disk that
-    does not exist do not."""
+    does not exist do not, nor one of an untraced process (tgid 0: who used the disk only)."""
     unused = [d for d in Path("/sys/block").glob("loop*") if not (d / "loop").exists()]
     if not unused:
         pytest.skip("needs a loop device without a backing file (an idle disk)")
     major, minor = map(int, (unused[0] / "dev").read_text().split(":"))
     idle, nowhere = major << 20 | minor, 4095 << 20
 
-    def record(issue_ns: int, dev: int, nbytes: int) -> tuple:
-        # insert_ns, issue_ns, file (dev, pad, ino), tgid, data_len, dev, op, attribution
-        return (0, issue_ns, 0, 0, 0, 1234, nbytes, dev, 0, 0)
+    def record(issue_ns: int, dev: int, nbytes: int, tgid: int = 1234) -> tuple:
+        # insert_ns, issue_ns, file (dev, pad, ino), tgid, data_len, dev, op, attribution,
+        # kthread, cgroup, comm
+        return (0, issue_ns, 0, 0, 0, tgid, nbytes, dev, 0, 0, 0, 0, b"")
 
     p = Probes(map_sizes={})
     p.load()
@@ -587,7 +588,7 @@ def test_requests_left_in_flight_at_the_end_count_as_unseen():
         starts = Map(block.map_fd("rq_starts"), 8, abi.RQ_START.size)
         later = time.monotonic_ns() + 3600 * 10**9
         planted = [record(1, idle, 4096), record(0, idle, 4096), record(later, idle, 4096),
-                   record(1, nowhere, 4096)]
+                   record(1, nowhere, 4096), record(1, idle, 4096, tgid=0)]
         for rq, rec in enumerate(planted, start=1):
             starts.update((rq << 6).to_bytes(8, "little"), abi.RQ_START.pack(*rec))
         slots = Map(block.map_fd("rq_slots"), 4, abi.RQ_SLOT.size)

@@ -82,7 +82,7 @@ def test_own_cost_of_a_known_workload(iowork, data_file, tmp_path, stats_sysctl)
     assert cost["totals"]["run_time_ns"] == summed(progs, "run_time_ns")
     assert cost["map_full_drops"] == dict.fromkeys(cost["map_full_drops"], 0)
     assert set(cost["map_full_drops"]) == {"tracked", "hists", "file_stats", "threads", "rq_starts",
-                                           "folder_stats"}
+                                           "folder_stats", "block_users"}
     assert cost["events_lost"] == meta["events_lost"] == 0
     tracer = cost["tracer"]
     assert tracer["cpu_seconds"] > tracer["setup_cpu_seconds"] > 0
@@ -136,7 +136,8 @@ def test_a_full_file_table_counts_per_folder(iowork, data_file, tmp_path):
     files = pd.read_parquet(out / "files")
     assert cost["map_entries"]["file_stats"] == 1
     assert cost["map_full_drops"] == {"tracked": 0, "hists": 0, "file_stats": K, "threads": 0,
-                                      "rq_starts": 0, "folder_stats": 0}, files.to_string()
+                                      "rq_starts": 0, "folder_stats": 0, "block_users": 0}, (
+        files.to_string())
     assert cost["files_rolled_up"]["kernel_folder_ops"] == K
     procs = pd.read_parquet(out / "processes")
     parent = int(procs[procs.role == "main"].pid.iloc[0])
@@ -159,8 +160,8 @@ def test_bad_map_sizes_setting_is_one_line(tmp_path):
     assert r.returncode == 2, r.stderr
     assert r.stderr.strip().splitlines() == [
         "iotrace: error: IOTRACE_MAP_SIZES: no map 'events' can be sized; give MAP=N with MAP "
-        "one of tracked, hists, file_stats, threads, rq_starts, folder_stats, rq_slots, hist_slots, "
-        "file_slots"]
+        "one of tracked, hists, file_stats, threads, rq_starts, folder_stats, block_users, "
+        "rq_slots, hist_slots, file_slots"]
 
 
 @pytest.mark.skipif(shutil.which("setpriv") is None, reason="needs setpriv (util-linux)")

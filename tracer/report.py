@@ -117,7 +117,7 @@ def diagnose_trace(trace: TraceReader, processes: ProcessTable) -> Diagnosis:
     """Replays the per-interval rows through the diagnosis, in time order."""
     d = Diagnosis(startup=bool(trace.targets["command"]))  # as the live run: launch mode
     tables = {name: _records(trace[name])
-              for name in ("threads", "files", "latency", "devices", "memory")}
+              for name in ("threads", "files", "latency", "devices", "memory", "device_users")}
     owners = processes.owners()
     procs = trace["processes"]
     if "peers" in procs:  # the TCP peers the live run saw, for the same evidence
@@ -130,7 +130,7 @@ def diagnose_trace(trace: TraceReader, processes: ProcessTable) -> Diagnosis:
     for ts in stamps:
         d.add(ts, ts - prev if prev else interval_ns,
               *(tables[n].get(ts, []) for n in ("threads", "files", "latency", "devices")),
-              owners, tables["memory"].get(ts, []))
+              owners, tables["memory"].get(ts, []), tables["device_users"].get(ts, []))
         prev = ts
     return d
 

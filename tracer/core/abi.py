@@ -43,7 +43,8 @@ WAKERS = ("own", "worker", "pin", "other")
 # enum iot_file_flags
 FILE_TRUNCATED, FILE_DELETED, FILE_FS_ROOT = 1, 2, 4
 # enum iot_map: the maps whose refused inserts `map_full` counts, by index (IOT_MAPS of them)
-MAP_FULL_MAPS = ("tracked", "hists", "file_stats", "threads", "rq_starts", "folder_stats")
+MAP_FULL_MAPS = ("tracked", "hists", "file_stats", "threads", "rq_starts", "folder_stats",
+                 "block_users")
 # file_stats' refused inserts are not lost: those operations are counted in folder_stats
 MAP_ROLLED_UP = {"file_stats": "folder_stats"}
 
@@ -83,8 +84,13 @@ FILE_SLOT = struct.Struct(f"<Q{FILE_KEY.size}s{FILE_STAT.size}s")
 # target, then last_sent (dev, gen, ino), dir_ino
 SYS_START = struct.Struct("<QQIIQBB6xIIQQ")
 # struct rq_start (a block request in flight): insert_ns, issue_ns, file (dev, gen, ino), tgid,
-# data_len, dev, op, attribution; struct rq_slot: rq (0: free), then a struct rq_start
-RQ_START = struct.Struct("<QQIIQIIIBB2x")
+# data_len, dev, op, attribution, kthread, cgroup, comm; struct rq_slot: rq (0: free), then a
+# struct rq_start
+RQ_START = struct.Struct(f"<QQIIQIIIBBBxQ{COMM_LEN}s")
+# struct block_user_key: dev, op, traced, kthread, rest, cgroup, comm; struct block_user:
+# requests, bytes, service_ns
+BLOCK_USER_KEY = struct.Struct(f"<IBBBBQ{COMM_LEN}s")
+BLOCK_USER = struct.Struct("<3Q")
 RQ_SLOT = struct.Struct(f"<Q{RQ_START.size}s")
 # enum iot_slot_table
 HIST_SLOTS, FILE_SLOTS = 0, 1
@@ -273,6 +279,25 @@ def decode_hist_key(raw: bytes) -> HistKey:
     tgid, dev, layer, op, target, attr = HIST_KEY.unpack(raw)
     return HistKey(tgid, dev, LAYERS.get(layer, "other"), OPS.get(op, "other"),
                    TARGETS.get(target), ATTRIBUTIONS.get(attr))
+
+
+class BlockUserKey(NamedTuple):
+    """Who used a disk: a traced process (`traced`; which one, the hists say) or another one,
+    by cgroup and name (empty when a kernel thread started its requests: `kthread`)."""
+
+    dev: int
+    op: str
+    traced: bool
+    kthread: bool
+    rest: bool  # the disk's requests past the map's named keys: no cgroup, no name
+    cgroup: int  # the bio's cgroup: its directory's inode number (kernfs id); 0: none
+    comm: str
+
+
+def decode_block_user_key(raw: bytes) -> BlockUserKey:
+    dev, op, traced, kthread, rest, cgroup, comm = BLOCK_USER_KEY.unpack(raw)
+    return BlockUserKey(dev, OPS.get(op, "other"), bool(traced), bool(kthread), bool(rest),
+                        cgroup, _cstr(comm))
 
 
 def decode_hist(raw: bytes) -> np.ndarray:

@@ -28,9 +28,11 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from tracer.core.abi import MAX_SLOTS
+from tracer.core.cgroup import short_name
 from tracer.core.histogram import format_bytes, format_ns, percentile_ns, slot_of
 from tracer.core.model import (
     DeviceRow,
+    DeviceUserRow,
     FileRow,
     FindingRow,
     LatencyRow,
@@ -74,6 +76,8 @@ class Thresholds:
     saturated_util_pct: float = 90.0
     saturated_queue_ratio: float = 4.0  # queue time / service time (block_queue vs block p50)
     slow_fs_read_share: float = 0.5  # share of read bytes on a slow file system
+    contended_share: float = 0.5  # others did more than this share of the job's disk's read bytes
+    contended_min_bytes: int = 1 << 20  # ... when they read at least this much of it
     window_s: float = 30.0  # findings during a run cover the last window_s seconds
     wake_window: int = 5  # intervals of wake-ups that say who ends the loop's sleeps
     # Without workers, training starts in the first interval that reads this much of the data
@@ -93,6 +97,7 @@ MAX_READ_PATHS = 32
 MAX_READ_FOLDERS = 32
 MAX_READ_AHEAD = 100_000  # files whose read-ahead pages are remembered (bounded memory)
 MAX_PEERS = 8  # TCP peers named per main process
+MAX_DISK_USERS = 8  # other users of a disk kept per interval and named in a finding
 
 ADVICE = {
     "sync_loading": "Load batches in parallel: DataLoader(num_workers=4 or more, pin_memory=True, "
@@ -131,6 +136,10 @@ ADVICE = {
                              "set smaller (compressed or lower-resolution samples), cache it on "
                              "a local NVMe disk, or read it as sequential shards once per epoch "
                              "(WebDataset/tar, Arrow) so that storage streams at full speed.",
+    "device_contended": "Other processes take most of the disk the job reads from: move the "
+                        "data set to a disk of its own (or local SSD, tmpfs), give the job its "
+                        "own I/O limit or a higher weight than the neighbours (blkio/io.max, "
+                        "io.weight), or schedule the noisy jobs elsewhere.",
     "slow_filesystem": "The dataset sits on a slow file system (overlay/network/FUSE): copy it "
                        "to a local disk or tmpfs, or use a bind mount instead of a volume.",
 }
@@ -317,6 +326,60 @@ class _Interval:
     background: dict[int, _Background]  # main pid -> a background save's cost to the loop
     other_parts: dict[int, tuple[int, int, int]]  # main -> other's (runnable, own, timers) ns
     memory: dict[int, MemoryRow] = field(default_factory=dict)  # main pid -> its memory row
+    # disk -> its reads: traced [requests, bytes, service ns], the others' same, and the
+    # others' bytes by (name, cgroup), at most MAX_DISK_USERS of them (device_users rows)
+    disk_reads: dict[str, _DiskReads] = field(default_factory=dict)
+
+
+@dataclass
+class _DiskReads:
+    """One disk's reads in one interval, by whom (`device_users`)."""
+
+    traced: list[int] = field(default_factory=lambda: [0, 0, 0])  # requests, bytes, service ns
+    others: list[int] = field(default_factory=lambda: [0, 0, 0])
+    # (comm, cgroup, container ID, pod UID) -> bytes
+    by_user: dict[tuple[str, str, str | None, str | None], int] = field(default_factory=dict)
+
+
+def _disk_totals(ivs: Iterable[_Interval], dev: str) -> tuple[list[int], list[int]]:
+    """Disk `dev`'s reads in `ivs`: the traced processes' and the others' [requests, bytes,
+    service ns]."""
+    traced, others = [0, 0, 0], [0, 0, 0]
+    for iv in ivs:
+        d = iv.disk_reads.get(dev)
+        if d is not None:
+            for i in range(3):
+                traced[i] += d.traced[i]
+                others[i] += d.others[i]
+    return traced, others
+
+
+def _others_share(ivs: Iterable[_Interval], dev: str) -> tuple[float, float, float] | None:
+    """The other processes' share of disk `dev`'s reads in `ivs`: of the requests, the bytes
+    and the service time; None when the intervals saw none of its reads."""
+    traced, others = _disk_totals(ivs, dev)
+    if not traced[0] + others[0]:
+        return None
+    return tuple(o / (o + tr) if o + tr else 0.0 for o, tr in zip(others, traced, strict=True))
+
+
+def _disk_reads(rows: Iterable[DeviceUserRow]) -> dict[str, _DiskReads]:
+    out: dict[str, _DiskReads] = {}
+    for r in rows:
+        if r["op"] != "read":
+            continue
+        d = out.setdefault(r["device"], _DiskReads())
+        counts = d.traced if r["who"] == "traced" else d.others
+        for i, v in enumerate((r["requests"], r["bytes"], r["service_ns"])):
+            counts[i] += v
+        if r["who"] != "traced":
+            who = (r["comm"] or ("others" if r["who"] == "rest" else "?"), r["cgroup"] or "",
+                   r["container_id"], r["pod_uid"])
+            d.by_user[who] = d.by_user.get(who, 0) + r["bytes"]
+    for d in out.values():
+        if len(d.by_user) > MAX_DISK_USERS:
+            d.by_user = dict(sorted(d.by_user.items(), key=lambda kv: -kv[1])[:MAX_DISK_USERS])
+    return out
 
 
 @dataclass
@@ -368,9 +431,11 @@ class Diagnosis:
 
     def add(self, ts_ns: int, interval_ns: int, threads: Iterable[ThreadRow],
             files: Iterable[FileRow], latency: Iterable[LatencyRow], devices: Iterable[DeviceRow],
-            owner: dict[int, int], memory: Iterable[MemoryRow] = ()) -> list[LoopRow]:
+            owner: dict[int, int], memory: Iterable[MemoryRow] = (),
+            device_users: Iterable[DeviceUserRow] = ()) -> list[LoopRow]:
         """One interval's rows; `owner` maps each traced pid to its main pid; `memory`: the
-        mains' memory rows. Returns the rows of the `loop` table for this interval."""
+        mains' memory rows; `device_users`: who used each disk. Returns the rows of the `loop`
+        table for this interval."""
         t = self.thresholds
         files, threads = list(files), list(threads)
         own_read, proc_ckpt, proc_writes = defaultdict(int), defaultdict(int), defaultdict(int)
@@ -520,7 +585,8 @@ class Diagnosis:
             data, library, loop_time, dict(written), read_counts, _read_max(files, owner),
             queue, service,
             {d["device"]: d["util_pct"] for d in devices}, dict(worker_net), net_counts, net_bytes,
-            dict(small), background, other_parts, {m["pid"]: m for m in memory}))
+            dict(small), background, other_parts, {m["pid"]: m for m in memory},
+            _disk_reads(device_users)))
         return [loop.row() for loop in loops.values()]
 
     def _as_it_passes(self, pid: int, th: ThreadRow, ts_ns: int, interval_ns: int, ckpt_ns: int,
@@ -975,6 +1041,9 @@ class Diagnosis:
                 f"{100 * sum(slow.values()) / total:.0f} % of the bytes read came from "
                 f"{', '.join(sorted(slow))}, which add latency on top of the device.",
                 {"read_bytes_by_fs": dict(fs_bytes)}))
+        contended = self._contended(training, sev)
+        if contended:
+            out.append(contended)
         queue = [sum(iv.queue_counts[i] for iv in training) for i in range(MAX_SLOTS)]
         service = [sum(iv.service_counts[i] for iv in training) for i in range(MAX_SLOTS)]
         q50, s50 = percentile_ns(queue, 50), percentile_ns(service, 50)
@@ -986,12 +1055,16 @@ class Diagnosis:
         hot = max(busy, key=busy.get) if busy else None
         if (hot and busy[hot] >= t.saturated_util_pct and q50 and s50
                 and q50 >= t.saturated_queue_ratio * s50):
+            share = _others_share(training, hot)
+            who = (f"; other processes did {100 * share[1]:.0f} % of its reads (bytes)"
+                   if share and share[1] > t.contended_share else "")
             out.append(Finding(
                 "device_saturated", max(30, sev // 2), None,
                 f"{hot} was busy {busy[hot]:.0f} % of the time; reads queued {format_ns(q50)} "
-                f"(median) before a {format_ns(s50)} service time.",
+                f"(median) before a {format_ns(s50)} service time{who}.",
                 {"device": hot, "util_pct": round(busy[hot], 1), "queue_p50_ns": q50,
-                 "service_p50_ns": s50}))
+                 "service_p50_ns": s50,
+                 "other_bytes_pct": round(100 * share[1], 1) if share else None}))
         return out
 
     def _exceeds_cache(self, ivs: list[_Interval], reads: list[_Reads], sev: int
@@ -1043,6 +1116,51 @@ class Diagnosis:
              "available_bytes": available,
              "dirs": {d: {"bytes": c[0], "reread_bytes": c[1], "reread_missed_bytes": c[2]}
                       for d, c in sorted(by_dir.items(), key=lambda kv: -kv[1][2])[:5]}})
+
+    def _contended(self, ivs: list[_Interval], sev: int) -> Finding | None:
+        """device_contended: other processes took most of the reads of the disk the job reads
+        most from."""
+        t = self.thresholds
+        mine: dict[str, int] = defaultdict(int)
+        for iv in ivs:
+            for dev, d in iv.disk_reads.items():
+                mine[dev] += d.traced[1]
+        if not mine or not max(mine.values()):
+            return None
+        dev = max(mine, key=mine.get)
+        share = _others_share(ivs, dev)
+        if share is None:
+            return None
+        traced, others = _disk_totals(ivs, dev)
+        if share[1] <= t.contended_share or others[1] < t.contended_min_bytes:
+            return None
+        users: dict[tuple[str, str, str | None, str | None], int] = defaultdict(int)
+        for iv in ivs:
+            d = iv.disk_reads.get(dev)
+            for who, n in (d.by_user.items() if d else ()):
+                users[who] += n
+        # Rates over the intervals after the trace's first, whose length a replay of the
+        # trace knows as the live run did (the time since the interval before)
+        later = [iv for iv in ivs if iv.ts_ns != self.intervals[0].ts_ns]
+        secs = sum(iv.interval_ns for iv in later) / 1e9
+        rates = [_disk_totals(later, dev)[k][1] / secs if secs else None for k in (1, 0)]
+        top = sorted(users.items(), key=lambda kv: -kv[1])[:MAX_DISK_USERS]
+        names = ", ".join(comm + (f" in {short_name(cg, cid, pod)}" if cg else "")
+                          for (comm, cg, cid, pod), _ in top[:3])
+        pct = [round(100 * x, 1) for x in share]
+        how = (f"{format_bytes(rates[0])}/s against the job's {format_bytes(rates[1])}/s"
+               if secs else f"{format_bytes(others[1])} against the job's "
+               f"{format_bytes(traced[1])}")
+        return Finding(
+            "device_contended", max(20, sev // 2), None,
+            f"Other processes did {pct[1]:.0f} % of {dev}'s reads (bytes) while the job waited "
+            f"on it ({names}; {how}).",
+            {"device": dev, "other_requests_pct": pct[0], "other_bytes_pct": pct[1],
+             "other_service_pct": pct[2], "other_bytes": others[1], "job_bytes": traced[1],
+             "other_bytes_s": round(rates[0]) if secs else None,
+             "job_bytes_s": round(rates[1]) if secs else None,
+             "others": [{"comm": comm, "cgroup": cg or None, "container_id": cid,
+                         "pod_uid": pod, "bytes": n} for (comm, cg, cid, pod), n in top]})
 
     def _data_read(self, iv: _Interval) -> _Reads | None:
         """The data set's reads in `iv` by the mains in training then; None when every main

@@ -140,6 +140,20 @@ class DeviceRow(TypedDict):
     util_pct: float
 
 
+class DeviceUserRow(TypedDict):
+    ts: int
+    device: str
+    op: str
+    who: str
+    cgroup: str | None
+    container_id: str | None
+    pod_uid: str | None
+    comm: str | None
+    requests: int
+    bytes: int
+    service_ns: int
+
+
 class SystemRow(TypedDict):
     ts: int
     cpu_user_pct: float
@@ -210,8 +224,9 @@ class FindingRow(TypedDict):
 
 ROW_TYPES: dict[str, type] = {
     "processes": ProcessRow, "latency": LatencyRow, "files": FileRow, "events": EventRow,
-    "threads": ThreadRow, "loop": LoopRow, "devices": DeviceRow, "system": SystemRow,
-    "memory": MemoryRow, "gpu": GpuRow, "gpu_idle": GpuIdleRow, "findings": FindingRow,
+    "threads": ThreadRow, "loop": LoopRow, "devices": DeviceRow,
+    "device_users": DeviceUserRow, "system": SystemRow, "memory": MemoryRow,
+    "gpu": GpuRow, "gpu_idle": GpuIdleRow, "findings": FindingRow,
 }
 """The row type of each table, by table name (the keys of `schema.TABLES`)."""
 
@@ -248,6 +263,7 @@ class Snapshot:
     gpu: list[GpuRow] = field(default_factory=list)  # NVML samples, when sampling
     cost: SelfCost | None = None  # iotrace's own cost so far (the session adds it)
     memory: list[MemoryRow] = field(default_factory=list)  # per main process: its memory cgroup
+    device_users: list[DeviceUserRow] = field(default_factory=list)  # who used each disk
 
 
 @dataclass

@@ -12,7 +12,8 @@ What is hashed, and what is kept (the rule):
 - a process or thread name (comm, in every table, the summary and the live view): hashed,
   except PyTorch's own names (`pt_data_worker`, `pt_data_pin`, `pt_elastic`: roles are read
   from them, also by `iotrace report`) and the well-known programs above.
-Numbers, PIDs, devices, file system types and the diagnosis's words are not names and stay.
+Numbers, PIDs, devices, file system types, container IDs and pod UIDs and the diagnosis's words
+are not names and stay (a cgroup's path is a path).
 
 A hash is the first 10 hex digits of the salted SHA-256 of the name. The salt is random per
 trace: a name hashes the same everywhere in one trace (a file's name in a path and on the

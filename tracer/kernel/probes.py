@@ -209,6 +209,7 @@ class Probes:
         self._rq_slots: Map | None = None
         self._rq_starts: Map | None = None
         self._sys_starts: Map | None = None
+        self._block_users: Map | None = None
         self._pidfds: dict[int, int] = {}  # pid -> pidfd, for syscalls_in_flight
         self._stats_fd: int | None = None
         self._stats_since: float | None = None  # monotonic time stats were last turned on
@@ -273,6 +274,7 @@ class Probes:
         self._rq_slots = Map(fd(RQ_SLOTS), 4, abi.RQ_SLOT.size)
         self._rq_starts = Map(fd("rq_starts"), 8, abi.RQ_START.size)
         self._sys_starts = Map(fd("sys_starts"), abi.TGID.size, abi.SYS_START.size)
+        self._block_users = Map(fd("block_users"), abi.BLOCK_USER_KEY.size, abi.BLOCK_USER.size)
 
     def _choose_programs(self, obj: BpfObject) -> None:
         """Keeps the tp_btf twin of each program where the kernel's BTF has the tracepoint,
@@ -390,6 +392,13 @@ class Probes:
         """Runs `free_slot` on a histogram slot: freed when `tag` still held it."""
         assert self._free_slot is not None
         self._free_slot.run_ctx(abi.FREE_SLOT_REQUEST.pack(table, index, tag))
+
+    def read_block_users(self) -> dict[bytes, bytes]:
+        """Who used each disk (block.bpf.c's block_users), cumulative, by raw key
+        (abi.decode_block_user_key; values abi.BLOCK_USER): the traced processes' requests
+        and every other process's, by cgroup and name."""
+        assert self._block_users is not None
+        return dict(self._block_users.items())
 
     def read_threads(self) -> dict[int, bytes]:
         """Per-thread time accounting by thread id (abi.decode_thread_time)."""
@@ -522,8 +531,8 @@ class Probes:
                     if rq]
             held += [v for _, v in self._rq_starts.items()]
             issued: dict[int, list[int]] = {}  # disk -> data_len of records issued before since_ns
-            for _, issue_ns, _, _, _, _, data_len, dev, _, _ in map(abi.RQ_START.unpack, held):
-                if 0 < issue_ns < since_ns:
+            for _, issue_ns, _, _, _, tgid, data_len, dev, *_ in map(abi.RQ_START.unpack, held):
+                if 0 < issue_ns < since_ns and tgid:  # (others' requests are recorded too)
                     issued.setdefault(dev, []).append(data_len)
             for dev, lengths in issued.items():
                 busy = busy_now.get(dev, len(lengths))  # unknown disk: none counted

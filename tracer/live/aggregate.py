@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import os
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -16,9 +17,11 @@ import numpy as np
 
 from tracer.core import abi, rollup
 from tracer.core.abi import PAGE_SIZE
+from tracer.core.cgroup import container_of
 from tracer.core.model import (
     FOLDER_GEN,
     DeviceRow,
+    DeviceUserRow,
     EventRow,
     FileKey,
     FileRow,
@@ -34,10 +37,12 @@ from tracer.core.model import (
 )
 from tracer.core.roles import CHILD
 from tracer.core.selfcost import SelfCost
+from tracer.live.cgroups import CgroupNames, describe
 from tracer.live.devices import device_name
 from tracer.live.files import FileTable
 from tracer.live.processes import Process, ProcessTable
 from tracer.live.rereads import Rereads, with_rereads
+from tracer.tracedir.schema import MAX_DEVICE_USERS
 
 MAX_FILE_TOTALS = 2_000  # files the summary keeps totals of (the others: their folders')
 NO_SYSCALL: dict[str, str | int | None] = {"syscall_op": None, "syscall_path": None, "syscall_since": None}
@@ -72,11 +77,16 @@ class Reading:
     # (start, op, target, dev, ino, gen), start in CLOCK_MONOTONIC ns
     # (Probes.syscalls_in_flight)
     in_flight: dict[int, tuple[int, int, int, int, int, int]] = field(default_factory=dict)
+    # Who used each disk, cumulative (Probes.read_block_users)
+    block_users: dict[bytes, bytes] = field(default_factory=dict)
 
 
 class Aggregator:
-    def __init__(self, processes: ProcessTable, files: FileTable | None = None) -> None:
+    def __init__(self, processes: ProcessTable, files: FileTable | None = None,
+                 cgroups: CgroupNames | None = None) -> None:
         self.processes = processes
+        self.cgroups = cgroups  # None: cgroups are not named (a replay, a test)
+        self.prev_users: dict[bytes, tuple[int, int, int]] = {}
         self.files = files or FileTable()
         self.prev: dict[bytes, np.ndarray] = {}
         self.prev_threads: dict[int, tuple[int, ...]] = {}  # (pid, *ThreadTime.as_tuple())
@@ -122,7 +132,60 @@ class Aggregator:
                                        file_rows_rolled_up=r.file_rows, folder_rows=r.folder_rows,
                                        folder_ops_kernel=r.kernel_ops)
         return Snapshot(ts_ns, interval_ns, rows, file_rows, events, thread_rows, devices or [],
-                        system, gpu or [], cost, memory or [])
+                         system, gpu or [], cost, memory or [],
+                         self._device_user_rows(reading.block_users, ts_ns))
+
+    def _device_user_rows(self, users: dict[bytes, bytes], ts_ns: int) -> list[DeviceUserRow]:
+        """Who used each disk in the interval: the deltas of the kernel's counts, the traced
+        processes' per cgroup, the others' per (cgroup, name), MAX_DEVICE_USERS of them per disk
+        and op (by bytes), the rest added up."""
+        groups: dict[tuple[str, str], list[tuple[abi.BlockUserKey, tuple[int, int, int]]]] = {}
+        for raw, value in users.items():
+            cur = abi.BLOCK_USER.unpack(value)
+            prev = self.prev_users.get(raw, (0, 0, 0))
+            self.prev_users[raw] = cur
+            delta = tuple(c - p for c, p in zip(cur, prev, strict=True))
+            if not delta[0] or min(delta) < 0:
+                continue
+            key = abi.decode_block_user_key(raw)
+            groups.setdefault((device_name(key.dev), key.op), []).append((key, delta))
+        rows: list[DeviceUserRow] = []
+        # every process traced, also one that exited but is still listed in its cgroup
+        traced = set(self.processes.by_pid) if self.cgroups else set()
+        for (device, op), found in groups.items():
+            found.sort(key=lambda kd: -kd[1][1])
+            named = 0
+            rest = [0, 0, 0]
+            for key, (n, nbytes, svc) in found:
+                if key.traced:
+                    who = "traced"
+                elif key.rest or named >= MAX_DEVICE_USERS:
+                    rest = [rest[0] + n, rest[1] + nbytes, rest[2] + svc]
+                    continue
+                else:
+                    named += 1
+                    who = "kernel_thread" if key.kthread else "other"
+                path = self.cgroups.path(key.cgroup) if self.cgroups else None
+                comm = None
+                if who == "other":
+                    comm = self.files.redact.comm(key.comm)
+                elif who == "kernel_thread" and self.cgroups:
+                    names = Counter()
+                    for name, k in self.cgroups.processes(path, traced).items():
+                        names[self.files.redact.comm(name)] += k
+                    comm = describe(names)
+                c = container_of(path)  # (IDs, not names: kept when paths are redacted)
+                rows.append({"ts": ts_ns, "device": device, "op": op, "who": who,
+                             "cgroup": self.files.redact.path(path) if path else None,
+                             "container_id": c.container_id,
+                             "pod_uid": c.pod_uid, "comm": comm, "requests": n,
+                             "bytes": nbytes, "service_ns": svc})
+            if rest[0]:
+                rows.append({"ts": ts_ns, "device": device, "op": op, "who": "rest",
+                             "cgroup": None, "container_id": None, "pod_uid": None,
+                             "comm": None, "requests": rest[0], "bytes": rest[1],
+                             "service_ns": rest[2]})
+        return rows
 
     def _thread_rows(self, threads: dict[int, bytes], mono_ns: int, ts_ns: int,
                      in_flight: dict[int, tuple[int, int, int, int, int, int]]) -> list[ThreadRow]:

@@ -232,13 +232,14 @@ class Session:
     def _open_sinks(self, start_ns: int, what: str) -> None:
         """The step, the trace directory and the other sinks; the first interval starts here."""
         from tracer.live.aggregate import Aggregator
+        from tracer.live.cgroups import CgroupNames
         from tracer.live.step import Step
         from tracer.sinks.csv import CsvSink
         from tracer.sinks.parquet import ParquetSink, TraceWriter
         from tracer.ui import LinePrinter, LiveView, NotePrinter
 
         self.cost.start_meter()
-        aggregator = Aggregator(self.processes, self.files)
+        aggregator = Aggregator(self.processes, self.files, CgroupNames())
         # A command traced from its first instruction has a start-up (imports, set-up) that the
         # verdicts leave out; a job attached to is usually past it.
         diagnosis = Diagnosis(page_size=os.sysconf("SC_PAGE_SIZE"), startup=bool(self.opts.command))
@@ -400,7 +401,7 @@ class Session:
         # done here and counted in them at the next reading (the diagnosis allows for both).
         mains = [p.pid for p in self.processes.alive() if p.is_target]
         return Reading(hists, files, folders, threads, time.monotonic_ns(),
-                       self.probes.syscalls_in_flight(mains))
+                       self.probes.syscalls_in_flight(mains), self.probes.read_block_users())
 
     def _cannot_write(self, error: OSError) -> None:
         """The trace sink could not write a segment (a full disk) and writes nothing more: stop

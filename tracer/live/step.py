@@ -45,7 +45,8 @@ class Step:
         snap = self.aggregator.interval(reading, ts_ns, devices=devices, system=system,
                                         gpu=gpu_rows, cost=cost, memory=memory)
         loop = self.diagnosis.add(snap.ts_ns, snap.interval_ns, snap.threads, snap.files,
-                                  snap.latency, snap.devices, owners, snap.memory)
+                                   snap.latency, snap.devices, owners, snap.memory,
+                                   snap.device_users)
         findings = self.diagnosis.findings(self.diagnosis.thresholds.window_s)
         rows: list[dict] = []
         if not self._last_findings_ns:  # the first verdicts once FINDINGS_EVERY_S have passed,

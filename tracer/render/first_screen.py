@@ -66,12 +66,19 @@ def device_lines(devices: pd.DataFrame) -> list[str]:
     """The disks that did I/O, iostat -x style means over the trace (`device_summary`)."""
     if devices.empty:
         return ["", "Devices: no disk I/O during the trace."]
-    lines = ["", "Devices (means over the trace, as iostat -x):",
+    # who else read the disk: a column when the trace counted its users (device_users)
+    others = "others_read_pct" in devices and devices["others_read_pct"].notna().any()
+    lines = ["", "Devices (means over the trace, as iostat -x"
+             + ("; others: % of the reads' bytes by untraced processes" if others else "") + "):",
              f"  {'device':<12} {'r/s':>8} {'rkB/s':>10} {'w/s':>8} {'wkB/s':>10} "
-             f"{'await':>9} {'%util':>6} {'max':>6}"]
+             f"{'await':>9} {'%util':>6} {'max':>6}" + (f" {'others':>7}" if others else "")]
     for name, r in devices.iterrows():
         wait = "-" if pd.isna(r["await_ms"]) else f"{r['await_ms']:.2f} ms"
-        lines.append(f"  {name:<12} {r['r_s']:>8.1f} {r['rkb_s']:>10.1f} {r['w_s']:>8.1f} "
-                     f"{r['wkb_s']:>10.1f} {wait:>9} {r['util_pct']:>6.1f} "
-                     f"{r['max_util_pct']:>6.1f}")
+        line = (f"  {name:<12} {r['r_s']:>8.1f} {r['rkb_s']:>10.1f} {r['w_s']:>8.1f} "
+                f"{r['wkb_s']:>10.1f} {wait:>9} {r['util_pct']:>6.1f} "
+                f"{r['max_util_pct']:>6.1f}")
+        if others:
+            pct = r["others_read_pct"]
+            line += f" {'-' if pd.isna(pct) else f'{pct:.0f} %':>7}"
+        lines.append(line)
     return lines

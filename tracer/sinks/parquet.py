@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 
     from tracer.core.interval import Interval
 
-SNAPSHOT_TABLES = ("latency", "files", "events", "threads", "devices")
+SNAPSHOT_TABLES = ("latency", "files", "events", "threads", "devices", "device_users")
 """The tables whose rows an interval's snapshot holds as lists (`system` is one row, `gpu` too
 is the snapshot's)."""
 

@@ -374,10 +374,12 @@ class TraceReader:
 
     def device_summary(self) -> pd.DataFrame:
         """Per disk that did I/O (the index), over the trace: mean ``r_s``, ``rkb_s``, ``w_s``,
-        ``wkb_s``, ``await_ms`` (of the intervals with requests), ``util_pct``, and
-        ``max_util_pct``; busiest first."""
+        ``wkb_s``, ``await_ms`` (of the intervals with requests), ``util_pct``,
+        ``max_util_pct``, and ``others_read_pct``: the share of its read bytes that processes
+        iotrace did not trace read (`device_users`; NaN without its rows); busiest first."""
         dev = self.devices
-        columns = ["r_s", "rkb_s", "w_s", "wkb_s", "await_ms", "util_pct", "max_util_pct"]
+        columns = ["r_s", "rkb_s", "w_s", "wkb_s", "await_ms", "util_pct", "max_util_pct",
+                   "others_read_pct"]
         if dev.empty:
             return pd.DataFrame(columns=columns, index=pd.Index([], name="device"))
         dev = dev.astype({"device": object})
@@ -386,6 +388,12 @@ class TraceReader:
         busy = dev[(dev["r_s"] + dev["w_s"]) > 0]
         out["await_ms"] = busy.groupby("device")["await_ms"].mean().reindex(out.index)
         out["max_util_pct"] = g["util_pct"].max()
+        users = self["device_users"]
+        reads = users[users["op"] == "read"].astype({"device": object})
+        total = reads.groupby("device")["bytes"].sum()
+        others = reads[reads["who"] != "traced"].groupby("device")["bytes"].sum()
+        share = (100 * others.reindex(total.index, fill_value=0) / total).where(total > 0)
+        out["others_read_pct"] = share.reindex(out.index)
         out = out[(out["r_s"] + out["w_s"]) > 0]
         return out[columns].sort_values("util_pct", ascending=False, kind="stable")
 

@@ -27,6 +27,9 @@ import pyarrow as pa
 SCHEMA_VERSION = 1
 """Version of the trace directory layout and of every table below."""
 
+MAX_DEVICE_USERS = 8
+"""Untraced users a `device_users` interval names per disk and op; the others are one row."""
+
 SCHEMA_VERSION_KEY = b"iotrace.schema_version"
 """Key of the schema version in each table schema's key-value metadata."""
 
@@ -195,6 +198,26 @@ TABLES: dict[str, pa.Schema] = {
         _field("await_ms", pa.float64()),  # mean time of a read, write or discard, ms
         _field("aqu_sz", pa.float64()),  # mean number of requests in flight
         _field("util_pct", pa.float64()),  # percent of the interval with a request in flight
+    ),
+    # Per whole disk, op and user per interval: who used the disk, from the kernel's count of
+    # every request (block.bpf.c's block_users), traced or not. The traced processes' rows are
+    # per cgroup; the other processes' per (cgroup, name), at most MAX_DEVICE_USERS of them per
+    # disk and op (by bytes), the others added up in a `rest` row.
+    "device_users": _schema(
+        _field("ts", TIMESTAMP),  # end of the interval
+        _field("device", DICT_STRING),  # the disk, as in `devices`
+        _field("op", DICT_STRING),  # read, write, flush, discard, other
+        # traced: the traced processes; other: an untraced process (comm); kernel_thread: a
+        # kernel thread started them for the cgroup (blk-throttle's dispatch, writeback), comm
+        # names the untraced processes in that cgroup; rest: users past the bound, added up
+        _field("who", DICT_STRING),
+        _field("cgroup", DICT_STRING, nullable=True),  # path in its hierarchy; null: unknown
+        _field("container_id", DICT_STRING, nullable=True),  # from the path (tracer.core.cgroup)
+        _field("pod_uid", DICT_STRING, nullable=True),
+        _field("comm", DICT_STRING, nullable=True),  # "dd", "4 x dd"; null for traced and rest
+        _field("requests", pa.int64()),  # completed in the interval
+        _field("bytes", pa.int64()),
+        _field("service_ns", NS),  # issue -> complete, summed over the requests
     ),
     # Host-wide per interval, the columns of `dstat -cdnm` (tracer.live.procfs has the definitions).
     "system": _schema(

@@ -6,7 +6,7 @@
         [--checkpoint-every K --checkpoint-mb M --checkpoint-dir D [--checkpoint-in loop|thread|fork]]
         [--data-url URL] [--log-fsync PATH]
         [--throttle-read-bps N] [--throttle-read-iops N] [--throttle-write-bps N]
-        [--throttle-write-iops N] [--memory-limit-mib M]
+        [--throttle-write-iops N] [--memory-limit-mib M] [--join-cgroup DIR]
         [--ready-fd FD] [--wait-signal]
 
 Each sample is one file, read with plain open()/read() inside `Dataset.__getitem__` (in the
@@ -43,6 +43,10 @@ its image file).
 memory.max, `tracer.workloads.dataset.limit_memory`; the same name, removed the same way) before
 the handshake: the page cache its reads fill, and its workers' memory, count against M, so a data
 set larger than M is read from disk again every epoch. What it charged before (imports) does not.
+
+--join-cgroup DIR: the process moves itself into the existing cgroup DIR (its `cgroup.procs`) at
+the same point instead, and leaves it as it is at exit: a cgroup that other processes share with
+the job (neighbours under one I/O limit), made and removed by whoever started them.
 
 stdout: one line per epoch, `epoch E steps N seconds T`. stderr: one line per checkpoint,
 `checkpoint step N bytes B save_s T fsync_s T seconds T`. Exit 0.
@@ -291,6 +295,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="throttle the disk that holds PATH (default: the one that holds --data)")
     p.add_argument("--memory-limit-mib", type=int, default=0, metavar="M",
                    help="train in a memory cgroup of M MiB (page cache included); 0: no limit")
+    p.add_argument("--join-cgroup", default=None, metavar="DIR",
+                   help="move into this existing cgroup before training (shared with others)")
     p.add_argument("--ready-fd", type=int, default=None)
     p.add_argument("--wait-signal", action="store_true", help="block until SIGUSR1 before training")
     args = p.parse_args(argv)
@@ -359,6 +365,8 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         if done is not None:
             throttle_name = f"train-{os.getpid()}"
+    if args.join_cgroup:
+        Path(args.join_cgroup, "cgroup.procs").write_text(f"{os.getpid()}\n")
 
     try:
         if args.wait_signal:
