@@ -173,6 +173,7 @@ def test_histogram_pane_layers_and_roles(state):
     assert "layer: block" in text(Header(state))[1]
     assert state.cycle_layer() == "block_queue"
     state.cycle_role()
+    assert state.cycle_role() == "rank"
     assert state.cycle_role() == "dataloader_worker"
     lines = text(HistogramPane(state))
     assert lines[0].startswith("╭─ block queue (insert->issue), role dataloader_worker, last 2 "
@@ -312,7 +313,8 @@ def test_csv_sink(tmp_path):
         "mem_used_bytes", "mem_cache_bytes", "net_recv_bytes_s", "net_send_bytes_s",
         "dsk_read_bytes_s", "dsk_writ_bytes_s",
         *(f"nvme0n1_{c}" for c in dev), *(f"sda_{c}" for c in dev),
-        *(f"{r}_{c}" for r in ("main", "dataloader_worker", "child") for c in role),
+        *(f"{r}_{c}" for r in ("main", "rank", "agent", "dataloader_worker", "child")
+          for c in role),
         "loop_data_wait_io_pct", "loop_data_wait_cpu_pct", "loop_data_wait_network_pct",
         "loop_sync_loading_pct", "loop_sync_writes_pct", "loop_checkpoint_pct",
         "loop_compute_pct", "loop_other_pct"]
@@ -326,12 +328,14 @@ def test_csv_sink(tmp_path):
     # 30 % -> mean 45; child 300 B, 3 ops, slot 10 p99 = 1024 + 1024 * 2.97/3 = 2038 ns.
     assert first == ("2023-11-14T22:13:21.000Z,1.000," + system + devices
                      + "1,20480.000,10485760.000,16.000,8151,0.000,"
+                     + "0,0.000,0.000,0.000,,," * 2  # no ranks, no agent
                      + "2,157286400.000,0.000,152.000,5200937,45.000,"
                      + "1,300.000,0.000,3.000,2038,0.000,"
                      + "45.000,10.000,0.000,0.000,0.000,0.000,40.000,5.000")
     # interval 1 lasted 2 s: rates halve, D state shares halve, no loop rows.
     assert second == ("2023-11-14T22:13:22.000Z,2.000," + system + devices
                       + "1,10240.000,5242880.000,8.000,8151,0.000,"
+                      + "0,0.000,0.000,0.000,,," * 2
                       + "2,79167488.000,0.000,76.500,5179965,22.500,"
                       + "1,150.000,0.000,1.500,2038,0.000,"
                       + ",,,,,,,")

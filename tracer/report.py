@@ -18,7 +18,7 @@ from tracer.core.histogram import slot_of
 from tracer.core.model import FileTotals, GpuIdleRow, GpuRow, Series
 from tracer.core.redact import Redactor
 from tracer.core.selfcost import SelfCost
-from tracer.core.vocab import MAIN
+from tracer.core.vocab import AGENT, MAIN, RANK
 from tracer.errors import EXIT_USAGE, TraceFailure
 from tracer.gpu import idle
 from tracer.live.clock import Clock
@@ -160,8 +160,15 @@ def process_table(trace: TraceReader) -> ProcessTable:
     procs = ProcessTable(Clock())
     # A process has a row when first seen and one more whenever it changed: the last is current.
     for r in trace.processes.drop_duplicates("pid", keep="last").itertuples(index=False):
-        procs.by_pid[int(r.pid)] = Process(int(r.pid), int(r.ppid), str(r.comm),
-                                           r.role == MAIN, str(r.cmdline), _ns(r.first_seen))
+        proc = procs.by_pid[int(r.pid)] = Process(int(r.pid), int(r.ppid), str(r.comm),
+                                                  r.role == MAIN, str(r.cmdline),
+                                                  _ns(r.first_seen))
+        proc.is_rank, proc.is_agent = r.role == RANK, r.role == AGENT
+        rank = getattr(r, "rank", None)
+        if rank is not None and not pd.isna(rank):
+            local = getattr(r, "local_rank", None)
+            proc.rank_env = (int(rank), None if pd.isna(local) else int(local),
+                             int(r.world_size))
     return procs
 
 

@@ -29,7 +29,8 @@ from dataclasses import dataclass, field
 from tracer.core.abi import MAX_SLOTS
 from tracer.core.histogram import format_bytes, format_ns, percentile_ns, slot_of
 from tracer.core.model import DeviceRow, FileRow, FindingRow, LatencyRow, LoopRow, ThreadRow
-from tracer.core.vocab import CHILD, DATALOADER_WORKER, FINDING_KINDS, IO_KINDS, LOOP_STATES, MAIN
+from tracer.core.vocab import (CHILD, DATALOADER_WORKER, FINDING_KINDS, IO_KINDS, LOOP_ROLES,
+                               LOOP_STATES, MAIN, RANK)
 
 STATES = LOOP_STATES  # the loop table's states, by this module's name for them
 KINDS = FINDING_KINDS
@@ -325,11 +326,11 @@ class Diagnosis:
         for f in files:
             main = owner.get(f["pid"], f["pid"])
             if f["op"] == "read":
-                if f["role"] == MAIN:
+                if f["role"] in LOOP_ROLES:
                     own_read[main] += f["latency_sum_ns"]
                 elif f["role"] == DATALOADER_WORKER:
                     worker_read[main] += f["latency_sum_ns"]
-            elif (f["op"] in ("write", "fsync") and f["role"] in (MAIN, CHILD)
+            elif (f["op"] in ("write", "fsync") and f["role"] in (*LOOP_ROLES, CHILD)
                   and f.get("path_source") != "folder"):  # a checkpoint is one file
                 key = (main, f["path"])
                 self.written_total[key] += f["bytes"]
@@ -511,7 +512,7 @@ class Diagnosis:
         nbytes: dict[tuple[int, str], int] = defaultdict(int)
         for r in latency:
             if (r["layer"] != "syscall" or r["op"] != "read" or r["target"] != "socket"
-                    or r["role"] not in (MAIN, DATALOADER_WORKER)):
+                    or r["role"] not in (*LOOP_ROLES, DATALOADER_WORKER)):
                 continue
             main = owner.get(r["pid"], r["pid"])
             ns = r["count"] * (r["bucket_lo_ns"] + r["bucket_hi_ns"]) // 2
@@ -572,7 +573,7 @@ class Diagnosis:
             main = owner.get(th["pid"], th["pid"])
             if th["role"] == DATALOADER_WORKER:
                 self.first_worker_ns.setdefault(main, begin_ns)
-            elif th["role"] == MAIN and th["tid"] == th["pid"]:
+            elif th["role"] in LOOP_ROLES and th["tid"] == th["pid"]:
                 loop_time[main] = (th["oncpu_ns"], th["iowait_ns"], th["sleep_ns"])
         return data, library, loop_time
 
@@ -676,7 +677,8 @@ class Diagnosis:
         wait_pct = shares["data_wait_io"] + shares["data_wait_cpu"] + shares["data_wait_network"]
         where = f" on {top[0]} ({top[1]})" if top else ""
         if share["sync_loading"] >= t.loop_share:
-            p99 = percentile_ns(reads.get(MAIN, []), 99, _slowest(ivs, pid, MAIN, reads))
+            me = RANK if RANK in reads else MAIN  # the loop's own process
+            p99 = percentile_ns(reads.get(me, []), 99, _slowest(ivs, pid, me, reads))
             workers = "with" if pid in self.workers_seen else "without"
             out.append(Finding(
                 "sync_loading", _severity(share["sync_loading"]), pid,
@@ -729,7 +731,8 @@ class Diagnosis:
 
     def _network_finding(self, pid: int, ivs: list[_Interval], share: dict, shares: dict,
                          total: int, wait_pct: float) -> Finding:
-        role = DATALOADER_WORKER if pid in self.workers_seen else MAIN
+        role = DATALOADER_WORKER if pid in self.workers_seen else (
+            RANK if any((pid, RANK) in iv.net_counts for iv in ivs) else MAIN)
         counts = [0] * MAX_SLOTS
         nbytes = 0
         for iv in ivs:

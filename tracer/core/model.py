@@ -36,6 +36,9 @@ class ProcessRow(TypedDict):
     worker_index: int | None
     ns_pid: int | None
     peers: str | None
+    rank: int | None
+    local_rank: int | None
+    world_size: int | None
 
 
 class LatencyRow(TypedDict):

@@ -27,7 +27,7 @@ from tracer.core import abi
 from tracer.core.diagnose import MAX_PEERS, Diagnosis
 from tracer.core.redact import Redactor
 from tracer.core.roles import ELASTIC_COMM
-from tracer.core.vocab import DATALOADER_WORKER, MAIN, READY_PREFIX
+from tracer.core.vocab import DATALOADER_WORKER, LOOP_ROLES, MAIN, RANK, READY_PREFIX
 from tracer.errors import (
     EXIT_HOST,
     EXIT_OK,
@@ -378,7 +378,7 @@ class Session:
         kept on each process (its `processes` rows) and told to the diagnosis (`owners`: each
         process's main)."""
         for proc in self.processes.alive():
-            if proc.role not in (MAIN, DATALOADER_WORKER) or len(proc.peers) >= MAX_PEERS:
+            if proc.role not in (*LOOP_ROLES, DATALOADER_WORKER) or len(proc.peers) >= MAX_PEERS:
                 continue
             new = sorted(peers_of(proc.pid) - set(proc.peers))[:MAX_PEERS - len(proc.peers)]
             if new:
@@ -395,7 +395,7 @@ class Session:
         hists, threads = self.probes.read_hists(), self.probes.read_threads()
         # After the per-file counters: a syscall that returned since they were read is seen
         # done here and counted in them at the next reading (the diagnosis allows for both).
-        mains = [p.pid for p in self.processes.alive() if p.is_target]
+        mains = [p.pid for p in self.processes.alive() if p.role in LOOP_ROLES]
         return Reading(hists, files, folders, threads, time.monotonic_ns(),
                        self.probes.syscalls_in_flight(mains))
 

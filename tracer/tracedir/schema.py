@@ -59,7 +59,7 @@ TABLES: dict[str, pa.Schema] = {
         _field("pid", pa.int32()),
         _field("ppid", pa.int32()),
         _field("comm", DICT_STRING),
-        _field("role", DICT_STRING),  # main | dataloader_worker | child
+        _field("role", DICT_STRING),  # main | rank | agent | dataloader_worker | child
         _field("cmdline", pa.string()),
         _field("first_seen", TIMESTAMP),
         _field("exit", TIMESTAMP, nullable=True),  # null while the process runs
@@ -76,6 +76,11 @@ TABLES: dict[str, pa.Schema] = {
         # the TCP peers (address:port, comma-separated) of its sockets seen so far, at most 8:
         # the servers a DataLoader worker fetches from (tracer.live.peers); null: none
         _field("peers", pa.string(), nullable=True),
+        # RANK, LOCAL_RANK, WORLD_SIZE of its environment (torchrun sets them for each rank; its
+        # workers inherit them); null elsewhere
+        _field("rank", pa.int32(), nullable=True),
+        _field("local_rank", pa.int32(), nullable=True),
+        _field("world_size", pa.int32(), nullable=True),
     ),
     # One row per non-empty latency histogram bucket per process per interval; the sum of `count`
     # over an interval is exactly the number of operations completed in it.
@@ -164,7 +169,7 @@ TABLES: dict[str, pa.Schema] = {
     # The training loop's time per interval, classified (tracer.core.diagnose has the rules).
     "loop": _schema(
         _field("ts", TIMESTAMP),  # end of the interval
-        _field("pid", pa.int32()),  # the main process; its main thread is the loop
+        _field("pid", pa.int32()),  # the main process or rank; its main thread is the loop
         _field("interval_ns", NS),
         _field("data_wait_io_ns", NS),
         _field("data_wait_cpu_ns", NS),

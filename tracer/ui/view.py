@@ -34,7 +34,7 @@ from rich.text import Text
 from tracer.core.abi import MAX_SLOTS, slot_bounds_ns
 from tracer.core.histogram import format_ns, percentile_ns, slot_of
 from tracer.core.model import Snapshot
-from tracer.core.vocab import CHILD, DATALOADER_WORKER, LOOP_STATES, MAIN, ROLES
+from tracer.core.vocab import AGENT, CHILD, DATALOADER_WORKER, LOOP_STATES, MAIN, RANK, ROLES
 from tracer.ui import stats
 from tracer.ui.fmt import clock, dstat_bytes, elapsed, short_ns
 
@@ -43,7 +43,7 @@ SORTS = ("read", "write", "latency")
 LAYERS = ("syscall", "block", "block_queue")
 """Histogram layers, cycled by `l`: file syscalls, block service (issue->complete), block queue
 (insert->issue)."""
-ROLE_FILTERS = (None, MAIN, DATALOADER_WORKER, CHILD)
+ROLE_FILTERS = (None, MAIN, RANK, DATALOADER_WORKER, CHILD)
 """Histogram roles, cycled by `r` (None: every traced process)."""
 
 MB = 1 << 20
