@@ -78,6 +78,10 @@ MAX_INTERVALS = 3600
 MAX_READ_PATHS = 64
 MAX_READ_AHEAD = 100_000  # files whose read-ahead pages are remembered (bounded memory)
 MAX_PEERS = 8  # TCP peers named per main process
+# Threads that a process group starts, by the names PyTorch and gloo give them: a rank that has
+# one runs collectives with that backend.
+COLLECTIVE_THREADS = {"gloo_tcp_loop": "gloo", "pt_gloo_runloop": "gloo",
+                      "pt_nccl_watchdg": "nccl", "pt_nccl_heartbt": "nccl"}
 
 ADVICE = {
     "sync_loading": "Load batches in parallel: DataLoader(num_workers=4 or more, pin_memory=True, "
@@ -301,6 +305,8 @@ class Diagnosis:
     first_data_ns: dict[int, int] = field(default_factory=dict)
     # main pid -> the TCP peers (address:port) its processes were seen talking to, bounded
     peers: dict[int, list[str]] = field(default_factory=dict)
+    # rank pids whose process runs collectives, by backend (its threads' names say which)
+    collective: dict[int, str] = field(default_factory=dict)
     # main pids whose checkpoints are written by another thread or a child process
     background_savers: set[int] = field(default_factory=set)
     # (pid, path) -> bytes brought in by readahead that no read has used yet
@@ -357,10 +363,12 @@ class Diagnosis:
                 worker_cpu[main] += th["oncpu_ns"]
                 worker_io[main] += th["iowait_ns"]
                 self.workers_seen.add(main)
-            elif th["role"] == MAIN and th["tid"] == th["pid"]:
+            elif th["role"] in LOOP_ROLES and th["tid"] == th["pid"]:
                 loop_threads[th["pid"]] = th
-            elif th["role"] == MAIN:
+            elif th["role"] in LOOP_ROLES:
                 other_io[main] += th["iowait_ns"]
+                if th["role"] == RANK and th["comm"] in COLLECTIVE_THREADS:
+                    self.collective[main] = COLLECTIVE_THREADS[th["comm"]]
             elif th["role"] == CHILD:
                 child_io[main] += th["iowait_ns"]
         worker_net, own_net, net_counts, net_bytes = self._socket_reads(latency, owner)
@@ -408,13 +416,14 @@ class Diagnosis:
             data = th["woken_by_worker_ns"] + th["woken_by_pin_ns"]
             woken = data + th["woken_by_own_ns"] + th["woken_by_other_ns"]
             recent = self.wakes.setdefault(pid, deque(maxlen=t.wake_window))
-            recent.append((data, woken))
+            recent.append((data, woken, th["woken_by_own_ns"]))
             speaks = woken and 2 * woken >= th["sleep_ns"]
             if speaks:
-                share = data / woken
+                share, own_share = data / woken, th["woken_by_own_ns"] / woken
             else:
-                ended = sum(a for _, a in recent)
-                share = sum(d for d, _ in recent) / ended if ended else 0.0
+                ended = sum(a for _, a, _ in recent)
+                share = sum(d for d, _, _ in recent) / ended if ended else 0.0
+                own_share = sum(o for _, _, o in recent) / ended if ended else 0.0
             # While a background saver is blocked writing, the loop's sleeps that no worker
             # ended are waits for it (a join, the GIL it holds, a lock), up to its blocked time.
             saver_ns = other_io[pid] + child_io[pid] if pid in self.background_savers else 0
@@ -436,6 +445,13 @@ class Diagnosis:
             ns["data_wait_network"] += net_part
             ns["data_wait_cpu"] = wait - io_part - net_part
             left -= wait
+            # A rank that runs collectives over gloo waits for its peers asleep, woken by its
+            # own threads (measured: gloo's worker threads, themselves woken by its own
+            # threads, and its TCP device loop, woken by the peer ranks' sends): its sleeps
+            # ended by its own threads are that wait.
+            if self.collective.get(pid) == "gloo":
+                ns["collective_wait"] = min(round(sleep * own_share), left)
+                left -= ns["collective_wait"]
             ns["compute"] = min(th["oncpu_ns"], left)
             ns["other"] = left - ns["compute"]
             # what `other` was: runnable without a CPU, then sleeps by who ended them

@@ -122,6 +122,7 @@ class LoopRow(TypedDict):
     sync_loading_ns: int
     sync_writes_ns: int
     checkpoint_ns: int
+    collective_wait_ns: int | None
     compute_ns: int
     other_ns: int
     state: str
@@ -180,6 +181,7 @@ class GpuIdleRow(TypedDict):
     sync_loading_frac: float
     sync_writes_frac: float
     checkpoint_frac: float
+    collective_wait_frac: float | None
     compute_frac: float
     other_frac: float
     coverage: float

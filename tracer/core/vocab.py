@@ -22,7 +22,7 @@ LOOP_ROLES = (MAIN, RANK)
 
 # `loop.state`, the `loop.<state>_ns` columns and the `gpu_idle.<state>_frac` ones, in this order
 LOOP_STATES = ("data_wait_io", "data_wait_cpu", "data_wait_network", "sync_loading", "sync_writes",
-               "checkpoint", "compute", "other")
+               "checkpoint", "collective_wait", "compute", "other")
 
 # `findings.kind`: the verdicts that blame I/O, then the others
 IO_KINDS = ("sync_loading", "dataloader_io_bound", "dataloader_network_bound", "sync_writes",

@@ -53,6 +53,7 @@ STATE_COLOURS = {
     "sync_loading": "#9467bd",  # purple: the loop reads files itself
     "sync_writes": "#e377c2",  # pink: the loop writes/fsyncs logs and other small files
     "checkpoint": "#8c564b",  # brown: the loop writes checkpoints
+    "collective_wait": "#bcbd22",  # olive: a rank waits for its peers in a collective
     "compute": "#2ca02c",  # green: computing or waiting on the GPU
     "other": "#c7c7c7",  # grey
 }

@@ -177,6 +177,7 @@ TABLES: dict[str, pa.Schema] = {
         _field("sync_loading_ns", NS),
         _field("sync_writes_ns", NS),
         _field("checkpoint_ns", NS),
+        _field("collective_wait_ns", NS, nullable=True),  # null in traces from before it
         _field("compute_ns", NS),
         _field("other_ns", NS),
         _field("state", DICT_STRING),  # the largest of them
@@ -239,6 +240,7 @@ TABLES: dict[str, pa.Schema] = {
         _field("sync_loading_frac", pa.float64()),
         _field("sync_writes_frac", pa.float64()),
         _field("checkpoint_frac", pa.float64()),
+        _field("collective_wait_frac", pa.float64(), nullable=True),  # null: from before it
         _field("compute_frac", pa.float64()),
         _field("other_frac", pa.float64()),
         _field("coverage", pa.float64()),  # share of the span covered by loop intervals

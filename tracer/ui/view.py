@@ -51,18 +51,21 @@ TOP_FILES = 5
 BAR_WIDTH = 20  # the loop's state bar
 HIST_BAR = 24  # the histogram's bars
 
-ROLE_SHORT = {MAIN: "main", DATALOADER_WORKER: "worker", CHILD: "child", None: "?"}
-ROLE_STYLE = {MAIN: "bold", DATALOADER_WORKER: "cyan", CHILD: "dim", None: "dim"}
+ROLE_SHORT = {MAIN: "main", RANK: "rank", AGENT: "agent", DATALOADER_WORKER: "worker",
+              CHILD: "child", None: "?"}
+ROLE_STYLE = {MAIN: "bold", RANK: "bold", AGENT: "dim", DATALOADER_WORKER: "cyan", CHILD: "dim",
+              None: "dim"}
 STATE_LABEL = {"data_wait_io": "data wait I/O", "data_wait_cpu": "data wait CPU",
                "data_wait_network": "data wait network", "sync_loading": "sync loading",
-               "sync_writes": "sync writes", "checkpoint": "checkpoint", "compute": "compute",
-               "other": "other"}
+               "sync_writes": "sync writes", "checkpoint": "checkpoint",
+               "collective_wait": "collective wait", "compute": "compute", "other": "other"}
 STATE_GLYPH = {"data_wait_io": "I", "data_wait_cpu": "C", "data_wait_network": "N",
-               "sync_loading": "L", "sync_writes": "W", "checkpoint": "K", "compute": "=",
+               "sync_loading": "L", "sync_writes": "W", "checkpoint": "K", "collective_wait": "R",
+               "compute": "=",
                "other": "."}  # without colour
 STATE_STYLE = {"data_wait_io": "red", "data_wait_cpu": "yellow", "data_wait_network": "cyan",
                "sync_loading": "magenta", "sync_writes": "bright_magenta", "checkpoint": "blue",
-               "compute": "green", "other": "bright_black"}
+               "collective_wait": "bright_yellow", "compute": "green", "other": "bright_black"}
 LAYER_TITLE = {"syscall": "file syscalls", "block": "block service (issue->complete)",
                "block_queue": "block queue (insert->issue)"}
 
@@ -250,7 +253,7 @@ class FindingPane:
 def loop_bar(shares: dict[str, float], width: int = BAR_WIDTH, color: bool = True) -> Text:
     """A stacked bar of the loop's states, `width` cells split by largest remainder; with
     `color` each state is a coloured block, without it a letter (STATE_GLYPH)."""
-    exact = {s: shares[s] * width / 100.0 for s in LOOP_STATES}
+    exact = {s: shares.get(s, 0.0) * width / 100.0 for s in LOOP_STATES}
     cells = {s: int(exact[s]) for s in LOOP_STATES}
     order = sorted(LOOP_STATES, key=lambda s: (-(exact[s] - cells[s]), LOOP_STATES.index(s)))
     for s in order[: width - sum(cells.values())]:
