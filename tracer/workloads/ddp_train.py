@@ -66,7 +66,9 @@ def main(argv: list[str] | None = None) -> int:
     throttled = None
     if slow and args.throttle_read_bps:
         throttled = f"ddp-{os.getpid()}"
-        if ds.throttle(os.getpid(), shard, args.throttle_read_bps, name=throttled) is None:
+        done = ds.throttle(os.getpid(), shard, args.throttle_read_bps, name=throttled)
+        print(f"rank {rank} throttle: {done or 'not possible here'}", file=sys.stderr, flush=True)
+        if done is None:
             throttled = None
     dist.init_process_group("gloo")
     try:
