@@ -91,6 +91,9 @@ def diagnose_trace(trace: TraceReader, processes: ProcessTable) -> Diagnosis:
     d = Diagnosis(startup=bool(trace.targets["command"]))  # as the live run: launch mode
     tables = {name: _records(trace[name]) for name in ("threads", "files", "latency", "devices")}
     owners = processes.owners()
+    for proc in processes.by_pid.values():  # the ranks, as the live run told it
+        if proc.is_rank and proc.rank_env is not None:
+            d.note_rank(proc.pid, proc.rank_env[0], proc.rank_env[2], proc.ppid)
     procs = trace["processes"]
     if "peers" in procs:  # the TCP peers the live run saw, for the same evidence
         for pid, peers in zip(procs["pid"], procs["peers"], strict=True):

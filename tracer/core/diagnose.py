@@ -29,8 +29,16 @@ from dataclasses import dataclass, field
 from tracer.core.abi import MAX_SLOTS
 from tracer.core.histogram import format_bytes, format_ns, percentile_ns, slot_of
 from tracer.core.model import DeviceRow, FileRow, FindingRow, LatencyRow, LoopRow, ThreadRow
-from tracer.core.vocab import (CHILD, DATALOADER_WORKER, FINDING_KINDS, IO_KINDS, LOOP_ROLES,
-                               LOOP_STATES, MAIN, RANK)
+from tracer.core.vocab import (
+    CHILD,
+    DATALOADER_WORKER,
+    FINDING_KINDS,
+    IO_KINDS,
+    LOOP_ROLES,
+    LOOP_STATES,
+    MAIN,
+    RANK,
+)
 
 STATES = LOOP_STATES  # the loop table's states, by this module's name for them
 KINDS = FINDING_KINDS
@@ -69,6 +77,9 @@ class Thresholds:
     startup_data_files: int = 16
     startup_data_bytes: int = 1 << 20
     startup_long_s: float = 5.0  # the summary says what a start-up this long waited for
+    # a rank is the straggler when the others waited in collectives at least `loop_share` of
+    # their time (on average) and it waited at most this fraction of that
+    straggler_ratio: float = 0.5
 
 
 THRESHOLDS = Thresholds()
@@ -104,6 +115,10 @@ ADVICE = {
     "sync_writes": "The loop waits on its own small writes: buffer log lines and fsync far less "
                    "often (or not at all), write logs to local disk or tmpfs, or log from a "
                    "background thread.",
+    "straggler_rank": "One rank holds every collective back: fix what slows it (its own finding "
+                      "says what: its data, its storage, its CPU), give it the same data "
+                      "placement and share of the node as the others, or balance the shards; "
+                      "the waiting ranks are not the problem.",
     "not_io_bound": "I/O is not what limits this job: look at compute (the PyTorch profiler) "
                     "rather than storage.",
     "cold_cache": "The first pass read from disk and later passes from the page cache: judge "
@@ -117,6 +132,12 @@ ADVICE = {
     "slow_filesystem": "The dataset sits on a slow file system (overlay/network/FUSE): copy it "
                        "to a local disk or tmpfs, or use a bind mount instead of a volume.",
 }
+
+
+# The finding that says why a straggler's loop was slow, by its largest state.
+_CAUSE_KIND = {"data_wait_io": "dataloader_io_bound", "data_wait_cpu": "dataloader_cpu_bound",
+               "data_wait_network": "dataloader_network_bound", "sync_loading": "sync_loading",
+               "sync_writes": "sync_writes", "checkpoint": "checkpoint_stall"}
 
 
 @dataclass
@@ -141,6 +162,7 @@ class Finding:
     evidence: dict
     start_ns: int = 0
     end_ns: int = 0
+    rank: int | None = None  # the rank of `pid` in a distributed job
 
     @property
     def advice(self) -> str:
@@ -148,7 +170,8 @@ class Finding:
 
     def row(self, ts_ns: int) -> FindingRow:
         return {"ts": ts_ns, "start": self.start_ns, "end": self.end_ns, "kind": self.kind,
-                "severity": self.severity, "pid": self.pid, "summary": self.summary,
+                "severity": self.severity, "pid": self.pid, "rank": self.rank,
+                "summary": self.summary,
                 "evidence": json.dumps(self.evidence, sort_keys=True), "advice": self.advice}
 
 
@@ -305,6 +328,8 @@ class Diagnosis:
     first_data_ns: dict[int, int] = field(default_factory=dict)
     # main pid -> the TCP peers (address:port) its processes were seen talking to, bounded
     peers: dict[int, list[str]] = field(default_factory=dict)
+    # rank pid -> (rank, world size, job): the ranks of one job are compared (note_rank)
+    ranks: dict[int, tuple[int, int, int]] = field(default_factory=dict)
     # rank pids whose process runs collectives, by backend (its threads' names say which)
     collective: dict[int, str] = field(default_factory=dict)
     # main pids whose checkpoints are written by another thread or a child process
@@ -313,6 +338,11 @@ class Diagnosis:
     read_ahead: dict[tuple[int, str], int] = field(default_factory=dict)
 
     # -- per interval -------------------------------------------------------------------------
+    def note_rank(self, pid: int, rank: int, world_size: int, job: int) -> None:
+        """Process `pid` is rank `rank` of `world_size` in the distributed job `job` (the pid
+        that started its ranks: torchrun's agent): its loop is judged with the others'."""
+        self.ranks[pid] = (rank, world_size, job)
+
     def note_peers(self, main: int, peers: Iterable[str]) -> None:
         """TCP peers that main `main`'s processes talk to (their `processes` rows carry them)."""
         seen = self.peers.setdefault(main, [])
@@ -667,9 +697,92 @@ class Diagnosis:
         out.extend(self._storage_findings(ivs, out))
         if not any(f.kind in IO_KINDS for f in out):
             out.append(self._healthy(ivs, mains))
+        # first, so that it leads its straggler's own finding of the same severity
+        out = self._straggler_findings(ivs, out) + out
         for f in out:
             f.start_ns, f.end_ns = start, end
+            if f.pid in self.ranks and f.rank is None:
+                f.rank = self.ranks[f.pid][0]
         return sorted(out, key=lambda f: -f.severity)
+
+    def _straggler_findings(self, ivs: list[_Interval], found: list[Finding]) -> list[Finding]:
+        """Per distributed job: the rank the others waited for in their collectives, and why
+        it was slow, from its own loop's split (docs/diagnosis.md, "Ranks")."""
+        t = self.thresholds
+        jobs: dict[int, dict[int, list[int]]] = defaultdict(lambda: defaultdict(list))
+        for pid, (rank, _world, job) in self.ranks.items():
+            jobs[job][rank].append(pid)  # a rank restarted by the agent: another pid
+        out = []
+        for _job, ranks in sorted(jobs.items()):
+            ns: dict[int, dict[str, int]] = {}
+            for rank, pids in ranks.items():
+                acc = dict.fromkeys(STATES, 0)
+                for iv in ivs:
+                    for pid in pids:
+                        if pid in iv.loops and self._training(iv, pid):
+                            for s in STATES:
+                                acc[s] += iv.loops[pid].ns[s]
+                if sum(acc.values()):
+                    ns[rank] = acc
+            share = {r: acc["collective_wait"] / sum(acc.values()) for r, acc in ns.items()}
+            if not share:
+                continue
+            world = max(self.ranks[p][1] for pids in ranks.values() for p in pids)
+            slowest = min(share, key=lambda r: (share[r], r))
+            others = [r for r in share if r != slowest]
+            if not others:  # one rank traced: it can say it waited, not for whom
+                if share[slowest] >= t.loop_share and world > 1:
+                    out.append(self._untraced_straggler(slowest, ranks[slowest], share, world))
+                continue
+            waited = sum(share[r] for r in others) / len(others)
+            if waited < t.loop_share or share[slowest] > t.straggler_ratio * waited:
+                continue
+            out.append(self._straggler(slowest, ranks[slowest], ns, share, others, waited,
+                                       world, ivs, found))
+        return out
+
+    def _straggler(self, rank: int, pids: list[int], ns: dict[int, dict[str, int]],
+                   share: dict[int, float], others: list[int], waited: float, world: int,
+                   ivs: list[_Interval], found: list[Finding]) -> Finding:
+        mine = ns[rank]
+        total = sum(mine.values())
+        shares = {s: round(100 * mine[s] / total, 1) for s in STATES}
+        # its cause: the largest of its own states (what it did while the others waited)
+        cause = max((s for s in STATES if s not in ("collective_wait", "other")),
+                    key=lambda s: mine[s])
+        pid = max(pids, key=lambda p: sum(sum(iv.loops[p].ns.values())
+                                          for iv in ivs if p in iv.loops))
+        own = next((f for f in found if f.pid in pids and f.kind == _CAUSE_KIND.get(cause)), None)
+        why = own.summary if own else f"its loop was in {cause} {shares[cause]:.0f} % of the time."
+        why = why[0].lower() + why[1:] if why.startswith("The training loop") else why
+        waits = ", ".join(f"rank {r} {100 * share[r]:.0f} %" for r in sorted(others))
+        wait_ns = sum(ns[r]["collective_wait"] for r in others)
+        severity = max(_severity(waited), own.severity if own else 0)
+        return Finding(
+            "straggler_rank", severity, pid,
+            f"Rank {rank} is the straggler: the other ranks waited for it in collectives "
+            f"{100 * waited:.0f} % of the time ({waits}; {format_ns(wait_ns)} in all), while it "
+            f"waited {100 * share[rank]:.0f} %; rank {rank}: {why}",
+            {"rank": rank, "world_size": world, "pids": sorted(pids),
+             "others_collective_wait_pct": round(100 * waited, 1),
+             "collective_wait_pct_by_rank": {str(r): round(100 * s, 1)
+                                             for r, s in sorted(share.items())},
+             "others_waited_ns": wait_ns, "cause": cause, "cause_pct": shares[cause],
+             "cause_finding": own.kind if own else None,
+             "cause_evidence": own.evidence if own else None, "loop_shares_pct": shares},
+            rank=rank)
+
+    @staticmethod
+    def _untraced_straggler(rank: int, pids: list[int], share: dict[int, float],
+                            world: int) -> Finding:
+        return Finding(
+            "straggler_rank", _severity(share[rank]), None,
+            f"Rank {rank} waited for its peers in collectives {100 * share[rank]:.0f} % of the "
+            f"time: another of the job's {world} ranks, not traced, is slower; trace them all "
+            "(the agent's PID, or every rank's) to name it and its cause.",
+            {"rank": None, "world_size": world, "traced_rank": rank, "pids": sorted(pids),
+             "collective_wait_pct_by_rank": {str(rank): round(100 * share[rank], 1)},
+             "cause": None})
 
     def _loop_findings(self, pid: int, ivs: list[_Interval]) -> list[Finding]:
         t = self.thresholds

@@ -195,6 +195,7 @@ class FindingRow(TypedDict):
     kind: str
     severity: int
     pid: int | None
+    rank: int | None
     summary: str
     evidence: str
     advice: str

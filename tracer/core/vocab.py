@@ -27,7 +27,7 @@ LOOP_STATES = ("data_wait_io", "data_wait_cpu", "data_wait_network", "sync_loadi
 # `findings.kind`: the verdicts that blame I/O, then the others
 IO_KINDS = ("sync_loading", "dataloader_io_bound", "dataloader_network_bound", "sync_writes",
             "checkpoint_stall", "device_saturated", "small_files", "slow_filesystem")
-FINDING_KINDS = (*IO_KINDS, "dataloader_cpu_bound", "cold_cache", "not_io_bound")
+FINDING_KINDS = (*IO_KINDS, "straggler_rank", "dataloader_cpu_bound", "cold_cache", "not_io_bound")
 
 LATENCY_LAYERS = ("syscall", "block_queue", "block")
 """Layers whose histograms hold latencies (the pagecache layer counts missed pages)."""

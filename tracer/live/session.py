@@ -27,7 +27,7 @@ from tracer.core import abi
 from tracer.core.diagnose import MAX_PEERS, Diagnosis
 from tracer.core.redact import Redactor
 from tracer.core.roles import ELASTIC_COMM
-from tracer.core.vocab import DATALOADER_WORKER, LOOP_ROLES, MAIN, RANK, READY_PREFIX
+from tracer.core.vocab import DATALOADER_WORKER, LOOP_ROLES, RANK, READY_PREFIX
 from tracer.errors import (
     EXIT_HOST,
     EXIT_OK,
@@ -362,6 +362,10 @@ class Session:
         assert self.step is not None and self.trace is not None
         owners = self.processes.owners()
         self._sample_peers(owners)
+        for proc in self.processes.alive():
+            if proc.role == RANK and proc.rank_env is not None:
+                self.step.diagnosis.note_rank(proc.pid, proc.rank_env[0], proc.rank_env[2],
+                                              proc.ppid)
         # Every segment roll carries the processes seen or changed since the last: a killed
         # tracer's trace still names every process its other rows mention.
         processes = self._process_rows() if final or self.trace.roll_due() else None

@@ -254,6 +254,7 @@ TABLES: dict[str, pa.Schema] = {
         _field("kind", DICT_STRING),  # sync_loading, dataloader_io_bound, ... (tracer.core.diagnose)
         _field("severity", pa.int32()),  # 0-100
         _field("pid", pa.int32(), nullable=True),  # the training process it is about
+        _field("rank", pa.int32(), nullable=True),  # that process's rank (torchrun, DDP)
         _field("summary", pa.string()),  # one sentence in plain words, with the key numbers
         _field("evidence", pa.string()),  # JSON object: the numbers behind the verdict
         _field("advice", pa.string()),

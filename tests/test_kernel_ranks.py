@@ -1,0 +1,228 @@
+"""Distributed jobs under torchrun (gloo DDP on the CPU, tracer/workloads/ddp_train.py): the agent
+known as the agent, a training loop per rank with its own DataLoader workers, and the rank the
+others wait for in their all-reduces named with its cause; traced from the start, attached to
+the agent and its ranks once the workers run, and attached to one rank alone."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import psutil
+import pytest
+
+from conftest import IOTRACE, ROOT, needs_root
+
+pytest.importorskip("torch", reason="the DDP job needs torch (pip install torch)")
+
+from tracer.core.vocab import IO_KINDS
+from tracer.workloads import dataset as ds
+
+pytestmark = [needs_root, pytest.mark.kernel]
+
+SCRIPT = ROOT / "tracer" / "workloads" / "ddp_train.py"
+FILES, KIB = 32, 512  # per shard: 16 MiB, read in ~5 s at the slow rank's 3 MB/s
+SLOW_BPS = 3_000_000
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory) -> Path:
+    data = tmp_path_factory.mktemp("ddp")
+    for r in range(2):
+        ds.make_dataset(data / f"shard{r}", FILES, KIB)
+    return data
+
+
+def torchrun(data: Path, ranks: int = 2, slow: int | None = None, epochs: int = 2) -> list[str]:
+    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+            f"--nproc_per_node={ranks}", str(SCRIPT), "--data", str(data), "--epochs", str(epochs)]
+    if slow is not None:
+        argv += ["--slow-rank", str(slow), "--throttle-read-bps", str(SLOW_BPS)]
+    return argv
+
+
+def env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(ROOT)}
+
+
+def launched(argv: list[str], out: Path) -> str:
+    r = subprocess.run([*IOTRACE, "-o", str(out), "--", *argv], cwd=ROOT, env=env(),
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    throttled(argv, r.stderr)
+    return r.stdout
+
+
+def throttled(argv: list[str], stderr: str) -> None:
+    """The slow rank said it limited its reads (else the job has no straggler to find)."""
+    if "--slow-rank" in argv:
+        rank = argv[argv.index("--slow-rank") + 1]
+        assert f"rank {rank} throttle: blkio" in stderr or f"rank {rank} throttle: io.max" in (
+            stderr), stderr[-3000:]
+
+
+def ranks_with_workers(agent: psutil.Process, ranks: int, timeout: float = 120) -> list[int]:
+    """The ranks' PIDs, in rank order, once each runs its DataLoader workers."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        kids = agent.children()
+        if len(kids) == ranks and all(
+                any(w.name() == "pt_data_worker" for w in k.children()) for k in kids):
+            by_rank = {int(k.environ()["RANK"]): k.pid for k in kids}
+            return [by_rank[r] for r in range(ranks)]
+        assert agent.is_running() and agent.status() != psutil.STATUS_ZOMBIE, "torchrun ended"
+        time.sleep(0.1)
+    raise AssertionError("the ranks started no DataLoader workers")
+
+
+def attached(argv: list[str], out: Path, *, one_rank: int | None = None,
+             ranks: int = 2) -> tuple[str, list[int]]:
+    """torchrun started untraced; iotrace attached once every rank's workers run, to what
+    `pgrep -f ddp_train.py` lists (the agent, the ranks and their workers), or to one rank."""
+    job = subprocess.Popen(argv, cwd=ROOT, env=env(), stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True)
+    tracer = None
+    try:
+        pids = ranks_with_workers(psutil.Process(job.pid), ranks)
+        if one_rank is None:
+            given = subprocess.run(["pgrep", "-f", str(SCRIPT)], capture_output=True,
+                                   text=True, check=True).stdout.split()
+            assert str(job.pid) in given and len(given) > ranks + 1  # agent, ranks, workers
+        else:
+            given = [str(pids[one_rank])]
+        tracer = subprocess.Popen([*IOTRACE, "--pid", *given, "-o", str(out)], cwd=ROOT,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        line = tracer.stderr.readline()
+        assert line.startswith("Tracing"), line + tracer.stderr.read()
+        _, err = job.communicate(timeout=300)
+        assert job.returncode == 0, err[-3000:]
+        throttled(argv, err)
+        stdout, stderr = tracer.communicate(timeout=60)  # ends with its targets
+        assert tracer.returncode == 0, stderr
+        return stdout, pids
+    finally:
+        for p in (job, tracer):
+            if p is not None and p.poll() is None:
+                p.send_signal(signal.SIGINT)
+                p.communicate(timeout=60)
+
+
+def final(out: Path) -> pd.DataFrame:
+    f = pd.read_parquet(out / "findings")
+    return f[f.ts == f.ts.max()].sort_values("severity", ascending=False, kind="stable")
+
+
+def table(f: pd.DataFrame) -> str:
+    return f[["kind", "severity", "pid", "rank", "summary"]].to_string()
+
+
+def processes(out: Path) -> pd.DataFrame:
+    return pd.read_parquet(out / "processes").drop_duplicates("pid", keep="last")
+
+
+def check_structure(out: Path, ranks: int, agent: bool = True) -> dict[int, int]:
+    """The agent is the agent, each rank a rank with its environment's numbers, its workers
+    its own and carrying its rank; the loop table has rows of the ranks only. Returns the
+    rank pids by rank."""
+    p = processes(out)
+    rank_rows = p[p.role == "rank"]
+    by_rank = {int(r.rank): int(r.pid) for r in rank_rows.itertuples()}
+    assert sorted(by_rank) == list(range(ranks)), p[["pid", "ppid", "comm", "role", "rank"]]
+    assert set(rank_rows.world_size) == {ranks} and set(rank_rows.local_rank) == set(range(ranks))
+    assert (p.role == "agent").sum() == (1 if agent else 0)
+    if agent:
+        assert "main" not in set(p.role)
+        [agent_pid] = p[p.role == "agent"].pid
+        assert set(rank_rows.ppid) == {agent_pid}
+    workers = p[p.role == "dataloader_worker"]
+    assert len(workers) == 2 * ranks
+    for w in workers.itertuples():
+        assert w.ppid in by_rank.values() and by_rank[int(w.rank)] == w.ppid
+    loop = pd.read_parquet(out / "loop")
+    assert set(loop.pid) == set(by_rank.values())
+    return by_rank
+
+
+def loop_shares(out: Path) -> pd.DataFrame:
+    loop = pd.read_parquet(out / "loop")
+    cols = [c for c in loop.columns if c.endswith("_ns") and c != "interval_ns"]
+    by = loop.groupby("pid")[cols].sum()
+    return by.div(by.sum(axis=1), axis=0)
+
+
+def check_straggler(out: Path, stdout: str, by_rank: dict[int, int], slow: int,
+                    data: Path) -> None:
+    f = final(out)
+    lead = f.iloc[0]
+    assert lead.kind == "straggler_rank", table(f)
+    assert (lead.pid, lead["rank"]) == (by_rank[slow], slow)
+    ev = json.loads(lead.evidence)
+    assert ev["cause"] == "data_wait_io" and ev["cause_finding"] == "dataloader_io_bound"
+    assert ev["others_collective_wait_pct"] >= 50
+    assert ev["collective_wait_pct_by_rank"][str(slow)] <= 25
+    assert ev["cause_evidence"]["top_dir"] == str(data / f"shard{slow}")
+    assert ev["cause_evidence"]["workers_blocked_pct"] >= 80
+    # the straggler's own finding names it; the ranks that waited are blamed for nothing
+    io = f[f.kind == "dataloader_io_bound"]
+    assert list(io.pid) == [by_rank[slow]] and list(io["rank"]) == [slow]
+    waiting = [pid for r, pid in by_rank.items() if r != slow]
+    assert not (f.pid.isin(waiting) & f.kind.isin(IO_KINDS)).any(), table(f)
+    assert not set(f.kind) & {"not_io_bound", "dataloader_cpu_bound", "sync_loading"}
+    shares = loop_shares(out)  # every interval, the start-up's too
+    for pid in waiting:
+        assert shares.loc[pid, "collective_wait_ns"] >= 0.3
+        assert shares.loc[pid, "data_wait_io_ns"] <= 0.05
+    assert shares.loc[by_rank[slow], "data_wait_io_ns"] >= 0.3
+    assert shares.loc[by_rank[slow], "collective_wait_ns"] <= 0.1
+    assert f"Rank {slow} is the straggler" in stdout
+
+
+def test_a_slow_rank_launched(shards, tmp_path):
+    out = tmp_path / "trace"
+    stdout = launched(torchrun(shards, slow=1), out)
+    by_rank = check_structure(out, 2)
+    check_straggler(out, stdout, by_rank, 1, shards)
+    report = subprocess.run([*IOTRACE, "report", str(out)], cwd=ROOT, capture_output=True,
+                            text=True, timeout=120)
+    assert report.returncode == 0, report.stderr
+    assert "Rank 1 is the straggler" in report.stdout  # the same verdict from the rows
+
+
+def test_a_slow_rank_attached_to_agent_and_ranks(shards, tmp_path):
+    out = tmp_path / "trace"
+    stdout, pids = attached(torchrun(shards, slow=1), out)
+    by_rank = check_structure(out, 2)
+    assert by_rank == dict(enumerate(pids))
+    check_straggler(out, stdout, by_rank, 1, shards)
+
+
+def test_one_waiting_rank_attached_to_alone(shards, tmp_path):
+    """Rank 0 alone: a rank still, its wait said, the straggler not named (it is not traced)."""
+    out = tmp_path / "trace"
+    _, pids = attached(torchrun(shards, slow=1), out, one_rank=0)
+    p = processes(out)
+    me = p[p.pid == pids[0]].iloc[0]
+    assert (me.role, me["rank"], me.world_size) == ("rank", 0, 2)
+    assert set(p[p.role == "dataloader_worker"].ppid) == {pids[0]}
+    f = final(out)
+    lead = f.iloc[0]
+    assert lead.kind == "straggler_rank" and pd.isna(lead.pid), table(f)
+    ev = json.loads(lead.evidence)
+    assert ev["traced_rank"] == 0 and ev["collective_wait_pct_by_rank"]["0"] >= 50
+    assert not set(f.kind) & set(IO_KINDS), table(f)
+
+
+def test_a_balanced_job(shards, tmp_path):
+    out = tmp_path / "trace"
+    launched(torchrun(shards), out)
+    check_structure(out, 2)
+    f = final(out)
+    assert "straggler_rank" not in set(f.kind), table(f)
+    assert not set(f.kind) & set(IO_KINDS), table(f)
+    assert "not_io_bound" in set(f.kind)
