@@ -146,6 +146,7 @@ def check_structure(out: Path, ranks: int, agent: bool = True) -> dict[int, int]
         assert w.ppid in by_rank.values() and by_rank[int(w.rank)] == w.ppid
     loop = pd.read_parquet(out / "loop")
     assert set(loop.pid) == set(by_rank.values())
+    assert dict(zip(loop["rank"], loop.pid, strict=True)) == by_rank  # each row says its rank
     return by_rank
 
 
@@ -181,6 +182,8 @@ def check_straggler(out: Path, stdout: str, by_rank: dict[int, int], slow: int,
     assert shares.loc[by_rank[slow], "data_wait_io_ns"] >= 0.3
     assert shares.loc[by_rank[slow], "collective_wait_ns"] <= 0.1
     assert f"Rank {slow} is the straggler" in stdout
+    for r, pid in by_rank.items():  # the summary's line per rank
+        assert f"  rank {r}, pid {pid} (" in stdout
 
 
 def test_a_slow_rank_launched(shards, tmp_path):
@@ -192,6 +195,7 @@ def test_a_slow_rank_launched(shards, tmp_path):
                             text=True, timeout=120)
     assert report.returncode == 0, report.stderr
     assert "Rank 1 is the straggler" in report.stdout  # the same verdict from the rows
+    assert f"  rank 1, pid {by_rank[1]} (" in report.stdout
 
 
 def test_a_slow_rank_attached_to_agent_and_ranks(shards, tmp_path):

@@ -145,6 +145,16 @@ def test_sort_cycles_read_write_latency(state):
     assert state.cycle_sort() == "read"
 
 
+def test_process_pane_names_a_rank():
+    """A rank's loop row says its rank (the `loop` rows carry it), where a main's says loop."""
+    s = ViewState(targets="torchrun train.py", interval_s=1.0)
+    for i in (0, 1):
+        s.update(snapshot(i, interval_ns=0 if i == 0 else SEC),
+                 [{**r, "rank": 3} for r in loop_rows(i)], findings(), events_lost=0)
+    [line] = [ln for ln in text(ProcessPane(s)) if ln.startswith(("loop", "rank"))]
+    assert line.startswith("rank 3     1000 IIII")
+
+
 def test_histogram_pane_layers_and_roles(state):
     # syscall, all roles, 2 intervals: child 2x3 in slot 10, main 2x5 in 12 and 2x10 in 15,
     # workers 201+100 in 20 and 4 in 22, the fsyncs 2 in 24.

@@ -213,7 +213,9 @@ def summary_text(trace: TraceReader, name: str | None = None, write_gpu_idle: bo
             header += f"\n{note}."
     saved = trace.meta.get("self_cost")
     cost = SelfCost.from_meta(saved) if isinstance(saved, dict) else None
-    loop = loop_lines(trace.loop_split(training_since(diagnosis, procs)))
+    ranks = {p.pid: p.rank_env[0] for p in procs.by_pid.values()
+             if p.is_rank and p.rank_env is not None}
+    loop = loop_lines(trace.loop_split(training_since(diagnosis, procs)), ranks)
     if gpu is not None:
         loop += gpu_idle_lines(trace.gpu_idle_by_cause(pd.DataFrame(gpu[0])))
     return render_summary(totals_from_latency(latency), procs, header, file_totals, file_table,

@@ -146,11 +146,13 @@ class LoopInterval:
     pid: int
     interval_ns: int
     ns: dict[str, int]  # by STATES
+    rank: int | None = None  # the pid's rank in a distributed job
 
     def row(self) -> LoopRow:
         state = max(STATES, key=lambda s: self.ns[s]) if any(self.ns.values()) else "other"
-        return {"ts": self.ts_ns, "pid": self.pid, "interval_ns": self.interval_ns,
-                **{f"{s}_ns": self.ns[s] for s in STATES}, "state": state}
+        return {"ts": self.ts_ns, "pid": self.pid, "rank": self.rank,
+                "interval_ns": self.interval_ns, **{f"{s}_ns": self.ns[s] for s in STATES},
+                "state": state}
 
 
 @dataclass
@@ -491,7 +493,8 @@ class Diagnosis:
             own_part = round(rest * own_woken / (own_woken + timer_woken)) if (
                 own_woken + timer_woken) else 0
             other_parts[pid] = (runnable, own_part, rest - own_part)
-            loops[pid] = LoopInterval(ts_ns, pid, interval_ns, ns)
+            loops[pid] = LoopInterval(ts_ns, pid, interval_ns, ns,
+                                      self.ranks[pid][0] if pid in self.ranks else None)
         read_counts: dict[tuple[int, str], list[int]] = {}
         queue, service = [0] * MAX_SLOTS, [0] * MAX_SLOTS
         for r in latency:

@@ -115,6 +115,7 @@ class ThreadRow(TypedDict):
 class LoopRow(TypedDict):
     ts: int
     pid: int
+    rank: int | None
     interval_ns: int
     data_wait_io_ns: int
     data_wait_cpu_ns: int

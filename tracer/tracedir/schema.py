@@ -170,6 +170,7 @@ TABLES: dict[str, pa.Schema] = {
     "loop": _schema(
         _field("ts", TIMESTAMP),  # end of the interval
         _field("pid", pa.int32()),  # the main process or rank; its main thread is the loop
+        _field("rank", pa.int32(), nullable=True),  # its rank (torchrun, DDP); null for a main
         _field("interval_ns", NS),
         _field("data_wait_io_ns", NS),
         _field("data_wait_cpu_ns", NS),

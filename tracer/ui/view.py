@@ -86,6 +86,7 @@ class ProcRow:
     block_p99_ns: float | None
     blocked_pct: float
     loop: dict[str, float] | None  # loop shares (percent by state), main processes only
+    rank: int | None = None  # a rank's (torchrun, DDP)
 
 
 class ViewState:
@@ -154,6 +155,7 @@ class ViewState:
                 if pid in now:
                     window.setdefault(pid, stats.ProcIO(pid)).merge(pio)
         loops = {r["pid"]: stats.loop_shares([r]) for r in self.loop_rows}
+        ranks = {r["pid"]: r.get("rank") for r in self.loop_rows}
         rows = []
         for pid, pio in now.items():
             w = window[pid]
@@ -162,7 +164,7 @@ class ViewState:
                 pio.write_bytes / MB / (itv / 1e9), pio.ops / (itv / 1e9),
                 percentile_ns(w.syscall, 50), percentile_ns(w.syscall, 99),
                 percentile_ns(w.block, 50), percentile_ns(w.block, 99),
-                stats.blocked_pct(pio.iowait_ns, itv), loops.get(pid)))
+                stats.blocked_pct(pio.iowait_ns, itv), loops.get(pid), ranks.get(pid)))
         key = {"read": lambda r: (-r.read_mb_s, r.pid),
                "write": lambda r: (-r.write_mb_s, r.pid),
                "latency": lambda r: (-(r.syscall_p99_ns or -1), r.pid)}[self.sort]
@@ -301,8 +303,9 @@ class ProcessPane:
                       Text(f"{r.blocked_pct:.0f}", style="red" if r.blocked_pct >= 50 else ""))
         yield t
         loops = [r for r in rows if r.loop]
-        for r in sorted(loops, key=lambda r: r.pid):
-            line = Text(f"loop {r.pid:>7} ")
+        # one row per rank, in rank order, then the mains
+        for r in sorted(loops, key=lambda r: (r.rank is None, r.rank or 0, r.pid)):
+            line = Text(f"loop {r.pid:>7} " if r.rank is None else f"rank {r.rank:<2} {r.pid:>7} ")
             line.append_text(loop_bar(r.loop, color=color))
             parts = [f"{STATE_LABEL[st]} {r.loop[st]:.0f}%" for st in LOOP_STATES if r.loop[st] >= 0.5]
             line.append("  " + ", ".join(parts))
