@@ -2,7 +2,7 @@
 
     torchrun --standalone --nproc_per_node=N tracer/workloads/ddp_train.py --data DIR
         [--slow-rank R --throttle-read-bps BPS] [--num-workers W] [--batch-size B]
-        [--epochs E] [--compute-rounds K]
+        [--epochs E] [--compute-rounds K] [--fail-once-rank R --fail-after-steps N]
 
 DIR holds one folder per rank, `shard<R>`, of sample files (`tracer.workloads.dataset`), all of
 the same count so that every rank takes the same number of steps (DDP needs that). Each rank
@@ -15,6 +15,10 @@ and its process moves itself (and so its workers) into a blkio/io.max cgroup tha
 disk reads to BPS (the cgroup `iotrace-ddp-<pid>`, removed at exit); the other ranks keep their
 shards read and mapped (warm, in memory). Without it every rank is warm: a balanced job.
 
+--fail-once-rank R: in the first attempt (TORCHELASTIC_RESTART_COUNT 0), rank R exits with code
+3 after --fail-after-steps steps, so that torchrun's agent (`--max-restarts 1` or more) stops the
+other ranks and starts them all again: new processes with the same ranks.
+
 stdout (rank 0 only): one line per epoch, `epoch E steps N seconds T`, as `train` prints. Each
 rank prints `rank R pid P` on stderr at start. Exit 0.
 """
@@ -26,6 +30,7 @@ import os
 import signal
 import sys
 import time
+from datetime import timedelta
 from pathlib import Path
 
 import torch
@@ -48,7 +53,21 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--epochs", type=int, default=1)
     p.add_argument("--compute-rounds", type=int, default=1,
                    help="forward/backward passes (each an all-reduce) per step")
+    p.add_argument("--fail-once-rank", type=int, default=-1)
+    p.add_argument("--fail-after-steps", type=int, default=2)
     return p.parse_args(argv)
+
+
+def init(rank: int) -> None:
+    """The gloo process group, its keys in the agent's store under this attempt's prefix: a
+    group restarted by the agent would otherwise read the addresses of the ranks it replaced
+    (their keys are still there) and fail to connect to them."""
+    world = int(os.environ["WORLD_SIZE"])
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world,
+                          is_master=False, timeout=timedelta(seconds=120))
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    dist.init_process_group("gloo", store=dist.PrefixStore(f"attempt{attempt}", store),
+                            rank=rank, world_size=world)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -58,6 +77,8 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_interop_threads(1)
     torch.manual_seed(0)
     rank = int(os.environ["RANK"])
+    fail = (rank == args.fail_once_rank
+            and os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0")
     print(f"rank {rank} pid {os.getpid()}", file=sys.stderr, flush=True)
     shard = Path(args.data) / f"shard{rank}"
     paths = sorted(p for p in shard.iterdir() if p.is_file())
@@ -70,8 +91,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"rank {rank} throttle: {done or 'not possible here'}", file=sys.stderr, flush=True)
         if done is None:
             throttled = None
-    dist.init_process_group("gloo")
     try:
+        init(rank)
         model = DistributedDataParallel(Model("light"))
         optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
         loader = DataLoader(FileDataset(paths, "none", 0), batch_size=args.batch_size,
@@ -89,13 +110,19 @@ def main(argv: list[str] | None = None) -> int:
                     loss_fn(model(x), y).backward()  # the gradients' all-reduce
                     optimizer.step()
                 n += 1
+                if fail and n >= args.fail_after_steps:
+                    print(f"rank {rank} fails on purpose", file=sys.stderr, flush=True)
+                    if throttled is not None:
+                        ds.unthrottle(throttled)
+                    os._exit(3)  # as a crash would, past the process group's shutdown
             if rank == 0:
                 print(f"epoch {epoch} steps {n} seconds {time.perf_counter() - t0:.3f}",
                       flush=True)
         del loader
         dist.barrier()
     finally:
-        dist.destroy_process_group()
+        if dist.is_initialized():
+            dist.destroy_process_group()
         if held is not None:
             held.close()
         if throttled is not None:
