@@ -671,6 +671,22 @@ class Diagnosis:
                 sum(n for _, n in files.values()), missed))
         return out
 
+    def loop_split(self) -> dict[int, tuple[int, int, dict[str, int]]]:
+        """Per loop pid: its training time, its start-up time and its training time by state
+        (ns), over the intervals kept (what `TraceReader.loop_split` gives from the rows)."""
+        out: dict[int, tuple[int, int, dict[str, int]]] = {}
+        for iv in self.intervals:
+            for pid, loop in iv.loops.items():
+                total, startup, ns = out.get(pid, (0, 0, dict.fromkeys(STATES, 0)))
+                if self._training(iv, pid):
+                    for s in STATES:
+                        ns[s] += loop.ns[s]
+                    total += sum(loop.ns.values())
+                else:
+                    startup += iv.interval_ns
+                out[pid] = (total, startup, ns)
+        return out
+
     def context_lines(self) -> list[str]:
         """The summary's lines before the verdicts: long start-ups, background saves that cost
         the loop little, and what its `other` time was."""

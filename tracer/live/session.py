@@ -456,7 +456,20 @@ class Session:
         aggregator = self.step.aggregator
         return render_summary(aggregator.totals, self.processes, header, aggregator.file_totals,
                               self.files, self.final_findings, cost,
-                              startup=self.step.diagnosis.context_lines())
+                              startup=self.step.diagnosis.context_lines(),
+                              loop=self._loop_lines())
+
+    def _loop_lines(self) -> list[str]:
+        """The summary's loop split, a line per loop (per rank), as `iotrace report` has it."""
+        from tracer.render.summary import split_lines
+
+        split = self.step.diagnosis.loop_split()
+        rows = [(pid, total / 1e9, startup / 1e9,
+                 {s: 100 * n / total for s, n in ns.items()} if total else {})
+                for pid, (total, startup, ns) in split.items()]
+        ranks = {p.pid: p.rank_env[0] for p in self.processes.by_pid.values()
+                 if p.role == RANK and p.rank_env is not None}
+        return split_lines(rows, ranks) if rows else []
 
     def exit_code(self) -> int:
         """What iotrace exits with after a trace: the started command's status, as time(1) and

@@ -11,6 +11,7 @@ from __future__ import annotations
 import pandas as pd
 
 from tracer.core.vocab import LOOP_STATES
+from tracer.render.summary import split_lines
 from tracer.tracedir.reader import TraceReader, describe_targets, role_counts
 
 
@@ -35,20 +36,9 @@ def loop_lines(split: pd.DataFrame, ranks: dict[int, int] | None = None) -> list
     (`loop_split`); a rank's line (`ranks`: pid -> rank) says its rank, ranks in rank order."""
     if split.empty:
         return ["", "Training loop: none traced (no main process had a loop interval)."]
-    ranks = ranks or {}
-    lines = ["", "Training loop time (after start-up; the states are in docs/diagnosis.md):"]
-    order = sorted(split.index, key=lambda p: (p not in ranks, ranks.get(p, 0), p))
-    for pid, r in split.loc[order].iterrows():
-        shares = sorted(((r[f"{s}_pct"], s) for s in LOOP_STATES if pd.notna(r[f"{s}_pct"])),
-                        key=lambda x: -x[0])
-        shown = [f"{name} {pct:.0f} %" for pct, name in shares if pct >= 0.5]
-        if len(shown) < len(shares):
-            shown.append("the rest 0 %")
-        parts = ", ".join(shown) if shares else "no time"
-        startup = f"; start-up {r['startup_s']:.1f} s before it" if r["startup_s"] > 0 else ""
-        who = f"rank {ranks[pid]}, pid {pid}" if pid in ranks else f"pid {pid}"
-        lines.append(f"  {who} ({r['seconds']:.1f} s): {parts}{startup}")
-    return lines
+    return split_lines([(int(pid), r["seconds"], r["startup_s"],
+                         {s: r[f"{s}_pct"] for s in LOOP_STATES if pd.notna(r[f"{s}_pct"])})
+                        for pid, r in split.iterrows()], ranks)
 
 
 def gpu_idle_lines(idle: pd.DataFrame) -> list[str]:
