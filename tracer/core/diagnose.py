@@ -771,7 +771,10 @@ class Diagnosis:
                     key=lambda s: mine[s])
         pid = max(pids, key=lambda p: sum(sum(iv.loops[p].ns.values())
                                           for iv in ivs if p in iv.loops))
-        own = next((f for f in found if f.pid in pids and f.kind == _CAUSE_KIND.get(cause)), None)
+        # its own finding of that cause (of its last process, if the agent restarted it: the
+        # most severe)
+        own = max((f for f in found if f.pid in pids and f.kind == _CAUSE_KIND.get(cause)),
+                  key=lambda f: f.severity, default=None)
         why = own.summary if own else f"its loop was in {cause} {shares[cause]:.0f} % of the time."
         why = why[0].lower() + why[1:] if why.startswith("The training loop") else why
         waits = ", ".join(f"rank {r} {100 * share[r]:.0f} %" for r in sorted(others))
