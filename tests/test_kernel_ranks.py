@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -139,8 +140,8 @@ def processes(out: Path) -> pd.DataFrame:
     return pd.read_parquet(out / "processes").drop_duplicates("pid", keep="last")
 
 
-def check_structure(out: Path, ranks: int, agent: bool = True,
-                    restarts: int = 0) -> dict[int, int]:
+def check_structure(out: Path, ranks: int, agent: bool = True, restarts: int = 0,
+                    world: int | None = None) -> dict[int, int]:
     """The agent is the agent, each rank a rank with its environment's numbers, its workers
     its own and carrying its rank; the loop table has rows of the ranks only. Returns the
     rank pids by rank."""
@@ -148,9 +149,11 @@ def check_structure(out: Path, ranks: int, agent: bool = True,
     rank_rows = p[p.role == "rank"]
     # the last process of each rank (a restarted rank is a new process with the same rank)
     by_rank = {int(r.rank): int(r.pid) for r in rank_rows.sort_values("first_seen").itertuples()}
-    assert sorted(by_rank) == list(range(ranks)), p[["pid", "ppid", "comm", "role", "rank"]]
+    if world is None:
+        assert sorted(by_rank) == list(range(ranks)), p[["pid", "ppid", "comm", "role", "rank"]]
     assert len(rank_rows) == ranks * (1 + restarts)
-    assert set(rank_rows.world_size) == {ranks} and set(rank_rows.local_rank) == set(range(ranks))
+    assert set(rank_rows.world_size) == {world or ranks}
+    assert set(rank_rows.local_rank) == set(range(ranks))
     assert (p.role == "agent").sum() == (1 if agent else 0)
     if agent:
         assert "main" not in set(p.role)
@@ -274,3 +277,43 @@ def test_a_restarted_rank_keeps_its_rank(shards, tmp_path):
     p = processes(out)
     assert sorted(json.loads(lead.evidence)["pids"]) == sorted(
         p[(p.role == "rank") & (p["rank"] == 1)].pid)
+
+
+def test_two_nodes_joined_by_report(shards, tmp_path):
+    """One job on two "nodes" (two torchrun agents of one rank each, meeting at a rendezvous on
+    this host), each traced by its own iotrace: neither trace alone can name the straggler,
+    `iotrace report DIR0 DIR1` does."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    runs, outs = [], [tmp_path / "node0", tmp_path / "node1"]
+    for node, out in enumerate(outs):
+        argv = torchrun(shards, ranks=1, slow=1, agent=(
+            "--nnodes=2", f"--node_rank={node}", "--rdzv_backend=c10d",
+            f"--rdzv_endpoint=127.0.0.1:{port}", "--rdzv_id=iotrace-test"))
+        argv.remove("--standalone")
+        runs.append(subprocess.Popen([*IOTRACE, "-o", str(out), "--", *argv], cwd=ROOT, env=env(),
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    try:
+        for r in runs:
+            _, err = r.communicate(timeout=300)
+            assert r.returncode == 0, err[-3000:]
+    finally:
+        for r in runs:
+            if r.poll() is None:
+                r.kill()
+                r.communicate(timeout=60)
+    where = {}
+    for out in outs:
+        by_rank = check_structure(out, 1, world=2)
+        where.update({r: out for r in by_rank})
+    assert sorted(where) == [0, 1]
+    waiting = final(outs[0] if where[0] == outs[0] else outs[1])
+    assert waiting.kind.iloc[0] == "straggler_rank" and pd.isna(waiting.pid.iloc[0])
+    report = subprocess.run([*IOTRACE, "report", *map(str, outs)], cwd=ROOT,
+                            capture_output=True, text=True, timeout=120)
+    assert report.returncode == 0, report.stderr
+    joint = report.stdout.split("\nTrace ")[0]  # before the traces' own summaries
+    assert f"Rank 1 (on {os.uname().nodename}, {where[1]}) is the straggler" in joint, joint
+    assert "rank 1: the training loop waited for batches" in joint
+    assert f"  rank 0 on {os.uname().nodename}, {where[0]}, pid " in joint

@@ -141,6 +141,17 @@ _CAUSE_KIND = {"data_wait_io": "dataloader_io_bound", "data_wait_cpu": "dataload
 
 
 @dataclass
+class RankLoop:
+    """A rank's loop over a span of a trace (`Diagnosis.rank_loops`)."""
+
+    rank: int
+    world: int
+    pids: list[int]  # its processes: one, or one per attempt when the agent restarted it
+    ns: dict[str, int]  # its training time by state
+    pid_ns: dict[int, int]  # each process's training time
+
+
+@dataclass
 class LoopInterval:
     ts_ns: int
     pid: int
@@ -727,50 +738,71 @@ class Diagnosis:
     def _straggler_findings(self, ivs: list[_Interval], found: list[Finding]) -> list[Finding]:
         """Per distributed job: the rank the others waited for in their collectives, and why
         it was slow, from its own loop's split (docs/diagnosis.md, "Ranks")."""
-        t = self.thresholds
-        jobs: dict[int, dict[int, list[int]]] = defaultdict(lambda: defaultdict(list))
-        for pid, (rank, _world, job) in self.ranks.items():
-            jobs[job][rank].append(pid)  # a rank restarted by the agent: another pid
         out = []
-        for _job, ranks in sorted(jobs.items()):
-            ns: dict[int, dict[str, int]] = {}
-            for rank, pids in ranks.items():
-                acc = dict.fromkeys(STATES, 0)
-                for iv in ivs:
-                    for pid in pids:
-                        if pid in iv.loops and self._training(iv, pid):
-                            for s in STATES:
-                                acc[s] += iv.loops[pid].ns[s]
-                if sum(acc.values()):
-                    ns[rank] = acc
-            share = {r: acc["collective_wait"] / sum(acc.values()) for r, acc in ns.items()}
-            if not share:
-                continue
-            world = max(self.ranks[p][1] for pids in ranks.values() for p in pids)
-            slowest = min(share, key=lambda r: (share[r], r))
-            others = [r for r in share if r != slowest]
-            if not others:  # one rank traced: it can say it waited, not for whom
-                if share[slowest] >= t.loop_share and world > 1:
-                    out.append(self._untraced_straggler(slowest, ranks[slowest], share, world))
-                continue
-            waited = sum(share[r] for r in others) / len(others)
-            if waited < t.loop_share or share[slowest] > t.straggler_ratio * waited:
-                continue
-            out.append(self._straggler(slowest, ranks[slowest], ns, share, others, waited,
-                                       world, ivs, found))
+        for _job, ranks in sorted(self.rank_loops(ivs).items()):
+            f = self.judge_ranks(ranks, found)
+            if f is not None:
+                out.append(f)
         return out
 
-    def _straggler(self, rank: int, pids: list[int], ns: dict[int, dict[str, int]],
-                   share: dict[int, float], others: list[int], waited: float, world: int,
-                   ivs: list[_Interval], found: list[Finding]) -> Finding:
-        mine = ns[rank]
+    def rank_loops(self, ivs: Iterable[_Interval] | None = None, since_ns: int | None = None,
+                   until_ns: int | None = None) -> dict[int, dict[int, RankLoop]]:
+        """Per job, per rank: its processes (a rank the agent restarted has several), its
+        world size and its loop's training time by state, over `ivs` (default: the intervals
+        kept) that end in (since_ns, until_ns]."""
+        jobs: dict[int, dict[int, RankLoop]] = defaultdict(dict)
+        for pid, (rank, world, job) in self.ranks.items():
+            r = jobs[job].setdefault(rank, RankLoop(rank, world, [], dict.fromkeys(STATES, 0), {}))
+            r.pids.append(pid)
+            r.world = max(r.world, world)
+        ivs = self.intervals if ivs is None else ivs
+        for iv in ivs:
+            if (since_ns is not None and iv.ts_ns <= since_ns) or (
+                    until_ns is not None and iv.ts_ns > until_ns):
+                continue
+            for pid, loop in iv.loops.items():
+                if pid not in self.ranks or not self._training(iv, pid):
+                    continue
+                rank, _, job = self.ranks[pid]
+                r = jobs[job][rank]
+                for st in STATES:
+                    r.ns[st] += loop.ns[st]
+                r.pid_ns[pid] = r.pid_ns.get(pid, 0) + sum(loop.ns.values())
+        return jobs
+
+    def judge_ranks(self, ranks: dict[int, RankLoop], found: list[Finding],
+                    where: dict[int, str] | None = None) -> Finding | None:
+        """The straggler among the ranks of one job, if any (`straggler_rank`); `found`: the
+        findings its cause is taken from; `where`: per rank, the host it ran on (a job traced
+        on several nodes)."""
+        t = self.thresholds
+        ranks = {r: x for r, x in ranks.items() if sum(x.ns.values())}
+        share = {r: x.ns["collective_wait"] / sum(x.ns.values()) for r, x in ranks.items()}
+        if not share:
+            return None
+        world = max(x.world for x in ranks.values())
+        slowest = min(share, key=lambda r: (share[r], r))
+        others = [r for r in share if r != slowest]
+        if not others:  # one rank traced: it can say it waited, not for whom
+            if share[slowest] >= t.loop_share and world > 1:
+                return self._untraced_straggler(slowest, ranks[slowest].pids, share, world)
+            return None
+        waited = sum(share[r] for r in others) / len(others)
+        if waited < t.loop_share or share[slowest] > t.straggler_ratio * waited:
+            return None
+        return self._straggler(slowest, ranks, share, others, waited, world, found, where)
+
+    def _straggler(self, rank: int, ranks: dict[int, RankLoop], share: dict[int, float],
+                   others: list[int], waited: float, world: int, found: list[Finding],
+                   where: dict[int, str] | None) -> Finding:
+        me = ranks[rank]
+        mine, pids = me.ns, me.pids
         total = sum(mine.values())
         shares = {s: round(100 * mine[s] / total, 1) for s in STATES}
         # its cause: the largest of its own states (what it did while the others waited)
         cause = max((s for s in STATES if s not in ("collective_wait", "other")),
                     key=lambda s: mine[s])
-        pid = max(pids, key=lambda p: sum(sum(iv.loops[p].ns.values())
-                                          for iv in ivs if p in iv.loops))
+        pid = max(pids, key=lambda p: me.pid_ns.get(p, 0))
         # its own finding of that cause (of its last process, if the agent restarted it: the
         # most severe)
         own = max((f for f in found if f.pid in pids and f.kind == _CAUSE_KIND.get(cause)),
@@ -778,11 +810,12 @@ class Diagnosis:
         why = own.summary if own else f"its loop was in {cause} {shares[cause]:.0f} % of the time."
         why = why[0].lower() + why[1:] if why.startswith("The training loop") else why
         waits = ", ".join(f"rank {r} {100 * share[r]:.0f} %" for r in sorted(others))
-        wait_ns = sum(ns[r]["collective_wait"] for r in others)
+        wait_ns = sum(ranks[r].ns["collective_wait"] for r in others)
+        on = f" (on {where[rank]})" if where and rank in where else ""
         severity = max(_severity(waited), own.severity if own else 0)
         return Finding(
             "straggler_rank", severity, pid,
-            f"Rank {rank} is the straggler: the other ranks waited for it in collectives "
+            f"Rank {rank}{on} is the straggler: the other ranks waited for it in collectives "
             f"{100 * waited:.0f} % of the time ({waits}; {format_ns(wait_ns)} in all), while it "
             f"waited {100 * share[rank]:.0f} %; rank {rank}: {why}",
             {"rank": rank, "world_size": world, "pids": sorted(pids),
@@ -791,7 +824,8 @@ class Diagnosis:
                                              for r, s in sorted(share.items())},
              "others_waited_ns": wait_ns, "cause": cause, "cause_pct": shares[cause],
              "cause_finding": own.kind if own else None,
-             "cause_evidence": own.evidence if own else None, "loop_shares_pct": shares},
+             "cause_evidence": own.evidence if own else None, "loop_shares_pct": shares,
+             "hosts": {str(r): h for r, h in sorted(where.items())} if where else None},
             rank=rank)
 
     @staticmethod
