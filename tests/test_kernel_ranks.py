@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -30,6 +32,7 @@ pytestmark = [needs_root, pytest.mark.kernel]
 SCRIPT = ROOT / "tracer" / "workloads" / "ddp_train.py"
 FILES, KIB = 32, 512  # per shard: 16 MiB, read in ~5 s at the slow rank's 3 MB/s
 SLOW_BPS = 3_000_000
+RUNS = 3  # tries of a job whose slow rank was not slowed (slow_enough)
 
 
 @pytest.fixture(scope="module")
@@ -66,11 +69,27 @@ def env() -> dict[str, str]:
 
 
 def launched(argv: list[str], out: Path) -> str:
-    r = subprocess.run([*IOTRACE, "-o", str(out), "--", *argv], cwd=ROOT, env=env(),
-                       capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr[-3000:]
-    throttled(argv, r.stderr)
-    return r.stdout
+    for attempt in range(RUNS):
+        r = subprocess.run([*IOTRACE, "-o", str(out), "--", *argv], cwd=ROOT, env=env(),
+                           capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr[-3000:]
+        throttled(argv, r.stderr)
+        if slow_enough(argv, r.stdout) or attempt == RUNS - 1:
+            return r.stdout
+        shutil.rmtree(out)
+    raise AssertionError("unreachable")
+
+
+def slow_enough(argv: list[str], stdout: str) -> bool:
+    """Whether the slow rank's limit held: its 16 MiB at 3 MB/s take 5 s an epoch. Now and then
+    (a few runs in ten on the shared development VM) the cgroup's limit did not hold although
+    the rank was in it: its reads went to the disk at full speed. Such a run has no straggler
+    to find and is run again (RUNS in all)."""
+    if "--slow-rank" not in argv:
+        return True
+    epochs = [float(m) for m in re.findall(r"^epoch \d+ steps \d+ seconds ([0-9.]+)$", stdout,
+                                           re.MULTILINE)]
+    return not epochs or max(epochs) >= 2.5
 
 
 def throttled(argv: list[str], stderr: str) -> None:
@@ -96,7 +115,7 @@ def ranks_with_workers(agent: psutil.Process, ranks: int, timeout: float = 120) 
 
 
 def attached(argv: list[str], out: Path, *, one_rank: int | None = None,
-             ranks: int = 2) -> tuple[str, list[int]]:
+             ranks: int = 2, retried: int = 0) -> tuple[str, list[int]]:
     """torchrun started untraced; iotrace attached once every rank's workers run, to what
     `pgrep -f ddp_train.py` lists (the agent, the ranks and their workers), or to one rank."""
     job = subprocess.Popen(argv, cwd=ROOT, env=env(), stdout=subprocess.PIPE,
@@ -114,11 +133,14 @@ def attached(argv: list[str], out: Path, *, one_rank: int | None = None,
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         line = tracer.stderr.readline()
         assert line.startswith("Tracing"), line + tracer.stderr.read()
-        _, err = job.communicate(timeout=300)
+        job_out, err = job.communicate(timeout=300)
         assert job.returncode == 0, err[-3000:]
         throttled(argv, err)
         stdout, stderr = tracer.communicate(timeout=60)  # ends with its targets
         assert tracer.returncode == 0, stderr
+        if not slow_enough(argv, job_out) and retried < RUNS - 1:
+            shutil.rmtree(out)
+            return attached(argv, out, one_rank=one_rank, ranks=ranks, retried=retried + 1)
         return stdout, pids
     finally:
         for p in (job, tracer):
@@ -270,6 +292,7 @@ def test_a_restarted_rank_keeps_its_rank(shards, tmp_path):
     out = tmp_path / "trace"
     argv = torchrun(shards, slow=1, agent=("--max-restarts=1",),
                     job=("--fail-once-rank", "1", "--fail-after-steps", "3"))
+    # (slow_enough looks at the epochs that rank 0 of the second attempt prints: all of them)
     stdout = launched(argv, out)
     by_rank = check_structure(out, 2, restarts=1)
     check_straggler(out, stdout, by_rank, 1, shards)
@@ -286,23 +309,31 @@ def test_two_nodes_joined_by_report(shards, tmp_path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    runs, outs = [], [tmp_path / "node0", tmp_path / "node1"]
-    for node, out in enumerate(outs):
-        argv = torchrun(shards, ranks=1, slow=1, agent=(
-            "--nnodes=2", f"--node_rank={node}", "--rdzv_backend=c10d",
-            f"--rdzv_endpoint=127.0.0.1:{port}", "--rdzv_id=iotrace-test"))
-        argv.remove("--standalone")
-        runs.append(subprocess.Popen([*IOTRACE, "-o", str(out), "--", *argv], cwd=ROOT, env=env(),
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-    try:
-        for r in runs:
-            _, err = r.communicate(timeout=300)
-            assert r.returncode == 0, err[-3000:]
-    finally:
-        for r in runs:
-            if r.poll() is None:
-                r.kill()
-                r.communicate(timeout=60)
+    outs = [tmp_path / "node0", tmp_path / "node1"]
+    for attempt in range(RUNS):
+        runs, printed = [], ""
+        for node, out in enumerate(outs):
+            argv = torchrun(shards, ranks=1, slow=1, agent=(
+                "--nnodes=2", f"--node_rank={node}", "--rdzv_backend=c10d",
+                f"--rdzv_endpoint=127.0.0.1:{port}", f"--rdzv_id=iotrace-test-{attempt}"))
+            argv.remove("--standalone")
+            runs.append(subprocess.Popen([*IOTRACE, "-o", str(out), "--", *argv], cwd=ROOT,
+                                         env=env(), stdout=subprocess.PIPE,
+                                         stderr=subprocess.PIPE, text=True))
+        try:
+            for r in runs:
+                stdout, err = r.communicate(timeout=300)
+                assert r.returncode == 0, err[-3000:]
+                printed += stdout
+        finally:
+            for r in runs:
+                if r.poll() is None:
+                    r.kill()
+                    r.communicate(timeout=60)
+        if slow_enough(argv, printed) or attempt == RUNS - 1:
+            break
+        for out in outs:
+            shutil.rmtree(out)
     where = {}
     for out in outs:
         by_rank = check_structure(out, 1, world=2)
@@ -317,3 +348,44 @@ def test_two_nodes_joined_by_report(shards, tmp_path):
     assert f"Rank 1 (on {os.uname().nodename}, {where[1]}) is the straggler" in joint, joint
     assert "rank 1: the training loop waited for batches" in joint
     assert f"  rank 0 on {os.uname().nodename}, {where[0]}, pid " in joint
+
+
+def test_a_slow_rank_found_by_auto(shards, tmp_path):
+    """--auto (the node agent) finds torchrun's agent by its name and gives its job the same
+    structure and verdict. It may find other training jobs of this host too: only this one's
+    processes and findings are looked at."""
+    out = tmp_path / "trace"
+    tracer = subprocess.Popen([*IOTRACE, "--auto", "-o", str(out)], cwd=ROOT,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    job = None
+    try:
+        assert tracer.stderr.readline().startswith("Tracing")
+        argv = torchrun(shards, slow=1)
+        job = subprocess.Popen(argv, cwd=ROOT, env=env(), stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+        _, err = job.communicate(timeout=300)
+        assert job.returncode == 0, err[-3000:]
+        throttled(argv, err)
+        time.sleep(1.5)
+        tracer.send_signal(signal.SIGINT)
+        stdout, stderr = tracer.communicate(timeout=60)
+        assert tracer.returncode == 0, stderr
+    finally:
+        for p in (job, tracer):
+            if p is not None and p.poll() is None:
+                p.kill()
+                p.communicate(timeout=60)
+    p = processes(out)
+    agent = p[p.pid == job.pid].iloc[0]
+    assert agent.role == "agent"
+    ranks = p[(p.ppid == job.pid) & (p.role == "rank")]
+    by_rank = {int(r.rank): int(r.pid) for r in ranks.itertuples()}
+    assert sorted(by_rank) == [0, 1]
+    workers = p[p.ppid.isin(ranks.pid)]
+    assert set(workers.role) == {"dataloader_worker"} and len(workers) == 4
+    f = final(out)
+    mine = f[f["rank"].notna() & f.pid.isin(ranks.pid)]
+    assert mine.kind.iloc[0] == "straggler_rank", table(f)
+    assert (mine.pid.iloc[0], mine["rank"].iloc[0]) == (by_rank[1], 1)
+    assert set(mine[mine.kind.isin(IO_KINDS)].pid) == {by_rank[1]}
+    assert "Rank 1 is the straggler" in stdout
