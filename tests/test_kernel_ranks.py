@@ -241,6 +241,14 @@ def test_a_slow_rank_launched(shards, tmp_path):
     assert report.returncode == 0, report.stderr
     assert "Rank 1 is the straggler" in report.stdout  # the same verdict from the rows
     assert f"  rank 1, pid {by_rank[1]} (" in report.stdout
+    perfetto = tmp_path / "trace.json"  # a process group per rank, named by its rank
+    r = subprocess.run([*IOTRACE, "export", str(out), "--perfetto", str(perfetto)], cwd=ROOT,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    names = {e["pid"]: e["args"]["name"] for e in json.loads(perfetto.read_text())["traceEvents"]
+             if e.get("name") == "process_name"}
+    assert {names[pid] for pid in by_rank.values()} == {
+        f"python (rank {r}) {pid}" for r, pid in by_rank.items()}
 
 
 def test_a_slow_rank_attached_to_agent_and_ranks(shards, tmp_path):
