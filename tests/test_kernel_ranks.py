@@ -55,12 +55,13 @@ def make_shards(data: Path, ranks: int, files: int) -> Path:
 
 
 def torchrun(data: Path, ranks: int = 2, slow: int | None = None, epochs: int = 2,
-             agent: tuple[str, ...] = (), job: tuple[str, ...] = ()) -> list[str]:
+             agent: tuple[str, ...] = (), job: tuple[str, ...] = (),
+             bps: int = SLOW_BPS) -> list[str]:
     argv = [sys.executable, "-m", "torch.distributed.run", "--standalone",
             f"--nproc_per_node={ranks}", *agent, str(SCRIPT), "--data", str(data),
             "--epochs", str(epochs), *job]
     if slow is not None:
-        argv += ["--slow-rank", str(slow), "--throttle-read-bps", str(SLOW_BPS)]
+        argv += ["--slow-rank", str(slow), "--throttle-read-bps", str(bps)]
     return argv
 
 
@@ -287,11 +288,12 @@ def test_a_balanced_job(shards, tmp_path):
 
 def test_a_slow_rank_of_four(shards4, tmp_path):
     out = tmp_path / "trace"
-    stdout = launched(torchrun(shards4, ranks=4, slow=2), out)
+    # half the data per rank, read at half the speed: as slow an epoch as the 2-rank job's
+    stdout = launched(torchrun(shards4, ranks=4, slow=2, bps=SLOW_BPS // 2), out)
     by_rank = check_structure(out, 4)
     # four ranks and their workers share two CPUs: all also wait for a CPU (`other`), and the
     # loop table has their long start-up
-    check_straggler(out, stdout, by_rank, 2, shards4, waited_pct=30, loop_share=0.15)
+    check_straggler(out, stdout, by_rank, 2, shards4, waited_pct=35, loop_share=0.15)
 
 
 def test_a_restarted_rank_keeps_its_rank(shards, tmp_path):
