@@ -752,6 +752,6 @@ def test_repr_html_shows_the_loop_split(hand: Path) -> None:
     page = load(hand)._repr_html_()
     assert "<h4>Training loop time by state</h4>" in page
     # pid, 2.0 s of training, no start-up, then the states of the `loop` rows
-    cells = ["100", "2.0 s", "0.0 s", "40 %", "0 %", "0 %", "0 %", "0 %", "25 %", "35 %", "0 %"]
+    cells = ["100", "2.0 s", "0.0 s", "40 %", "0 %", "0 %", "0 %", "0 %", "25 %", "0 %", "35 %", "0 %"]
     assert "".join(f'<td style="text-align:{"left" if i == 0 else "right"}">{c}</td>'
                    for i, c in enumerate(cells)) in page

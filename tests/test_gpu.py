@@ -430,7 +430,7 @@ def test_evidence_numbers_and_sentence_for_the_stalls() -> None:
     assert g["idle_pct"] == pytest.approx(100 * 4 * S / observed)
     assert g["idle_by_cause_ns"] == {
         "data_wait_io": 1_350 * MS, "data_wait_cpu": 100 * MS, "data_wait_network": 0,
-        "sync_loading": 0, "sync_writes": 0, "checkpoint": 900 * MS,
+        "sync_loading": 0, "sync_writes": 0, "checkpoint": 900 * MS, "collective_wait": 0,
         "compute": 650 * MS, "other": 0, "unknown": 1_000 * MS,
     }
     assert g["top_cause"] == "data_wait_io" and g["top_cause_pct"] == pytest.approx(33.75)

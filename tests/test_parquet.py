@@ -132,6 +132,9 @@ def test_latency_and_processes_columns() -> None:
         ("worker_index", pa.int32(), True),
         ("ns_pid", pa.int32(), True),
         ("peers", pa.string(), True),
+        ("rank", pa.int32(), True),
+        ("local_rank", pa.int32(), True),
+        ("world_size", pa.int32(), True),
     ]
     assert [(f.name, f.type, f.nullable) for f in TABLES["latency"]] == [
         ("ts", ts, False),

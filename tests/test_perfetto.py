@@ -248,7 +248,7 @@ def test_training_loop_slices_merge_equal_neighbours(hand: Path, tmp_path: Path)
     first = next(e for e in doc["traceEvents"] if e.get("cat") == "iotrace.loop")
     assert first["args"] == {"intervals": 2, "data_wait_io_ns": 1300 * MS, "data_wait_cpu_ns": 0,
                              "data_wait_network_ns": 0, "sync_loading_ns": 0, "sync_writes_ns": 0,
-                             "checkpoint_ns": 0, "compute_ns": 700 * MS,
+                             "checkpoint_ns": 0, "collective_wait_ns": 0, "compute_ns": 700 * MS,
                              "other_ns": 0}
 
 

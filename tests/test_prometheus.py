@@ -9,6 +9,7 @@ import threading
 import urllib.request
 
 import pytest
+from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tracer import __version__
@@ -17,12 +18,19 @@ from tracer.core.diagnose import KINDS, STATES, Finding
 from tracer.core.interval import Interval
 from tracer.core.model import Snapshot
 from tracer.core.selfcost import ProgramCost, SelfCost, TracerCpu
-from tracer.sinks.prometheus import DEFAULT_HOST, DEFAULT_PORT, LE_BOUNDS_NS, PrometheusSink, parse_listen
+from tracer.sinks.prometheus import (
+    DEFAULT_HOST,
+    DEFAULT_PORT,
+    LE_BOUNDS_NS,
+    MAX_RANK_LABELS,
+    PrometheusSink,
+    parse_listen,
+)
 
 S = 10**9
 OPEN_HI = (1 << 63) - 1
 ALLOWED_LABELS = {"device", "op", "role", "layer", "state", "gpu", "cause", "kind", "version", "le",
-                  "object", "program", "map"}
+                  "object", "program", "map", "rank"}
 PATH = "/data/imagenet/train/n01440764/secret.JPEG"
 
 
@@ -213,7 +221,7 @@ def test_byte_counters(scrapes):
 
 def test_loop_gpu_findings_lost(scrapes):
     smp = samples(scrapes[-1])
-    loop = {s: val(smp, "iotrace_training_loop_seconds_total", state=s) for s in STATES}
+    loop = {s: val(smp, "iotrace_training_loop_seconds_total", state=s, rank="") for s in STATES}
     assert loop["data_wait_io"] == pytest.approx(1.8)
     assert loop["compute"] == pytest.approx(0.9)
     assert loop["other"] == pytest.approx(0.3)
@@ -282,6 +290,24 @@ def test_labels_bounded(scrapes):
     counts = [sum(1 for f in text_string_to_metric_families(t) if f.name.startswith("iotrace_")
                   for _ in f.samples) for t in scrapes]
     assert counts[0] == counts[1] == counts[2]
+
+
+def test_loop_by_rank_bounded():
+    """A rank's loop is its own series; past MAX_RANK_LABELS ranks the rest add up in 'other'."""
+    s = PrometheusSink(process_metrics=False)
+    ranks = MAX_RANK_LABELS + 6
+    loop = [{"pid": 1000 + r, "rank": r, "compute_ns": 2_000_000_000, "other_ns": 0}
+            for r in range(ranks)] + [{"pid": 7, "rank": None, "compute_ns": 500_000_000}]
+    for ts in (1, 2):
+        s.write(Interval(Snapshot(ts * 1_000_000_000, 1_000_000_000), loop))
+    smp = samples(generate_latest(s.registry).decode())
+    name = "iotrace_training_loop_seconds_total"
+    assert val(smp, name, state="compute", rank="0") == 4.0
+    assert val(smp, name, state="compute", rank=str(MAX_RANK_LABELS - 1)) == 4.0
+    assert val(smp, name, state="compute", rank="other") == 6 * 4.0
+    assert val(smp, name, state="compute", rank="") == 1.0  # the main without a rank
+    assert {dict(lab)["rank"] for (n, lab) in smp if n == name} == {
+        "", "other", *map(str, range(MAX_RANK_LABELS))}
 
 
 def test_counters_only_grow(scrapes):

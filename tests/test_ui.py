@@ -127,7 +127,8 @@ def test_process_pane(state):
     assert " ".join(lines[9:11]).split() == [  # the legend, wrapped at 100 columns
                                 "I", "data", "wait", "I/O,", "C", "data", "wait", "CPU,", "N",
                                 "data", "wait", "network,", "L", "sync", "loading,", "W", "sync",
-                                "writes,", "K", "checkpoint,", "=", "compute,", ".", "other"]
+                                "writes,", "K", "checkpoint,", "R", "collective", "wait,", "=",
+                                "compute,", ".", "other"]
 
 
 def test_sort_cycles_read_write_latency(state):
@@ -142,6 +143,16 @@ def test_sort_cycles_read_write_latency(state):
     assert "p99▼" in lines[2]
     assert rows_of(lines) == ["1000", "1001", "1002", "1003"]  # 30.9 ms, 6.24, 2.09, 2.04 us
     assert state.cycle_sort() == "read"
+
+
+def test_process_pane_names_a_rank():
+    """A rank's loop row says its rank (the `loop` rows carry it), where a main's says loop."""
+    s = ViewState(targets="torchrun train.py", interval_s=1.0)
+    for i in (0, 1):
+        s.update(snapshot(i, interval_ns=0 if i == 0 else SEC),
+                 [{**r, "rank": 3} for r in loop_rows(i)], findings(), events_lost=0)
+    [line] = [ln for ln in text(ProcessPane(s)) if ln.startswith(("loop", "rank"))]
+    assert line.startswith("rank 3     1000 IIII")
 
 
 def test_histogram_pane_layers_and_roles(state):
@@ -173,6 +184,7 @@ def test_histogram_pane_layers_and_roles(state):
     assert "layer: block" in text(Header(state))[1]
     assert state.cycle_layer() == "block_queue"
     state.cycle_role()
+    assert state.cycle_role() == "rank"
     assert state.cycle_role() == "dataloader_worker"
     lines = text(HistogramPane(state))
     assert lines[0].startswith("╭─ block queue (insert->issue), role dataloader_worker, last 2 "
@@ -270,17 +282,17 @@ def test_interval_line():
     # file reads of interval 1: child 3 (slot 10), main 5 (slot 12), workers 151 (slot 20) and
     # 2 (slot 22): 161/s, p99 rank 159.39 -> 4 Mi ns * (1 + 0.39/2) = 5.01 ms.
     assert header_line().splitlines() == [
-        "--time-- ---cpu %--- -disk MB/s- --file reads-- ------------------loop %------------------ "
+        "--time-- ---cpu %--- -disk MB/s- --file reads-- ---------------------loop %-------------------- "
         "---finding---",
-        "    time|usr sys wai| read  writ|  ops/s    p99|dwio dwcpu dwnet load  wrt ckpt comp other|"
+        "    time|usr sys wai| read  writ|  ops/s    p99|dwio dwcpu dwnet load  wrt ckpt coll comp other|"
         "kind",
     ]
     assert interval_line(snapshot(1), loop_rows(1), findings()) == (
-        "22:13:22| 35   8  22|  150  10.0|    161 5.01ms|  45    10     0    0    0    0   40     5|"
+        "22:13:22| 35   8  22|  150  10.0|    161 5.01ms|  45    10     0    0    0    0    0   40     5|"
         "dataloader_io_bound")
     bare = Snapshot(snapshot(1).ts_ns, 2 * SEC)
     assert interval_line(bare) == (
-        "22:13:22|  -   -   -|    -     -|      0      -|   -     -     -    -    -    -    -     -|-")
+        "22:13:22|  -   -   -|    -     -|      0      -|   -     -     -    -    -    -    -    -     -|-")
 
 
 def test_line_printer_repeats_the_header():
@@ -312,10 +324,11 @@ def test_csv_sink(tmp_path):
         "mem_used_bytes", "mem_cache_bytes", "net_recv_bytes_s", "net_send_bytes_s",
         "dsk_read_bytes_s", "dsk_writ_bytes_s",
         *(f"nvme0n1_{c}" for c in dev), *(f"sda_{c}" for c in dev),
-        *(f"{r}_{c}" for r in ("main", "dataloader_worker", "child") for c in role),
+        *(f"{r}_{c}" for r in ("main", "rank", "agent", "dataloader_worker", "child")
+          for c in role),
         "loop_data_wait_io_pct", "loop_data_wait_cpu_pct", "loop_data_wait_network_pct",
         "loop_sync_loading_pct", "loop_sync_writes_pct", "loop_checkpoint_pct",
-        "loop_compute_pct", "loop_other_pct"]
+        "loop_collective_wait_pct", "loop_compute_pct", "loop_other_pct"]
     system = ("35.200,8.400,34.800,21.600,6979321856.000,1342177280.000,1500.000,0.000,"
               "157286400.000,10493952.000,")
     devices = ("150.000,10.000,153600.000,10240.000,0.610,2.500,0.120,93.500,"
@@ -326,15 +339,17 @@ def test_csv_sink(tmp_path):
     # 30 % -> mean 45; child 300 B, 3 ops, slot 10 p99 = 1024 + 1024 * 2.97/3 = 2038 ns.
     assert first == ("2023-11-14T22:13:21.000Z,1.000," + system + devices
                      + "1,20480.000,10485760.000,16.000,8151,0.000,"
+                     + "0,0.000,0.000,0.000,,," * 2  # no ranks, no agent
                      + "2,157286400.000,0.000,152.000,5200937,45.000,"
                      + "1,300.000,0.000,3.000,2038,0.000,"
-                     + "45.000,10.000,0.000,0.000,0.000,0.000,40.000,5.000")
+                     + "45.000,10.000,0.000,0.000,0.000,0.000,0.000,40.000,5.000")
     # interval 1 lasted 2 s: rates halve, D state shares halve, no loop rows.
     assert second == ("2023-11-14T22:13:22.000Z,2.000," + system + devices
                       + "1,10240.000,5242880.000,8.000,8151,0.000,"
+                      + "0,0.000,0.000,0.000,,," * 2
                       + "2,79167488.000,0.000,76.500,5179965,22.500,"
                       + "1,150.000,0.000,1.500,2038,0.000,"
-                      + ",,,,,,,")
+                      + ",,,,,,,,")
 
 
 def test_csv_sink_keeps_the_first_devices(tmp_path):

@@ -288,13 +288,20 @@ def cmd_demo(argv: list[str]) -> int:
 
 
 def cmd_report(argv: list[str]) -> int:
-    from tracer.report import report
+    from tracer.report import report, report_nodes
 
-    p = _Parser(prog="iotrace report", description="Summarise a trace directory (text, --html, --json).")
+    p = _Parser(prog="iotrace report", description="Summarise a trace directory (text, --html, "
+                "--json); several: one distributed job traced on each of its nodes.")
     p.add_argument("directory", metavar="DIR")
+    p.add_argument("more", metavar="DIR", nargs="*",
+                   help="more trace directories of the same job, one per node")
     p.add_argument("--html", metavar="OUT.html", help="write a self-contained HTML report with plots")
     p.add_argument("--json", action="store_true", help="print the summary and findings as JSON")
     args = p.parse_args(argv)
+    if args.more:
+        if args.html or args.json:
+            raise UsageError("--html and --json take one trace directory: give one DIR")
+        return report_nodes([args.directory, *args.more], sys.stdout)
     if not (args.html or args.json):
         return report(args.directory, sys.stdout)
     import json

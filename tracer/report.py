@@ -13,19 +13,19 @@ import numpy as np
 import pandas as pd
 
 from tracer.core import abi
-from tracer.core.diagnose import Diagnosis, Finding
+from tracer.core.diagnose import Diagnosis, Finding, RankLoop, render_findings
 from tracer.core.histogram import slot_of
 from tracer.core.model import FileTotals, GpuIdleRow, GpuRow, Series
 from tracer.core.redact import Redactor
 from tracer.core.selfcost import SelfCost
-from tracer.core.vocab import MAIN
+from tracer.core.vocab import AGENT, MAIN, RANK
 from tracer.errors import EXIT_USAGE, TraceFailure
 from tracer.gpu import idle
 from tracer.live.clock import Clock
 from tracer.live.files import FileInfo
 from tracer.live.processes import Process, ProcessTable
 from tracer.render.first_screen import device_lines, gpu_idle_lines, loop_lines, traced_lines
-from tracer.render.summary import render_summary
+from tracer.render.summary import render_summary, split_lines
 from tracer.tracedir.reader import TraceError, TraceReader, load
 
 
@@ -119,6 +119,9 @@ def diagnose_trace(trace: TraceReader, processes: ProcessTable) -> Diagnosis:
     tables = {name: _records(trace[name])
               for name in ("threads", "files", "latency", "devices", "memory", "device_users")}
     owners = processes.owners()
+    for proc in processes.by_pid.values():  # the ranks, as the live run told it
+        if proc.is_rank and proc.rank_env is not None:
+            d.note_rank(proc.pid, proc.rank_env[0], proc.rank_env[2], proc.ppid)
     procs = trace["processes"]
     if "peers" in procs:  # the TCP peers the live run saw, for the same evidence
         for pid, peers in zip(procs["pid"], procs["peers"], strict=True):
@@ -188,13 +191,83 @@ def report(directory: str, out: TextIO) -> int:
     return 0
 
 
+def report_nodes(directories: list[str], out: TextIO) -> int:
+    """`iotrace report DIR0 DIR1 ...`: traces of one distributed job, one per node (each node
+    ran its own iotrace). Their rows are on UTC clocks already (each trace turned its monotonic
+    clock into UTC with the offset in its meta.json), so the ranks are compared over the span
+    that every trace covers; then each trace's own summary follows."""
+    traces = []
+    for directory in directories:
+        try:
+            trace = load(directory)
+            for table in ("latency", "files", "processes"):
+                trace[table]
+        except TraceError as e:
+            raise TraceFailure(str(e), EXIT_USAGE) from None
+        traces.append(trace)
+    starts = [t.start_ns for t in traces if t.start_ns is not None]
+    stops = [t.stop_ns for t in traces if t.stop_ns is not None]
+    since = max(starts) if len(starts) == len(traces) else None
+    until = min(stops) if len(stops) == len(traces) else None
+    if since is not None and until is not None and until <= since:
+        raise TraceFailure("these traces do not overlap in time: give traces of one job, "
+                           "recorded at the same time on its nodes", EXIT_USAGE)
+    joined: dict[int, RankLoop] = {}
+    where: dict[int, str] = {}
+    found: list[Finding] = []
+    lines = [f"Traces of one job from {len(traces)} nodes, compared over the "
+             + (f"{(until - since) / 1e9:.1f} s they all cover:" if since and until else
+                "time they cover:")]
+    for directory, trace in zip(directories, traces, strict=True):
+        procs = process_table(trace)
+        d = diagnose_trace(trace, procs)
+        found.extend(d.findings())
+        host = str(trace.meta.get("host") or "?")
+        for ranks in d.rank_loops(since_ns=since, until_ns=until).values():
+            for rank, r in ranks.items():
+                if rank in joined:  # the same rank in two traces: one job traced twice
+                    for s in r.ns:
+                        joined[rank].ns[s] += r.ns[s]
+                    joined[rank].pids.extend(r.pids)
+                    joined[rank].pid_ns.update(r.pid_ns)
+                else:
+                    joined[rank] = r
+                where.setdefault(rank, f"{host}, {directory}")
+    if not joined:
+        raise TraceFailure("no ranks in these traces: joining traces needs a distributed job "
+                           "(torchrun) traced on each node", EXIT_USAGE)
+    split = [(rank, sum(r.ns.values()) / 1e9, 0.0,
+              {s: 100 * n / sum(r.ns.values()) for s, n in r.ns.items()} if sum(r.ns.values())
+              else {}) for rank, r in sorted(joined.items())]
+    body = split_lines(split, {rank: rank for rank in joined})[2:]  # (keyed by rank here)
+    for rank, line in zip(sorted(joined), body, strict=True):
+        lines.append(line.replace(f"rank {rank}, pid {rank} ",
+                                  f"rank {rank} on {where[rank]}, pid "
+                                  f"{','.join(map(str, joined[rank].pids))} ", 1))
+    straggler = Diagnosis().judge_ranks(joined, found, where)
+    lines.extend(render_findings([straggler]) if straggler else
+                 ["", "No straggler across the nodes: no rank held the others back."])
+    print("\n".join(lines), file=out)
+    for directory, trace in zip(directories, traces, strict=True):
+        print("", file=out)
+        print(summary_text(trace, directory, write_gpu_idle=True), file=out)
+    return 0
+
+
 def process_table(trace: TraceReader) -> ProcessTable:
     """The trace's processes as the live run knew them."""
     procs = ProcessTable(Clock())
     # A process has a row when first seen and one more whenever it changed: the last is current.
     for r in trace.processes.drop_duplicates("pid", keep="last").itertuples(index=False):
-        procs.by_pid[int(r.pid)] = Process(int(r.pid), int(r.ppid), str(r.comm),
-                                           r.role == MAIN, str(r.cmdline), _ns(r.first_seen))
+        proc = procs.by_pid[int(r.pid)] = Process(int(r.pid), int(r.ppid), str(r.comm),
+                                                  r.role == MAIN, str(r.cmdline),
+                                                  _ns(r.first_seen))
+        proc.is_rank, proc.is_agent = r.role == RANK, r.role == AGENT
+        rank = getattr(r, "rank", None)
+        if rank is not None and not pd.isna(rank):
+            local = getattr(r, "local_rank", None)
+            proc.rank_env = (int(rank), None if pd.isna(local) else int(local),
+                             int(r.world_size))
     return procs
 
 
@@ -236,7 +309,9 @@ def summary_text(trace: TraceReader, name: str | None = None, write_gpu_idle: bo
             header += f"\n{note}."
     saved = trace.meta.get("self_cost")
     cost = SelfCost.from_meta(saved) if isinstance(saved, dict) else None
-    loop = loop_lines(trace.loop_split(training_since(diagnosis, procs)))
+    ranks = {p.pid: p.rank_env[0] for p in procs.by_pid.values()
+             if p.is_rank and p.rank_env is not None}
+    loop = loop_lines(trace.loop_split(training_since(diagnosis, procs)), ranks)
     if gpu is not None:
         loop += gpu_idle_lines(trace.gpu_idle_by_cause(pd.DataFrame(gpu[0])))
     return render_summary(totals_from_latency(latency), procs, header, file_totals, file_table,

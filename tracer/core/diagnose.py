@@ -40,7 +40,16 @@ from tracer.core.model import (
     MemoryRow,
     ThreadRow,
 )
-from tracer.core.vocab import CHILD, DATALOADER_WORKER, FINDING_KINDS, IO_KINDS, LOOP_STATES, MAIN
+from tracer.core.vocab import (
+    CHILD,
+    DATALOADER_WORKER,
+    FINDING_KINDS,
+    IO_KINDS,
+    LOOP_ROLES,
+    LOOP_STATES,
+    MAIN,
+    RANK,
+)
 
 STATES = LOOP_STATES  # the loop table's states, by this module's name for them
 KINDS = FINDING_KINDS
@@ -85,6 +94,12 @@ class Thresholds:
     startup_data_files: int = 16
     startup_data_bytes: int = 1 << 20
     startup_long_s: float = 5.0  # the summary says what a start-up this long waited for
+    # a rank is the straggler when the others waited in collectives at least `straggler_share`
+    # of their time (on average) and it waited at most `straggler_ratio` of that. Measured on
+    # 2 CPUs shared with other jobs: a balanced 2-rank job's ranks waited up to 28 % and 10 %
+    # (one got less CPU), one with a rank on a throttled disk 55-84 % (4 ranks: 39-47 %).
+    straggler_share: float = 0.35
+    straggler_ratio: float = 0.5
 
 
 THRESHOLDS = Thresholds()
@@ -98,6 +113,10 @@ MAX_READ_FOLDERS = 32
 MAX_READ_AHEAD = 100_000  # files whose read-ahead pages are remembered (bounded memory)
 MAX_PEERS = 8  # TCP peers named per main process
 MAX_DISK_USERS = 8  # other users of a disk kept per interval and named in a finding
+# Threads that a process group starts, by the names PyTorch and gloo give them: a rank that has
+# one runs collectives with that backend.
+COLLECTIVE_THREADS = {"gloo_tcp_loop": "gloo", "pt_gloo_runloop": "gloo",
+                      "pt_nccl_watchdg": "nccl", "pt_nccl_heartbt": "nccl"}
 
 ADVICE = {
     "sync_loading": "Load batches in parallel: DataLoader(num_workers=4 or more, pin_memory=True, "
@@ -120,6 +139,10 @@ ADVICE = {
     "sync_writes": "The loop waits on its own small writes: buffer log lines and fsync far less "
                    "often (or not at all), write logs to local disk or tmpfs, or log from a "
                    "background thread.",
+    "straggler_rank": "One rank holds every collective back: fix what slows it (its own finding "
+                      "says what: its data, its storage, its CPU), give it the same data "
+                      "placement and share of the node as the others, or balance the shards; "
+                      "the waiting ranks are not the problem.",
     "not_io_bound": "I/O is not what limits this job: look at compute (the PyTorch profiler) "
                     "rather than storage.",
     "cold_cache": "The first pass read from disk and later passes from the page cache: judge "
@@ -145,17 +168,36 @@ ADVICE = {
 }
 
 
+# The finding that says why a straggler's loop was slow, by its largest state.
+_CAUSE_KIND = {"data_wait_io": "dataloader_io_bound", "data_wait_cpu": "dataloader_cpu_bound",
+               "data_wait_network": "dataloader_network_bound", "sync_loading": "sync_loading",
+               "sync_writes": "sync_writes", "checkpoint": "checkpoint_stall"}
+
+
+@dataclass
+class RankLoop:
+    """A rank's loop over a span of a trace (`Diagnosis.rank_loops`)."""
+
+    rank: int
+    world: int
+    pids: list[int]  # its processes: one, or one per attempt when the agent restarted it
+    ns: dict[str, int]  # its training time by state
+    pid_ns: dict[int, int]  # each process's training time
+
+
 @dataclass
 class LoopInterval:
     ts_ns: int
     pid: int
     interval_ns: int
     ns: dict[str, int]  # by STATES
+    rank: int | None = None  # the pid's rank in a distributed job
 
     def row(self) -> LoopRow:
         state = max(STATES, key=lambda s: self.ns[s]) if any(self.ns.values()) else "other"
-        return {"ts": self.ts_ns, "pid": self.pid, "interval_ns": self.interval_ns,
-                **{f"{s}_ns": self.ns[s] for s in STATES}, "state": state}
+        return {"ts": self.ts_ns, "pid": self.pid, "rank": self.rank,
+                "interval_ns": self.interval_ns, **{f"{s}_ns": self.ns[s] for s in STATES},
+                "state": state}
 
 
 @dataclass
@@ -167,6 +209,7 @@ class Finding:
     evidence: dict
     start_ns: int = 0
     end_ns: int = 0
+    rank: int | None = None  # the rank of `pid` in a distributed job
 
     @property
     def advice(self) -> str:
@@ -174,7 +217,8 @@ class Finding:
 
     def row(self, ts_ns: int) -> FindingRow:
         return {"ts": ts_ns, "start": self.start_ns, "end": self.end_ns, "kind": self.kind,
-                "severity": self.severity, "pid": self.pid, "summary": self.summary,
+                "severity": self.severity, "pid": self.pid, "rank": self.rank,
+                "summary": self.summary,
                 "evidence": json.dumps(self.evidence, sort_keys=True), "advice": self.advice}
 
 
@@ -418,12 +462,21 @@ class Diagnosis:
     first_data_ns: dict[int, int] = field(default_factory=dict)
     # main pid -> the TCP peers (address:port) its processes were seen talking to, bounded
     peers: dict[int, list[str]] = field(default_factory=dict)
+    # rank pid -> (rank, world size, job): the ranks of one job are compared (note_rank)
+    ranks: dict[int, tuple[int, int, int]] = field(default_factory=dict)
+    # rank pids whose process runs collectives, by backend (its threads' names say which)
+    collective: dict[int, str] = field(default_factory=dict)
     # main pids whose checkpoints are written by another thread or a child process
     background_savers: set[int] = field(default_factory=set)
     # (pid, path) -> bytes brought in by readahead that no read has used yet
     read_ahead: dict[tuple[int, str], int] = field(default_factory=dict)
 
     # -- per interval -------------------------------------------------------------------------
+    def note_rank(self, pid: int, rank: int, world_size: int, job: int) -> None:
+        """Process `pid` is rank `rank` of `world_size` in the distributed job `job` (the pid
+        that started its ranks: torchrun's agent): its loop is judged with the others'."""
+        self.ranks[pid] = (rank, world_size, job)
+
     def note_peers(self, main: int, peers: Iterable[str]) -> None:
         """TCP peers that main `main`'s processes talk to (their `processes` rows carry them)."""
         seen = self.peers.setdefault(main, [])
@@ -445,11 +498,11 @@ class Diagnosis:
         for f in files:
             main = owner.get(f["pid"], f["pid"])
             if f["op"] == "read":
-                if f["role"] == MAIN:
+                if f["role"] in LOOP_ROLES:
                     own_read[main] += f["latency_sum_ns"]
                 elif f["role"] == DATALOADER_WORKER:
                     worker_read[main] += f["latency_sum_ns"]
-            elif (f["op"] in ("write", "fsync") and f["role"] in (MAIN, CHILD)
+            elif (f["op"] in ("write", "fsync") and f["role"] in (*LOOP_ROLES, CHILD)
                   and f.get("path_source") != "folder"):  # a checkpoint is one file
                 key = (main, f["path"])
                 self.written_total[key] += f["bytes"]
@@ -477,10 +530,12 @@ class Diagnosis:
                 worker_io[main] += th["iowait_ns"]
                 worker_runnable[main] += th["runnable_ns"]
                 self.workers_seen.add(main)
-            elif th["role"] == MAIN and th["tid"] == th["pid"]:
+            elif th["role"] in LOOP_ROLES and th["tid"] == th["pid"]:
                 loop_threads[th["pid"]] = th
-            elif th["role"] == MAIN:
+            elif th["role"] in LOOP_ROLES:
                 other_io[main] += th["iowait_ns"]
+                if th["role"] == RANK and th["comm"] in COLLECTIVE_THREADS:
+                    self.collective[main] = COLLECTIVE_THREADS[th["comm"]]
             elif th["role"] == CHILD:
                 child_io[main] += th["iowait_ns"]
         worker_net, own_net, net_counts, net_bytes = self._socket_reads(latency, owner)
@@ -528,13 +583,14 @@ class Diagnosis:
             data = th["woken_by_worker_ns"] + th["woken_by_pin_ns"]
             woken = data + th["woken_by_own_ns"] + th["woken_by_other_ns"]
             recent = self.wakes.setdefault(pid, deque(maxlen=t.wake_window))
-            recent.append((data, woken))
+            recent.append((data, woken, th["woken_by_own_ns"]))
             speaks = woken and 2 * woken >= th["sleep_ns"]
             if speaks:
-                share = data / woken
+                share, own_share = data / woken, th["woken_by_own_ns"] / woken
             else:
-                ended = sum(a for _, a in recent)
-                share = sum(d for d, _ in recent) / ended if ended else 0.0
+                ended = sum(a for _, a, _ in recent)
+                share = sum(d for d, _, _ in recent) / ended if ended else 0.0
+                own_share = sum(o for _, _, o in recent) / ended if ended else 0.0
             # While a background saver is blocked writing, the loop's sleeps that no worker
             # ended are waits for it (a join, the GIL it holds, a lock), up to its blocked time.
             saver_ns = other_io[pid] + child_io[pid] if pid in self.background_savers else 0
@@ -558,6 +614,13 @@ class Diagnosis:
             ns["data_wait_network"] += net_part
             ns["data_wait_cpu"] = wait - io_part - net_part
             left -= wait
+            # A rank that runs collectives over gloo waits for its peers asleep, woken by its
+            # own threads (measured: gloo's worker threads, themselves woken by its own
+            # threads, and its TCP device loop, woken by the peer ranks' sends): its sleeps
+            # ended by its own threads are that wait.
+            if self.collective.get(pid) == "gloo":
+                ns["collective_wait"] = min(round(sleep * own_share), left)
+                left -= ns["collective_wait"]
             ns["compute"] = min(th["oncpu_ns"], left)
             ns["other"] = left - ns["compute"]
             # what `other` was: runnable without a CPU, then sleeps by who ended them
@@ -567,7 +630,8 @@ class Diagnosis:
             own_part = round(rest * own_woken / (own_woken + timer_woken)) if (
                 own_woken + timer_woken) else 0
             other_parts[pid] = (runnable, own_part, rest - own_part)
-            loops[pid] = LoopInterval(ts_ns, pid, interval_ns, ns)
+            loops[pid] = LoopInterval(ts_ns, pid, interval_ns, ns,
+                                      self.ranks[pid][0] if pid in self.ranks else None)
         read_counts: dict[tuple[int, str], list[int]] = {}
         queue, service = [0] * MAX_SLOTS, [0] * MAX_SLOTS
         for r in latency:
@@ -635,7 +699,7 @@ class Diagnosis:
         nbytes: dict[tuple[int, str], int] = defaultdict(int)
         for r in latency:
             if (r["layer"] != "syscall" or r["op"] != "read" or r["target"] != "socket"
-                    or r["role"] not in (MAIN, DATALOADER_WORKER)):
+                    or r["role"] not in (*LOOP_ROLES, DATALOADER_WORKER)):
                 continue
             main = owner.get(r["pid"], r["pid"])
             ns = r["count"] * (r["bucket_lo_ns"] + r["bucket_hi_ns"]) // 2
@@ -700,7 +764,7 @@ class Diagnosis:
             main = owner.get(th["pid"], th["pid"])
             if th["role"] == DATALOADER_WORKER:
                 self.first_worker_ns.setdefault(main, begin_ns)
-            elif th["role"] == MAIN and th["tid"] == th["pid"]:
+            elif th["role"] in LOOP_ROLES and th["tid"] == th["pid"]:
                 loop_time[main] = (th["oncpu_ns"], th["iowait_ns"], th["sleep_ns"])
         return data, library, loop_time
 
@@ -749,6 +813,22 @@ class Diagnosis:
                 sum(n for _, n in files.values()), missed))
         return out
 
+    def loop_split(self) -> dict[int, tuple[int, int, dict[str, int]]]:
+        """Per loop pid: its training time, its start-up time and its training time by state
+        (ns), over the intervals kept (what `TraceReader.loop_split` gives from the rows)."""
+        out: dict[int, tuple[int, int, dict[str, int]]] = {}
+        for iv in self.intervals:
+            for pid, loop in iv.loops.items():
+                total, startup, ns = out.get(pid, (0, 0, dict.fromkeys(STATES, 0)))
+                if self._training(iv, pid):
+                    for s in STATES:
+                        ns[s] += loop.ns[s]
+                    total += sum(loop.ns.values())
+                else:
+                    startup += iv.interval_ns
+                out[pid] = (total, startup, ns)
+        return out
+
     def context_lines(self) -> list[str]:
         """The summary's lines before the verdicts: long start-ups, background saves that cost
         the loop little, and what its `other` time was."""
@@ -778,9 +858,118 @@ class Diagnosis:
         out.extend(self._storage_findings(ivs, out))
         if not any(f.kind in IO_KINDS for f in out):
             out.append(self._healthy(ivs, mains))
+        # first, so that it leads its straggler's own finding of the same severity
+        out = self._straggler_findings(ivs, out) + out
         for f in out:
             f.start_ns, f.end_ns = start, end
+            if f.pid in self.ranks and f.rank is None:
+                f.rank = self.ranks[f.pid][0]
         return sorted(out, key=lambda f: -f.severity)
+
+    def _straggler_findings(self, ivs: list[_Interval], found: list[Finding]) -> list[Finding]:
+        """Per distributed job: the rank the others waited for in their collectives, and why
+        it was slow, from its own loop's split (docs/diagnosis.md, "Ranks")."""
+        out = []
+        for _job, ranks in sorted(self.rank_loops(ivs).items()):
+            f = self.judge_ranks(ranks, found)
+            if f is not None:
+                out.append(f)
+        return out
+
+    def rank_loops(self, ivs: Iterable[_Interval] | None = None, since_ns: int | None = None,
+                   until_ns: int | None = None) -> dict[int, dict[int, RankLoop]]:
+        """Per job, per rank: its processes (a rank the agent restarted has several), its
+        world size and its loop's training time by state, over `ivs` (default: the intervals
+        kept) that end in (since_ns, until_ns]."""
+        jobs: dict[int, dict[int, RankLoop]] = defaultdict(dict)
+        for pid, (rank, world, job) in self.ranks.items():
+            r = jobs[job].setdefault(rank, RankLoop(rank, world, [], dict.fromkeys(STATES, 0), {}))
+            r.pids.append(pid)
+            r.world = max(r.world, world)
+        ivs = self.intervals if ivs is None else ivs
+        for iv in ivs:
+            if (since_ns is not None and iv.ts_ns <= since_ns) or (
+                    until_ns is not None and iv.ts_ns > until_ns):
+                continue
+            for pid, loop in iv.loops.items():
+                if pid not in self.ranks or not self._training(iv, pid):
+                    continue
+                rank, _, job = self.ranks[pid]
+                r = jobs[job][rank]
+                for st in STATES:
+                    r.ns[st] += loop.ns[st]
+                r.pid_ns[pid] = r.pid_ns.get(pid, 0) + sum(loop.ns.values())
+        return jobs
+
+    def judge_ranks(self, ranks: dict[int, RankLoop], found: list[Finding],
+                    where: dict[int, str] | None = None) -> Finding | None:
+        """The straggler among the ranks of one job, if any (`straggler_rank`); `found`: the
+        findings its cause is taken from; `where`: per rank, the host it ran on (a job traced
+        on several nodes)."""
+        t = self.thresholds
+        ranks = {r: x for r, x in ranks.items() if sum(x.ns.values())}
+        share = {r: x.ns["collective_wait"] / sum(x.ns.values()) for r, x in ranks.items()}
+        if not share:
+            return None
+        world = max(x.world for x in ranks.values())
+        slowest = min(share, key=lambda r: (share[r], r))
+        others = [r for r in share if r != slowest]
+        if not others:  # one rank traced: it can say it waited, not for whom
+            if share[slowest] >= t.straggler_share and world > 1:
+                return self._untraced_straggler(slowest, ranks[slowest].pids, share, world)
+            return None
+        waited = sum(share[r] for r in others) / len(others)
+        if waited < t.straggler_share or share[slowest] > t.straggler_ratio * waited:
+            return None
+        return self._straggler(slowest, ranks, share, others, waited, world, found, where)
+
+    def _straggler(self, rank: int, ranks: dict[int, RankLoop], share: dict[int, float],
+                   others: list[int], waited: float, world: int, found: list[Finding],
+                   where: dict[int, str] | None) -> Finding:
+        me = ranks[rank]
+        mine, pids = me.ns, me.pids
+        total = sum(mine.values())
+        shares = {s: round(100 * mine[s] / total, 1) for s in STATES}
+        # its cause: the largest of its own states (what it did while the others waited)
+        cause = max((s for s in STATES if s not in ("collective_wait", "other")),
+                    key=lambda s: mine[s])
+        pid = max(pids, key=lambda p: me.pid_ns.get(p, 0))
+        # its own finding of that cause (of its last process, if the agent restarted it: the
+        # most severe)
+        own = max((f for f in found if f.pid in pids and f.kind == _CAUSE_KIND.get(cause)),
+                  key=lambda f: f.severity, default=None)
+        why = own.summary if own else f"its loop was in {cause} {shares[cause]:.0f} % of the time."
+        why = why[0].lower() + why[1:] if why.startswith("The training loop") else why
+        waits = ", ".join(f"rank {r} {100 * share[r]:.0f} %" for r in sorted(others))
+        wait_ns = sum(ranks[r].ns["collective_wait"] for r in others)
+        on = f" (on {where[rank]})" if where and rank in where else ""
+        severity = max(_severity(waited), own.severity if own else 0)
+        return Finding(
+            "straggler_rank", severity, pid,
+            f"Rank {rank}{on} is the straggler: the other ranks waited for it in collectives "
+            f"{100 * waited:.0f} % of the time ({waits}; {format_ns(wait_ns)} in all), while it "
+            f"waited {100 * share[rank]:.0f} %; rank {rank}: {why}",
+            {"rank": rank, "world_size": world, "pids": sorted(pids),
+             "others_collective_wait_pct": round(100 * waited, 1),
+             "collective_wait_pct_by_rank": {str(r): round(100 * s, 1)
+                                             for r, s in sorted(share.items())},
+             "others_waited_ns": wait_ns, "cause": cause, "cause_pct": shares[cause],
+             "cause_finding": own.kind if own else None,
+             "cause_evidence": own.evidence if own else None, "loop_shares_pct": shares,
+             "hosts": {str(r): h for r, h in sorted(where.items())} if where else None},
+            rank=rank)
+
+    @staticmethod
+    def _untraced_straggler(rank: int, pids: list[int], share: dict[int, float],
+                            world: int) -> Finding:
+        return Finding(
+            "straggler_rank", _severity(share[rank]), None,
+            f"Rank {rank} waited for its peers in collectives {100 * share[rank]:.0f} % of the "
+            f"time: another of the job's {world} ranks, not traced, is slower; trace them all "
+            "(the agent's PID, or every rank's) to name it and its cause.",
+            {"rank": None, "world_size": world, "traced_rank": rank, "pids": sorted(pids),
+             "collective_wait_pct_by_rank": {str(rank): round(100 * share[rank], 1)},
+             "cause": None})
 
     def _loop_findings(self, pid: int, ivs: list[_Interval]) -> list[Finding]:
         t = self.thresholds
@@ -804,7 +993,8 @@ class Diagnosis:
         wait_pct = shares["data_wait_io"] + shares["data_wait_cpu"] + shares["data_wait_network"]
         where = f" on {top[0]} ({top[1]})" if top else ""
         if share["sync_loading"] >= t.loop_share:
-            p99 = percentile_ns(reads.get(MAIN, []), 99, _slowest(ivs, pid, MAIN, reads))
+            me = RANK if RANK in reads else MAIN  # the loop's own process
+            p99 = percentile_ns(reads.get(me, []), 99, _slowest(ivs, pid, me, reads))
             workers = "with" if pid in self.workers_seen else "without"
             out.append(Finding(
                 "sync_loading", _severity(share["sync_loading"]), pid,
@@ -857,7 +1047,8 @@ class Diagnosis:
 
     def _network_finding(self, pid: int, ivs: list[_Interval], share: dict, shares: dict,
                          total: int, wait_pct: float) -> Finding:
-        role = DATALOADER_WORKER if pid in self.workers_seen else MAIN
+        role = DATALOADER_WORKER if pid in self.workers_seen else (
+            RANK if any((pid, RANK) in iv.net_counts for iv in ivs) else MAIN)
         counts = [0] * MAX_SLOTS
         nbytes = 0
         for iv in ivs:

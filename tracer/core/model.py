@@ -36,6 +36,9 @@ class ProcessRow(TypedDict):
     worker_index: int | None
     ns_pid: int | None
     peers: str | None
+    rank: int | None
+    local_rank: int | None
+    world_size: int | None
 
 
 class LatencyRow(TypedDict):
@@ -114,6 +117,7 @@ class ThreadRow(TypedDict):
 class LoopRow(TypedDict):
     ts: int
     pid: int
+    rank: int | None
     interval_ns: int
     data_wait_io_ns: int
     data_wait_cpu_ns: int
@@ -121,6 +125,7 @@ class LoopRow(TypedDict):
     sync_loading_ns: int
     sync_writes_ns: int
     checkpoint_ns: int
+    collective_wait_ns: int | None
     compute_ns: int
     other_ns: int
     state: str
@@ -204,6 +209,7 @@ class GpuIdleRow(TypedDict):
     sync_loading_frac: float
     sync_writes_frac: float
     checkpoint_frac: float
+    collective_wait_frac: float | None
     compute_frac: float
     other_frac: float
     coverage: float
@@ -217,6 +223,7 @@ class FindingRow(TypedDict):
     kind: str
     severity: int
     pid: int | None
+    rank: int | None
     summary: str
     evidence: str
     advice: str

@@ -11,20 +11,24 @@ from __future__ import annotations
 
 # `role` of processes (and of every row about one)
 MAIN = "main"  # a process the user asked to trace
+RANK = "rank"  # a rank of a distributed job (RANK and WORLD_SIZE in its environment)
+AGENT = "agent"  # torchrun's elastic agent (pt_elastic): starts the ranks, trains nothing
 DATALOADER_WORKER = "dataloader_worker"  # a descendant named pt_data_worker
 CHILD = "child"  # any other descendant
-ROLES = (MAIN, DATALOADER_WORKER, CHILD)
+ROLES = (MAIN, RANK, AGENT, DATALOADER_WORKER, CHILD)
 """Roles in display order; rows whose role is unknown (None) show as ``?``."""
+LOOP_ROLES = (MAIN, RANK)
+"""Roles whose main thread is a training loop (a rank's loop under torchrun, DDP)."""
 
 # `loop.state`, the `loop.<state>_ns` columns and the `gpu_idle.<state>_frac` ones, in this order
 LOOP_STATES = ("data_wait_io", "data_wait_cpu", "data_wait_network", "sync_loading", "sync_writes",
-               "checkpoint", "compute", "other")
+               "checkpoint", "collective_wait", "compute", "other")
 
 # `findings.kind`: the verdicts that blame I/O, then the others
 IO_KINDS = ("sync_loading", "dataloader_io_bound", "dataloader_network_bound", "sync_writes",
             "checkpoint_stall", "device_saturated", "device_contended", "small_files",
             "slow_filesystem", "dataset_exceeds_cache")
-FINDING_KINDS = (*IO_KINDS, "dataloader_cpu_bound", "cold_cache", "not_io_bound")
+FINDING_KINDS = (*IO_KINDS, "straggler_rank", "dataloader_cpu_bound", "cold_cache", "not_io_bound")
 
 LATENCY_LAYERS = ("syscall", "block_queue", "block")
 """Layers whose histograms hold latencies (the pagecache layer counts missed pages)."""

@@ -173,7 +173,7 @@ def attribute(spans: Iterable[IdleSpan | Mapping[str, Any]], loop_rows: Iterable
         end = ns_of(row["ts"])
         start = end - ns_of(row["interval_ns"])
         by_pid.setdefault(int(row["pid"]), []).append(
-            (start, end, {s: ns_of(row[f"{s}_ns"]) for s in STATES}))
+            (start, end, {s: ns_of(row.get(f"{s}_ns") or 0) for s in STATES}))
     single = next(iter(by_pid)) if len(by_pid) == 1 else None
     out = []
     for span in spans:
@@ -222,6 +222,7 @@ CAUSE_WORDS = {
     "sync_loading": "while the loop itself read data (no DataLoader workers)",
     "sync_writes": "while the loop wrote or fsynced logs and other small files",
     "checkpoint": "while the loop wrote a checkpoint",
+    "collective_wait": "while the rank waited for its peers in a collective",
     "compute": "while the loop was busy on the CPU, not waiting for data",
     "other": "while the loop was doing something else",
     UNKNOWN: "with no record of what the training loop was doing",
@@ -258,8 +259,8 @@ def gpu_evidence(idle_rows: Iterable[Mapping[str, Any]], gpu_rows: Iterable[Mapp
         coverage = float(row["coverage"])
         by = idle.setdefault(gpu, dict.fromkeys((*STATES, UNKNOWN), 0.0))
         for s in STATES:
-            by[s] += duration * float(row[f"{s}_frac"]) * coverage
-        covered = sum(float(row[f"{s}_frac"]) for s in STATES) * coverage
+            by[s] += duration * float(row.get(f"{s}_frac") or 0.0) * coverage
+        covered = sum(float(row.get(f"{s}_frac") or 0.0) for s in STATES) * coverage
         by[UNKNOWN] += duration * max(0.0, 1.0 - covered)
         spans[gpu] = spans.get(gpu, 0) + 1
         pid = row.get("pid")

@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 import psutil
 
 from tracer.core import abi
-from tracer.core.roles import DATALOADER_WORKER, PIN_COMM, role_of
+from tracer.core.roles import DATALOADER_WORKER, PIN_COMM, is_agent_cmdline, rank_env, role_of
+from tracer.core.vocab import LOOP_ROLES
 from tracer.live.clock import Clock
 
 
@@ -34,10 +35,14 @@ class Process:
     worker_index: int | None = None
     ns_pid: int | None = None  # the PID inside its own PID namespace (containers)
     peers: list[str] = field(default_factory=list)  # TCP peers seen, first MAX_PEERS (peers.py)
+    # (RANK, LOCAL_RANK, WORLD_SIZE) of its environment: a rank's, and its workers' who inherit it
+    rank_env: tuple[int, int | None, int] | None = None
+    is_rank: bool = False  # a rank itself: its environment says so and its parent's does not
+    is_agent: bool = False  # torchrun's agent, known from its command line before it renames
 
     @property
     def role(self) -> str:
-        return role_of(self.is_target, self.comm)
+        return role_of(self.is_target, self.comm, rank=self.is_rank, agent=self.is_agent)
 
     @property
     def alive(self) -> bool:
@@ -49,7 +54,9 @@ class Process:
                 "exit": self.exit_ns, "exit_code": self.exit_code,
                 "exit_signal": self.exit_signal,
                 "worker_generation": self.worker_generation, "worker_index": self.worker_index,
-                "ns_pid": self.ns_pid, "peers": ", ".join(self.peers) or None}
+                "ns_pid": self.ns_pid, "peers": ", ".join(self.peers) or None,
+                **dict(zip(("rank", "local_rank", "world_size"), self.rank_env or (None,) * 3,
+                           strict=True))}
 
 
 def split_wait_status(raw: int) -> tuple[int | None, int | None]:
@@ -91,6 +98,16 @@ def pin_threads(pid: int, proc: str = "/proc") -> set[int]:
     return out
 
 
+def environ_rank(pid: int, proc: str = "/proc") -> tuple[int, int | None, int] | None:
+    """The rank of a torchrun/DDP process from its environment (`roles.rank_env`); None when
+    it has none or /proc/PID/environ cannot be read (gone, or another user's)."""
+    try:
+        with open(f"{proc}/{pid}/environ", "rb") as f:
+            return rank_env(f.read())
+    except OSError:
+        return None
+
+
 def _cmdline(pid: int) -> str:
     try:
         return " ".join(psutil.Process(pid).cmdline())
@@ -112,13 +129,24 @@ class ProcessTable:
             proc = Process(pid, p.ppid(), p.name(), is_target, _cmdline(pid), self.clock.now_ns())
         proc.ns_pid = ns_pid(pid)
         proc.pin_tids = pin_threads(pid)  # named before the attach: no rename event to come
+        proc.is_agent = is_agent_cmdline(proc.cmdline.split())
+        parent = self.by_pid.get(proc.ppid)
+        self._set_rank(proc, parent.rank_env if parent else environ_rank(proc.ppid))
         self.by_pid[pid] = proc
         return proc
+
+    @staticmethod
+    def _set_rank(proc: Process, parent_env: tuple | None) -> None:
+        """Its rank from its environment (read after its exec); a process whose parent has the
+        same rank environment inherited it (a worker, a saver, a tool the rank runs) and is
+        not a rank of its own: torchrun's agent, which starts the ranks, has none."""
+        proc.rank_env = environ_rank(proc.pid)
+        proc.is_rank = proc.rank_env is not None and proc.rank_env != parent_env
 
     def add_started(self, pid: int, ppid: int, argv: list[str]) -> Process:
         """The command iotrace itself starts (before its exec)."""
         proc = Process(pid, ppid, argv[0].rsplit("/", 1)[-1][:15], True, " ".join(argv),
-                       self.clock.now_ns())
+                       self.clock.now_ns(), is_agent=is_agent_cmdline(argv))
         self.by_pid[pid] = proc
         return proc
 
@@ -126,14 +154,19 @@ class ProcessTable:
         ts = self.clock.to_utc_ns(ev.ts_ns)
         proc = self.by_pid.get(ev.pid)
         if ev.kind == abi.EVENT_FORK:
-            self.by_pid[ev.pid] = Process(ev.pid, ev.ppid, ev.comm, False, "", ts)
-            self.by_pid[ev.pid].ns_pid = ev.ns_pid or ns_pid(ev.pid)
+            kid = self.by_pid[ev.pid] = Process(ev.pid, ev.ppid, ev.comm, False, "", ts)
+            kid.ns_pid = ev.ns_pid or ns_pid(ev.pid)
+            parent = self.by_pid.get(ev.ppid)
+            kid.rank_env = parent.rank_env if parent else None  # a fork shares its environment
         elif proc is None:
             return
         elif ev.kind == abi.EVENT_EXEC:
             proc.comm = ev.comm
             proc.ns_pid = ev.ns_pid or proc.ns_pid
             proc.cmdline = _cmdline(ev.pid) or proc.cmdline
+            proc.is_agent = is_agent_cmdline(proc.cmdline.split())
+            parent = self.by_pid.get(proc.ppid)
+            self._set_rank(proc, parent.rank_env if parent else environ_rank(proc.ppid))
         elif ev.kind == abi.EVENT_EXIT:
             proc.exit_ns = ts
             proc.exit_code, proc.exit_signal = split_wait_status(ev.exit_code)
@@ -179,14 +212,21 @@ class ProcessTable:
                 last_exit = None if any(e is None for e in exits) else max(exits)
 
     def owners(self) -> dict[int, int]:
-        """Each process's traced ancestor that the user named (its `main`), by pid."""
+        """Each process's training loop, by pid: its nearest ancestor (or itself) that is a
+        rank or a `main`, else the traced ancestor that the user named (torchrun's agent)."""
         out: dict[int, int] = {}
         for pid, p in self.by_pid.items():
-            cur, seen = p, set()
-            while cur is not None and not cur.is_target and cur.pid not in seen:
+            cur, seen, target = p, set(), None
+            while cur is not None and cur.pid not in seen:
+                if cur.role in LOOP_ROLES:
+                    break
+                if cur.is_target and target is None:
+                    target = cur
                 seen.add(cur.pid)
                 cur = self.by_pid.get(cur.ppid)
-            out[pid] = cur.pid if cur is not None and cur.is_target else pid
+            else:
+                cur = target
+            out[pid] = cur.pid if cur is not None else pid
         return out
 
     def alive(self) -> list[Process]:

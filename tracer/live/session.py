@@ -27,7 +27,7 @@ from tracer.core import abi
 from tracer.core.diagnose import MAX_PEERS, Diagnosis
 from tracer.core.redact import Redactor
 from tracer.core.roles import ELASTIC_COMM
-from tracer.core.vocab import DATALOADER_WORKER, MAIN, READY_PREFIX
+from tracer.core.vocab import DATALOADER_WORKER, LOOP_ROLES, RANK, READY_PREFIX
 from tracer.errors import (
     EXIT_HOST,
     EXIT_OK,
@@ -358,7 +358,9 @@ class Session:
         self.probes.poll_events(0)
         ts_ns = self.clock.to_utc_ns(reading.monotonic_ns)
         devices, system = self.proc.sample(ts_ns)
-        memory = self.memory.sample(ts_ns, [p.pid for p in self.processes.alive() if p.is_target])
+        # each training loop's (a torchrun job's ranks, not its agent)
+        memory = self.memory.sample(ts_ns, [p.pid for p in self.processes.alive()
+                                            if p.role in LOOP_ROLES])
         gpu_rows = self.gpu.poll(ts_ns) if self.gpu else []
         cost = self.cost.read(final)
         if not final:
@@ -366,6 +368,10 @@ class Session:
         assert self.step is not None and self.trace is not None
         owners = self.processes.owners()
         self._sample_peers(owners)
+        for proc in self.processes.alive():
+            if proc.role == RANK and proc.rank_env is not None:
+                self.step.diagnosis.note_rank(proc.pid, proc.rank_env[0], proc.rank_env[2],
+                                              proc.ppid)
         # Every segment roll carries the processes seen or changed since the last: a killed
         # tracer's trace still names every process its other rows mention.
         processes = self._process_rows() if final or self.trace.roll_due() else None
@@ -382,7 +388,7 @@ class Session:
         kept on each process (its `processes` rows) and told to the diagnosis (`owners`: each
         process's main)."""
         for proc in self.processes.alive():
-            if proc.role not in (MAIN, DATALOADER_WORKER) or len(proc.peers) >= MAX_PEERS:
+            if proc.role not in (*LOOP_ROLES, DATALOADER_WORKER) or len(proc.peers) >= MAX_PEERS:
                 continue
             new = sorted(peers_of(proc.pid) - set(proc.peers))[:MAX_PEERS - len(proc.peers)]
             if new:
@@ -399,7 +405,7 @@ class Session:
         hists, threads = self.probes.read_hists(), self.probes.read_threads()
         # After the per-file counters: a syscall that returned since they were read is seen
         # done here and counted in them at the next reading (the diagnosis allows for both).
-        mains = [p.pid for p in self.processes.alive() if p.is_target]
+        mains = [p.pid for p in self.processes.alive() if p.role in LOOP_ROLES]
         return Reading(hists, files, folders, threads, time.monotonic_ns(),
                        self.probes.syscalls_in_flight(mains), self.probes.read_block_users())
 
@@ -456,7 +462,20 @@ class Session:
         aggregator = self.step.aggregator
         return render_summary(aggregator.totals, self.processes, header, aggregator.file_totals,
                               self.files, self.final_findings, cost,
-                              startup=self.step.diagnosis.context_lines())
+                              startup=self.step.diagnosis.context_lines(),
+                              loop=self._loop_lines())
+
+    def _loop_lines(self) -> list[str]:
+        """The summary's loop split, a line per loop (per rank), as `iotrace report` has it."""
+        from tracer.render.summary import split_lines
+
+        split = self.step.diagnosis.loop_split()
+        rows = [(pid, total / 1e9, startup / 1e9,
+                 {s: 100 * n / total for s, n in ns.items()} if total else {})
+                for pid, (total, startup, ns) in split.items()]
+        ranks = {p.pid: p.rank_env[0] for p in self.processes.by_pid.values()
+                 if p.role == RANK and p.rank_env is not None}
+        return split_lines(rows, ranks) if rows else []
 
     def exit_code(self) -> int:
         """What iotrace exits with after a trace: the started command's status, as time(1) and

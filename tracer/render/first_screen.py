@@ -11,6 +11,7 @@ from __future__ import annotations
 import pandas as pd
 
 from tracer.core.vocab import LOOP_STATES
+from tracer.render.summary import split_lines
 from tracer.tracedir.reader import TraceReader, describe_targets, role_counts
 
 
@@ -30,21 +31,14 @@ def traced_lines(trace: TraceReader, stop_ns: int | None = None) -> list[str]:
     return lines
 
 
-def loop_lines(split: pd.DataFrame) -> list[str]:
-    """The training loop's time by state per main process, largest first (`loop_split`)."""
+def loop_lines(split: pd.DataFrame, ranks: dict[int, int] | None = None) -> list[str]:
+    """The training loop's time by state per main process, its states largest first
+    (`loop_split`); a rank's line (`ranks`: pid -> rank) says its rank, ranks in rank order."""
     if split.empty:
         return ["", "Training loop: none traced (no main process had a loop interval)."]
-    lines = ["", "Training loop time (after start-up; the states are in docs/diagnosis.md):"]
-    for pid, r in split.iterrows():
-        shares = sorted(((r[f"{s}_pct"], s) for s in LOOP_STATES if pd.notna(r[f"{s}_pct"])),
-                        key=lambda x: -x[0])
-        shown = [f"{name} {pct:.0f} %" for pct, name in shares if pct >= 0.5]
-        if len(shown) < len(shares):
-            shown.append("the rest 0 %")
-        parts = ", ".join(shown) if shares else "no time"
-        startup = f"; start-up {r['startup_s']:.1f} s before it" if r["startup_s"] > 0 else ""
-        lines.append(f"  pid {pid} ({r['seconds']:.1f} s): {parts}{startup}")
-    return lines
+    return split_lines([(int(pid), r["seconds"], r["startup_s"],
+                         {s: r[f"{s}_pct"] for s in LOOP_STATES if pd.notna(r[f"{s}_pct"])})
+                        for pid, r in split.iterrows()], ranks)
 
 
 def gpu_idle_lines(idle: pd.DataFrame) -> list[str]:

@@ -53,6 +53,7 @@ STATE_COLOURS = {
     "sync_loading": "#9467bd",  # purple: the loop reads files itself
     "sync_writes": "#e377c2",  # pink: the loop writes/fsyncs logs and other small files
     "checkpoint": "#8c564b",  # brown: the loop writes checkpoints
+    "collective_wait": "#bcbd22",  # olive: a rank waits for its peers in a collective
     "compute": "#2ca02c",  # green: computing or waiting on the GPU
     "other": "#c7c7c7",  # grey
 }
@@ -458,10 +459,12 @@ def summary_json(trace: TraceReader, top: int = 10) -> dict:
                          "state_pct": {s: (100 * ns[f"{s}_ns"] / total if total else None)
                                        for s in LOOP_STATES}})
     procs = trace.processes.drop_duplicates("pid", keep="last").sort_values("pid")
-    processes = [{k: r.get(k) for k in ("pid", "ppid", "comm", "role", "cmdline", "exit_code",
-                                        "exit_signal")}
+    processes = [{k: _int(r.get(k)) if k in ("rank", "local_rank", "world_size") else r.get(k)
+                  for k in ("pid", "ppid", "comm", "role", "cmdline", "exit_code", "exit_signal",
+                            "rank", "local_rank", "world_size")}
                  for r in procs.astype({"comm": object, "role": object}).to_dict("records")]
     findings = [{"kind": f["kind"], "severity": int(f["severity"]), "pid": _int(f["pid"]),
+                 "rank": _int(f.get("rank")),
                  "summary": f["summary"], "advice": f["advice"], "evidence": f["evidence"],
                  "start": f["start"], "end": f["end"]}
                 for f in trace.findings.astype({"kind": object}).to_dict("records")]

@@ -58,7 +58,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from tracer.core.vocab import CHILD, DATALOADER_WORKER, LOOP_STATES, MAIN
+from tracer.core.vocab import AGENT, CHILD, DATALOADER_WORKER, LOOP_STATES, MAIN, RANK
 from tracer.tracedir.private import open_private
 from tracer.tracedir.reader import TraceError, TraceReader, load
 from tracer.tracedir.segments import _first_line, segment_problems
@@ -76,7 +76,7 @@ KINETO_BASE_PERIOD_NS = 7_889_238 * 10**9
 _ALIGN_SLACK_NS = 10**9
 """How far outside the iotrace trace a merged profile may start or end and still overlap it."""
 
-_ROLE_ORDER = {MAIN: 0, DATALOADER_WORKER: 3, CHILD: 4}
+_ROLE_ORDER = {MAIN: 0, RANK: 0, AGENT: 2, DATALOADER_WORKER: 3, CHILD: 4}
 _LAYER_ORDER = {"syscall": 0, "block_queue": 1, "block": 2, "pagecache": 3}
 _SORT_THROUGHPUT, _SORT_GPU, _SORT_OTHERS = 1000, 1001, 2000
 """Process sort indices: main processes (0, 1, ...), then these groups, then the other PIDs."""
@@ -413,7 +413,7 @@ def _collect(trace: TraceReader, timeline: _Timeline) -> None:
                 "cmdline": _text(r.cmdline), "first": _int(r.first_ns), "exit": _int(r.exit_ns),
                 "exit_code": _int(r.exit_code),
                 "exit_signal": _int(getattr(r, "exit_signal", None)), "generation": _int(r.worker_generation),
-                "index": _int(r.worker_index)}
+                "index": _int(r.worker_index), "rank": _int(getattr(r, "rank", None))}
     for frame in (events, loop):
         if frame.empty:
             continue
@@ -427,13 +427,17 @@ def _collect(trace: TraceReader, timeline: _Timeline) -> None:
     def order(pid: int) -> tuple:
         p = procs[pid]
         role_rank = _ROLE_ORDER.get(p.get("role") or "", 5)
-        return (role_rank, p.get("generation") if p.get("generation") is not None else -1,
+        # ranks in rank order, each one's group next to the others'
+        rank = p.get("rank") if p.get("role") == RANK and p.get("rank") is not None else -1
+        return (role_rank, rank, p.get("generation") if p.get("generation") is not None else -1,
                 p.get("index") if p.get("index") is not None else -1, pid)
 
     for rank, pid in enumerate(sorted(procs, key=order)):
         p = procs[pid]
-        sort = rank if p.get("role") == MAIN else _SORT_OTHERS + rank
-        timeline.group(("pid", pid), f"{p['comm']} ({p.get('role') or 'unknown role'}) {pid}",
+        sort = rank if p.get("role") in (MAIN, RANK) else _SORT_OTHERS + rank
+        name = (f"rank {p['rank']}" if p.get("role") == RANK and p.get("rank") is not None
+                else p.get("role") or "unknown role")
+        timeline.group(("pid", pid), f"{p['comm']} ({name}) {pid}",
                        sort, pid=pid)
         if p.get("first") is not None:
             end = p["exit"] if p.get("exit") is not None else max(end_of_trace, p["first"])

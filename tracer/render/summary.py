@@ -59,6 +59,26 @@ def max_seen(file_totals: Mapping[FileKey, FileTotals] | None) -> MaxSeen[tuple[
     return seen
 
 
+def split_lines(rows: list[tuple[int, float, float, dict[str, float]]],
+                ranks: dict[int, int] | None = None) -> list[str]:
+    """The summary's loop split: per loop (pid, seconds of training, seconds of start-up, percent
+    by state), its states largest first; a rank's line (`ranks`: pid -> rank) says its rank,
+    the ranks first, in rank order."""
+    ranks = ranks or {}
+    lines = ["", "Training loop time (after start-up; the states are in docs/diagnosis.md):"]
+    for pid, seconds, startup_s, pcts in sorted(
+            rows, key=lambda r: (r[0] not in ranks, ranks.get(r[0], 0), r[0])):
+        shares = sorted(((pct, s) for s, pct in pcts.items()), key=lambda x: -x[0])
+        shown = [f"{name} {pct:.0f} %" for pct, name in shares if pct >= 0.5]
+        if len(shown) < len(shares):
+            shown.append("the rest 0 %")
+        parts = ", ".join(shown) if shares else "no time"
+        startup = f"; start-up {startup_s:.1f} s before it" if startup_s > 0 else ""
+        who = f"rank {ranks[pid]}, pid {pid}" if pid in ranks else f"pid {pid}"
+        lines.append(f"  {who} ({seconds:.1f} s): {parts}{startup}")
+    return lines
+
+
 def render_summary(totals: Mapping[Series, np.ndarray], processes: ProcessLookup,
                    header: str, file_totals: Mapping[FileKey, FileTotals] | None = None,
                    files: FileLookup | None = None, findings: list[Finding] | None = None,

@@ -20,17 +20,18 @@ dsk_read_bytes_s, dsk_writ_bytes_s
                         header is written once), one that disappears leaves its cells empty
 <role>_procs, <role>_read_bytes_s, <role>_write_bytes_s, <role>_ops_s, <role>_read_p99_ns,
 <role>_iowait_pct
-                        for each role, main, dataloader_worker and child, over its processes of
-                        the interval: how many did anything, file read/write bytes through
+                        for each role, main, rank, agent, dataloader_worker and child, over its
+                        processes of the interval: how many did anything, file read/write bytes through
                         syscalls per second, file syscalls of any op per second, the p99 of the
                         file read syscalls (log2 histogram, interpolated; empty without reads),
                         and the mean over its processes of the time blocked on I/O (threads' D
                         state, percent of the interval, capped at 100 per process); the
                         definitions are tracer.ui.stats's
 loop_data_wait_io_pct, loop_data_wait_cpu_pct, loop_data_wait_network_pct,
-loop_sync_loading_pct, loop_sync_writes_pct, loop_checkpoint_pct, loop_compute_pct, loop_other_pct
+loop_sync_loading_pct, loop_sync_writes_pct, loop_checkpoint_pct, loop_collective_wait_pct,
+loop_compute_pct, loop_other_pct
                         the training loop's time by state, percent, over the main processes
-                        (the `loop` rows of the interval); empty when no loop ran
+                        and ranks (the `loop` rows of the interval); empty when no loop ran
 
 Numbers are written with three decimals, counts and nanoseconds as integers, missing values as
 empty cells.

@@ -73,6 +73,10 @@ DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 9473
 
 UNKNOWN = "unknown"  # label value for a role/device/cause the tracer could not name
+# The loop's `rank` label: the first ranks seen get their own value (a node runs a few), any
+# more share "other", so that the series stay bounded; a `main` (no rank) has rank="".
+MAX_RANK_LABELS = 64
+OTHER_RANKS = "other"
 LE_MIN_EXP = 9  # first finite bucket bound: 2^9 ns = 512 ns
 LE_MAX_EXP = 35  # last finite bucket bound: 2^35 ns = 34.4 s
 LE_BOUNDS_NS: tuple[int, ...] = tuple(1 << k for k in range(LE_MIN_EXP, LE_MAX_EXP + 1))
@@ -131,7 +135,8 @@ class _State:
         self.hists: dict[str, dict[tuple[str, ...], _Hist]] = {name: {} for name in _HISTOGRAMS}
         self.read_bytes = {(role, layer): 0 for role in ROLES for layer in BYTES_LAYERS}
         self.written_bytes = dict(self.read_bytes)
-        self.loop_ns = dict.fromkeys(LOOP_STATES, 0)
+        self.loop_ns: dict[tuple[str, str], int] = {(s, ""): 0 for s in LOOP_STATES}
+        self.ranks: set[str] = set()  # the rank label values given so far
         self.gpu_idle_ns: dict[tuple[str, str], int] = {}
         self.findings = dict.fromkeys(FINDING_KINDS, 0)
         self.events_lost = 0
@@ -153,6 +158,7 @@ class _State:
         s.read_bytes = dict(self.read_bytes)
         s.written_bytes = dict(self.written_bytes)
         s.loop_ns = dict(self.loop_ns)
+        s.ranks = set(self.ranks)
         s.gpu_idle_ns = dict(self.gpu_idle_ns)
         s.findings = dict(self.findings)
         s.events_lost = self.events_lost
@@ -224,8 +230,10 @@ class PrometheusSink:
             for row in snapshot.latency:
                 self._add_latency(s, row)
             for row in loop_rows:
+                rank = self._rank_label(s, row.get("rank"))
                 for state in LOOP_STATES:
-                    s.loop_ns[state] += int(row.get(f"{state}_ns") or 0)
+                    key = (state, rank)
+                    s.loop_ns[key] = s.loop_ns.get(key, 0) + int(row.get(f"{state}_ns") or 0)
             for row in gpu_idle_rows:
                 key = (_label(row.get("gpu")), _label(row.get("cause")))
                 s.gpu_idle_ns[key] = s.gpu_idle_ns.get(key, 0) + int(row.get("duration_ns") or 0)
@@ -235,6 +243,17 @@ class PrometheusSink:
             cost = getattr(snapshot, "cost", None)
             if cost is not None:
                 self._add_cost(s, cost)
+
+    @staticmethod
+    def _rank_label(s: _State, rank: object) -> str:
+        if rank is None:
+            return ""
+        label = str(int(rank))  # type: ignore[call-overload]
+        if label not in s.ranks:
+            if len(s.ranks) >= MAX_RANK_LABELS:
+                return OTHER_RANKS
+            s.ranks.add(label)
+        return label
 
     @staticmethod
     def _add_cost(s: _State, cost: SelfCost) -> None:
@@ -370,10 +389,11 @@ def _families(s: _State) -> Iterator[Metric]:
     fam = CounterMetricFamily(
         "iotrace_training_loop_seconds_total",
         "Time of the training loop (main thread of each traced main process), in seconds, by "
-        "state: " + ", ".join(LOOP_STATES) + ". Summed "
-        "over the training processes of the host.", labels=("state",))
-    for state, ns in s.loop_ns.items():
-        fam.add_metric([state], ns / 1e9)
+        "state: " + ", ".join(LOOP_STATES) + ", and rank (a distributed job's; empty for "
+        f"other training processes; past {MAX_RANK_LABELS} ranks, '{OTHER_RANKS}'). Summed "
+        "over the training processes of the host.", labels=("state", "rank"))
+    for (state, rank), ns in s.loop_ns.items():
+        fam.add_metric([state, rank], ns / 1e9)
     yield fam
 
     fam = CounterMetricFamily(

@@ -62,7 +62,7 @@ TABLES: dict[str, pa.Schema] = {
         _field("pid", pa.int32()),
         _field("ppid", pa.int32()),
         _field("comm", DICT_STRING),
-        _field("role", DICT_STRING),  # main | dataloader_worker | child
+        _field("role", DICT_STRING),  # main | rank | agent | dataloader_worker | child
         _field("cmdline", pa.string()),
         _field("first_seen", TIMESTAMP),
         _field("exit", TIMESTAMP, nullable=True),  # null while the process runs
@@ -79,6 +79,11 @@ TABLES: dict[str, pa.Schema] = {
         # the TCP peers (address:port, comma-separated) of its sockets seen so far, at most 8:
         # the servers a DataLoader worker fetches from (tracer.live.peers); null: none
         _field("peers", pa.string(), nullable=True),
+        # RANK, LOCAL_RANK, WORLD_SIZE of its environment (torchrun sets them for each rank; its
+        # workers inherit them); null elsewhere
+        _field("rank", pa.int32(), nullable=True),
+        _field("local_rank", pa.int32(), nullable=True),
+        _field("world_size", pa.int32(), nullable=True),
     ),
     # One row per non-empty latency histogram bucket per process per interval; the sum of `count`
     # over an interval is exactly the number of operations completed in it.
@@ -173,7 +178,8 @@ TABLES: dict[str, pa.Schema] = {
     # The training loop's time per interval, classified (tracer.core.diagnose has the rules).
     "loop": _schema(
         _field("ts", TIMESTAMP),  # end of the interval
-        _field("pid", pa.int32()),  # the main process; its main thread is the loop
+        _field("pid", pa.int32()),  # the main process or rank; its main thread is the loop
+        _field("rank", pa.int32(), nullable=True),  # its rank (torchrun, DDP); null for a main
         _field("interval_ns", NS),
         _field("data_wait_io_ns", NS),
         _field("data_wait_cpu_ns", NS),
@@ -181,6 +187,7 @@ TABLES: dict[str, pa.Schema] = {
         _field("sync_loading_ns", NS),
         _field("sync_writes_ns", NS),
         _field("checkpoint_ns", NS),
+        _field("collective_wait_ns", NS, nullable=True),  # null in traces from before it
         _field("compute_ns", NS),
         _field("other_ns", NS),
         _field("state", DICT_STRING),  # the largest of them
@@ -277,6 +284,7 @@ TABLES: dict[str, pa.Schema] = {
         _field("sync_loading_frac", pa.float64()),
         _field("sync_writes_frac", pa.float64()),
         _field("checkpoint_frac", pa.float64()),
+        _field("collective_wait_frac", pa.float64(), nullable=True),  # null: from before it
         _field("compute_frac", pa.float64()),
         _field("other_frac", pa.float64()),
         _field("coverage", pa.float64()),  # share of the span covered by loop intervals
@@ -290,6 +298,7 @@ TABLES: dict[str, pa.Schema] = {
         _field("kind", DICT_STRING),  # sync_loading, dataloader_io_bound, ... (tracer.core.diagnose)
         _field("severity", pa.int32()),  # 0-100
         _field("pid", pa.int32(), nullable=True),  # the training process it is about
+        _field("rank", pa.int32(), nullable=True),  # that process's rank (torchrun, DDP)
         _field("summary", pa.string()),  # one sentence in plain words, with the key numbers
         _field("evidence", pa.string()),  # JSON object: the numbers behind the verdict
         _field("advice", pa.string()),

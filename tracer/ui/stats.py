@@ -117,7 +117,7 @@ def loop_shares(loop_rows: Iterable[LoopRow]) -> dict[str, float] | None:
     ns = dict.fromkeys(LOOP_STATES, 0)
     for r in loop_rows:
         for s in LOOP_STATES:
-            ns[s] += r[f"{s}_ns"]
+            ns[s] += r.get(f"{s}_ns") or 0  # (null in traces from before the state)
     total = sum(ns.values())
     if not total:
         return None

@@ -34,7 +34,7 @@ from rich.text import Text
 from tracer.core.abi import MAX_SLOTS, slot_bounds_ns
 from tracer.core.histogram import format_ns, percentile_ns, slot_of
 from tracer.core.model import Snapshot
-from tracer.core.vocab import CHILD, DATALOADER_WORKER, LOOP_STATES, MAIN, ROLES
+from tracer.core.vocab import AGENT, CHILD, DATALOADER_WORKER, LOOP_STATES, MAIN, RANK, ROLES
 from tracer.ui import stats
 from tracer.ui.fmt import clock, dstat_bytes, elapsed, short_ns
 
@@ -43,7 +43,7 @@ SORTS = ("read", "write", "latency")
 LAYERS = ("syscall", "block", "block_queue")
 """Histogram layers, cycled by `l`: file syscalls, block service (issue->complete), block queue
 (insert->issue)."""
-ROLE_FILTERS = (None, MAIN, DATALOADER_WORKER, CHILD)
+ROLE_FILTERS = (None, MAIN, RANK, DATALOADER_WORKER, CHILD)
 """Histogram roles, cycled by `r` (None: every traced process)."""
 
 MB = 1 << 20
@@ -51,18 +51,21 @@ TOP_FILES = 5
 BAR_WIDTH = 20  # the loop's state bar
 HIST_BAR = 24  # the histogram's bars
 
-ROLE_SHORT = {MAIN: "main", DATALOADER_WORKER: "worker", CHILD: "child", None: "?"}
-ROLE_STYLE = {MAIN: "bold", DATALOADER_WORKER: "cyan", CHILD: "dim", None: "dim"}
+ROLE_SHORT = {MAIN: "main", RANK: "rank", AGENT: "agent", DATALOADER_WORKER: "worker",
+              CHILD: "child", None: "?"}
+ROLE_STYLE = {MAIN: "bold", RANK: "bold", AGENT: "dim", DATALOADER_WORKER: "cyan", CHILD: "dim",
+              None: "dim"}
 STATE_LABEL = {"data_wait_io": "data wait I/O", "data_wait_cpu": "data wait CPU",
                "data_wait_network": "data wait network", "sync_loading": "sync loading",
-               "sync_writes": "sync writes", "checkpoint": "checkpoint", "compute": "compute",
-               "other": "other"}
+               "sync_writes": "sync writes", "checkpoint": "checkpoint",
+               "collective_wait": "collective wait", "compute": "compute", "other": "other"}
 STATE_GLYPH = {"data_wait_io": "I", "data_wait_cpu": "C", "data_wait_network": "N",
-               "sync_loading": "L", "sync_writes": "W", "checkpoint": "K", "compute": "=",
+               "sync_loading": "L", "sync_writes": "W", "checkpoint": "K", "collective_wait": "R",
+               "compute": "=",
                "other": "."}  # without colour
 STATE_STYLE = {"data_wait_io": "red", "data_wait_cpu": "yellow", "data_wait_network": "cyan",
                "sync_loading": "magenta", "sync_writes": "bright_magenta", "checkpoint": "blue",
-               "compute": "green", "other": "bright_black"}
+               "collective_wait": "bright_yellow", "compute": "green", "other": "bright_black"}
 LAYER_TITLE = {"syscall": "file syscalls", "block": "block service (issue->complete)",
                "block_queue": "block queue (insert->issue)"}
 
@@ -83,6 +86,7 @@ class ProcRow:
     block_p99_ns: float | None
     blocked_pct: float
     loop: dict[str, float] | None  # loop shares (percent by state), main processes only
+    rank: int | None = None  # a rank's (torchrun, DDP)
 
 
 class ViewState:
@@ -151,6 +155,7 @@ class ViewState:
                 if pid in now:
                     window.setdefault(pid, stats.ProcIO(pid)).merge(pio)
         loops = {r["pid"]: stats.loop_shares([r]) for r in self.loop_rows}
+        ranks = {r["pid"]: r.get("rank") for r in self.loop_rows}
         rows = []
         for pid, pio in now.items():
             w = window[pid]
@@ -159,7 +164,7 @@ class ViewState:
                 pio.write_bytes / MB / (itv / 1e9), pio.ops / (itv / 1e9),
                 percentile_ns(w.syscall, 50), percentile_ns(w.syscall, 99),
                 percentile_ns(w.block, 50), percentile_ns(w.block, 99),
-                stats.blocked_pct(pio.iowait_ns, itv), loops.get(pid)))
+                stats.blocked_pct(pio.iowait_ns, itv), loops.get(pid), ranks.get(pid)))
         key = {"read": lambda r: (-r.read_mb_s, r.pid),
                "write": lambda r: (-r.write_mb_s, r.pid),
                "latency": lambda r: (-(r.syscall_p99_ns or -1), r.pid)}[self.sort]
@@ -250,7 +255,7 @@ class FindingPane:
 def loop_bar(shares: dict[str, float], width: int = BAR_WIDTH, color: bool = True) -> Text:
     """A stacked bar of the loop's states, `width` cells split by largest remainder; with
     `color` each state is a coloured block, without it a letter (STATE_GLYPH)."""
-    exact = {s: shares[s] * width / 100.0 for s in LOOP_STATES}
+    exact = {s: shares.get(s, 0.0) * width / 100.0 for s in LOOP_STATES}
     cells = {s: int(exact[s]) for s in LOOP_STATES}
     order = sorted(LOOP_STATES, key=lambda s: (-(exact[s] - cells[s]), LOOP_STATES.index(s)))
     for s in order[: width - sum(cells.values())]:
@@ -298,8 +303,9 @@ class ProcessPane:
                       Text(f"{r.blocked_pct:.0f}", style="red" if r.blocked_pct >= 50 else ""))
         yield t
         loops = [r for r in rows if r.loop]
-        for r in sorted(loops, key=lambda r: r.pid):
-            line = Text(f"loop {r.pid:>7} ")
+        # one row per rank, in rank order, then the mains
+        for r in sorted(loops, key=lambda r: (r.rank is None, r.rank or 0, r.pid)):
+            line = Text(f"loop {r.pid:>7} " if r.rank is None else f"rank {r.rank:<2} {r.pid:>7} ")
             line.append_text(loop_bar(r.loop, color=color))
             parts = [f"{STATE_LABEL[st]} {r.loop[st]:.0f}%" for st in LOOP_STATES if r.loop[st] >= 0.5]
             line.append("  " + ", ".join(parts))
