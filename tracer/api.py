@@ -2,7 +2,7 @@
 
     >>> trace = tracer.load("iotrace-20250101-120000")
     >>> trace.meta["schema_version"]
-    1
+    2
     >>> trace.latency.groupby("op")["count"].sum()
 
 Each table is read on first access with ``pd.read_parquet(DIR/<table>)`` and then cached. Timestamps

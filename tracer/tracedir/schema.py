@@ -24,7 +24,7 @@ from itertools import repeat
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 """Version of the trace directory layout and of every table below."""
 
 MAX_DEVICE_USERS = 8
