@@ -170,14 +170,19 @@ def _mounts() -> list[tuple[str, str, list[str]]]:
     return out
 
 
-def blkio_v1_root() -> Path | None:
-    """Mount point of the cgroup v1 hierarchy with the blkio controller and throttling files."""
+def _v1_root(controller: str, probe: str) -> Path | None:
+    """Mount point of the cgroup v1 hierarchy of `controller`, which has the file `probe`."""
     for mnt, fstype, opts in _mounts():
-        if fstype == "cgroup" and "blkio" in opts:
+        if fstype == "cgroup" and controller in opts:
             root = Path(mnt)
-            if (root / "blkio.throttle.read_bps_device").exists():
+            if (root / probe).exists():
                 return root
     return None
+
+
+def blkio_v1_root() -> Path | None:
+    """Mount point of the cgroup v1 hierarchy with the blkio controller and throttling files."""
+    return _v1_root("blkio", "blkio.throttle.read_bps_device")
 
 
 def io_v2_root(controller: str = "io") -> Path | None:
@@ -195,12 +200,7 @@ def io_v2_root(controller: str = "io") -> Path | None:
 
 def memory_v1_root() -> Path | None:
     """Mount point of the cgroup v1 hierarchy with the memory controller."""
-    for mnt, fstype, opts in _mounts():
-        if fstype == "cgroup" and "memory" in opts:
-            root = Path(mnt)
-            if (root / "memory.limit_in_bytes").exists():
-                return root
-    return None
+    return _v1_root("memory", "memory.limit_in_bytes")
 
 
 def _mb(bps: int) -> str:
