@@ -16,7 +16,7 @@ import psutil
 
 from conftest import IOTRACE, ROOT
 from tracer.core.roles import WORKER_COMM
-from tracer.workloads.scenarios import Output, Scenario, parse_output
+from tracer.workloads.scenarios import Output, Scenario, parse_output, prepare
 
 
 @dataclass
@@ -109,3 +109,15 @@ def attached(sc: Scenario, out: Path, *, after_workers: bool = False, extra: Seq
             tracer.send_signal(signal.SIGINT)
             tracer.communicate(timeout=60)
     return Traced(out, job, stdout, line + stderr, started)
+
+
+def trace(name: str, mode: str, workdir: Path, tmp_path: Path) -> tuple[Traced, Scenario]:
+    """Scenario `name` (made under `workdir`) traced into tmp_path/trace: launched, or attached
+    to once its workers run (`mode` "launch" or "attach")."""
+    sc = prepare(name, workdir)
+    try:
+        t = (launched(sc, tmp_path / "trace") if mode == "launch"
+             else attached(sc, tmp_path / "trace", after_workers=True))
+    finally:
+        sc.cleanup()
+    return t, sc

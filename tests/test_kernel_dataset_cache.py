@@ -15,10 +15,10 @@ import pytest
 from conftest import needs_root
 
 torch = pytest.importorskip("torch", reason="the PyTorch scenarios need torch (pip install torch)")
-from scenario_trace import Traced, attached, launched  # noqa: E402
+from scenario_trace import Traced, trace  # noqa: E402
 
 from tracer.workloads import dataset as ds  # noqa: E402
-from tracer.workloads.scenarios import SPECS, Scenario, prepare  # noqa: E402
+from tracer.workloads.scenarios import SPECS, Scenario  # noqa: E402
 
 pytestmark = [needs_root, pytest.mark.kernel]
 
@@ -39,16 +39,6 @@ def no_cgroup_left():
     for name in set(ds.throttled_names()) - before:
         ds.unthrottle(name)
     assert set(ds.throttled_names()) <= before
-
-
-def trace(name: str, mode: str, workdir, tmp_path) -> tuple[Traced, Scenario]:
-    sc = prepare(name, workdir)
-    try:
-        t = (launched(sc, tmp_path / "trace") if mode == "launch"
-             else attached(sc, tmp_path / "trace", after_workers=True))
-    finally:
-        sc.cleanup()
-    return t, sc
 
 
 def data_reads(t: Traced, sc: Scenario):

@@ -16,9 +16,9 @@ import pytest
 from conftest import EXACT, needs_root, run_iotrace
 
 torch = pytest.importorskip("torch", reason="the PyTorch scenarios need torch (pip install torch)")
-from scenario_trace import Traced, attached, launched  # noqa: E402
+from scenario_trace import attached, trace  # noqa: E402
 
-from tracer.workloads.scenarios import SPECS, Scenario, prepare  # noqa: E402
+from tracer.workloads.scenarios import SPECS, prepare  # noqa: E402
 
 pytestmark = [needs_root, pytest.mark.kernel]
 
@@ -29,16 +29,6 @@ DATA_WAITS = {"dataloader_io_bound", "dataloader_cpu_bound", "dataloader_network
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory):
     return tmp_path_factory.mktemp("loop_states")
-
-
-def trace(name: str, mode: str, workdir, tmp_path) -> tuple[Traced, Scenario]:
-    sc = prepare(name, workdir)
-    try:
-        t = (launched(sc, tmp_path / "trace") if mode == "launch"
-             else attached(sc, tmp_path / "trace", after_workers=True))
-    finally:
-        sc.cleanup()
-    return t, sc
 
 
 def table(f: pd.DataFrame) -> str:
