@@ -41,7 +41,8 @@ def test_leftovers_are_exact_beside_a_busy_disk(iowork, data_file):
     try:
         starts = Map(p.obj.map_fd("rq_starts"), 8, abi.RQ_START.size)
         for rq, nbytes in ((1, 4096), (2, 8192)):
-            rec = (0, 1, 0, 0, 0, 1234, nbytes, disk, 0, 0)  # issued long ago, never ended
+            # issued long ago by traced pid 1234 (no kthread, cgroup or name), never ended
+            rec = (0, 1, 0, 0, 0, 1234, nbytes, disk, 0, 0, 0, 0, b"")
             starts.update((rq << 6).to_bytes(8, "little"), abi.RQ_START.pack(*rec))
         reader = subprocess.Popen(
             ["sh", "-c", f"while :; do {iowork} {data_file} --direct 5000; done"])
