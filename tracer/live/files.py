@@ -288,10 +288,19 @@ class FileTable:
             return None
         now = time.monotonic()
         at, index = self._listings.get((dev, dir_ino), (None, None))
-        if index is None or (ino not in index and now - at >= RESCAN_S):
+        listed = index is None or (ino not in index and now - at >= RESCAN_S)
+        if listed:
             index = _list_folder(*where)
             self._listings[(dev, dir_ino)] = (now, index)
         hit = index.get(ino)
+        if hit is not None and not listed and not _same_file(hit[1], dev, ino, gen):
+            # The listing's paths go through the root of the process that first read the
+            # folder: once it has exited (a DataLoader worker of an earlier epoch) they lead
+            # nowhere, and every file not named yet stayed unnamed. Listed again, they go
+            # through iotrace's own root.
+            index = _list_folder(*where)
+            self._listings[(dev, dir_ino)] = (now, index)
+            hit = index.get(ino)
         if hit is None or not _same_file(hit[1], dev, ino, gen):
             return None
         self._recovered += 1
