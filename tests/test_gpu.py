@@ -482,6 +482,26 @@ def test_monitor_per_interval_matches_the_offline_analysis() -> None:
     assert source.closed
 
 
+def test_monitor_gives_a_gpu_nvml_lists_no_process_on_to_the_loop_its_environment_names() -> None:
+    """Two training loops and NVML's process list empty (a container's PIDs): with no other
+    information GPU 0's spans have no pid; the loop whose environment names GPU 0 gets them."""
+    for named, pid in ((None, None), ({5555: "1", 4242: "0"}, 4242), ({5555: "GPU-8f7e"}, 5555)):
+        source = RecordedSource("stalls")
+        source.dev[0]["processes"] = []
+        monitor = GpuMonitor(source, clocks=source.clocks)
+        rows = LOOP + OTHER_JOB
+        idle_rows = []
+        for k in range(1, 12):
+            source.advance(1.0)
+            loop = [r for r in rows if k - 1 < (r["ts"] - REALTIME_NS) / S <= k]
+            idle_rows += monitor.interval(source.clocks()["realtime"], loop, {4242: 4242, 5555: 5555},
+                                          named)[1]
+        idle_rows += monitor.finish()
+        assert [r["pid"] for r in idle_rows] == [pid, pid], named
+        if pid == 4242:
+            assert_rows(idle_rows, expected_idle())
+
+
 # -- NvmlSource against pynvml ------------------------------------------------------------------
 
 

@@ -65,8 +65,12 @@ def torchrun(data: Path, ranks: int = 2, slow: int | None = None, epochs: int = 
     return argv
 
 
+# Each rank's GPU as its environment gives it (roles.cuda_device): entry LOCAL_RANK of this list.
+VISIBLE = ("3", "2", "1", "0")
+
+
 def env() -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": str(ROOT)}
+    return {**os.environ, "PYTHONPATH": str(ROOT), "CUDA_VISIBLE_DEVICES": ",".join(VISIBLE)}
 
 
 def launched(argv: list[str], out: Path) -> str:
@@ -177,6 +181,7 @@ def check_structure(out: Path, ranks: int, agent: bool = True, restarts: int = 0
     assert len(rank_rows) == ranks * (1 + restarts)
     assert set(rank_rows.world_size) == {world or ranks}
     assert set(rank_rows.local_rank) == set(range(ranks))
+    assert list(rank_rows.cuda_device) == [VISIBLE[int(r)] for r in rank_rows.local_rank]
     assert (p.role == "agent").sum() == (1 if agent else 0)
     if agent:
         assert "main" not in set(p.role)
@@ -250,6 +255,37 @@ def test_a_slow_rank_launched(shards, tmp_path):
              if e.get("name") == "process_name"}
     assert {names[pid] for pid in by_rank.values()} == {
         f"python (rank {r}) {pid}" for r, pid in by_rank.items()}
+    check_gpu_per_rank(out, by_rank, slow=1)
+
+
+def check_gpu_per_rank(out: Path, by_rank: dict[int, int], slow: int) -> None:
+    """An NVML stream of the ranks' two GPUs (constructed; this machine has none), without
+    NVML's process list, as offline: each GPU idles through the middle of the training, and
+    `iotrace report` gives each span to the rank whose environment names that GPU, explained
+    by that rank's own loop: the straggler's reads, the other's wait in all-reduce."""
+    from tracer.sinks.parquet import write_segment
+    from tracer.tracedir.schema import table_from_rows
+
+    loop = pd.read_parquet(out / "loop")
+    reading = loop[(loop.pid == by_rank[slow]) & (loop.data_wait_io_ns > 0)]
+    lo, hi = int(reading.ts.min().value), int(reading.ts.max().value)
+    t0 = int(loop.ts.min().value) - int(loop.interval_ns.max())
+    period = 100_000_000
+    idle_from, idle_to = lo + 3 * (hi - lo) // 10, lo + 7 * (hi - lo) // 10
+    gpus = {int(VISIBLE[r]): f"GPU-{VISIBLE[r] * 8}-0000" for r in by_rank}
+    rows = [{"ts": t, "gpu": gpu, "uuid": uuid, "name": "H200", "sample_period_ns": period,
+             "util_pct": 0.0 if idle_from < t <= idle_to else 97.0}
+            for gpu, uuid in gpus.items() for t in range(t0 + period, hi, period)]
+    write_segment(out / "gpu", table_from_rows("gpu", rows))
+    js = subprocess.run([*IOTRACE, "report", str(out), "--json"], cwd=ROOT, capture_output=True,
+                        text=True, timeout=120)
+    assert js.returncode == 0, js.stderr
+    spans = {s["gpu"]: s for s in json.loads(js.stdout)["gpu_idle"]}
+    assert sorted(spans) == sorted(gpus), spans
+    for r, pid in by_rank.items():
+        span = spans[int(VISIBLE[r])]
+        assert span["pid"] == pid and span["coverage"] == 1.0, span
+        assert span["cause"] == ("data_wait_io" if r == slow else "collective_wait"), span
 
 
 def test_a_slow_rank_attached_to_agent_and_ranks(shards, tmp_path):

@@ -135,6 +135,7 @@ def test_latency_and_processes_columns() -> None:
         ("rank", pa.int32(), True),
         ("local_rank", pa.int32(), True),
         ("world_size", pa.int32(), True),
+        ("cuda_device", d, True),
     ]
     assert [(f.name, f.type, f.nullable) for f in TABLES["latency"]] == [
         ("ts", ts, False),

@@ -4,9 +4,13 @@ that uses it (the path NVML's process list takes; no GPU here, so the samples ar
 
 from __future__ import annotations
 
-from tracer.core.roles import is_agent_cmdline, rank_env, role_of
+import os
+import subprocess
+import sys
+
+from tracer.core.roles import cuda_device, is_agent_cmdline, rank_env, role_of
 from tracer.core.vocab import AGENT, CHILD, DATALOADER_WORKER, MAIN, RANK
-from tracer.gpu.idle import IdleSpan, attribute, gpu_owners
+from tracer.gpu.idle import IdleSpan, attribute, gpu_of, gpu_owners
 from tracer.live.clock import Clock
 from tracer.live.processes import Process, ProcessTable
 
@@ -76,3 +80,47 @@ def test_a_gpus_idle_spans_go_to_the_rank_using_it():
     rows = {r["gpu"]: r for r in attribute(spans, loop, gpus)}
     assert (rows[0]["pid"], rows[0]["cause"], rows[0]["coverage"]) == (101, "collective_wait", 1.0)
     assert (rows[1]["pid"], rows[1]["cause"], rows[1]["coverage"]) == (102, "data_wait_io", 1.0)
+
+
+def test_the_gpu_a_process_environment_gives_it():
+    assert cuda_device(b"CUDA_VISIBLE_DEVICES=3,2\0LOCAL_RANK=1\0") == "2"
+    assert cuda_device(b"LOCAL_RANK=1\0") == "1"  # no variable: CUDA's own numbering
+    assert cuda_device(b"CUDA_VISIBLE_DEVICES=5\0LOCAL_RANK=1\0") == "5"  # its launcher's one
+    assert cuda_device(b"CUDA_VISIBLE_DEVICES=GPU-8f7e, GPU-11aa\0LOCAL_RANK=1\0") == "GPU-11aa"
+    assert cuda_device(b"CUDA_VISIBLE_DEVICES=0,1\0") is None  # no rank: any of them
+    assert cuda_device(b"CUDA_VISIBLE_DEVICES=0,1\0LOCAL_RANK=2\0") is None  # not visible
+    # CUDA reads the list up to -1: two GPUs visible here, one there
+    assert cuda_device(b"CUDA_VISIBLE_DEVICES=0,1,-1,2\0LOCAL_RANK=2\0") is None
+    assert cuda_device(b"CUDA_VISIBLE_DEVICES=4,-1,2\0LOCAL_RANK=1\0") == "4"
+    assert cuda_device(b"CUDA_VISIBLE_DEVICES=\0LOCAL_RANK=0\0") is None  # no GPU at all
+    assert cuda_device(b"") is None
+    assert cuda_device(b"MY_CUDA_VISIBLE_DEVICES=4\0") is None  # whole names only
+
+
+def test_a_rank_gpu_read_from_its_environment_in_proc():
+    """A real process's /proc/PID/environ, as the table reads it at attach (and after an exec)."""
+    child_env = {**os.environ, "RANK": "1", "LOCAL_RANK": "1", "WORLD_SIZE": "2",
+                 "CUDA_VISIBLE_DEVICES": "6,7"}
+    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"],
+                             stdin=subprocess.PIPE, env=child_env)
+    try:
+        proc = ProcessTable(Clock()).add_existing(child.pid, is_target=True)
+        assert (proc.rank_env, proc.cuda_device, proc.role) == ((1, 1, 2), "7", RANK)
+        assert proc.row()["cuda_device"] == "7"
+    finally:
+        child.communicate(b"")
+
+
+def test_a_gpu_nvml_names_no_traced_process_on_goes_to_the_rank_given_it():
+    """In a container NVML may list no PIDs iotrace knows: each GPU then goes to the rank whose
+    environment gives it (CUDA_VISIBLE_DEVICES=1,0: rank 0 on GPU 1, rank 1 on GPU 0)."""
+    owners = job().owners()
+    devices = [(0, "GPU-0a0a-1111"), (1, "GPU-1b1b-2222")]
+    named = {101: "1", 102: "0"}
+    assert gpu_owners({0: [], 1: [999]}, owners, named, devices) == {0: 102, 1: 101}
+    # what NVML says comes first: rank 0 through its worker on GPU 0; rank 1 is then not put
+    # on GPU 0 by its environment, and rank 0 gets no second GPU from its own
+    assert gpu_owners({0: [110], 1: []}, owners, named, devices) == {0: 101}
+    assert gpu_owners({}, owners, {101: "GPU-1b1b", 102: "GPU-0a"}, devices) == {1: 101, 0: 102}
+    assert gpu_owners({}, owners, {101: "2", 102: "MIG-0a0a"}, devices) == {}  # no such GPU
+    assert gpu_of("GPU-", devices) is None  # a prefix of both: CUDA refuses it too

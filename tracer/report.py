@@ -18,7 +18,7 @@ from tracer.core.histogram import slot_of
 from tracer.core.model import FileTotals, GpuIdleRow, GpuRow, Series
 from tracer.core.redact import Redactor
 from tracer.core.selfcost import SelfCost
-from tracer.core.vocab import AGENT, MAIN, RANK
+from tracer.core.vocab import AGENT, LOOP_ROLES, MAIN, RANK
 from tracer.errors import EXIT_USAGE, TraceFailure
 from tracer.gpu import idle
 from tracer.live.clock import Clock
@@ -143,9 +143,10 @@ def recompute_gpu(trace: TraceReader, write: bool = True
     """With a `gpu` table: the idle spans and their causes again, from the saved NVML samples
     and the training loop's states (so a trace recorded on a GPU host, or an NVML stream
     recorded separately and dropped into DIR/gpu, can be analysed anywhere). Offline there is
-    no process list per GPU: the GPU belongs to the single `main` process (with several, pid
-    is null and the cause `unknown`). Writes DIR/gpu_idle (replacing it) unless `write` is
-    False. Returns (gpu_idle rows, gpu rows), or None without a gpu table."""
+    no process list per GPU: a GPU belongs to the training loop whose environment gave it that
+    GPU (`processes.cuda_device`), else to the single `main` process (with several, pid is null
+    and the cause `unknown`). Writes DIR/gpu_idle (replacing it) unless `write` is False.
+    Returns (gpu_idle rows, gpu rows), or None without a gpu table."""
     from tracer.sinks.parquet import write_segment
     from tracer.tracedir.schema import table_from_rows
 
@@ -154,7 +155,12 @@ def recompute_gpu(trace: TraceReader, write: bool = True
         return None
     gpu_rows = _plain_records(gpu_df)
     loop_rows = _plain_records(trace["loop"])
-    spans = idle.analyse(gpu_rows, loop_rows)
+    procs = trace.processes.drop_duplicates("pid", keep="last")
+    procs = procs[procs.role.isin(LOOP_ROLES) & procs.cuda_device.notna()]
+    named = dict(zip(procs.pid.astype(int), procs.cuda_device.astype(str), strict=True))
+    devices = gpu_df[["gpu", "uuid"]].drop_duplicates().itertuples(index=False, name=None)
+    owners = idle.gpu_owners({}, {}, named, [(int(g), str(u)) for g, u in devices])
+    spans = idle.analyse(gpu_rows, loop_rows, owners or None)
     if write:
         write_segment(trace.directory / "gpu_idle", table_from_rows("gpu_idle", spans), replace=True)
         trace._cache.pop("gpu_idle", None)
@@ -268,6 +274,8 @@ def process_table(trace: TraceReader) -> ProcessTable:
             local = getattr(r, "local_rank", None)
             proc.rank_env = (int(rank), None if pd.isna(local) else int(local),
                              int(r.world_size))
+        device = getattr(r, "cuda_device", None)
+        proc.cuda_device = None if device is None or pd.isna(device) else str(device)
     return procs
 
 

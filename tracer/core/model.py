@@ -39,6 +39,7 @@ class ProcessRow(TypedDict):
     rank: int | None
     local_rank: int | None
     world_size: int | None
+    cuda_device: str | None
 
 
 class LatencyRow(TypedDict):

@@ -6,7 +6,7 @@ from __future__ import annotations
 from tracer.core.vocab import AGENT, CHILD, DATALOADER_WORKER, MAIN, RANK
 
 __all__ = ["AGENT", "CHILD", "DATALOADER_WORKER", "ELASTIC_COMM", "MAIN", "PIN_COMM", "RANK",
-           "WORKER_COMM", "is_agent_cmdline", "rank_env", "role_of"]
+           "WORKER_COMM", "cuda_device", "is_agent_cmdline", "rank_env", "role_of"]
 
 WORKER_COMM = "pt_data_worker"
 PIN_COMM = "pt_data_pin"  # the pin-memory thread of the main process
@@ -48,3 +48,33 @@ def rank_env(environ: bytes) -> tuple[int, int | None, int] | None:
     except (KeyError, ValueError):
         return None
     return rank, local, world
+
+
+def cuda_device(environ: bytes) -> str | None:
+    """The GPU a process's environment gives it, as CUDA_VISIBLE_DEVICES names it (an index or
+    a UUID; CUDA takes a UUID's prefix too), None when it does not say one GPU.
+
+    A rank uses the entry at its LOCAL_RANK (`torch.cuda.set_device(local_rank)`, as DDP scripts
+    do), or the only one when its launcher left it one; without the variable, GPU LOCAL_RANK.
+    A process that is no rank is only given one when a single GPU is visible: with several it
+    may use any of them."""
+    env = {}
+    for item in environ.split(b"\0"):
+        key, sep, value = item.partition(b"=")
+        if sep and key in (b"CUDA_VISIBLE_DEVICES", b"LOCAL_RANK"):
+            env[key] = value.decode(errors="replace")
+    local = env.get(b"LOCAL_RANK", "")
+    visible = env.get(b"CUDA_VISIBLE_DEVICES")
+    if visible is None:
+        return local if local.isdigit() else None
+    # CUDA reads the list up to its first invalid entry; "-1" or "" hides every GPU.
+    entries = []
+    for entry in (e.strip() for e in visible.split(",")):
+        if not entry or entry.startswith("-"):
+            break
+        entries.append(entry)
+    if len(entries) == 1:
+        return entries[0]
+    if local.isdigit() and int(local) < len(entries):
+        return entries[int(local)]
+    return None

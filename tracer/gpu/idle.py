@@ -137,12 +137,17 @@ def soft_idle_s(gpu_rows: Iterable[Mapping[str, Any]], start_ns: int, end_ns: in
 
 
 def gpu_owners(processes: Mapping[int, Sequence[int]],
-               main_of: Mapping[int, int] | Callable[[int], int | None]) -> dict[int, int]:
-    """GPU index -> the traced main process using it.
+               main_of: Mapping[int, int] | Callable[[int], int | None],
+               named: Mapping[int, str] | None = None,
+               devices: Iterable[tuple[int, str]] = ()) -> dict[int, int]:
+    """GPU index -> the traced main process (or rank) using it.
 
     `processes` is `GpuSampler.processes` (per GPU, host PIDs, most device memory first);
     `main_of` maps a traced PID (the main process or any of its workers/children) to its main
     process and leaves untraced PIDs out (or returns None). The first traced PID on a GPU wins.
+    A GPU NVML names no traced process on (a container whose PIDs NVML cannot see, or before the
+    process made its CUDA context) goes to the main process whose environment names it:
+    `named` is main PID -> `roles.cuda_device`, resolved against `devices` (index, UUID).
     """
     lookup = main_of.get if isinstance(main_of, Mapping) else main_of
     owners = {}
@@ -152,7 +157,27 @@ def gpu_owners(processes: Mapping[int, Sequence[int]],
             if main is not None:
                 owners[gpu] = int(main)
                 break
+    devices = list(devices)
+    placed = set(owners.values())
+    for main, spec in sorted((named or {}).items()):
+        gpu = gpu_of(spec, devices)
+        if gpu is not None and gpu not in owners and main not in placed:
+            owners[gpu] = int(main)
+            placed.add(main)
     return owners
+
+
+def gpu_of(spec: str, devices: Sequence[tuple[int, str]]) -> int | None:
+    """The NVML index of the GPU that a CUDA_VISIBLE_DEVICES entry names, among `devices`
+    (index, UUID): an index (CUDA's order is NVML's on a machine of identical GPUs, and with
+    CUDA_DEVICE_ORDER=PCI_BUS_ID on any) or a UUID or its prefix; None for a MIG instance or
+    a GPU not there."""
+    if spec.isdigit():
+        return int(spec) if any(i == int(spec) for i, _ in devices) else None
+    if not spec.startswith("GPU-"):
+        return None  # MIG-...: NVML gives a MIG instance no utilisation to attribute
+    matches = [i for i, uuid in devices if uuid.startswith(spec)]
+    return matches[0] if len(matches) == 1 else None
 
 
 def attribute(spans: Iterable[IdleSpan | Mapping[str, Any]], loop_rows: Iterable[Mapping[str, Any]],

@@ -20,9 +20,11 @@ The pieces, each usable alone (the live session uses `GpuMonitor`, `iotrace repo
 
 Which process owns a GPU: NVML lists the compute processes on each GPU (host PIDs, most device
 memory first); `gpu_owners` maps them to traced `main` processes (DDP: one rank per GPU; rank 0's
-stray context on other GPUs holds less memory and loses). Without process information (offline) a
-GPU belongs to the single traced `main` process; with several `main` processes and no process
-information its spans get pid null and cause "unknown".
+stray context on other GPUs holds less memory and loses). A GPU NVML names no traced process on
+(a container's PIDs it cannot see; offline) goes to the rank or `main` process whose environment
+gives it that GPU (CUDA_VISIBLE_DEVICES at its LOCAL_RANK, `tracer.core.roles.cuda_device`);
+failing that, to the single traced `main` process; with several and no information its spans
+get pid null and cause "unknown".
 
 Times: all `*_ns` arguments and row values are int nanoseconds (timestamps since the Unix epoch, UTC);
 the functions that read rows also accept pandas Timestamps / numpy datetime64 (rows read back with
@@ -562,10 +564,10 @@ class GpuMonitor:
         self._owners: dict[int, int] = {}
 
     def interval(self, ts_ns: int, loop_rows: Iterable[Mapping[str, Any]] = (),
-                 main_of: Mapping[int, int] | Callable[[int], int | None] | None = None
-                 ) -> tuple[list[dict], list[dict]]:
+                 main_of: Mapping[int, int] | Callable[[int], int | None] | None = None,
+                 named: Mapping[int, str] | None = None) -> tuple[list[dict], list[dict]]:
         rows = self.poll(ts_ns)
-        return rows, self.idle(ts_ns, rows, loop_rows, main_of)
+        return rows, self.idle(ts_ns, rows, loop_rows, main_of, named)
 
     def poll(self, ts_ns: int) -> list[dict]:
         """The GPUs' samples up to `ts_ns` (NVML calls): the `gpu` rows."""
@@ -573,16 +575,18 @@ class GpuMonitor:
 
     def idle(self, ts_ns: int, rows: Iterable[Mapping[str, Any]],
              loop_rows: Iterable[Mapping[str, Any]] = (),
-             main_of: Mapping[int, int] | Callable[[int], int | None] | None = None
-             ) -> list[dict]:
+             main_of: Mapping[int, int] | Callable[[int], int | None] | None = None,
+             named: Mapping[int, str] | None = None) -> list[dict]:
         """The gpu_idle rows of the spans that ended, from poll()'s rows; no NVML call, so the
-        session's step (tracer.live.step) can run it."""
+        session's step (tracer.live.step) can run it. `named`: main PID -> the GPU its
+        environment gives it, for GPUs NVML lists no traced process on (`idle.gpu_owners`)."""
         self._loop.extend(loop_rows)
         spans = self.detector.feed(rows)
         for index in [d.index for d in self.sampler.devices if self.sampler.lost(d.index)]:
             spans += self.detector.flush(index)
         if main_of is not None:
-            self._owners.update(gpu_owners(self.sampler.processes, main_of))
+            devices = [(d.index, d.uuid) for d in self.sampler.devices]
+            self._owners.update(gpu_owners(self.sampler.processes, main_of, named, devices))
         idle = attribute(spans, self._loop, self._owners)
         self._trim(ts_ns)
         return idle

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import psutil
 
 from tracer.core import abi
-from tracer.core.roles import DATALOADER_WORKER, PIN_COMM, is_agent_cmdline, rank_env, role_of
+from tracer.core.roles import DATALOADER_WORKER, PIN_COMM, cuda_device, is_agent_cmdline, rank_env, role_of
 from tracer.core.vocab import LOOP_ROLES
 from tracer.live.clock import Clock
 
@@ -39,6 +39,7 @@ class Process:
     rank_env: tuple[int, int | None, int] | None = None
     is_rank: bool = False  # a rank itself: its environment says so and its parent's does not
     is_agent: bool = False  # torchrun's agent, known from its command line before it renames
+    cuda_device: str | None = None  # the GPU its environment gives it (roles.cuda_device)
 
     @property
     def role(self) -> str:
@@ -56,7 +57,8 @@ class Process:
                 "worker_generation": self.worker_generation, "worker_index": self.worker_index,
                 "ns_pid": self.ns_pid, "peers": ", ".join(self.peers) or None,
                 **dict(zip(("rank", "local_rank", "world_size"), self.rank_env or (None,) * 3,
-                           strict=True))}
+                           strict=True)),
+                "cuda_device": self.cuda_device}
 
 
 def split_wait_status(raw: int) -> tuple[int | None, int | None]:
@@ -98,14 +100,19 @@ def pin_threads(pid: int, proc: str = "/proc") -> set[int]:
     return out
 
 
-def environ_rank(pid: int, proc: str = "/proc") -> tuple[int, int | None, int] | None:
-    """The rank of a torchrun/DDP process from its environment (`roles.rank_env`); None when
-    it has none or /proc/PID/environ cannot be read (gone, or another user's)."""
+def environ(pid: int, proc: str = "/proc") -> bytes:
+    """/proc/PID/environ; empty when it cannot be read (gone, or another user's)."""
     try:
         with open(f"{proc}/{pid}/environ", "rb") as f:
-            return rank_env(f.read())
+            return f.read()
     except OSError:
-        return None
+        return b""
+
+
+def environ_rank(pid: int, proc: str = "/proc") -> tuple[int, int | None, int] | None:
+    """The rank of a torchrun/DDP process from its environment (`roles.rank_env`); None when
+    it has none or its environment cannot be read."""
+    return rank_env(environ(pid, proc))
 
 
 def _cmdline(pid: int) -> str:
@@ -140,8 +147,10 @@ class ProcessTable:
         """Its rank from its environment (read after its exec); a process whose parent has the
         same rank environment inherited it (a worker, a saver, a tool the rank runs) and is
         not a rank of its own: torchrun's agent, which starts the ranks, has none."""
-        proc.rank_env = environ_rank(proc.pid)
+        env = environ(proc.pid)
+        proc.rank_env = rank_env(env)
         proc.is_rank = proc.rank_env is not None and proc.rank_env != parent_env
+        proc.cuda_device = cuda_device(env)
 
     def add_started(self, pid: int, ppid: int, argv: list[str]) -> Process:
         """The command iotrace itself starts (before its exec)."""
@@ -157,7 +166,8 @@ class ProcessTable:
             kid = self.by_pid[ev.pid] = Process(ev.pid, ev.ppid, ev.comm, False, "", ts)
             kid.ns_pid = ev.ns_pid or ns_pid(ev.pid)
             parent = self.by_pid.get(ev.ppid)
-            kid.rank_env = parent.rank_env if parent else None  # a fork shares its environment
+            if parent:  # a fork shares its environment
+                kid.rank_env, kid.cuda_device = parent.rank_env, parent.cuda_device
         elif proc is None:
             return
         elif ev.kind == abi.EVENT_EXEC:
@@ -228,6 +238,11 @@ class ProcessTable:
                 cur = target
             out[pid] = cur.pid if cur is not None else pid
         return out
+
+    def cuda_devices(self) -> dict[int, str]:
+        """The GPU each live training loop's environment gives it, by pid (`roles.cuda_device`)."""
+        return {p.pid: p.cuda_device for p in self.by_pid.values()
+                if p.alive and p.cuda_device is not None and p.role in LOOP_ROLES}
 
     def alive(self) -> list[Process]:
         return [p for p in self.by_pid.values() if p.alive]

@@ -377,7 +377,8 @@ class Session:
         processes = self._process_rows() if final or self.trace.roll_due() else None
         interval = self.step.interval(reading, ts_ns, devices=devices, system=system,
                                       memory=memory, gpu_rows=gpu_rows, cost=cost, owners=owners,
-                                      processes=processes, final=final)
+                                      processes=processes, final=final,
+                                      gpu_named=self.processes.cuda_devices())
         for sink in self.sinks:
             sink.write(interval)
         self.forget.after(reading, self.step.aggregator)

@@ -36,11 +36,12 @@ class Step:
     def interval(self, reading: Reading, ts_ns: int, *, devices: list[dict], system: dict | None,
                  gpu_rows: list[dict], cost: SelfCost, owners: dict[int, int],
                  processes: list[dict] | None = None, final: bool = False,
-                 memory: list[dict] | None = None) -> Interval:
+                 memory: list[dict] | None = None,
+                 gpu_named: dict[int, str] | None = None) -> Interval:
         """One interval ending at `ts_ns` (UTC ns): the maps' `reading`, the host's `devices`
         and `system` rows, the mains' `memory` rows, the GPUs' samples, iotrace's cost so far,
-        each process's main process (`owners`), and the `processes` rows to write (None: none
-        this interval).
+        each process's main process (`owners`), the `processes` rows to write (None: none
+        this interval), and the GPU each training loop's environment gives it (`gpu_named`).
         `final`: the run's last interval, which also gets the whole run's verdicts."""
         snap = self.aggregator.interval(reading, ts_ns, devices=devices, system=system,
                                         gpu=gpu_rows, cost=cost, memory=memory)
@@ -57,7 +58,7 @@ class Step:
         idle: list[dict] = []
         notes: list[str] = []
         if self.gpu:
-            idle = self.gpu.idle(snap.ts_ns, gpu_rows, loop, owners)
+            idle = self.gpu.idle(snap.ts_ns, gpu_rows, loop, owners, gpu_named)
             self.gpu_rows.extend(gpu_rows)
             self.gpu_idle.extend(idle)
             notes = self.gpu.take_notes()

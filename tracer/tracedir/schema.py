@@ -84,6 +84,9 @@ TABLES: dict[str, pa.Schema] = {
         _field("rank", pa.int32(), nullable=True),
         _field("local_rank", pa.int32(), nullable=True),
         _field("world_size", pa.int32(), nullable=True),
+        # the GPU its environment gives it, as CUDA_VISIBLE_DEVICES names it (an index or UUID):
+        # a rank's entry at its LOCAL_RANK (tracer.core.roles.cuda_device); null: not one GPU
+        _field("cuda_device", DICT_STRING, nullable=True),
     ),
     # One row per non-empty latency histogram bucket per process per interval; the sum of `count`
     # over an interval is exactly the number of operations completed in it.
