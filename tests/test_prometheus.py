@@ -231,11 +231,11 @@ def test_loop_gpu_findings_lost(scrapes):
     assert val(smp, "iotrace_last_update_timestamp_seconds") == 1_700_000_003
     # Findings: the highest severity per kind; every known kind exported, 0 when not found now.
     second = samples(scrapes[1])
-    assert val(second, "iotrace_findings", kind="dataloader_io_bound") == 61
-    assert val(second, "iotrace_findings", kind="cold_cache") == 30
-    assert val(second, "iotrace_findings", kind="checkpoint_stall") == 0
+    assert val(second, "iotrace_findings", kind="dataloader_io_bound", rank="") == 61
+    assert val(second, "iotrace_findings", kind="cold_cache", rank="") == 30
+    assert val(second, "iotrace_findings", kind="checkpoint_stall", rank="") == 0
     assert {dict(lab)["kind"] for (n, lab) in second if n == "iotrace_findings"} == set(KINDS)
-    assert all(val(smp, "iotrace_findings", kind=k) == 0 for k in KINDS)  # none in the last
+    assert all(val(smp, "iotrace_findings", kind=k, rank="") == 0 for k in KINDS)  # none in the last
 
 
 def test_self_cost(scrapes):
@@ -308,6 +308,34 @@ def test_loop_by_rank_bounded():
     assert val(smp, name, state="compute", rank="") == 1.0  # the main without a rank
     assert {dict(lab)["rank"] for (n, lab) in smp if n == name} == {
         "", "other", *map(str, range(MAX_RANK_LABELS))}
+
+
+def test_findings_by_rank():
+    """A rank's finding is its own series (the straggler and its cause at rank 1, another kind
+    at rank 0 and on a main); a series once seen stays, at 0, when its finding clears; the
+    rank label shares the loop's bound."""
+    s = PrometheusSink(process_metrics=False)
+    now = [Finding("straggler_rank", 80, 1001, "rank 1 is the straggler", {}, rank=1),
+           Finding("dataloader_io_bound", 70, 1001, "rank 1's workers read", {}, rank=1),
+           Finding("dataloader_io_bound", 20, 1000, "rank 0's", {}, rank=0),
+           Finding("dataloader_io_bound", 40, 7, "a main's", {})]
+    s.write(Interval(Snapshot(1_000_000_000, 1_000_000_000), [], now))
+    smp = samples(generate_latest(s.registry).decode())
+    assert val(smp, "iotrace_findings", kind="straggler_rank", rank="1") == 80
+    assert val(smp, "iotrace_findings", kind="dataloader_io_bound", rank="1") == 70
+    assert val(smp, "iotrace_findings", kind="dataloader_io_bound", rank="0") == 20
+    assert val(smp, "iotrace_findings", kind="dataloader_io_bound", rank="") == 40
+    assert val(smp, "iotrace_findings", kind="straggler_rank", rank="") == 0
+    s.write(Interval(Snapshot(2_000_000_000, 1_000_000_000), [], now[:1]))
+    smp = samples(generate_latest(s.registry).decode())
+    assert val(smp, "iotrace_findings", kind="straggler_rank", rank="1") == 80
+    assert val(smp, "iotrace_findings", kind="dataloader_io_bound", rank="1") == 0
+    many = [Finding("straggler_rank", 50, 2000 + r, "", {}, rank=r)
+            for r in range(MAX_RANK_LABELS + 3)]
+    s.write(Interval(Snapshot(3_000_000_000, 1_000_000_000), [], many))
+    smp = samples(generate_latest(s.registry).decode())
+    ranks = {dict(lab)["rank"] for (n, lab) in smp if n == "iotrace_findings"}
+    assert len(ranks) == MAX_RANK_LABELS + 2 and "other" in ranks and "" in ranks
 
 
 def test_counters_only_grow(scrapes):

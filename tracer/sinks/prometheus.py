@@ -14,7 +14,7 @@ Metrics (base units; docs/prometheus.md has the full description and example que
   iotrace_written_bytes_total{role,layer}            counter
   iotrace_training_loop_seconds_total{state}         counter, tracer.core.vocab.LOOP_STATES
   iotrace_gpu_idle_seconds_total{gpu,cause}          counter
-  iotrace_findings{kind}                             gauge, severity 0-100 (0: not found now)
+  iotrace_findings{kind,rank}                        gauge, severity 0-100 (0: not found now)
   iotrace_events_lost_total                          counter
   iotrace_self_bpf_runs_total{object,program}        counter, runs of each of iotrace's BPF programs
   iotrace_self_bpf_run_seconds_total{object,program} counter, their time in the kernel
@@ -138,7 +138,8 @@ class _State:
         self.loop_ns: dict[tuple[str, str], int] = {(s, ""): 0 for s in LOOP_STATES}
         self.ranks: set[str] = set()  # the rank label values given so far
         self.gpu_idle_ns: dict[tuple[str, str], int] = {}
-        self.findings = dict.fromkeys(FINDING_KINDS, 0)
+        # (kind, rank) -> severity; every kind has its rank="" series from the start
+        self.findings: dict[tuple[str, str], int] = {(k, ""): 0 for k in FINDING_KINDS}
         self.events_lost = 0
         self.last_ts_ns = 0
         # iotrace's own cost (snapshot.cost), cumulative: (object, program) -> counts
@@ -221,12 +222,12 @@ class PrometheusSink:
         """
         snapshot, loop_rows, findings = interval.snapshot, interval.loop, interval.findings
         gpu_idle_rows, events_lost = interval.gpu_idle, interval.events_lost
-        severity: dict[str, int] = {}
-        for f in findings:
-            kind = _label(_get(f, "kind"))
-            severity[kind] = max(severity.get(kind, 0), int(_get(f, "severity") or 0))
         with self._lock:
             s = self._state
+            severity: dict[tuple[str, str], int] = {}
+            for f in findings:
+                key = (_label(_get(f, "kind")), self._rank_label(s, _get(f, "rank")))
+                severity[key] = max(severity.get(key, 0), int(_get(f, "severity") or 0))
             for row in snapshot.latency:
                 self._add_latency(s, row)
             for row in loop_rows:
@@ -237,7 +238,7 @@ class PrometheusSink:
             for row in gpu_idle_rows:
                 key = (_label(row.get("gpu")), _label(row.get("cause")))
                 s.gpu_idle_ns[key] = s.gpu_idle_ns.get(key, 0) + int(row.get("duration_ns") or 0)
-            s.findings = dict.fromkeys(s.findings, 0) | severity  # kinds once seen stay, at 0
+            s.findings = dict.fromkeys(s.findings, 0) | severity  # series once seen stay, at 0
             s.events_lost = max(s.events_lost, int(events_lost or 0))
             s.last_ts_ns = max(s.last_ts_ns, int(snapshot.ts_ns))
             cost = getattr(snapshot, "cost", None)
@@ -246,7 +247,7 @@ class PrometheusSink:
 
     @staticmethod
     def _rank_label(s: _State, rank: object) -> str:
-        if rank is None:
+        if rank is None or rank != rank:  # None, or NaN from a findings row read with pandas
             return ""
         label = str(int(rank))  # type: ignore[call-overload]
         if label not in s.ranks:
@@ -406,10 +407,12 @@ def _families(s: _State) -> Iterator[Metric]:
 
     fam = GaugeMetricFamily(
         "iotrace_findings",
-        "Severity (0-100) of each kind of finding of the diagnosis as it stands now; the "
-        "highest over the traced processes; 0 when the kind is not found now.", labels=("kind",))
-    for kind, sev in sorted(s.findings.items()):
-        fam.add_metric([kind], sev)
+        "Severity (0-100) of each kind of finding of the diagnosis as it stands now, by kind "
+        "and rank (the rank it is about in a distributed job; empty for other findings; past "
+        f"{MAX_RANK_LABELS} ranks, '{OTHER_RANKS}'); the highest over the traced processes; 0 "
+        "when not found now.", labels=("kind", "rank"))
+    for (kind, rank), sev in sorted(s.findings.items()):
+        fam.add_metric([kind, rank], sev)
     yield fam
 
     fam = CounterMetricFamily(
