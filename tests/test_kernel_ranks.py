@@ -25,6 +25,7 @@ from conftest import IOTRACE, ROOT, needs_root
 pytest.importorskip("torch", reason="the DDP job needs torch (pip install torch)")
 
 from tracer.core.vocab import IO_KINDS
+from tracer.live.clock import utc_sync
 from tracer.workloads import dataset as ds
 
 pytestmark = [needs_root, pytest.mark.kernel]
@@ -394,6 +395,15 @@ def test_two_nodes_joined_by_report(shards, tmp_path):
     assert f"Rank 1 (on {os.uname().nodename}, {where[1]}) is the straggler" in joint, joint
     assert "rank 1: the training loop waited for batches" in joint
     assert f"  rank 0 on {os.uname().nodename}, {where[0]}, pid " in joint
+    # how far apart the hosts' clocks may be, as each trace recorded its kernel's NTP state
+    sync = [json.loads((out / "meta.json").read_text())["clocks"]["utc_sync"] for out in outs]
+    assert sync[0]["synchronised"] == sync[1]["synchronised"] == utc_sync()["synchronised"]
+    if sync[0]["synchronised"]:
+        assert "  Clocks: synchronised on every host, each within " in joint, joint
+    else:
+        host = os.uname().nodename
+        assert (f"  Clocks: the kernel of {host} ({outs[0]}), {host} ({outs[1]}) did not say "
+                "its clock was synchronised") in joint, joint
 
 
 def test_a_slow_rank_found_by_auto(shards, tmp_path):

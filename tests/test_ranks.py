@@ -13,6 +13,7 @@ from tracer.core.vocab import AGENT, CHILD, DATALOADER_WORKER, MAIN, RANK
 from tracer.gpu.idle import IdleSpan, attribute, gpu_of, gpu_owners
 from tracer.live.clock import Clock
 from tracer.live.processes import Process, ProcessTable
+from tracer.report import clock_line
 
 S = 1_000_000_000
 
@@ -124,3 +125,16 @@ def test_a_gpu_nvml_names_no_traced_process_on_goes_to_the_rank_given_it():
     assert gpu_owners({}, owners, {101: "GPU-1b1b", 102: "GPU-0a"}, devices) == {1: 101, 0: 102}
     assert gpu_owners({}, owners, {101: "2", 102: "MIG-0a0a"}, devices) == {}  # no such GPU
     assert gpu_of("GPU-", devices) is None  # a prefix of both: CUDA refuses it too
+
+
+def test_the_clock_line_of_traces_joined_from_several_hosts():
+    def meta(synchronised, max_error_ms):
+        return {"clocks": {"utc_sync": {"synchronised": synchronised,
+                                        "max_error_ns": max_error_ms * 1_000_000,
+                                        "estimated_error_ns": 1_000_000}}}
+    synced = [("a", "d0", meta(True, 3)), ("b", "d1", meta(True, 5)), ("c", "d2", meta(True, 2))]
+    assert clock_line(synced) == ("  Clocks: synchronised on every host, each within 5 ms of "
+                                  "UTC (the kernels' bound), so within 8 ms of each other.")
+    line = clock_line([*synced[:2], ("c", "d2", meta(False, 16_000)), ("d", "d3", {})])
+    assert line.startswith("  Clocks: the kernel of c (d2), d (d3) did not say its clock was "
+                           "synchronised"), line  # a trace from before utc_sync: not known

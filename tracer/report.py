@@ -223,7 +223,9 @@ def report_nodes(directories: list[str], out: TextIO) -> int:
     found: list[Finding] = []
     lines = [f"Traces of one job from {len(traces)} nodes, compared over the "
              + (f"{(until - since) / 1e9:.1f} s they all cover:" if since and until else
-                "time they cover:")]
+                "time they cover:"),
+             clock_line([(str(t.meta.get("host") or "?"), d, t.meta)
+                         for d, t in zip(directories, traces, strict=True)])]
     for directory, trace in zip(directories, traces, strict=True):
         procs = process_table(trace)
         d = diagnose_trace(trace, procs)
@@ -258,6 +260,25 @@ def report_nodes(directories: list[str], out: TextIO) -> int:
         print("", file=out)
         print(summary_text(trace, directory, write_gpu_idle=True), file=out)
     return 0
+
+
+def clock_line(hosts: list[tuple[str, str, dict]]) -> str:
+    """How far apart the hosts' clocks may be, from each trace's meta.json (`clocks.utc_sync`,
+    the kernel's NTP state when it was recorded): (host, directory, meta) per trace."""
+    unsure, bounds = [], []
+    for host, directory, meta in hosts:
+        sync = (meta.get("clocks") or {}).get("utc_sync") or {}
+        if sync.get("synchronised") and sync.get("max_error_ns") is not None:
+            bounds.append(int(sync["max_error_ns"]))
+        else:
+            unsure.append(f"{host} ({directory})")
+    if unsure:
+        return (f"  Clocks: the kernel of {', '.join(unsure)} did not say its clock was "
+                "synchronised (NTP, chrony or PTP): the traces are aligned on each host's own "
+                "clock, and the span compared is off by as much as the hosts' clocks differ.")
+    worst = sorted(bounds)[-2:]
+    return (f"  Clocks: synchronised on every host, each within {max(worst) / 1e6:.0f} ms of UTC "
+            f"(the kernels' bound), so within {sum(worst) / 1e6:.0f} ms of each other.")
 
 
 def process_table(trace: TraceReader) -> ProcessTable:

@@ -2,9 +2,9 @@
 
 It exposes just the libbpf calls the loader needs, raising :class:`LibbpfError` (with the errno
 text) instead of returning NULL or a negative code. Everything else about BPF lives in probes.py.
-The one libc call Python has no binding for, prctl(PR_SET_PDEATHSIG) for the held child
-(tracer.live.child), is here too: ctypes stays in one module, whose libc handle is loaded at
-import, before any fork.
+The two libc calls Python has no binding for are here too: prctl(PR_SET_PDEATHSIG) for the held
+child (tracer.live.child) and adjtimex for the host clock's NTP state (tracer.live.clock). ctypes
+stays in one module, whose libc handle is loaded at import, before any fork.
 """
 
 from __future__ import annotations
@@ -67,6 +67,29 @@ def set_pdeathsig(sig: int) -> None:
     zero = ctypes.c_ulong(0)
     if _libc.prctl(PR_SET_PDEATHSIG, ctypes.c_ulong(int(sig)), zero, zero, zero) != 0:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+
+
+TIME_ERROR = 5  # adjtimex's state of a clock that NTP does not keep synchronised
+_L = ctypes.c_long
+
+
+class _Timex(ctypes.Structure):  # struct timex, include/uapi/linux/timex.h
+    _fields_ = [("modes", ctypes.c_uint), ("offset", _L), ("freq", _L), ("maxerror", _L),
+                ("esterror", _L), ("status", ctypes.c_int), ("constant", _L), ("precision", _L),
+                ("tolerance", _L), ("time_sec", _L), ("time_usec", _L), ("tick", _L),
+                ("ppsfreq", _L), ("jitter", _L), ("shift", ctypes.c_int), ("stabil", _L),
+                ("jitcnt", _L), ("calcnt", _L), ("errcnt", _L), ("stbcnt", _L),
+                ("tai", ctypes.c_int), ("_reserved", ctypes.c_int * 11)]
+
+
+def adjtimex() -> tuple[int, int, int]:
+    """adjtimex(2) that only reads (modes 0, no privilege needed): (clock state, maximum error
+    in us, estimated error in us) of the kernel's NTP bookkeeping."""
+    timex = _Timex()
+    state = _libc.adjtimex(ctypes.byref(timex))
+    if state < 0:
+        raise OSError(ctypes.get_errno(), "adjtimex failed")
+    return state, timex.maxerror, timex.esterror
 
 
 def _sig(fn, restype, *argtypes):

@@ -1,8 +1,22 @@
-"""Monotonic (bpf_ktime_get_ns) to UTC conversion, measured once at start."""
+"""Monotonic (bpf_ktime_get_ns) to UTC conversion, measured once at start, and how far the
+host's UTC itself may be off (the kernel's NTP state), for joining the traces of several hosts."""
 
 from __future__ import annotations
 
 import time
+
+from tracer.kernel.libbpf import TIME_ERROR, adjtimex
+
+
+def utc_sync() -> dict:
+    """Whether NTP (or chrony, PTP) keeps this host's UTC synchronised, with the kernel's
+    maximum and estimated error of it; `synchronised` None where the kernel cannot be asked."""
+    try:
+        state, max_error_us, estimated_error_us = adjtimex()
+    except OSError:
+        return {"synchronised": None, "max_error_ns": None, "estimated_error_ns": None}
+    return {"synchronised": state != TIME_ERROR, "max_error_ns": max_error_us * 1000,
+            "estimated_error_ns": estimated_error_us * 1000}
 
 
 class Clock:
@@ -29,4 +43,4 @@ class Clock:
 
     def meta(self) -> dict:
         return {"bpf_clock": "CLOCK_MONOTONIC", "monotonic_to_utc_offset_ns": self.offset_ns,
-                "offset_uncertainty_ns": self.uncertainty_ns}
+                "offset_uncertainty_ns": self.uncertainty_ns, "utc_sync": utc_sync()}
