@@ -62,7 +62,9 @@ def torchrun(data: Path, ranks: int = 2, slow: int | None = None, epochs: int = 
             f"--nproc_per_node={ranks}", *agent, str(SCRIPT), "--data", str(data),
             "--epochs", str(epochs), *job]
     if slow is not None:
-        argv += ["--slow-rank", str(slow), "--throttle-read-bps", str(bps)]
+        argv += ["--slow-rank", str(slow)]
+    if slow is not None and bps:  # (0: the rank is slowed otherwise, by what `job` says)
+        argv += ["--throttle-read-bps", str(bps)]
     return argv
 
 
@@ -91,7 +93,7 @@ def slow_enough(argv: list[str], stdout: str) -> bool:
     (a few runs in ten on the shared development VM) the cgroup's limit did not hold although
     the rank was in it: its reads went to the disk at full speed. Such a run has no straggler
     to find and is run again (RUNS in all)."""
-    if "--slow-rank" not in argv:
+    if "--throttle-read-bps" not in argv:
         return True
     epochs = [float(m) for m in re.findall(r"^epoch \d+ steps \d+ seconds ([0-9.]+)$", stdout,
                                            re.MULTILINE)]
@@ -100,7 +102,7 @@ def slow_enough(argv: list[str], stdout: str) -> bool:
 
 def throttled(argv: list[str], stderr: str) -> None:
     """The slow rank said it limited its reads (else the job has no straggler to find)."""
-    if "--slow-rank" in argv:
+    if "--throttle-read-bps" in argv:
         rank = argv[argv.index("--slow-rank") + 1]
         assert f"rank {rank} throttle: blkio" in stderr or f"rank {rank} throttle: io.max" in (
             stderr), stderr[-3000:]
@@ -321,6 +323,30 @@ def test_a_balanced_job(shards, tmp_path):
     assert "straggler_rank" not in set(f.kind), table(f)
     assert not set(f.kind) & set(IO_KINDS), table(f)
     assert "not_io_bound" in set(f.kind)
+
+
+@pytest.mark.parametrize("mode", ["launched", "attached"])
+def test_a_rank_slowed_by_its_workers_cpu(shards, tmp_path, mode):
+    """Rank 1's workers run a CPU-heavy transform on every sample, its data warm like rank 0's:
+    rank 1 is the straggler for its workers' CPU, not for I/O; rank 0 is blamed for nothing."""
+    out = tmp_path / "trace"
+    argv = torchrun(shards, slow=1, epochs=4, bps=0, job=("--heavy-transform-rounds", "3"))
+    stdout = launched(argv, out) if mode == "launched" else attached(argv, out)[0]
+    by_rank = check_structure(out, 2)
+    f = final(out)
+    lead = f.iloc[0]
+    ev = json.loads(lead.evidence)
+    assert (lead.kind, lead["rank"]) == ("straggler_rank", 1), table(f)
+    assert (ev["cause"], ev["cause_finding"]) == ("data_wait_cpu", "dataloader_cpu_bound")
+    cpu = f[f.kind == "dataloader_cpu_bound"]
+    assert set(cpu["rank"]) == {1} and set(cpu.pid) <= set(ev["pids"]), table(f)
+    assert not set(f.kind) & {*IO_KINDS, "sync_loading"}, table(f)
+    shares = loop_shares(out)
+    assert shares.loc[by_rank[1], "data_wait_cpu_ns"] >= 0.2
+    assert shares.loc[by_rank[0], "collective_wait_ns"] >= max(
+        0.2, 2 * shares.loc[by_rank[1], "collective_wait_ns"])
+    assert shares.loc[by_rank[0], "data_wait_cpu_ns"] <= 0.05
+    assert "Rank 1 is the straggler" in stdout
 
 
 def test_a_slow_rank_of_four(shards4, tmp_path):

@@ -1,7 +1,8 @@
 """A DistributedDataParallel training loop over gloo, one data shard per rank, run by torchrun.
 
     torchrun --standalone --nproc_per_node=N tracer/workloads/ddp_train.py --data DIR
-        [--slow-rank R --throttle-read-bps BPS] [--num-workers W] [--batch-size B]
+        [--slow-rank R (--throttle-read-bps BPS | --heavy-transform-rounds K)]
+        [--num-workers W] [--batch-size B]
         [--epochs E] [--compute-rounds K] [--fail-once-rank R --fail-after-steps N]
 
 DIR holds one folder per rank, `shard<R>`, of sample files (`tracer.workloads.dataset`), all of
@@ -13,7 +14,10 @@ slow rank holds every other rank back in that all-reduce.
 --slow-rank R: rank R's shard is made cold (posix_fadvise DONTNEED) at the start of every epoch
 and its process moves itself (and so its workers) into a blkio/io.max cgroup that limits its
 disk reads to BPS (the cgroup `iotrace-ddp-<pid>`, removed at exit); the other ranks keep their
-shards read and mapped (warm, in memory). Without it every rank is warm: a balanced job.
+shards read and mapped (warm, in memory). With --heavy-transform-rounds K instead, rank R's
+shard stays warm too and its workers run K rounds of the CPU-heavy transform (`train`'s
+`heavy`) on every sample: a rank slowed by its DataLoader's CPU. Without --slow-rank every
+rank is the same: a balanced job.
 
 --fail-once-rank R: in the first attempt (TORCHELASTIC_RESTART_COUNT 0), rank R exits with code
 3 after --fail-after-steps steps, so that torchrun's agent (`--max-restarts 1` or more) stops the
@@ -48,6 +52,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--data", required=True, help="folder of shard<R> folders of sample files")
     p.add_argument("--slow-rank", type=int, default=-1)
     p.add_argument("--throttle-read-bps", type=int, default=0)
+    p.add_argument("--heavy-transform-rounds", type=int, default=0)
     p.add_argument("--num-workers", type=int, default=2)
     p.add_argument("--batch-size", type=int, default=4)
     p.add_argument("--epochs", type=int, default=1)
@@ -83,9 +88,11 @@ def main(argv: list[str] | None = None) -> int:
     shard = Path(args.data) / f"shard{rank}"
     paths = sorted(p for p in shard.iterdir() if p.is_file())
     slow = rank == args.slow_rank
-    held = None if slow else ds.hold(paths)  # warm for the whole run
+    cold = slow and bool(args.throttle_read_bps)
+    held = None if cold else ds.hold(paths)  # warm for the whole run
+    heavy = args.heavy_transform_rounds if slow else 0
     throttled = None
-    if slow and args.throttle_read_bps:
+    if cold:
         throttled = f"ddp-{os.getpid()}"
         done = ds.throttle(os.getpid(), shard, args.throttle_read_bps, name=throttled)
         print(f"rank {rank} throttle: {done or 'not possible here'}", file=sys.stderr, flush=True)
@@ -95,12 +102,13 @@ def main(argv: list[str] | None = None) -> int:
         init(rank)
         model = DistributedDataParallel(Model("light"))
         optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-        loader = DataLoader(FileDataset(paths, "none", 0), batch_size=args.batch_size,
+        loader = DataLoader(FileDataset(paths, "heavy" if heavy else "none", heavy),
+                            batch_size=args.batch_size,
                             shuffle=False, drop_last=True, num_workers=args.num_workers,
                             persistent_workers=args.num_workers > 0, worker_init_fn=worker_init)
         loss_fn = nn.CrossEntropyLoss()
         for epoch in range(1, args.epochs + 1):
-            if slow:
+            if cold:
                 ds.make_cold(paths)
             t0 = time.perf_counter()
             n = 0
