@@ -176,6 +176,20 @@ def test_command_that_fails_to_exec(tmp_path):
                    f"cannot execute '{bogus}'", "Exec format error")
 
 
+def test_report_of_one_trace_given_twice(tmp_path):
+    """Joining nodes' traces: the same trace twice (or a copy of it) would count its ranks
+    twice."""
+    from tracer.sinks.parquet import TraceWriter
+
+    (tmp_path / "node0").mkdir()
+    with TraceWriter(tmp_path / "node0", {"host": "n0", "start_ns": 1_700_000_000_000_000_000}):
+        pass
+    shutil.copytree(tmp_path / "node0", tmp_path / "copy")
+    for second in ("node0", "copy"):
+        one_line_error(run_iotrace("report", str(tmp_path / "node0"), str(tmp_path / second)),
+                       USAGE, "are the same trace", "give each node's trace once")
+
+
 def test_report_json_and_html_of_a_bad_directory(tmp_path):
     one_line_error(run_iotrace("report", str(tmp_path / "none"), "--json"), USAGE)
     one_line_error(run_iotrace("report", str(tmp_path / "none"), "--html", str(tmp_path / "x.html")),

@@ -211,6 +211,15 @@ def report_nodes(directories: list[str], out: TextIO) -> int:
         except TraceError as e:
             raise TraceFailure(str(e), EXIT_USAGE) from None
         traces.append(trace)
+    seen: dict[tuple, str] = {}
+    for directory, trace in zip(directories, traces, strict=True):
+        # a node's trace given twice, or a copy of it, would count its ranks twice
+        key = (trace.meta.get("host"), trace.start_ns) if trace.start_ns is not None else (
+            str(trace.directory.resolve()),)
+        if key in seen:
+            raise TraceFailure(f"{seen[key]} and {directory} are the same trace (same host and "
+                               "start): give each node's trace once", EXIT_USAGE)
+        seen[key] = directory
     starts = [t.start_ns for t in traces if t.start_ns is not None]
     stops = [t.stop_ns for t in traces if t.stop_ns is not None]
     since = max(starts) if len(starts) == len(traces) else None
