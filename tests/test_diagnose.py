@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from tracer.core.diagnose import IO_KINDS, Diagnosis
 from tracer.core.vocab import LOOP_STATES
 
@@ -450,6 +452,25 @@ def test_an_intervals_reads_of_a_thousand_folders_stay_bounded_and_add_up():
     assert reads.bytes == 4096 * (200 + 30 * 1000)
     assert reads.file_count() == 200 + 30 * 1000
     assert ("/data/train/", "ext4") in reads.folder_files  # where the other folders went
+
+
+def test_the_reads_an_interval_keeps_are_frozen_and_share_their_keys():
+    """An hour of intervals is kept: each keeps its reads read-only in arrays, the keys that
+    repeat from one interval to the next stored once, and adds up as it did."""
+    files = [file_row(WORKER, "dataloader_worker", "read", 4096 * (k + 1), MS,
+                      path=f"/data/f{k}.bin") for k in range(40)]
+    d = Diagnosis()
+    for i in (1, 2):
+        d.add(i * S, S, [thread(MAIN, MAIN, "main", oncpu=S)], files, [], [], OWNER)
+    first, second = (iv.data[MAIN] for iv in d.intervals)
+    assert [k for k in first.files] == [k for k in second.files]
+    assert all(a is b for a, b in zip(first.files, second.files, strict=True))
+    assert len(first.files) == 33  # 32 files, then their folder as one entry
+    assert sum(first.files.values()) == first.bytes == 4096 * sum(range(1, 41))
+    assert dict(first.by_dir.items()) == {"/data/": (first.bytes, 0, 0)}
+    assert first.file_count() == 40
+    with pytest.raises(TypeError):
+        first.files[("/data/f0.bin", "ext4")] = 0  # read-only
 
 def disk_use(who, nbytes, requests, comm=None, cgroup="/jobs", device="vda"):
     return {"device": device, "op": "read", "who": who, "cgroup": cgroup, "container_id": None,
