@@ -25,7 +25,7 @@ import json
 import re
 from array import array
 from collections import defaultdict, deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from tracer.core.abi import MAX_SLOTS
@@ -307,6 +307,8 @@ class _Reads:
         return self
 
 
+NO_COUNTS = (0,) * MAX_SLOTS  # the slot counts of an interval without any, shared by all
+
 MAX_SHARED_KEYS = 65_536
 _shared_keys: dict = {}  # a key of _Sums -> the one object all intervals use for it
 
@@ -410,8 +412,8 @@ class _Interval:
     written: dict[int, int]  # main pid -> bytes written to checkpoint-size files
     read_counts: dict[tuple[int, str], list[int]]  # (main pid, role) -> log2 slot counts
     read_max: dict[tuple[int, str], tuple[int, int]]  # (main pid, role) -> (reads, slowest ns)
-    queue_counts: list[int]
-    service_counts: list[int]
+    queue_counts: Sequence[int]  # NO_COUNTS when the interval had no block reads
+    service_counts: Sequence[int]
     device_util: dict[str, float]
     worker_net_ns: dict[int, int]  # main pid -> its workers' time in socket reads (estimated)
     net_counts: dict[tuple[int, str], list[int]]  # (main, role) -> socket reads' log2 slots
@@ -699,7 +701,7 @@ class Diagnosis:
             {pid: r.frozen() for pid, r in data.items()},
             {pid: r.frozen() for pid, r in library.items()}, loop_time, dict(written),
             read_counts, _read_max(files, owner),
-            queue, service,
+            queue if any(queue) else NO_COUNTS, service if any(service) else NO_COUNTS,
             {d["device"]: d["util_pct"] for d in devices}, dict(worker_net), net_counts, net_bytes,
             dict(small), background, other_parts, {m["pid"]: m for m in memory},
             _disk_reads(device_users)))
