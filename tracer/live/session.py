@@ -387,10 +387,12 @@ class Session:
         """The TCP peers of the mains and their workers, for the network data wait's evidence:
         kept on each process (its `processes` rows) and told to the diagnosis (`owners`: each
         process's main)."""
+        tables: dict[str, dict[int, str]] = {}  # each network namespace's, read once
         for proc in self.processes.alive():
             if proc.role not in (*LOOP_ROLES, DATALOADER_WORKER) or len(proc.peers) >= MAX_PEERS:
                 continue
-            new = sorted(peers_of(proc.pid) - set(proc.peers))[:MAX_PEERS - len(proc.peers)]
+            new = sorted(peers_of(proc.pid, tables=tables) - set(proc.peers))[
+                :MAX_PEERS - len(proc.peers)]
             if new:
                 proc.peers.extend(new)
                 self.step.diagnosis.note_peers(owners.get(proc.pid, proc.pid), new)
