@@ -57,14 +57,23 @@ if TYPE_CHECKING:
     from tracer.sinks import Sink
     from tracer.sinks.parquet import ParquetSink
 
-# Imported while the BPF objects load (a thread), so that they do not delay attaching.
-HEAVY_MODULES = ("tracer.live.aggregate", "tracer.sinks.parquet", "tracer.sinks.csv",
-                 "tracer.sinks.prometheus", "tracer.ui", "tracer.render.summary")
+# Imported while the BPF objects load (a thread), so that they do not delay attaching: those
+# every run needs, and those of the outputs asked for (the others are never imported: the live
+# view's rich and the Prometheus client are 4 MiB of memory each).
+HEAVY_MODULES = ("tracer.live.aggregate", "tracer.sinks.parquet", "tracer.ui.line",
+                 "tracer.render.summary")
 
 
-def _preload() -> threading.Thread:
+def heavy_modules(opts: TraceOptions) -> list[str]:
+    """The modules this run imports while the BPF objects load."""
+    return [*HEAVY_MODULES, *(["tracer.sinks.csv"] if opts.csv else []),
+            *(["tracer.sinks.prometheus"] if opts.prometheus else []),
+            *(["tracer.ui.live"] if opts.tui else [])]
+
+
+def _preload(names: list[str]) -> threading.Thread:
     def run() -> None:
-        for name in HEAVY_MODULES:
+        for name in names:
             importlib.import_module(name)
 
     t = threading.Thread(target=run, name="iotrace-preload", daemon=True)
@@ -155,7 +164,7 @@ class Session:
         if problem:
             raise TraceFailure(problem, EXIT_HOST)
         self.no_pandas.install()
-        preload = _preload()
+        preload = _preload(heavy_modules(self.opts))
         start_ns = self.clock.now_ns()
         try:
             self.probes.load()
@@ -234,9 +243,7 @@ class Session:
         from tracer.live.aggregate import Aggregator
         from tracer.live.cgroups import CgroupNames
         from tracer.live.step import Step
-        from tracer.sinks.csv import CsvSink
         from tracer.sinks.parquet import ParquetSink, TraceWriter
-        from tracer.ui import LinePrinter, LiveView, NotePrinter
 
         self.cost.start_meter()
         aggregator = Aggregator(self.processes, self.files, CgroupNames())
@@ -255,16 +262,22 @@ class Session:
         aggregator.last_ts_ns = self.clock.now_ns()  # the first interval starts now
         self.proc.sample(aggregator.last_ts_ns)  # primes the /proc counters
         if self.opts.csv:
+            from tracer.sinks.csv import CsvSink
+
             try:
                 self.sinks.append(CsvSink(self.opts.csv, interval_s=self.opts.interval_s))
             except OSError as e:
                 raise TraceFailure(f"cannot write --csv {self.opts.csv}: {e.strerror}",
                                    EXIT_USAGE) from None
         if self.opts.tui:
+            from tracer.ui.live import LiveView
+
             view = LiveView(targets=what, interval_s=self.opts.interval_s,
                             on_quit=lambda: self.request_stop("q"))
             self.sinks.append(view.start())
         else:  # where the live view owns the terminal, it alone shows notes
+            from tracer.ui.line import LinePrinter, NotePrinter
+
             self.sinks += [LinePrinter(self.out, self.opts.interval_s, on_error=self._stdout_failed),
                            NotePrinter(self.err)]
 
