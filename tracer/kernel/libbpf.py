@@ -2,9 +2,9 @@
 
 It exposes just the libbpf calls the loader needs, raising :class:`LibbpfError` (with the errno
 text) instead of returning NULL or a negative code. Everything else about BPF lives in probes.py.
-The one libc call Python has no binding for, prctl(PR_SET_PDEATHSIG) for the held child
-(tracer.live.child), is here too: ctypes stays in one module, whose libc handle is loaded at
-import, before any fork.
+The two libc calls Python has no binding for, prctl(PR_SET_PDEATHSIG) for the held child
+(tracer.live.child) and malloc_trim for the tracer's memory (tracer.live.session), are here too:
+ctypes stays in one module, whose libc handle is loaded at import, before any fork.
 """
 
 from __future__ import annotations
@@ -67,6 +67,16 @@ def set_pdeathsig(sig: int) -> None:
     zero = ctypes.c_ulong(0)
     if _libc.prctl(PR_SET_PDEATHSIG, ctypes.c_ulong(int(sig)), zero, zero, zero) != 0:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+
+
+def release_free_memory() -> None:
+    """malloc_trim(0): the C library gives the pages its heap has free back to the kernel. Each
+    interval frees the arrays of tens of thousands of per-file rows; glibc kept most of those
+    pages (its heap is trimmed only from the top), and the tracer's resident memory grew by
+    them interval after interval. Nothing where the C library has no malloc_trim (musl)."""
+    trim = getattr(_libc, "malloc_trim", None)
+    if trim is not None:
+        trim(0)
 
 
 def _sig(fn, restype, *argtypes):

@@ -38,6 +38,7 @@ from tracer.errors import (
 )
 from tracer.gpu import nvml
 from tracer.kernel.host import tracing_problem, yield_to_job
+from tracer.kernel.libbpf import release_free_memory
 from tracer.kernel.probes import BadSetting, HostCannotTrace, Probes
 from tracer.live.child import STOP_SIGNALS, HeldChild
 from tracer.live.clock import Clock
@@ -394,6 +395,8 @@ class Session:
         for sink in self.sinks:
             sink.write(interval)
         self.forget.after(reading, self.step.aggregator)
+        del reading  # its arrays: the interval's per-file counters, freed before the trim
+        release_free_memory()
         return interval
 
     def _sample_peers(self, owners: dict[int, int]) -> None:
