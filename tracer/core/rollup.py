@@ -77,6 +77,26 @@ def _groups(rows: np.ndarray, by: tuple[str, ...]) -> tuple[np.ndarray, np.ndarr
     return order, np.flatnonzero(np.concatenate(([True], ~same_h)))
 
 
+def _repeats(rows: np.ndarray, by: tuple[str, ...]) -> bool:
+    """Whether two rows have the same `by` fields. The fields are compared only where two
+    hashes are equal, which for unique keys (the usual case) is nowhere."""
+    import numpy as np
+
+    h = _hash(rows, by)
+    order = np.argsort(h)
+    sorted_h = h[order]
+    pairs = np.flatnonzero(sorted_h[1:] == sorted_h[:-1])
+    if not len(pairs):
+        return False
+    a, b = order[pairs], order[pairs + 1]
+    same = np.ones(len(pairs), dtype=bool)
+    for name in by:
+        same &= rows[name][a] == rows[name][b]
+    if same.all():
+        return True
+    return len(_groups(rows, by)[1]) < len(rows)  # a collision: by every field
+
+
 def add_up(rows: np.ndarray, by: tuple[str, ...], weights: np.ndarray | None = None
            ) -> tuple[np.ndarray, np.ndarray]:
     """Rows with equal `by` fields as one, sorted by `by`: counts summed, maxima the largest,
@@ -110,7 +130,10 @@ def _kept(files: np.ndarray, keep: int) -> np.ndarray:
     at least the group's keep-th largest), not every row of the interval."""
     import numpy as np
 
-    order, starts = _groups(files, ("tgid", "op"))
+    group = (files["tgid"].astype(np.uint64) << np.uint64(8)) | files["op"]  # (exact)
+    order = np.argsort(group)
+    sorted_group = group[order]
+    starts = np.flatnonzero(np.concatenate(([True], sorted_group[1:] != sorted_group[:-1])))
     bounds = np.append(starts, len(files)).tolist()
     lat = files["latency_sum_ns"]
     picked = []
@@ -140,7 +163,7 @@ def split(files: np.ndarray, folders: np.ndarray, keep: int = KEEP_FILES
     import numpy as np
 
     key = ("tgid", "dev", "ino", "gen", "op")
-    if len(files) and len(_groups(files, key)[1]) < len(files):
+    if len(files) and _repeats(files, key):
         files, _ = add_up(files, key)  # rare: a key in its slot and in the map
     if len(files):
         at = _kept(files, keep)
