@@ -152,7 +152,8 @@ def test_roll_up_is_the_same_when_hashes_collide(monkeypatch):
     files = with_rereads(counts(*entries))
     folders = with_rereads(counts((7, 501, 0, 4, 4000, 501)))
     real = rollup.split(files, folders, keep=8)
-    monkeypatch.setattr(rollup, "_hash", lambda rows, by: np.zeros(len(rows), dtype=np.uint64))
+    monkeypatch.setattr(rollup, "_hash",
+                        lambda rows, by: np.zeros(len(rows[by[0]]), dtype=np.uint64))
     collided = rollup.split(files, folders, keep=8)
     assert [a.tobytes() for a in real] == [b.tobytes() for b in collided]
     own, folder_rows, n_files = real

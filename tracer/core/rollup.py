@@ -47,11 +47,12 @@ def take(rows: np.ndarray, index: np.ndarray) -> np.ndarray:
     return rows.view(np.dtype((np.void, rows.dtype.itemsize)))[index].view(rows.dtype)
 
 
-def _hash(rows: np.ndarray, by: tuple[str, ...]) -> np.ndarray:
-    """A 64-bit hash of each row's `by` fields: equal fields, equal hashes."""
+def _hash(rows: np.ndarray | dict[str, np.ndarray], by: tuple[str, ...]) -> np.ndarray:
+    """A 64-bit hash of each row's `by` fields (`rows`: rows, or their columns by name): equal
+    fields, equal hashes."""
     import numpy as np
 
-    h = np.zeros(len(rows), dtype=np.uint64)
+    h = np.zeros(len(rows[by[0]]), dtype=np.uint64)
     with np.errstate(over="ignore"):
         for name in by:
             h = (h ^ rows[name].astype(np.uint64)) * np.uint64(0x9E3779B97F4A7C15)
@@ -59,7 +60,8 @@ def _hash(rows: np.ndarray, by: tuple[str, ...]) -> np.ndarray:
     return h
 
 
-def _groups(rows: np.ndarray, by: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
+def _groups(rows: np.ndarray | dict[str, np.ndarray], by: tuple[str, ...]
+            ) -> tuple[np.ndarray, np.ndarray]:
     """(order, starts): rows[order] has the rows of equal `by` fields together, each group from
     its start; the groups in no particular order. One sort of a hash of the fields (a sort by
     every field, as lexsort does, costs one stable sort per field); where two different keys
@@ -97,29 +99,36 @@ def _repeats(rows: np.ndarray, by: tuple[str, ...]) -> bool:
     return len(_groups(rows, by)[1]) < len(rows)  # a collision: by every field
 
 
-def add_up(rows: np.ndarray, by: tuple[str, ...], weights: np.ndarray | None = None
+def add_up(rows: np.ndarray, by: tuple[str, ...], weights: np.ndarray | None = None,
+           index: np.ndarray | None = None, group_by: tuple[str, ...] | None = None
            ) -> tuple[np.ndarray, np.ndarray]:
     """Rows with equal `by` fields as one, sorted by `by`: counts summed, maxima the largest,
     the other fields the first row's; and the sum of `weights` (default 1 per row) of each.
-    A column at a time: a million rows cost a few of their columns of memory, not copies of
-    the rows."""
+    `index`: the rows to add up (positions in `rows`; default all), read in place rather than
+    copied (an interval's are megabytes). `group_by`: fields whose values are those of `by`
+    for every row added up here (the caller sets `by` in the rows made). A column at a time:
+    a million rows cost a few of their columns of memory, not copies of the rows."""
     import numpy as np
 
+    group_by = group_by or by
+    n = len(rows) if index is None else len(index)
     if weights is None:
-        weights = np.ones(len(rows), dtype=np.int64)
-    if not len(rows):
-        return rows.copy(), weights[:0].copy()
-    order, starts = _groups(rows, by)
+        weights = np.ones(n, dtype=np.int64)
+    if not n:
+        return (rows.copy() if index is None else take(rows, index)), weights[:0].copy()
+    keys = {name: rows[name] if index is None else rows[name][index] for name in group_by}
+    order, starts = _groups(keys, group_by)
     first = np.minimum.reduceat(order, starts)  # each group's first row
     # the groups in the order of their keys, as a sort of the rows by `by` gives them
-    by_key = np.lexsort([rows[name][first] for name in reversed(by)])
-    out = take(rows, first[by_key])
-    if len(starts) == len(rows):  # nothing to add up (the usual case for files)
+    by_key = np.lexsort([keys[name][first] for name in reversed(group_by)])
+    out = take(rows, first[by_key] if index is None else index[first[by_key]])
+    if len(starts) == n:  # nothing to add up (the usual case for files)
         return out, weights[first[by_key]]
+    at = order if index is None else index[order]
     for name in SUMMED + tuple(n for n in SUMMED_IF_THERE if n in rows.dtype.names):
-        out[name] = np.add.reduceat(rows[name][order], starts)[by_key]
+        out[name] = np.add.reduceat(rows[name][at], starts)[by_key]
     for name in LARGEST:
-        out[name] = np.maximum.reduceat(rows[name][order], starts)[by_key]
+        out[name] = np.maximum.reduceat(rows[name][at], starts)[by_key]
     return out, np.add.reduceat(weights[order], starts)[by_key]
 
 
@@ -169,9 +178,16 @@ def split(files: np.ndarray, folders: np.ndarray, keep: int = KEEP_FILES
         at = _kept(files, keep)
         others = np.ones(len(files), dtype=bool)
         others[at] = False
-        own, rest = take(files, at), take(files, others)
+        own = take(files, at)
     else:
-        own, rest = files, files.copy()
+        own, others = files, np.zeros(0, dtype=bool)
+    if not len(folders):  # the usual case: the files' folders only, read in place
+        folder_rows, n_files = add_up(files, FOLDER_KEY, index=np.flatnonzero(others),
+                                      group_by=("tgid", "dev", "dir_ino", "op"))
+        folder_rows["ino"] = folder_rows["dir_ino"]
+        folder_rows["gen"] = 0
+        return own, folder_rows, n_files
+    rest = take(files, others)
     rest["ino"] = rest["dir_ino"]
     rest["gen"] = 0
     rows, weights = rest, np.ones(len(rest), dtype=np.int64)
