@@ -34,7 +34,7 @@ MAX_NAMED = 16384  # files (and folders) whose names are kept; the others are lo
 LISTINGS = 64  # folder listings kept (a job reads a few folders at a time)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # (16 384 kept: FileTable.by_id)
 class FileInfo:
     path: str  # absolute, as the process sees it; " (deleted)" appended for unlinked files
     # kernel: dentry walk from an open file; inode: from the inode's dentry (page cache only),
