@@ -9,6 +9,7 @@ linked into that one object at build time, so each map the stages share is one m
 from __future__ import annotations
 
 import errno
+import mmap
 import os
 import time
 from collections.abc import Callable, Mapping
@@ -468,17 +469,28 @@ class Probes:
 
     def _drain_map(self, m: Map, name: str, buf: int, first=None):
         """The entries of buffer `buf` of a file_key -> file_stat map, deleted, after the rows
-        `first` (abi.file_counts)."""
+        `first` (abi.file_counts). Read a chunk at a time into an array whose pages take
+        memory only as rows are written: the map holds the other buffer's entries too."""
         import numpy as np
 
-        keys, values = m.raw_items(self.max_entries[name])
-        raw = np.frombuffer(keys, dtype=f"V{abi.FILE_KEY.size}")
-        mine = np.frombuffer(keys, dtype=np.dtype(list(abi.FILE_KEY_FIELDS)))["buf"] == buf
-        if mine.all():  # the usual case: the new buffer has had no time to fill
-            m.delete_many(raw.tobytes())
-        elif mine.any():
-            m.delete_many(raw[mine].tobytes())
-        return abi.file_counts(keys, values, buf, first)
+        dtype = abi.file_counts_dtype()
+        head = 0 if first is None else len(first)
+        size = (head + self.max_entries[name]) * dtype.itemsize
+        out = np.frombuffer(mmap.mmap(-1, size, mmap.MAP_PRIVATE), dtype=dtype)
+        if head:
+            out[:head] = first
+        n, done = head, []
+        key_dtype = np.dtype(list(abi.FILE_KEY_FIELDS))
+        for keys, values in m.raw_chunks():
+            mine = np.frombuffer(keys, dtype=key_dtype)["buf"] == buf
+            if not mine.any():
+                continue
+            done.append(np.frombuffer(keys, dtype=f"V{abi.FILE_KEY.size}")[mine].tobytes())
+            rows = abi.file_counts(keys, values, buf)
+            out[n:n + len(rows)] = rows
+            n += len(rows)
+        m.delete_many(b"".join(done))
+        return out[:n]
 
     @staticmethod
     def _percpu_sum(m: Map, index: int) -> int:
