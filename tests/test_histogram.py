@@ -11,6 +11,7 @@ from tracer.core.model import Series
 from tracer.live.aggregate import Aggregator, Reading
 from tracer.live.clock import Clock
 from tracer.live.processes import Process, ProcessTable
+from tracer.live.rereads import with_rereads
 from tracer.render.summary import render_summary
 from tracer.report import totals_from_latency
 
@@ -137,6 +138,27 @@ def test_files_past_the_kept_ones_are_added_up_per_folder():
     assert len([r for r in own if r["pid"] == 8]) == 2
     assert (agg.rolled_up.file_rows, agg.rolled_up.folder_rows, agg.rolled_up.kernel_ops) == (
         n + 3 - KEEP_FILES, 1, 4)
+
+
+def test_roll_up_is_the_same_when_hashes_collide(monkeypatch):
+    """The roll-up groups rows by a hash of their keys and compares the keys where two hashes
+    are equal: with every hash the same (each pair a collision) it makes the same rows, in the
+    same order, as with real hashes. The rows have ties (equal times: the first row wins) and
+    keys found twice (added up first)."""
+    from tracer.core import rollup
+
+    entries = [(pid, ino % 97, 0, 1 + ino % 3, 1000 * (ino % 5), 500 + ino % 4)
+               for pid in (7, 8) for ino in range(300)]
+    files = with_rereads(counts(*entries))
+    folders = with_rereads(counts((7, 501, 0, 4, 4000, 501)))
+    real = rollup.split(files, folders, keep=8)
+    monkeypatch.setattr(rollup, "_hash",
+                        lambda rows, by: np.zeros(len(rows[by[0]]), dtype=np.uint64))
+    collided = rollup.split(files, folders, keep=8)
+    assert [a.tobytes() for a in real] == [b.tobytes() for b in collided]
+    own, folder_rows, n_files = real
+    assert len(own) == 2 * 8 and n_files.sum() == 2 * (97 - 8)
+    assert own["ops"].sum() + folder_rows["ops"].sum() == sum(e[3] for e in entries) + 4
 
 
 def test_summary_totals_stay_bounded():

@@ -24,3 +24,22 @@ def test_connections_by_inode_listeners_and_time_wait_left_out():
 
 def test_ipv6_and_ipv4_mapped_peers():
     assert parse_tcp(TCP6) == {77: "10.10.10.100:443", 78: "[2001:db8::1]:80"}
+
+
+def test_one_read_of_the_connections_per_network_namespace():
+    """A real connection of this process is named; the connections read for it serve the next
+    process of the same network namespace (the shared `tables`), which reads nothing again."""
+    import os
+    import socket
+
+    from tracer.live.peers import peers_of
+
+    with socket.create_server(("127.0.0.1", 0)) as server, \
+            socket.create_connection(server.getsockname()) as client:
+        tables: dict[str, dict[int, str]] = {}
+        port = server.getsockname()[1]
+        assert peers_of(os.getpid(), tables=tables) >= {f"127.0.0.1:{port}"}
+        assert list(tables) == [os.readlink(f"/proc/{os.getpid()}/ns/net")]
+        tables[next(iter(tables))] = {}  # what a second read would find again is not read
+        assert peers_of(os.getpid(), tables=tables) == set()
+        assert client.fileno() >= 0

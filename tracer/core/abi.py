@@ -261,17 +261,27 @@ def file_counts_dtype() -> np.dtype:
     return np.dtype(list(FILE_KEY_FIELDS + FILE_STAT_FIELDS))
 
 
-def file_counts(keys: bytes, values: bytes) -> np.ndarray:
-    """Raw struct file_key and struct file_stat, n of each, as one array of file_counts_dtype."""
+def file_counts(keys: bytes, values: bytes, buf: int | None = None,
+                first: np.ndarray | None = None) -> np.ndarray:
+    """Raw struct file_key and struct file_stat, n of each, as one array of file_counts_dtype;
+    with `buf`, only the entries of that buffer (file_key.buf); `first`: rows of that dtype
+    that come before them. One array is made, filled a field at a time from the raw bytes: an
+    interval's entries at 30 000 files/s are 10 MB as rows, and each copy of them a peak of
+    the tracer's memory."""
     import numpy as np
 
     k = np.frombuffer(keys, dtype=np.dtype(list(FILE_KEY_FIELDS)))
     v = np.frombuffer(values, dtype=np.dtype(list(FILE_STAT_FIELDS)))
-    out = np.empty(len(k), dtype=file_counts_dtype())
+    mine = slice(None) if buf is None else k["buf"] == buf
+    n = len(k) if buf is None else int(np.count_nonzero(mine))
+    head = 0 if first is None else len(first)
+    out = np.empty(head + n, dtype=file_counts_dtype())
+    if head:
+        out[:head] = first
     for name, _ in FILE_KEY_FIELDS:
-        out[name] = k[name]
+        out[name][head:] = k[name][mine]
     for name, _ in FILE_STAT_FIELDS:
-        out[name] = v[name]
+        out[name][head:] = v[name][mine]
     return out
 
 

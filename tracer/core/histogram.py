@@ -83,6 +83,8 @@ class MaxSeen(Generic[K]):
     that was not in the kernel's per-file map, or a row whose maximum was not read, has ops the
     rows lack."""
 
+    __slots__ = ("max_ns", "ops", "unknown")  # (one in each of the summary's file totals)
+
     def __init__(self) -> None:
         self.ops: dict[K, int] = {}
         self.max_ns: dict[K, int] = {}

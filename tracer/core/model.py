@@ -274,7 +274,7 @@ class Snapshot:
     device_users: list[DeviceUserRow] = field(default_factory=list)  # who used each disk
 
 
-@dataclass
+@dataclass(slots=True)  # (thousands: Aggregator.file_totals)
 class FileTotals:
     """Whole-trace sums for one (process, file) or folder, for the summary's top files."""
 

@@ -9,6 +9,7 @@ table full (their `ino` is the folder's). Pure: numpy arrays in, numpy arrays ou
 
 from __future__ import annotations
 
+import itertools
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -37,27 +38,130 @@ def _starts(columns: list[np.ndarray]) -> np.ndarray:
     return np.flatnonzero(change)
 
 
-def add_up(rows: np.ndarray, by: tuple[str, ...], weights: np.ndarray | None = None
-           ) -> tuple[np.ndarray, np.ndarray]:
-    """Rows with equal `by` fields as one: counts summed, maxima the largest; and the sum of
-    `weights` (default 1 per row) of each. Sorted a column at a time: a million rows cost a
-    few of their columns of memory, not copies of the rows."""
+def take(rows: np.ndarray, index: np.ndarray) -> np.ndarray:
+    """rows[index] (an array of indices or a mask), copied as whole rows: numpy copies the rows
+    of a structured array a field at a time, ten times slower than as one block of bytes."""
     import numpy as np
 
+    rows = np.ascontiguousarray(rows)
+    return rows.view(np.dtype((np.void, rows.dtype.itemsize)))[index].view(rows.dtype)
+
+
+def _hash(rows: np.ndarray | dict[str, np.ndarray], by: tuple[str, ...]) -> np.ndarray:
+    """A 64-bit hash of each row's `by` fields (`rows`: rows, or their columns by name): equal
+    fields, equal hashes."""
+    import numpy as np
+
+    h = np.zeros(len(rows[by[0]]), dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        for name in by:
+            h = (h ^ rows[name].astype(np.uint64)) * np.uint64(0x9E3779B97F4A7C15)
+            h ^= h >> np.uint64(31)
+    return h
+
+
+def _groups(rows: np.ndarray | dict[str, np.ndarray], by: tuple[str, ...]
+            ) -> tuple[np.ndarray, np.ndarray]:
+    """(order, starts): rows[order] has the rows of equal `by` fields together, each group from
+    its start; the groups in no particular order. One sort of a hash of the fields (a sort by
+    every field, as lexsort does, costs one stable sort per field); where two different keys
+    share a hash, the sort by every field."""
+    import numpy as np
+
+    h = _hash(rows, by)
+    order = np.argsort(h)
+    sorted_h = h[order]
+    same_h = sorted_h[1:] == sorted_h[:-1]
+    columns = [rows[name][order] for name in by]
+    if any((same_h & (col[1:] != col[:-1])).any() for col in columns):  # a collision
+        order = np.lexsort([rows[name] for name in reversed(by)])
+        return order, _starts([rows[name][order] for name in by])
+    return order, np.flatnonzero(np.concatenate(([True], ~same_h)))
+
+
+def _repeats(rows: np.ndarray, by: tuple[str, ...]) -> bool:
+    """Whether two rows have the same `by` fields. The fields are compared only where two
+    hashes are equal, which for unique keys (the usual case) is nowhere."""
+    import numpy as np
+
+    h = _hash(rows, by)
+    order = np.argsort(h)
+    sorted_h = h[order]
+    pairs = np.flatnonzero(sorted_h[1:] == sorted_h[:-1])
+    if not len(pairs):
+        return False
+    a, b = order[pairs], order[pairs + 1]
+    same = np.ones(len(pairs), dtype=bool)
+    for name in by:
+        same &= rows[name][a] == rows[name][b]
+    if same.all():
+        return True
+    return len(_groups(rows, by)[1]) < len(rows)  # a collision: by every field
+
+
+def add_up(rows: np.ndarray, by: tuple[str, ...], weights: np.ndarray | None = None,
+           index: np.ndarray | None = None, group_by: tuple[str, ...] | None = None
+           ) -> tuple[np.ndarray, np.ndarray]:
+    """Rows with equal `by` fields as one, sorted by `by`: counts summed, maxima the largest,
+    the other fields the first row's; and the sum of `weights` (default 1 per row) of each.
+    `index`: the rows to add up (positions in `rows`; default all), read in place rather than
+    copied (an interval's are megabytes). `group_by`: fields whose values are those of `by`
+    for every row added up here (the caller sets `by` in the rows made). A column at a time:
+    a million rows cost a few of their columns of memory, not copies of the rows."""
+    import numpy as np
+
+    group_by = group_by or by
+    n = len(rows) if index is None else len(index)
     if weights is None:
-        weights = np.ones(len(rows), dtype=np.int64)
-    if not len(rows):
-        return rows.copy(), weights[:0].copy()
-    order = np.lexsort([rows[name] for name in reversed(by)])
-    starts = _starts([rows[name][order] for name in by])
-    if len(starts) == len(rows):  # nothing to add up (the usual case for files)
-        return rows[order], weights[order]
-    out = rows[order[starts]]
+        weights = np.ones(n, dtype=np.int64)
+    if not n:
+        return (rows.copy() if index is None else take(rows, index)), weights[:0].copy()
+    keys = {name: rows[name] if index is None else rows[name][index] for name in group_by}
+    order, starts = _groups(keys, group_by)
+    first = np.minimum.reduceat(order, starts)  # each group's first row
+    # the groups in the order of their keys, as a sort of the rows by `by` gives them
+    by_key = np.lexsort([keys[name][first] for name in reversed(group_by)])
+    out = take(rows, first[by_key] if index is None else index[first[by_key]])
+    if len(starts) == n:  # nothing to add up (the usual case for files)
+        return out, weights[first[by_key]]
+    at = order if index is None else index[order]
     for name in SUMMED + tuple(n for n in SUMMED_IF_THERE if n in rows.dtype.names):
-        out[name] = np.add.reduceat(rows[name][order], starts)
+        out[name] = np.add.reduceat(rows[name][at], starts)[by_key]
     for name in LARGEST:
-        out[name] = np.maximum.reduceat(rows[name][order], starts)
-    return out, np.add.reduceat(weights[order], starts)
+        out[name] = np.maximum.reduceat(rows[name][at], starts)[by_key]
+    return out, np.add.reduceat(weights[order], starts)[by_key]
+
+
+def _kept(files: np.ndarray, keep: int) -> np.ndarray:
+    """Indices of the rows that keep their own: per (tgid, op) the `keep` largest by
+    (latency_sum_ns, bytes, pages missed + dirtied), ties in the order of the rows, listed by
+    tgid, op, then largest first. Sorts only each group's candidates (the rows whose time is
+    at least the group's keep-th largest), not every row of the interval."""
+    import numpy as np
+
+    group = (files["tgid"].astype(np.uint64) << np.uint64(8)) | files["op"]  # (exact)
+    order = np.argsort(group)
+    sorted_group = group[order]
+    starts = np.flatnonzero(np.concatenate(([True], sorted_group[1:] != sorted_group[:-1])))
+    bounds = np.append(starts, len(files)).tolist()
+    lat = files["latency_sum_ns"]
+    picked = []
+    for lo, hi in itertools.pairwise(bounds):
+        rows = order[lo:hi]
+        if hi - lo > keep:
+            cut = np.partition(lat[rows], hi - lo - keep)[hi - lo - keep]
+            rows = rows[lat[rows] >= cut]
+        picked.append(rows)
+    cand = np.concatenate(picked)
+    c = take(files, cand)
+    # largest first: the negated counts (all far below 2**63); ties: the row first in `files`
+    by_rank = np.lexsort((cand, -(c["pages_missed"] + c["pages_dirtied"]).astype(np.int64),
+                          -c["bytes"].astype(np.int64), -c["latency_sum_ns"].astype(np.int64),
+                          c["op"], c["tgid"]))
+    group_starts = _starts([c["tgid"][by_rank], c["op"][by_rank]])
+    sizes = np.diff(np.append(group_starts, len(c)))
+    rank = np.arange(len(c)) - np.repeat(group_starts, sizes)  # within its (tgid, op)
+    return cand[by_rank[rank < keep]]
 
 
 def split(files: np.ndarray, folders: np.ndarray, keep: int = KEEP_FILES
@@ -68,22 +172,22 @@ def split(files: np.ndarray, folders: np.ndarray, keep: int = KEEP_FILES
     import numpy as np
 
     key = ("tgid", "dev", "ino", "gen", "op")
+    if len(files) and _repeats(files, key):
+        files, _ = add_up(files, key)  # rare: a key in its slot and in the map
     if len(files):
-        order = np.lexsort([files[name] for name in reversed(key)])
-        if len(_starts([files[name][order] for name in key])) < len(files):
-            files, _ = add_up(files, key)  # rare: a key in its slot and in the map
-    if len(files):
-        # largest first: the negated counts (all far below 2**63)
-        order = np.lexsort((-(files["pages_missed"] + files["pages_dirtied"]).astype(np.int64),
-                            -files["bytes"].astype(np.int64),
-                            -files["latency_sum_ns"].astype(np.int64),
-                            files["op"], files["tgid"]))
-        starts = _starts([files["tgid"][order], files["op"][order]])
-        sizes = np.diff(np.append(starts, len(files)))
-        rank = np.arange(len(files)) - np.repeat(starts, sizes)  # within its (tgid, op)
-        own, rest = files[order[rank < keep]], files[order[rank >= keep]]
+        at = _kept(files, keep)
+        others = np.ones(len(files), dtype=bool)
+        others[at] = False
+        own = take(files, at)
     else:
-        own, rest = files, files.copy()
+        own, others = files, np.zeros(0, dtype=bool)
+    if not len(folders):  # the usual case: the files' folders only, read in place
+        folder_rows, n_files = add_up(files, FOLDER_KEY, index=np.flatnonzero(others),
+                                      group_by=("tgid", "dev", "dir_ino", "op"))
+        folder_rows["ino"] = folder_rows["dir_ino"]
+        folder_rows["gen"] = 0
+        return own, folder_rows, n_files
+    rest = take(files, others)
     rest["ino"] = rest["dir_ino"]
     rest["gen"] = 0
     rows, weights = rest, np.ones(len(rest), dtype=np.int64)

@@ -2,9 +2,10 @@
 
 It exposes just the libbpf calls the loader needs, raising :class:`LibbpfError` (with the errno
 text) instead of returning NULL or a negative code. Everything else about BPF lives in probes.py.
-The two libc calls Python has no binding for are here too: prctl(PR_SET_PDEATHSIG) for the held
-child (tracer.live.child) and adjtimex for the host clock's NTP state (tracer.live.clock). ctypes
-stays in one module, whose libc handle is loaded at import, before any fork.
+The three libc calls Python has no binding for are here too: prctl(PR_SET_PDEATHSIG) for the
+held child (tracer.live.child), malloc_trim for the tracer's memory (tracer.live.session) and a
+read-only adjtimex for the host clock's NTP state (tracer.live.clock). ctypes stays in one
+module, whose libc handle is loaded at import, before any fork.
 """
 
 from __future__ import annotations
@@ -67,6 +68,16 @@ def set_pdeathsig(sig: int) -> None:
     zero = ctypes.c_ulong(0)
     if _libc.prctl(PR_SET_PDEATHSIG, ctypes.c_ulong(int(sig)), zero, zero, zero) != 0:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+
+
+def release_free_memory() -> None:
+    """malloc_trim(0): the C library gives the pages its heap has free back to the kernel. Each
+    interval frees the arrays of tens of thousands of per-file rows; glibc kept most of those
+    pages (its heap is trimmed only from the top), and the tracer's resident memory grew by
+    them interval after interval. Nothing where the C library has no malloc_trim (musl)."""
+    trim = getattr(_libc, "malloc_trim", None)
+    if trim is not None:
+        trim(0)
 
 
 TIME_ERROR = 5  # adjtimex's state of a clock that NTP does not keep synchronised
@@ -405,15 +416,21 @@ class Map:
             # copy out only the filled part of the buffers
             yield ctypes.string_at(keys, got * ks), ctypes.string_at(values, got * vs)
 
-    def _lookup_batches(self, keys, values, capacity: int, accumulate: bool):
+    def _lookup_batches(self, keys, values, capacity: int, accumulate: bool,
+                        refill: bool = False):
         """BPF_MAP_LOOKUP_BATCH until the whole map is read, BATCH entries a call at most into
         `keys` and `values` (buffers of `capacity` entries): each call's at their start, or,
-        `accumulate`, after the calls' before. Yields (first entry, entries) of each call."""
+        `accumulate`, after the calls' before. Yields (first entry, entries) of each call;
+        with `refill`, (-1, 0) when the buffers are full, and fills them again from their
+        start once the caller has taken what they hold."""
         so, ks, vs = lib(), self.key_size, self.value_size
         token = [ctypes.create_string_buffer(max(ks, 8)) for _ in range(2)]  # hash: a bucket
         n, first = 0, True
         while True:
             at = n if accumulate else 0
+            if refill and at >= capacity:
+                yield -1, 0
+                n = at = 0
             count = ctypes.c_uint32(min(self.BATCH, capacity - at))
             if not count.value:
                 return
@@ -421,6 +438,12 @@ class Map:
                                          ctypes.addressof(keys) + at * ks,
                                          ctypes.addressof(values) + at * vs,
                                          ctypes.byref(count), None)
+            if rc == -errno.ENOSPC and refill and at:
+                # the next bucket of a hash map has more entries than the room left: the same
+                # call again into emptied buffers (the kernel did not move past that bucket)
+                yield -1, 0
+                n = 0
+                continue
             if rc < 0 and rc != -errno.ENOENT:  # ENOENT: the last batch (count entries)
                 raise LibbpfError(-rc, f"map lookup batch: {os.strerror(-rc)}")
             yield at, count.value
@@ -430,28 +453,38 @@ class Map:
             ctypes.memmove(token[0], token[1], len(token[0]))
             first = False
 
-    def raw_items(self, max_entries: int) -> tuple[memoryview, memoryview]:
-        """Every key and every value (n keys, then n values in the same order) for decoding in
-        bulk (numpy), with no Python object per entry: views of buffers for `max_entries`
-        entries, made once and filled again by the next call (so a map read every interval
-        costs no memory beyond them)."""
+    CHUNK = 16384  # entries raw_chunks reads before handing them over (1.3 MiB for file_stats)
+
+    def raw_chunks(self) -> Iterator[tuple[memoryview, memoryview]]:
+        """Every key and every value, CHUNK entries at a time (n keys, then n values in the same
+        order) for decoding in bulk (numpy), with no Python object per entry: views of two
+        buffers made once and filled again for each chunk, so that a chunk is used before the
+        next is asked for. A map of 131 072 entries read whole took 10 MiB of buffers, held
+        by the tracer for good."""
         ks, vs = self.key_size, self.value_size
-        if getattr(self, "_bulk", None) is None or len(self._bulk[0]) < ks * max_entries:
-            self._bulk = (ctypes.create_string_buffer(ks * max_entries),
-                          ctypes.create_string_buffer(vs * max_entries))
-        keys, values = self._bulk
+        if getattr(self, "_chunk", None) is None:
+            self._chunk = (ctypes.create_string_buffer(ks * self.CHUNK),
+                           ctypes.create_string_buffer(vs * self.CHUNK))
+        keys, values = self._chunk
         n = 0
         try:
-            for at, got in self._lookup_batches(keys, values, max_entries, accumulate=True):
-                n = at + got
+            for at, got in self._lookup_batches(keys, values, self.CHUNK, accumulate=True,
+                                                refill=True):
+                if at < 0:
+                    yield memoryview(keys)[:n * ks], memoryview(values)[:n * vs]
+                    n = 0
+                else:
+                    n = at + got
         except LibbpfError as e:
             if e.errno not in _UNSUPPORTED or n:
                 raise
-            return self._raw_items_one_by_one(max_entries)
-        return memoryview(keys)[:n * ks], memoryview(values)[:n * vs]
+            yield self._raw_items_one_by_one()
+            return
+        if n:
+            yield memoryview(keys)[:n * ks], memoryview(values)[:n * vs]
 
-    def _raw_items_one_by_one(self, max_entries: int) -> tuple[memoryview, memoryview]:
-        items = self.items()[:max_entries]
+    def _raw_items_one_by_one(self) -> tuple[memoryview, memoryview]:
+        items = self.items()
         return (memoryview(b"".join(k for k, _ in items)),
                 memoryview(b"".join(v for _, v in items)))
 

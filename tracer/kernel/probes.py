@@ -9,6 +9,7 @@ linked into that one object at build time, so each map the stages share is one m
 from __future__ import annotations
 
 import errno
+import mmap
 import os
 import time
 from collections.abc import Callable, Mapping
@@ -451,8 +452,6 @@ class Probes:
         interval next_epoch() just ended), taken out of the kernel: (files, folders), arrays
         of abi.file_counts_dtype(). First waits until no program still adds to that buffer
         (one that read max_epoch before next_epoch() changed it), so nothing comes after."""
-        import numpy as np
-
         assert self.file_stats is not None and self.folder_stats is not None
         self._rcu_sync.update(b"\0\0\0\0", self._rcu_inner.to_bytes(4, "little"))
         slots = self._slots[abi.FILE_SLOTS]
@@ -464,26 +463,34 @@ class Probes:
         key_words = abi.FILE_KEY.size // 8
         from_slots = abi.file_counts(rows[:, 1:1 + key_words].tobytes(),
                                      rows[:, 1 + key_words:].tobytes())
-        files = self._drain_map(self.file_stats, "file_stats", buf)
+        files = self._drain_map(self.file_stats, "file_stats", buf, from_slots)
         folders = self._drain_map(self.folder_stats, "folder_stats", buf)
-        files = np.concatenate([from_slots, files]) if len(from_slots) else files
         return files, folders
 
-    def _drain_map(self, m: Map, name: str, buf: int):
-        """The entries of buffer `buf` of a file_key -> file_stat map, deleted."""
+    def _drain_map(self, m: Map, name: str, buf: int, first=None):
+        """The entries of buffer `buf` of a file_key -> file_stat map, deleted, after the rows
+        `first` (abi.file_counts). Read a chunk at a time into an array whose pages take
+        memory only as rows are written: the map holds the other buffer's entries too."""
         import numpy as np
 
-        keys, values = m.raw_items(self.max_entries[name])
-        counts = abi.file_counts(keys, values)
-        mine = counts["buf"] == buf
-        if not mine.any():
-            return counts[:0]
-        raw = np.frombuffer(keys, dtype=f"V{abi.FILE_KEY.size}")
-        if mine.all():  # the usual case: the new buffer has had no time to fill
-            m.delete_many(raw.tobytes())
-            return counts
-        m.delete_many(raw[mine].tobytes())
-        return counts[mine]
+        dtype = abi.file_counts_dtype()
+        head = 0 if first is None else len(first)
+        size = (head + self.max_entries[name]) * dtype.itemsize
+        out = np.frombuffer(mmap.mmap(-1, size, mmap.MAP_PRIVATE), dtype=dtype)
+        if head:
+            out[:head] = first
+        n, done = head, []
+        key_dtype = np.dtype(list(abi.FILE_KEY_FIELDS))
+        for keys, values in m.raw_chunks():
+            mine = np.frombuffer(keys, dtype=key_dtype)["buf"] == buf
+            if not mine.any():
+                continue
+            done.append(np.frombuffer(keys, dtype=f"V{abi.FILE_KEY.size}")[mine].tobytes())
+            rows = abi.file_counts(keys, values, buf)
+            out[n:n + len(rows)] = rows
+            n += len(rows)
+        m.delete_many(b"".join(done))
+        return out[:n]
 
     @staticmethod
     def _percpu_sum(m: Map, index: int) -> int:

@@ -34,7 +34,7 @@ MAX_NAMED = 16384  # files (and folders) whose names are kept; the others are lo
 LISTINGS = 64  # folder listings kept (a job reads a few folders at a time)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # (16 384 kept: FileTable.by_id)
 class FileInfo:
     path: str  # absolute, as the process sees it; " (deleted)" appended for unlinked files
     # kernel: dentry walk from an open file; inode: from the inode's dentry (page cache only),
@@ -176,21 +176,20 @@ def _same_file(host_path: str, dev: int, ino: int, gen: int) -> bool:
     return found is None or found == gen
 
 
-def _list_folder(folder: str, pid: int) -> dict[int, tuple[str, str]]:
-    """Inode -> (path as the process sees it, path here) of every entry of `folder`, a path as
-    process `pid` sees it: d_ino from the listing, no stat per entry. Through the process's
-    root (a container's); the process gone, even while listing, through iotrace's own root
-    (the caller checks device, inode and generation, so a file found there is the one)."""
+def _list_folder(folder: str, pid: int) -> tuple[str, dict[int, str]]:
+    """(the root it was listed through, inode -> name of every entry of `folder`), a path as
+    process `pid` sees it: d_ino from the listing, no stat per entry, and names only (a path is
+    joined for the few entries a row asks for: joining every entry's was most of the cost).
+    Through the process's root (a container's); the process gone, even while listing, through
+    iotrace's own root (the caller checks device, inode and generation, so a file found there
+    is the one)."""
     for root in (f"/proc/{pid}/root", ""):
-        index: dict[int, tuple[str, str]] = {}
         try:
             with os.scandir(root + folder) as it:
-                for entry in it:
-                    index[entry.inode()] = (os.path.join(folder, entry.name), entry.path)
-            return index
+                return root, {entry.inode(): entry.name for entry in it}
         except OSError:
             continue
-    return {}
+    return "", {}
 
 
 class _Bounded(dict):
@@ -287,21 +286,25 @@ class FileTable:
         if where is None:
             return None
         now = time.monotonic()
-        at, index = self._listings.get((dev, dir_ino), (None, None))
+        at, root, index = self._listings.get((dev, dir_ino), (None, "", None))
         listed = index is None or (ino not in index and now - at >= RESCAN_S)
         if listed:
-            index = _list_folder(*where)
-            self._listings[(dev, dir_ino)] = (now, index)
-        hit = index.get(ino)
-        if hit is not None and not listed and not _same_file(hit[1], dev, ino, gen):
+            root, index = _list_folder(*where)
+            self._listings[(dev, dir_ino)] = (now, root, index)
+        name = index.get(ino)
+        path = None if name is None else os.path.join(where[0], name)
+        same = path is not None and _same_file(root + path, dev, ino, gen)
+        if path is not None and not listed and not same:
             # The listing's paths go through the root of the process that first read the
             # folder: once it has exited (a DataLoader worker of an earlier epoch) they lead
             # nowhere, and every file not named yet stayed unnamed. Listed again, they go
             # through iotrace's own root.
-            index = _list_folder(*where)
-            self._listings[(dev, dir_ino)] = (now, index)
-            hit = index.get(ino)
-        if hit is None or not _same_file(hit[1], dev, ino, gen):
+            root, index = _list_folder(*where)
+            self._listings[(dev, dir_ino)] = (now, root, index)
+            name = index.get(ino)
+            path = None if name is None else os.path.join(where[0], name)
+            same = path is not None and _same_file(root + path, dev, ino, gen)
+        if not same:
             return None
         self._recovered += 1
-        return hit[0]
+        return path

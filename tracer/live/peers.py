@@ -35,8 +35,13 @@ def parse_tcp(text: str) -> dict[int, str]:
     return out
 
 
-def peers_of(pid: int, proc_root: str = "/proc") -> set[str]:
-    """The remote ends of `pid`'s TCP sockets now; empty when it is gone or unreadable."""
+def peers_of(pid: int, proc_root: str = "/proc",
+             tables: dict[str, dict[int, str]] | None = None) -> set[str]:
+    """The remote ends of `pid`'s TCP sockets now; empty when it is gone or unreadable.
+    `tables`: the connections read already in this round, by network namespace, which this
+    call adds to. Reading /proc/PID/net/tcp walks every bucket of the host's connection
+    tables (a millisecond or two): a DataLoader job's main and workers share one namespace,
+    so one read serves them all."""
     inodes = set()
     try:
         fds = os.listdir(f"{proc_root}/{pid}/fd")
@@ -51,11 +56,19 @@ def peers_of(pid: int, proc_root: str = "/proc") -> set[str]:
             inodes.add(int(link[8:-1]))
     if not inodes:
         return set()
-    conns: dict[int, str] = {}
-    for name in ("tcp", "tcp6"):
-        try:
-            with open(f"{proc_root}/{pid}/net/{name}") as f:
-                conns.update(parse_tcp(f.read()))
-        except OSError:
-            continue
+    try:
+        netns = os.readlink(f"{proc_root}/{pid}/ns/net")
+    except OSError:
+        netns = None
+    conns = tables.get(netns) if tables is not None and netns is not None else None
+    if conns is None:
+        conns = {}
+        for name in ("tcp", "tcp6"):
+            try:
+                with open(f"{proc_root}/{pid}/net/{name}") as f:
+                    conns.update(parse_tcp(f.read()))
+            except OSError:
+                continue
+        if tables is not None and netns is not None:
+            tables[netns] = conns
     return {conns[i] for i in inodes if i in conns}

@@ -35,9 +35,13 @@ _READ = next(code for code, name in abi.OPS.items() if name == "read")
 
 def with_rereads(rows: np.ndarray) -> np.ndarray:
     """`rows` (abi.file_counts_dtype) with the two re-read counters, zero."""
+    rows = np.ascontiguousarray(rows)
     out = np.zeros(len(rows), dtype=np.dtype(rows.dtype.descr + list(REREAD_FIELDS)))
-    for name in rows.dtype.names:
-        out[name] = rows[name]
+    # the fields of `rows` lead each row at the same offsets: copied as one block of bytes per
+    # row (field by field took five times as long)
+    n = rows.dtype.itemsize
+    wide = out.dtype.itemsize
+    out.view(np.uint8).reshape(len(rows), wide)[:, :n] = rows.view(np.uint8).reshape(len(rows), n)
     return out
 
 

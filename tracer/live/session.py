@@ -38,6 +38,7 @@ from tracer.errors import (
 )
 from tracer.gpu import nvml
 from tracer.kernel.host import tracing_problem, yield_to_job
+from tracer.kernel.libbpf import release_free_memory
 from tracer.kernel.probes import BadSetting, HostCannotTrace, Probes
 from tracer.live.child import STOP_SIGNALS, HeldChild
 from tracer.live.clock import Clock
@@ -57,14 +58,23 @@ if TYPE_CHECKING:
     from tracer.sinks import Sink
     from tracer.sinks.parquet import ParquetSink
 
-# Imported while the BPF objects load (a thread), so that they do not delay attaching.
-HEAVY_MODULES = ("tracer.live.aggregate", "tracer.sinks.parquet", "tracer.sinks.csv",
-                 "tracer.sinks.prometheus", "tracer.ui", "tracer.render.summary")
+# Imported while the BPF objects load (a thread), so that they do not delay attaching: those
+# every run needs, and those of the outputs asked for (the others are never imported: the live
+# view's rich and the Prometheus client are 4 MiB of memory each).
+HEAVY_MODULES = ("tracer.live.aggregate", "tracer.sinks.parquet", "tracer.ui.line",
+                 "tracer.render.summary")
 
 
-def _preload() -> threading.Thread:
+def heavy_modules(opts: TraceOptions) -> list[str]:
+    """The modules this run imports while the BPF objects load."""
+    return [*HEAVY_MODULES, *(["tracer.sinks.csv"] if opts.csv else []),
+            *(["tracer.sinks.prometheus"] if opts.prometheus else []),
+            *(["tracer.ui.live"] if opts.tui else [])]
+
+
+def _preload(names: list[str]) -> threading.Thread:
     def run() -> None:
-        for name in HEAVY_MODULES:
+        for name in names:
             importlib.import_module(name)
 
     t = threading.Thread(target=run, name="iotrace-preload", daemon=True)
@@ -155,7 +165,7 @@ class Session:
         if problem:
             raise TraceFailure(problem, EXIT_HOST)
         self.no_pandas.install()
-        preload = _preload()
+        preload = _preload(heavy_modules(self.opts))
         start_ns = self.clock.now_ns()
         try:
             self.probes.load()
@@ -234,9 +244,7 @@ class Session:
         from tracer.live.aggregate import Aggregator
         from tracer.live.cgroups import CgroupNames
         from tracer.live.step import Step
-        from tracer.sinks.csv import CsvSink
         from tracer.sinks.parquet import ParquetSink, TraceWriter
-        from tracer.ui import LinePrinter, LiveView, NotePrinter
 
         self.cost.start_meter()
         aggregator = Aggregator(self.processes, self.files, CgroupNames())
@@ -255,16 +263,22 @@ class Session:
         aggregator.last_ts_ns = self.clock.now_ns()  # the first interval starts now
         self.proc.sample(aggregator.last_ts_ns)  # primes the /proc counters
         if self.opts.csv:
+            from tracer.sinks.csv import CsvSink
+
             try:
                 self.sinks.append(CsvSink(self.opts.csv, interval_s=self.opts.interval_s))
             except OSError as e:
                 raise TraceFailure(f"cannot write --csv {self.opts.csv}: {e.strerror}",
                                    EXIT_USAGE) from None
         if self.opts.tui:
+            from tracer.ui.live import LiveView
+
             view = LiveView(targets=what, interval_s=self.opts.interval_s,
                             on_quit=lambda: self.request_stop("q"))
             self.sinks.append(view.start())
         else:  # where the live view owns the terminal, it alone shows notes
+            from tracer.ui.line import LinePrinter, NotePrinter
+
             self.sinks += [LinePrinter(self.out, self.opts.interval_s, on_error=self._stdout_failed),
                            NotePrinter(self.err)]
 
@@ -382,16 +396,20 @@ class Session:
         for sink in self.sinks:
             sink.write(interval)
         self.forget.after(reading, self.step.aggregator)
+        del reading  # its arrays: the interval's per-file counters, freed before the trim
+        release_free_memory()
         return interval
 
     def _sample_peers(self, owners: dict[int, int]) -> None:
         """The TCP peers of the mains and their workers, for the network data wait's evidence:
         kept on each process (its `processes` rows) and told to the diagnosis (`owners`: each
         process's main)."""
+        tables: dict[str, dict[int, str]] = {}  # each network namespace's, read once
         for proc in self.processes.alive():
             if proc.role not in (*LOOP_ROLES, DATALOADER_WORKER) or len(proc.peers) >= MAX_PEERS:
                 continue
-            new = sorted(peers_of(proc.pid) - set(proc.peers))[:MAX_PEERS - len(proc.peers)]
+            new = sorted(peers_of(proc.pid, tables=tables) - set(proc.peers))[
+                :MAX_PEERS - len(proc.peers)]
             if new:
                 proc.peers.extend(new)
                 self.step.diagnosis.note_peers(owners.get(proc.pid, proc.pid), new)

@@ -106,6 +106,12 @@ def _write_parquet(path: Path, data: pa.Table) -> None:
                   path.parent.parent / TMP_DIR)
 
 
+def _read(path: Path) -> pa.Table:
+    """A segment the tracer wrote, whole. Not pq.read_table: it imports pyarrow.dataset, which
+    the tracer needs nowhere else (30 MiB of memory, a tenth of a second of CPU)."""
+    return pq.ParquetFile(path).read()
+
+
 def remove_tmp_dir(directory: Path) -> None:
     """Removes the trace's ``.tmp`` folder when nothing is left in it (a closed trace)."""
     with contextlib.suppress(FileNotFoundError, OSError):
@@ -291,7 +297,7 @@ class TraceWriter:
                 pending: list[pa.Table] = []
                 rows = 0
                 for i, p in enumerate(paths):
-                    part = pq.read_table(p)
+                    part = _read(p)
                     if part.num_rows:
                         pending.append(part.cast(schema))
                         rows += part.num_rows
@@ -345,7 +351,7 @@ class TraceWriter:
             parts = sorted(p for p in folder.glob("part-*.parquet") if _PART_RE.fullmatch(p.name))
             if len(parts) < 2:
                 return
-            data = pa.concat_tables([pq.read_table(p) for p in parts]).unify_dictionaries()
+            data = pa.concat_tables([_read(p) for p in parts]).unify_dictionaries()
             columns = [data.column(k) for k in key]
             columns = [c.cast(pa.int64()) if pa.types.is_timestamp(c.type) else c for c in columns]
             keys = zip(*(c.to_pylist() for c in columns), strict=True)
