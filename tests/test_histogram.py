@@ -181,6 +181,40 @@ def test_summary_totals_stay_bounded():
     assert list(k for k in agg.file_totals if k[3] == FOLDER_GEN) == [(7, 1, 9, FOLDER_GEN)]
 
 
+def test_folder_totals_of_exited_workers_go_to_their_loop():
+    """Workers made again every epoch read the same folders under new pids: past
+    MAX_FOLDER_TOTALS folders, an exited worker's folders are added to its main process's, so
+    the totals stay bounded by the live processes and keep every count."""
+    from tracer.core.model import FOLDER_GEN, FileTotals
+    from tracer.live import aggregate
+
+    procs = ProcessTable(Clock())
+    procs.by_pid[7] = Process(7, 1, "python", True, "python train.py", 0)
+    agg = Aggregator(procs)
+    epochs, folders = 5, 30
+    for epoch in range(epochs):
+        for w in range(2):
+            pid = 100 + 10 * epoch + w
+            procs.by_pid[pid] = Process(pid, 7, "pt_data_worker", False, "", 0,
+                                        exit_ns=None if epoch == epochs - 1 else 1)
+            for d in range(folders):
+                t = agg.file_totals[(pid, 1, 1000 + d, FOLDER_GEN)] = FileTotals(dir_ino=1000 + d)
+                t.add("read", 3, 4096 * 3, 1000, 0, 0, 10)
+    keep, aggregate.MAX_FOLDER_TOTALS = aggregate.MAX_FOLDER_TOTALS, 2 * folders
+    try:
+        agg.fold_file_totals()
+    finally:
+        aggregate.MAX_FOLDER_TOTALS = keep
+    by_pid: dict[int, int] = {}
+    for (pid, _dev, _ino, gen), t in agg.file_totals.items():
+        assert gen == FOLDER_GEN
+        by_pid[pid] = by_pid.get(pid, 0) + t.ops["read"]
+    # the live epoch's two workers keep theirs; the 8 exited workers' are the main's
+    assert by_pid == {7: 8 * folders * 3, 140: folders * 3, 141: folders * 3}
+    assert len(agg.file_totals) == 3 * folders
+    assert sum(t.bytes["read"] for t in agg.file_totals.values()) == 10 * folders * 3 * 4096
+
+
 def test_a_state_counted_a_little_long_is_not_counted_again():
     """A thread's open state is counted up to the reading's clock, taken after the map: one that
     ended in between was counted long, and the kernel's total is then below what was counted.

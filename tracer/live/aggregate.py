@@ -45,6 +45,9 @@ from tracer.live.rereads import Rereads, with_rereads
 from tracer.tracedir.schema import MAX_DEVICE_USERS
 
 MAX_FILE_TOTALS = 2_000  # files the summary keeps totals of (the others: their folders')
+# Folders' totals past which those of exited processes go to their training loop's: DataLoader
+# workers made again every epoch would otherwise add their folders anew each epoch.
+MAX_FOLDER_TOTALS = 4_000
 NO_SYSCALL: dict[str, str | int | None] = {"syscall_op": None, "syscall_path": None, "syscall_since": None}
 
 
@@ -94,6 +97,7 @@ class Aggregator:
         # (pid, dev, ino, gen): a file over time (abi.FileKey); a folder's rows as (pid, dev,
         # folder inode, FOLDER_GEN). Bounded (fold_file_totals).
         self.file_totals: dict[FileKey, FileTotals] = {}
+        self._fold_at = 0  # folded again once file_totals is past twice what the last left
         self.rolled_up = RolledUp()
         self.last_ts_ns: int | None = None
         self.pending_events: list[EventRow] = []
@@ -278,8 +282,9 @@ class Aggregator:
             if t is None:
                 t = self.file_totals[tkey] = FileTotals(dir_ino=ino if folder else dir_ino)
             t.add(op, ops, nbytes, lat_sum, missed, dirtied, max_ns)
-        if len(self.file_totals) > 2 * MAX_FILE_TOTALS:
+        if len(self.file_totals) > max(2 * MAX_FILE_TOTALS, self._fold_at):
             self.fold_file_totals()
+            self._fold_at = 2 * len(self.file_totals)
         return rows
 
     def _size_of(self, pid: int, dev: int, ino: int, gen: int, dir_ino: int) -> int | None:
@@ -294,7 +299,10 @@ class Aggregator:
 
     def fold_file_totals(self) -> None:
         """Keeps the MAX_FILE_TOTALS files with the most time in syscalls, the others added to
-        their folders' totals, so that the summary's memory does not grow with the files read."""
+        their folders' totals, so that the summary's memory does not grow with the files read;
+        past MAX_FOLDER_TOTALS folders, an exited process's folders are added to its training
+        loop's (the main process or rank whose pid the summary then shows for them), so that it
+        does not grow with the processes that came and went either."""
         files = [(k, t) for k, t in self.file_totals.items() if k[3] != FOLDER_GEN]
         files.sort(key=lambda kt: -kt[1].latency_sum_ns)
         for (pid, dev, _ino, _gen), t in files[MAX_FILE_TOTALS:]:
@@ -305,6 +313,19 @@ class Aggregator:
             into.absorb(t)
         for k, _ in files[MAX_FILE_TOTALS:]:
             del self.file_totals[k]
+        folders = [k for k in self.file_totals if k[3] == FOLDER_GEN]
+        if len(folders) <= MAX_FOLDER_TOTALS:
+            return
+        owners = self.processes.owners()
+        for k in folders:
+            proc, owner = self.processes.get(k[0]), owners.get(k[0], k[0])
+            if owner != k[0] and proc is not None and not proc.alive:
+                t = self.file_totals.pop(k)
+                into = self.file_totals.get((owner, k[1], k[2], FOLDER_GEN))
+                if into is None:
+                    into = self.file_totals[(owner, k[1], k[2], FOLDER_GEN)] = FileTotals(
+                        dir_ino=t.dir_ino)
+                into.absorb(t)
 
     def on_slow(self, ev: abi.SlowEvent, ts_ns: int) -> None:
         """A slow operation from the ring buffer (`ts_ns`: its start, UTC)."""
