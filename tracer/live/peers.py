@@ -40,7 +40,7 @@ def peers_of(pid: int, proc_root: str = "/proc",
     """The remote ends of `pid`'s TCP sockets now; empty when it is gone or unreadable.
     `tables`: the connections read already in this round, by network namespace, which this
     call adds to. Reading /proc/PID/net/tcp walks every bucket of the host's connection
-    tables (a millisecond or two): a DataLoader job's main and workers share one namespace,
+    tables: a DataLoader job's main and workers share one namespace,
     so one read serves them all."""
     inodes = set()
     try:

@@ -60,7 +60,7 @@ if TYPE_CHECKING:
 
 # Imported while the BPF objects load (a thread), so that they do not delay attaching: those
 # every run needs, and those of the outputs asked for (the others are never imported: the live
-# view's rich and the Prometheus client are 4 MiB of memory each).
+# view's rich and the Prometheus client take memory a run without them need not hold).
 HEAVY_MODULES = ("tracer.live.aggregate", "tracer.sinks.parquet", "tracer.ui.line",
                  "tracer.render.summary")
 

@@ -108,7 +108,7 @@ def _write_parquet(path: Path, data: pa.Table) -> None:
 
 def _read(path: Path) -> pa.Table:
     """A segment the tracer wrote, whole. Not pq.read_table: it imports pyarrow.dataset, which
-    the tracer needs nowhere else (30 MiB of memory, a tenth of a second of CPU)."""
+    the tracer needs nowhere else (its cost: docs/benchmarks.md, round 3 of issue 17)."""
     return pq.ParquetFile(path).read()
 
 

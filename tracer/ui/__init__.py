@@ -3,7 +3,7 @@ keys) and, for non-terminal stdout or --no-tui, one dstat-like line per interval
 
 All of them render the same per-interval snapshot as the other sinks; `stats` holds the numbers
 they derive from it (also used by the CSV sink). The names below are imported on first use: a
-run without the live view (--no-tui, stdout not a terminal) never imports rich (4 MiB).
+run without the live view (--no-tui, stdout not a terminal) never imports rich.
 """
 
 from __future__ import annotations
