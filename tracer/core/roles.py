@@ -34,14 +34,20 @@ def is_agent_cmdline(argv: list[str]) -> bool:
     return any(a.rsplit("/", 1)[-1] in _AGENT_ARGS for a in argv[:3])
 
 
-def rank_env(environ: bytes) -> tuple[int, int | None, int] | None:
-    """(RANK, LOCAL_RANK, WORLD_SIZE) from a process's environment as /proc/PID/environ holds
-    it (NUL-separated), None unless RANK and WORLD_SIZE are both there and numbers."""
+def _variables(environ: bytes, names: tuple[bytes, ...]) -> dict[bytes, bytes]:
+    """The variables `names` of an environment as /proc/PID/environ holds it (NUL-separated)."""
     env = {}
     for item in environ.split(b"\0"):
         key, sep, value = item.partition(b"=")
-        if sep and key in (b"RANK", b"LOCAL_RANK", b"WORLD_SIZE"):
+        if sep and key in names:
             env[key] = value
+    return env
+
+
+def rank_env(environ: bytes) -> tuple[int, int | None, int] | None:
+    """(RANK, LOCAL_RANK, WORLD_SIZE) from a process's environment as /proc/PID/environ holds
+    it (NUL-separated), None unless RANK and WORLD_SIZE are both there and numbers."""
+    env = _variables(environ, (b"RANK", b"LOCAL_RANK", b"WORLD_SIZE"))
     try:
         rank, world = int(env[b"RANK"]), int(env[b"WORLD_SIZE"])
         local = int(env[b"LOCAL_RANK"]) if b"LOCAL_RANK" in env else None
@@ -58,11 +64,8 @@ def cuda_device(environ: bytes) -> str | None:
     do), or the only one when its launcher left it one; without the variable, GPU LOCAL_RANK.
     A process that is no rank is only given one when a single GPU is visible: with several it
     may use any of them."""
-    env = {}
-    for item in environ.split(b"\0"):
-        key, sep, value = item.partition(b"=")
-        if sep and key in (b"CUDA_VISIBLE_DEVICES", b"LOCAL_RANK"):
-            env[key] = value.decode(errors="replace")
+    env = {k: v.decode(errors="replace")
+           for k, v in _variables(environ, (b"CUDA_VISIBLE_DEVICES", b"LOCAL_RANK")).items()}
     local = env.get(b"LOCAL_RANK", "")
     visible = env.get(b"CUDA_VISIBLE_DEVICES")
     if visible is None:
