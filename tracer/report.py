@@ -119,9 +119,8 @@ def diagnose_trace(trace: TraceReader, processes: ProcessTable) -> Diagnosis:
     tables = {name: _records(trace[name])
               for name in ("threads", "files", "latency", "devices", "memory", "device_users")}
     owners = processes.owners()
-    for proc in processes.by_pid.values():  # the ranks, as the live run told it
-        if proc.is_rank and proc.rank_env is not None:
-            d.note_rank(proc.pid, proc.rank_env[0], proc.rank_env[2], proc.ppid)
+    for proc in processes.ranks():  # as the live run told it
+        d.note_rank(proc.pid, proc.rank_env[0], proc.rank_env[2], proc.ppid)
     procs = trace["processes"]
     if "peers" in procs:  # the TCP peers the live run saw, for the same evidence
         for pid, peers in zip(procs["pid"], procs["peers"], strict=True):
@@ -347,9 +346,7 @@ def summary_text(trace: TraceReader, name: str | None = None, write_gpu_idle: bo
             header += f"\n{note}."
     saved = trace.meta.get("self_cost")
     cost = SelfCost.from_meta(saved) if isinstance(saved, dict) else None
-    ranks = {p.pid: p.rank_env[0] for p in procs.by_pid.values()
-             if p.is_rank and p.rank_env is not None}
-    loop = loop_lines(trace.loop_split(training_since(diagnosis, procs)), ranks)
+    loop = loop_lines(trace.loop_split(training_since(diagnosis, procs)), procs.rank_numbers())
     if gpu is not None:
         loop += gpu_idle_lines(trace.gpu_idle_by_cause(pd.DataFrame(gpu[0])))
     return render_summary(totals_from_latency(latency), procs, header, file_totals, file_table,

@@ -13,7 +13,7 @@ import psutil
 
 from tracer.core import abi
 from tracer.core.roles import DATALOADER_WORKER, PIN_COMM, cuda_device, is_agent_cmdline, rank_env, role_of
-from tracer.core.vocab import LOOP_ROLES
+from tracer.core.vocab import LOOP_ROLES, RANK
 from tracer.live.clock import Clock
 
 
@@ -238,6 +238,14 @@ class ProcessTable:
                 cur = target
             out[pid] = cur.pid if cur is not None else pid
         return out
+
+    def ranks(self) -> list[Process]:
+        """The ranks of distributed jobs whose environment's numbers are known."""
+        return [p for p in self.by_pid.values() if p.role == RANK and p.rank_env is not None]
+
+    def rank_numbers(self) -> dict[int, int]:
+        """Each rank's RANK, by pid (the summary's line per rank)."""
+        return {p.pid: p.rank_env[0] for p in self.ranks()}  # type: ignore[index]
 
     def cuda_devices(self) -> dict[int, str]:
         """The GPU each live training loop's environment gives it, by pid (`roles.cuda_device`)."""

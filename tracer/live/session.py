@@ -27,7 +27,7 @@ from tracer.core import abi
 from tracer.core.diagnose import MAX_PEERS, Diagnosis
 from tracer.core.redact import Redactor
 from tracer.core.roles import ELASTIC_COMM
-from tracer.core.vocab import DATALOADER_WORKER, LOOP_ROLES, RANK, READY_PREFIX
+from tracer.core.vocab import DATALOADER_WORKER, LOOP_ROLES, READY_PREFIX
 from tracer.errors import (
     EXIT_HOST,
     EXIT_OK,
@@ -382,8 +382,8 @@ class Session:
         assert self.step is not None and self.trace is not None
         owners = self.processes.owners()
         self._sample_peers(owners)
-        for proc in self.processes.alive():
-            if proc.role == RANK and proc.rank_env is not None:
+        for proc in self.processes.ranks():
+            if proc.alive:
                 self.step.diagnosis.note_rank(proc.pid, proc.rank_env[0], proc.rank_env[2],
                                               proc.ppid)
         # Every segment roll carries the processes seen or changed since the last: a killed
@@ -492,9 +492,7 @@ class Session:
         rows = [(pid, total / 1e9, startup / 1e9,
                  {s: 100 * n / total for s, n in ns.items()} if total else {})
                 for pid, (total, startup, ns) in split.items()]
-        ranks = {p.pid: p.rank_env[0] for p in self.processes.by_pid.values()
-                 if p.role == RANK and p.rank_env is not None}
-        return split_lines(rows, ranks) if rows else []
+        return split_lines(rows, self.processes.rank_numbers()) if rows else []
 
     def exit_code(self) -> int:
         """What iotrace exits with after a trace: the started command's status, as time(1) and
