@@ -102,6 +102,14 @@ def unseen(out: Path) -> tuple[int, int]:
     return d["requests"], d["bytes"]
 
 
+def reap(*procs: subprocess.Popen | None) -> None:
+    """Kills what a failed test left running of `procs` and waits for it."""
+    for p in procs:
+        if p is not None and p.poll() is None:
+            p.kill()
+            p.communicate(timeout=60)
+
+
 def run_iotrace(*args: str, timeout: float = 60, **kw) -> subprocess.CompletedProcess:
     return subprocess.run([*IOTRACE, *args], capture_output=True, text=True, timeout=timeout,
                           cwd=ROOT, **kw)

@@ -20,7 +20,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from conftest import IOTRACE, ROOT, needs_root
+from conftest import IOTRACE, ROOT, needs_root, reap
 from tracer.core.vocab import IO_KINDS
 from tracer.workloads.dataset import blkio_v1_root, disk_of
 
@@ -229,10 +229,7 @@ def traced_job(sc, mode: str, argv: list[str], out: Path, measure: list[int],
             _, err = job.communicate(timeout=60)
             assert job.returncode == 0, err
     finally:
-        for p in (tracer, job):
-            if p is not None and p.poll() is None:
-                p.kill()
-                p.communicate()
+        reap(tracer, job)
     return stdout, {"neighbours": after[0] - before[0], "cgroup": after[1] - before[1]}
 
 

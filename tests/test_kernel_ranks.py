@@ -20,7 +20,7 @@ import pandas as pd
 import psutil
 import pytest
 
-from conftest import IOTRACE, ROOT, needs_root
+from conftest import IOTRACE, ROOT, needs_root, reap
 
 pytest.importorskip("torch", reason="the DDP job needs torch (pip install torch)")
 
@@ -453,10 +453,7 @@ def test_a_slow_rank_found_by_auto(shards, tmp_path):
         stdout, stderr = tracer.communicate(timeout=60)
         assert tracer.returncode == 0, stderr
     finally:
-        for p in (job, tracer):
-            if p is not None and p.poll() is None:
-                p.kill()
-                p.communicate(timeout=60)
+        reap(job, tracer)
     p = processes(out)
     agent = p[p.pid == job.pid].iloc[0]
     assert agent.role == "agent"
