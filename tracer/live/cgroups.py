@@ -19,8 +19,10 @@ MAX_DIRS = 100_000  # a walk stops there (a host with more cgroups names the res
 MAX_PROCS = 4096  # processes read per cgroup when naming a kernel thread's requests
 
 
-def blkcg_root(mountinfo: str = "/proc/self/mountinfo") -> str | None:
-    """The mount point of the hierarchy whose cgroups the bios carry (v1 blkio, else v2)."""
+def hierarchies(controller: str, mountinfo: str = "/proc/self/mountinfo"
+                ) -> tuple[str | None, str | None]:
+    """Mount points of the cgroup v1 hierarchy that holds `controller` and of the v2 one
+    (None: not mounted)."""
     v1 = v2 = None
     try:
         with open(mountinfo) as f:
@@ -29,12 +31,18 @@ def blkcg_root(mountinfo: str = "/proc/self/mountinfo") -> str | None:
                 fields, rest = head.split(), tail.split()
                 if len(fields) < 5 or len(rest) < 3:
                     continue
-                if rest[0] == "cgroup" and "blkio" in rest[2].split(",") and v1 is None:
+                if rest[0] == "cgroup" and controller in rest[2].split(",") and v1 is None:
                     v1 = fields[4]
                 elif rest[0] == "cgroup2" and v2 is None:
                     v2 = fields[4]
     except OSError:
-        return None
+        pass
+    return v1, v2
+
+
+def blkcg_root(mountinfo: str = "/proc/self/mountinfo") -> str | None:
+    """The mount point of the hierarchy whose cgroups the bios carry (v1 blkio, else v2)."""
+    v1, v2 = hierarchies("blkio", mountinfo)
     return v1 or v2
 
 

@@ -23,6 +23,7 @@ from pathlib import Path
 import psutil
 
 from tracer.core.model import MemoryRow
+from tracer.live.cgroups import hierarchies
 
 NO_LIMIT = 1 << 62
 
@@ -54,13 +55,8 @@ def memory_cgroup(cgroup_text: str) -> tuple[str, str] | None:
 
 def _mounts() -> tuple[Path | None, Path | None]:
     """Where the v1 memory hierarchy and the v2 one are mounted (None: not mounted)."""
-    v1 = v2 = None
-    for part in psutil.disk_partitions(all=True):
-        if part.fstype == "cgroup" and "memory" in part.opts.split(",") and v1 is None:
-            v1 = Path(part.mountpoint)
-        elif part.fstype == "cgroup2" and v2 is None:
-            v2 = Path(part.mountpoint)
-    return v1, v2
+    v1, v2 = hierarchies("memory")
+    return Path(v1) if v1 else None, Path(v2) if v2 else None
 
 
 def _read(path: Path) -> str | None:
