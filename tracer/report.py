@@ -255,11 +255,9 @@ def report_nodes(directories: list[str], out: TextIO) -> int:
     split = [(rank, sum(r.ns.values()) / 1e9, 0.0,
               {s: 100 * n / sum(r.ns.values()) for s, n in r.ns.items()} if sum(r.ns.values())
               else {}) for rank, r in sorted(joined.items())]
-    body = split_lines(split, {rank: rank for rank in joined})[2:]  # (keyed by rank here)
-    for rank, line in zip(sorted(joined), body, strict=True):
-        lines.append(line.replace(f"rank {rank}, pid {rank} ",
-                                  f"rank {rank} on {where[rank]}, pid "
-                                  f"{','.join(map(str, joined[rank].pids))} ", 1))
+    lines += split_lines(split, {rank: rank for rank in joined},  # (keyed by rank here)
+                         {rank: f"rank {rank} on {where[rank]}, pid "
+                                f"{','.join(map(str, r.pids))}" for rank, r in joined.items()})[2:]
     straggler = Diagnosis().judge_ranks(joined, found, where)
     lines.extend(render_findings([straggler]) if straggler else
                  ["", "No straggler across the nodes: no rank held the others back."])

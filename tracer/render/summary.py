@@ -60,11 +60,13 @@ def max_seen(file_totals: Mapping[FileKey, FileTotals] | None) -> MaxSeen[tuple[
 
 
 def split_lines(rows: list[tuple[int, float, float, dict[str, float]]],
-                ranks: dict[int, int] | None = None) -> list[str]:
+                ranks: dict[int, int] | None = None,
+                names: dict[int, str] | None = None) -> list[str]:
     """The summary's loop split: per loop (pid, seconds of training, seconds of start-up, percent
     by state), its states largest first; a rank's line (`ranks`: pid -> rank) says its rank,
-    the ranks first, in rank order."""
-    ranks = ranks or {}
+    the ranks first, in rank order. `names`: what a line calls its loop, where not "pid P" or
+    "rank R, pid P" (the ranks of traces joined from several nodes)."""
+    ranks, names = ranks or {}, names or {}
     lines = ["", "Training loop time (after start-up; the states are in docs/diagnosis.md):"]
     for pid, seconds, startup_s, pcts in sorted(
             rows, key=lambda r: (r[0] not in ranks, ranks.get(r[0], 0), r[0])):
@@ -74,7 +76,7 @@ def split_lines(rows: list[tuple[int, float, float, dict[str, float]]],
             shown.append("the rest 0 %")
         parts = ", ".join(shown) if shares else "no time"
         startup = f"; start-up {startup_s:.1f} s before it" if startup_s > 0 else ""
-        who = f"rank {ranks[pid]}, pid {pid}" if pid in ranks else f"pid {pid}"
+        who = names.get(pid) or (f"rank {ranks[pid]}, pid {pid}" if pid in ranks else f"pid {pid}")
         lines.append(f"  {who} ({seconds:.1f} s): {parts}{startup}")
     return lines
 
