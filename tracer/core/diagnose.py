@@ -450,10 +450,9 @@ def _disk_totals(ivs: Iterable[_Interval], dev: str) -> tuple[list[int], list[in
     return traced, others
 
 
-def _others_share(ivs: Iterable[_Interval], dev: str) -> tuple[float, float, float] | None:
-    """The other processes' share of disk `dev`'s reads in `ivs`: of the requests, the bytes
-    and the service time; None when the intervals saw none of its reads."""
-    traced, others = _disk_totals(ivs, dev)
+def _others_share(traced: list[int], others: list[int]) -> tuple[float, float, float] | None:
+    """The other processes' share of a disk's reads (`_disk_totals`): of the requests, the
+    bytes and the service time; None when there were none of its reads."""
     if not traced[0] + others[0]:
         return None
     return tuple(o / (o + tr) if o + tr else 0.0 for o, tr in zip(others, traced, strict=True))
@@ -1300,7 +1299,7 @@ class Diagnosis:
         hot = max(busy, key=busy.get) if busy else None
         if (hot and busy[hot] >= t.saturated_util_pct and q50 and s50
                 and q50 >= t.saturated_queue_ratio * s50):
-            share = _others_share(training, hot)
+            share = _others_share(*_disk_totals(training, hot))
             who = (f"; other processes did {100 * share[1]:.0f} % of its reads (bytes)"
                    if share and share[1] > t.contended_share else "")
             out.append(Finding(
@@ -1373,10 +1372,10 @@ class Diagnosis:
         if not mine or not max(mine.values()):
             return None
         dev = max(mine, key=mine.get)
-        share = _others_share(ivs, dev)
+        traced, others = _disk_totals(ivs, dev)
+        share = _others_share(traced, others)
         if share is None:
             return None
-        traced, others = _disk_totals(ivs, dev)
         if share[1] <= t.contended_share or others[1] < t.contended_min_bytes:
             return None
         users: dict[tuple[str, str, str | None, str | None], int] = defaultdict(int)
@@ -1388,7 +1387,8 @@ class Diagnosis:
         # trace knows as the live run did (the time since the interval before)
         later = [iv for iv in ivs if iv.ts_ns != self.intervals[0].ts_ns]
         secs = sum(iv.interval_ns for iv in later) / 1e9
-        rates = [_disk_totals(later, dev)[k][1] / secs if secs else None for k in (1, 0)]
+        later_totals = _disk_totals(later, dev)
+        rates = [later_totals[k][1] / secs if secs else None for k in (1, 0)]
         top = sorted(users.items(), key=lambda kv: -kv[1])[:MAX_DISK_USERS]
         names = ", ".join(comm + (f" in {short_name(cg, cid, pod)}" if cg else "")
                           for (comm, cg, cid, pod), _ in top[:3])
