@@ -136,17 +136,18 @@ class ProcessTable:
             proc = Process(pid, p.ppid(), p.name(), is_target, _cmdline(pid), self.clock.now_ns())
         proc.ns_pid = ns_pid(pid)
         proc.pin_tids = pin_threads(pid)  # named before the attach: no rename event to come
-        proc.is_agent = is_agent_cmdline(proc.cmdline.split())
-        parent = self.by_pid.get(proc.ppid)
-        self._set_rank(proc, parent.rank_env if parent else environ_rank(proc.ppid))
+        self._read_torchrun_role(proc)
         self.by_pid[pid] = proc
         return proc
 
-    @staticmethod
-    def _set_rank(proc: Process, parent_env: tuple | None) -> None:
-        """Its rank from its environment (read after its exec); a process whose parent has the
-        same rank environment inherited it (a worker, a saver, a tool the rank runs) and is
-        not a rank of its own: torchrun's agent, which starts the ranks, has none."""
+    def _read_torchrun_role(self, proc: Process) -> None:
+        """Whether it is torchrun's agent (its command line) and its rank (its environment),
+        read after its exec; a process whose parent has the same rank environment inherited it
+        (a worker, a saver, a tool the rank runs) and is not a rank of its own: torchrun's
+        agent, which starts the ranks, has none."""
+        proc.is_agent = is_agent_cmdline(proc.cmdline.split())
+        parent = self.by_pid.get(proc.ppid)
+        parent_env = parent.rank_env if parent else environ_rank(proc.ppid)
         env = environ(proc.pid)
         proc.rank_env = rank_env(env)
         proc.is_rank = proc.rank_env is not None and proc.rank_env != parent_env
@@ -174,9 +175,7 @@ class ProcessTable:
             proc.comm = ev.comm
             proc.ns_pid = ev.ns_pid or proc.ns_pid
             proc.cmdline = _cmdline(ev.pid) or proc.cmdline
-            proc.is_agent = is_agent_cmdline(proc.cmdline.split())
-            parent = self.by_pid.get(proc.ppid)
-            self._set_rank(proc, parent.rank_env if parent else environ_rank(proc.ppid))
+            self._read_torchrun_role(proc)
         elif ev.kind == abi.EVENT_EXIT:
             proc.exit_ns = ts
             proc.exit_code, proc.exit_signal = split_wait_status(ev.exit_code)
