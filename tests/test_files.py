@@ -7,8 +7,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from conftest import needs_root
 from tracer.core.abi import FileEvent
-from tracer.live.files import SIBLING, UNKNOWN, FileTable
+from tracer.live import files as files_module
+from tracer.live.files import SIBLING, UNKNOWN, FileTable, _generation
 
 
 def kernel_dev(st_dev: int) -> int:
@@ -38,3 +42,60 @@ def test_files_of_a_folder_first_read_by_a_process_that_has_exited(tmp_path: Pat
     assert (later.path, later.path_source) == (str(files[2]), SIBLING)
     gone = table.get(dev, st[2].st_ino + 10**9, 0, None, dir_ino)
     assert gone.path_source == UNKNOWN  # a file the folder does not have stays unnamed
+
+
+def folder_record(table: FileTable, first: Path, pid: int) -> tuple[int, int]:
+    """The kernel's record of `first`, which makes its folder known; (dev, folder inode)."""
+    st, folder = first.stat(), first.parent
+    dev = kernel_dev(st.st_dev)
+    table.on_event(FileEvent(pid, dev, st.st_ino, _generation(str(first)) or 0, "ext4",
+                             (first.name, *reversed(folder.parts[1:])), False, False,
+                             dir_ino=folder.stat().st_ino))
+    return dev, folder.stat().st_ino
+
+
+def test_a_file_of_another_generation_is_not_named(tmp_path: Path) -> None:
+    """A key whose generation is not the inode's now (the file was deleted and its number
+    given to another) must not take the new file's name, by handle or by listing."""
+    files = [tmp_path / f"f{i}.bin" for i in range(2)]
+    for f in files:
+        f.write_bytes(b"x")
+    gen = _generation(str(files[1]))
+    if not gen:
+        pytest.skip("this file system gives no inode generations")
+    table = FileTable()
+    dev, dir_ino = folder_record(table, files[0], os.getpid())
+    ino = files[1].stat().st_ino
+    stale = table.get(dev, ino, (gen + 1) % 2**32, None, dir_ino)
+    assert stale.path_source == UNKNOWN
+    named = table.get(dev, ino, gen, None, dir_ino)
+    assert (named.path, named.path_source) == (str(files[1]), SIBLING)
+
+
+@needs_root
+@pytest.mark.kernel
+def test_files_are_named_from_a_handle_without_listing_their_folder(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With CAP_DAC_READ_SEARCH, a file of a known folder on ext4 is named from a handle of its
+    inode: its folder is never listed (a listing reads every entry: a thousand per ImageNet
+    class folder, for each file a row names)."""
+    if files_module._handle_format(str(tmp_path), tmp_path.stat().st_ino) is not True:
+        pytest.skip("this file system has no {inode, generation} handles")
+    files = [tmp_path / f"f{i}.bin" for i in range(50)]
+    for f in files:
+        f.write_bytes(b"x")
+
+    def no_listing(folder: str, pid: int):
+        raise AssertionError(f"{folder} was listed")
+
+    monkeypatch.setattr(files_module, "_list_folder", no_listing)
+    table = FileTable()
+    dev, dir_ino = folder_record(table, files[0], os.getpid())
+    for f in files[1:]:
+        info = table.get(dev, f.stat().st_ino, _generation(str(f)) or 0, None, dir_ino)
+        assert (info.path, info.path_source) == (str(f), SIBLING)
+    assert table.lost_paths() == (49, 0)
+    table.close_folders()  # what the Aggregator does after each interval's rows
+    held = [os.readlink(f"/proc/self/fd/{fd}") for fd in os.listdir("/proc/self/fd")
+            if os.path.exists(f"/proc/self/fd/{fd}")]
+    assert str(tmp_path) not in held  # nothing keeps the file system from being unmounted

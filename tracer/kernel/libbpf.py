@@ -2,9 +2,10 @@
 
 It exposes just the libbpf calls the loader needs, raising :class:`LibbpfError` (with the errno
 text) instead of returning NULL or a negative code. Everything else about BPF lives in probes.py.
-The three libc calls Python has no binding for are here too: prctl(PR_SET_PDEATHSIG) for the
-held child (tracer.live.child), malloc_trim for the tracer's memory (tracer.live.session) and a
-read-only adjtimex for the host clock's NTP state (tracer.live.clock). ctypes stays in one
+The libc calls Python has no binding for are here too: prctl(PR_SET_PDEATHSIG) for the held
+child (tracer.live.child), malloc_trim for the tracer's memory (tracer.live.session), a
+read-only adjtimex for the host clock's NTP state (tracer.live.clock), and name_to_handle_at /
+open_by_handle_at, which name a file from its inode (tracer.live.files). ctypes stays in one
 module, whose libc handle is loaded at import, before any fork.
 """
 
@@ -101,6 +102,38 @@ def adjtimex() -> tuple[int, int, int]:
     if state < 0:
         raise OSError(ctypes.get_errno(), "adjtimex failed")
     return state, timex.maxerror, timex.esterror
+
+
+MAX_HANDLE_SZ = 128  # include/linux/exportfs.h
+
+
+class _FileHandle(ctypes.Structure):  # struct file_handle, include/uapi/linux/fcntl.h
+    _fields_ = [("handle_bytes", ctypes.c_uint), ("handle_type", ctypes.c_int),
+                ("f_handle", ctypes.c_ubyte * MAX_HANDLE_SZ)]
+
+
+def name_to_handle(path: str) -> tuple[int, bytes]:
+    """name_to_handle_at(2) of `path` (links not followed): (handle type, handle bytes), the
+    file system's own name for the inode, which open_by_handle takes back."""
+    fh, mount_id = _FileHandle(handle_bytes=MAX_HANDLE_SZ), ctypes.c_int()
+    if _libc.name_to_handle_at(-100, os.fsencode(path), ctypes.byref(fh),  # AT_FDCWD
+                               ctypes.byref(mount_id), 0) < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err), path)
+    return fh.handle_type, bytes(fh.f_handle[:fh.handle_bytes])
+
+
+def open_by_handle(mount_fd: int, handle_type: int, handle: bytes, flags: int) -> int:
+    """open_by_handle_at(2): a new fd of the inode `handle` names on the file system of
+    `mount_fd` (CAP_DAC_READ_SEARCH). ESTALE where no such inode is there now: for ext4's and
+    xfs's handles, an inode of that number but another generation."""
+    fh = _FileHandle(handle_bytes=len(handle), handle_type=handle_type)
+    ctypes.memmove(fh.f_handle, handle, len(handle))
+    fd = _libc.open_by_handle_at(mount_fd, ctypes.byref(fh), flags)
+    if fd < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+    return fd
 
 
 def _sig(fn, restype, *argtypes):

@@ -282,6 +282,7 @@ class Aggregator:
             if t is None:
                 t = self.file_totals[tkey] = FileTotals(dir_ino=ino if folder else dir_ino)
             t.add(op, ops, nbytes, lat_sum, missed, dirtied, max_ns)
+        self.files.close_folders()
         if len(self.file_totals) > max(2 * MAX_FILE_TOTALS, self._fold_at):
             self.fold_file_totals()
             self._fold_at = 2 * len(self.file_totals)

@@ -1,5 +1,6 @@
 """Files by (device, inode, generation): paths sent by the kernel once per folder, the other
-files of a folder named from its listing, with /proc/PID/fd fallbacks.
+files of a folder named from a handle of their inode or from the folder's listing, with
+/proc/PID/fd fallbacks.
 
 Inode numbers repeat across file systems, so a file is always keyed by the file system's device
 and its inode; and they repeat over time (a deleted file's number goes to the next file created),
@@ -11,24 +12,29 @@ module asks /proc/PID/fd instead and says so in `path_source`.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import functools
 import glob
-import itertools
 import os
 import stat
+import struct
 import time
+import weakref
+from collections import OrderedDict
 from dataclasses import dataclass
 
 from tracer.core.abi import NAME_LEN, FileEvent, dev_major_minor
 from tracer.core.model import FOLDER_GEN
 from tracer.core.redact import Redactor
+from tracer.kernel import libbpf
 from tracer.live.devices import device_name
 
 KERNEL, INODE, PROC_FD, PROC_MAPS, LOOKUP, SIBLING, TRUNCATED, UNKNOWN, FOLDER = (
     "kernel", "inode", "proc_fd", "proc_maps", "lookup", "sibling", "truncated", "unknown",
     "folder")
 FS_IOC_GETVERSION = 0x80087601  # _IOR('v', 1, long): the inode's generation (ext4, xfs, btrfs)
+FILEID_INO32_GEN = 1  # a file handle of {u32 inode, u32 generation}: ext4's, xfs's (32-bit inodes)
 RESCAN_S = 1.0  # a folder is listed again at most this often
 MAX_NAMED = 16384  # files (and folders) whose names are kept; the others are looked up again
 LISTINGS = 64  # folder listings kept (a job reads a few folders at a time)
@@ -39,9 +45,9 @@ class FileInfo:
     path: str  # absolute, as the process sees it; " (deleted)" appended for unlinked files
     # kernel: dentry walk from an open file; inode: from the inode's dentry (page cache only),
     # joined to the mount point; proc_fd, proc_maps, lookup: user-space fallbacks
-    # sibling: from the listing of its folder, whose path came with another file's record,
-    # where an entry has its device, inode and generation; folder: a row that adds up the
-    # files of a folder (the path ends with "/")
+    # sibling: a file of a folder whose path came with another file's record, named from a
+    # handle of its inode (device, inode and generation) or from the folder's listing;
+    # folder: a row that adds up the files of a folder (the path ends with "/")
     path_source: str
     fs_type: str
     device: str  # the file system's device: a disk name (vda1 -> vda's partition) or MAJ:MIN
@@ -176,6 +182,40 @@ def _same_file(host_path: str, dev: int, ino: int, gen: int) -> bool:
     return found is None or found == gen
 
 
+def _handle_format(folder: str, dir_ino: int) -> bool | None:
+    """Whether the file system of `folder` (a path iotrace can open) names inodes by handles of
+    {u32 inode, u32 generation}, seen on the folder's own handle; None when it cannot be told
+    (the path is gone)."""
+    try:
+        kind, handle = libbpf.name_to_handle(folder)
+    except OSError as e:
+        return None if e.errno == errno.ENOENT else False
+    return (kind == FILEID_INO32_GEN and len(handle) == 8
+            and int.from_bytes(handle[:4], "little") == dir_ino)
+
+
+def _path_by_handle(mount: int, ino: int, gen: int) -> str | None:
+    """The path of inode `ino` of generation `gen` on the file system of fd `mount`, from a
+    handle the kernel opens, checking the generation: three syscalls, where a listing of its
+    folder reads every entry. Raises PermissionError without CAP_DAC_READ_SEARCH; None where
+    that inode is not there now (ESTALE). The path is the dentry's, as iotrace's root sees it:
+    the caller checks it, as a hard link's may be another folder's, and a dentry no longer
+    cached comes back without its parents."""
+    try:
+        fd = libbpf.open_by_handle(mount, FILEID_INO32_GEN, struct.pack("<II", ino, gen),
+                                   os.O_PATH)
+    except PermissionError:
+        raise
+    except OSError:
+        return None
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
 def _list_folder(folder: str, pid: int) -> tuple[str, dict[int, str]]:
     """(the root it was listed through, inode -> name of every entry of `folder`), a path as
     process `pid` sees it: d_ino from the listing, no stat per entry, and names only (a path is
@@ -192,8 +232,10 @@ def _list_folder(folder: str, pid: int) -> tuple[str, dict[int, str]]:
     return "", {}
 
 
-class _Bounded(dict):
-    """A dict that forgets its oldest entries past `limit` (insertion order)."""
+class _Bounded(OrderedDict):
+    """A dict that forgets its oldest entries past `limit` (insertion order). An OrderedDict:
+    a plain dict finds its oldest entry by walking over the slots of those deleted before it,
+    thousands of them once it is full, at every insert."""
 
     def __init__(self, limit: int):
         super().__init__()
@@ -201,9 +243,8 @@ class _Bounded(dict):
 
     def __setitem__(self, key, value) -> None:
         super().__setitem__(key, value)
-        if len(self) > self.limit:
-            for old in list(itertools.islice(iter(self), len(self) - self.limit)):
-                del self[old]
+        while len(self) > self.limit:
+            self.popitem(last=False)
 
 
 class FileTable:
@@ -218,6 +259,12 @@ class FileTable:
         # (dev, folder inode) -> (its path as the process sees it, that pid), from the records
         self.folders: dict[tuple[int, int], tuple[str, int]] = _Bounded(MAX_NAMED)
         self._listings: dict[tuple[int, int], tuple[float, dict]] = _Bounded(LISTINGS)
+        # dev -> an open folder of that file system, which names files by FILEID_INO32_GEN
+        # handles (None: it does not, or iotrace may not); closed at every interval's end
+        self._mounts: dict[int, int | None] = {}
+        weakref.finalize(self, _close_all, self._mounts)
+        self._folder_rows: dict[tuple[int, int], tuple[tuple[str, int] | None, FileInfo]] = (
+            _Bounded(MAX_NAMED))  # (dev, folder inode) -> (its entry in folders, its row's info)
         self._recovered = 0
         self._unnamed: set[tuple[int, int, int]] = set()  # shown as "(inode N in folder)"
 
@@ -268,23 +315,32 @@ class FileTable:
                         UNKNOWN, _fs_type(dev), device_name(dev))
 
     def folder(self, dev: int, dir_ino: int) -> FileInfo:
-        """A folder as the row of the files added up in it: its path with a "/" at the end."""
+        """A folder as the row of the files added up in it: its path with a "/" at the end.
+        Asked for by thousands of rows an interval, each made once per path of the folder."""
         where = self.folders.get((dev, dir_ino))
+        made = self._folder_rows.get((dev, dir_ino))
+        if made is not None and made[0] == where:
+            return made[1]
         path = (self.redact.path(where[0]).rstrip("/") + "/" if where
                 else f"(folder inode {dir_ino} on {device_name(dev)})")
-        return FileInfo(path, FOLDER, _fs_type(dev), device_name(dev))
+        info = FileInfo(path, FOLDER, _fs_type(dev), device_name(dev))
+        self._folder_rows[(dev, dir_ino)] = (where, info)
+        return info
 
     def lost_paths(self) -> tuple[int, int]:
         """(files named from their folder's listing, files still without a name) so far."""
         return self._recovered, sum(k not in self.by_id for k in self._unnamed)
 
     def _in_folder(self, dev: int, dir_ino: int, ino: int, gen: int) -> str | None:
-        """The path of a file of a known folder, from the folder's listing: one listing serves
-        every file in it; a file missing from it is looked for again in a listing made after
-        RESCAN_S (it was created since)."""
+        """The path of a file of a known folder, from a handle of its inode, else from the
+        folder's listing: one listing serves every file in it; a file missing from it is looked
+        for again in a listing made after RESCAN_S (it was created since)."""
         where = self.folders.get((dev, dir_ino))
         if where is None:
             return None
+        if (path := self._by_handle(dev, dir_ino, ino, gen, *where)) is not None:
+            self._recovered += 1
+            return path
         now = time.monotonic()
         at, root, index = self._listings.get((dev, dir_ino), (None, "", None))
         listed = index is None or (ino not in index and now - at >= RESCAN_S)
@@ -308,3 +364,58 @@ class FileTable:
             return None
         self._recovered += 1
         return path
+
+    def _by_handle(self, dev: int, dir_ino: int, ino: int, gen: int, folder: str,
+                   pid: int) -> str | None:
+        """The path of a file of `folder` (as process `pid` sees it) named from a handle of its
+        inode, checked to be that inode in that folder; None where the file system has no such
+        handles, iotrace lacks the capability, or the name is not found this way."""
+        if ino >> 32 or gen >> 32 or (mount := self._mount(dev, dir_ino, folder, pid)) is None:
+            return None
+        try:
+            link = _path_by_handle(mount, ino, gen)
+        except PermissionError:
+            os.close(mount)
+            self._mounts[dev] = None
+            return None
+        if link is None:
+            return None
+        path = os.path.join(folder, os.path.basename(link))
+        if link == path:  # the process sees the file system where iotrace does: no stat
+            return path
+        # Through the process's root (a container's); the process gone, through iotrace's.
+        for root in (f"/proc/{pid}/root", ""):
+            if _same_file(root + path, dev, ino, 0):  # 0: the handle checked the generation
+                return path
+        return None
+
+    def close_folders(self) -> None:
+        """Closes the folders held open for naming by handles, once an interval's rows are
+        named: an open folder would keep its file system from being unmounted."""
+        _close_all(self._mounts)
+        self._mounts.clear()
+
+    def _mount(self, dev: int, dir_ino: int, folder: str, pid: int) -> int | None:
+        """The open folder through which files of file system `dev` are named by handles: the
+        first folder of it asked for, kept open; None where it has no such handles."""
+        if dev in self._mounts:  # also where the file system has no such handles
+            return self._mounts[dev]
+        for root in (f"/proc/{pid}/root", ""):
+            usable = _handle_format(root + folder, dir_ino)
+            if usable is None:  # the path is gone: the next root, or another folder later
+                continue
+            fd = None
+            if usable:
+                try:
+                    fd = os.open(root + folder, os.O_RDONLY | os.O_DIRECTORY)  # O_PATH: EBADF
+                except OSError:
+                    continue
+            self._mounts[dev] = fd
+            return fd
+        return None
+
+
+def _close_all(mounts: dict[int, int | None]) -> None:
+    for fd in mounts.values():
+        if fd is not None:
+            os.close(fd)
