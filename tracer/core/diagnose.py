@@ -231,7 +231,7 @@ def _cumulative(weighted: list[tuple[int, int]]) -> Iterator[tuple[int, int]]:
         yield value, total
 
 
-@functools.lru_cache(maxsize=16384)  # every interval asks again about the same files
+@functools.lru_cache(maxsize=4096)  # every interval asks again about the same files
 def is_library(path: str, fs_type: str) -> bool:
     """A file that is not the data set: the interpreter's and libraries' files (site-packages,
     .py, .pyc, .so), the system's (/etc, /usr/lib, ...) and pseudo file systems (/proc, /sys)."""

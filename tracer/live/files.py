@@ -36,11 +36,14 @@ KERNEL, INODE, PROC_FD, PROC_MAPS, LOOKUP, SIBLING, TRUNCATED, UNKNOWN, FOLDER =
 FS_IOC_GETVERSION = 0x80087601  # _IOR('v', 1, long): the inode's generation (ext4, xfs, btrfs)
 FILEID_INO32_GEN = 1  # a file handle of {u32 inode, u32 generation}: ext4's, xfs's (32-bit inodes)
 RESCAN_S = 1.0  # a folder is listed again at most this often
-MAX_NAMED = 16384  # files (and folders) whose names are kept; the others are looked up again
+# Files whose names are kept, the others named again when a row needs them: an interval's
+# rows name at most rollup.KEEP_FILES files per process and op.
+MAX_NAMED = 4096
+MAX_FOLDERS = 16384  # folders whose paths are kept (a folder's path comes once, from a record)
 LISTINGS = 64  # folder listings kept (a job reads a few folders at a time)
 
 
-@dataclass(frozen=True, slots=True)  # (16 384 kept: FileTable.by_id)
+@dataclass(frozen=True, slots=True)  # (thousands kept: FileTable.by_id)
 class FileInfo:
     path: str  # absolute, as the process sees it; " (deleted)" appended for unlinked files
     # kernel: dentry walk from an open file; inode: from the inode's dentry (page cache only),
@@ -257,14 +260,14 @@ class FileTable:
         self.by_id: dict[tuple[int, int, int], FileInfo] = _Bounded(MAX_NAMED)  # (dev, ino, gen)
         self.redact = redactor or Redactor(False)
         # (dev, folder inode) -> (its path as the process sees it, that pid), from the records
-        self.folders: dict[tuple[int, int], tuple[str, int]] = _Bounded(MAX_NAMED)
+        self.folders: dict[tuple[int, int], tuple[str, int]] = _Bounded(MAX_FOLDERS)
         self._listings: dict[tuple[int, int], tuple[float, dict]] = _Bounded(LISTINGS)
         # dev -> an open folder of that file system, which names files by FILEID_INO32_GEN
         # handles (None: it does not, or iotrace may not); closed at every interval's end
         self._mounts: dict[int, int | None] = {}
         weakref.finalize(self, _close_all, self._mounts)
         self._folder_rows: dict[tuple[int, int], tuple[tuple[str, int] | None, FileInfo]] = (
-            _Bounded(MAX_NAMED))  # (dev, folder inode) -> (its entry in folders, its row's info)
+            _Bounded(MAX_FOLDERS))  # (dev, folder inode) -> (its entry in folders, its row's info)
         self._recovered = 0
         self._unnamed: set[tuple[int, int, int]] = set()  # shown as "(inode N in folder)"
 
