@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -55,8 +56,17 @@ def rss_kib(pid: int) -> int | None:
 
 
 def tree(out: Path) -> tuple[int, int]:
-    files = [p for p in out.rglob("*") if p.is_file()]
-    return sum(p.stat().st_size for p in files), len(files)
+    """(bytes, files) of the trace so far; a file the writer renames or merges away meanwhile
+    is left out."""
+    size = count = 0
+    for p in out.rglob("*"):
+        try:
+            st = p.stat()
+        except FileNotFoundError:
+            continue
+        if stat.S_ISREG(st.st_mode):
+            size, count = size + st.st_size, count + 1
+    return size, count
 
 
 def day_of(out: Path, into: Path) -> int:
