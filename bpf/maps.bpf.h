@@ -79,27 +79,28 @@ IOT_SHARED struct {
 	__type(value, __u8);
 } files_seen SEC(".maps");
 
-/* Per (process, file, op) counters, in two buffers told apart by file_key.buf: an operation
- * adds to the interval's (max_epoch & 1); user space advances max_epoch, waits for the programs
- * still running on the old value (rcu_sync below), then reads and deletes the old buffer's
- * entries. A count is never added after it was read, and the map holds one interval's keys. */
-IOT_SHARED struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__uint(max_entries, MAX_FILE_KEYS);
-	__type(key, struct file_key);
-	__type(value, struct file_stat);
-} file_stats SEC(".maps");
+/* Per (process, file, op) counters, in two buffers, a map each (file_key.buf says which): an
+ * operation adds to the interval's (max_epoch & 1); user space advances max_epoch, waits for
+ * the programs still running on the old value (rcu_sync below), then takes the old buffer's
+ * entries out in one pass (BPF_MAP_LOOKUP_AND_DELETE_BATCH: with both buffers in one map, a
+ * read of every entry and a delete of half of them). A count is never added after it was read,
+ * and a map holds one interval's keys. */
+#define FILE_COUNTERS(name, entries)                                                            \
+	IOT_SHARED struct {                                                                     \
+		__uint(type, BPF_MAP_TYPE_HASH);                                                \
+		__uint(map_flags, BPF_F_NO_PREALLOC);                                           \
+		__uint(max_entries, entries);                                                   \
+		__type(key, struct file_key);                                                   \
+		__type(value, struct file_stat);                                                \
+	} name SEC(".maps")
+
+FILE_COUNTERS(file_stats0, MAX_FILE_KEYS);
+FILE_COUNTERS(file_stats1, MAX_FILE_KEYS);
 
 /* What file_stats had no room for, counted per (process, folder, op): no count is dropped
  * while a folder has room here. Drained with file_stats. */
-IOT_SHARED struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__uint(max_entries, 16384);
-	__type(key, struct file_key);
-	__type(value, struct file_stat);
-} folder_stats SEC(".maps");
+FILE_COUNTERS(folder_stats0, 16384);
+FILE_COUNTERS(folder_stats1, 16384);
 
 /* Folders whose path user space has (a record of one of their files came through): their
  * other files send no record of their own; user space names them from the folder's listing.

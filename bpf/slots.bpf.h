@@ -106,8 +106,24 @@ static __always_inline bool file_key_eq(const struct file_key *a, const struct f
 	       a->op == b->op;
 }
 
-/* The counters of `key` (its buf set): its slot, else its entry in `file_stats` (made on first
- * use), else, that map full, its folder's entry in `folder_stats`. */
+/* The entry of `key` in per-file map `map`, made on first use; NULL with *err the refusal
+ * where it could not be made. */
+static __always_inline struct file_stat *file_entry(void *map, const struct file_key *key,
+						    long *err)
+{
+	struct file_stat *st = bpf_map_lookup_elem(map, key);
+
+	if (st)
+		return st;
+	*err = bpf_map_update_elem(map, key, &zero_file_stat, BPF_NOEXIST);
+	if (*err == -IOT_E2BIG)
+		return NULL;
+	return bpf_map_lookup_elem(map, key);
+}
+
+/* The counters of `key` (its buf set): its slot, else its entry in its buffer's `file_stats`
+ * map (made on first use), else, that map full, its folder's entry in `folder_stats`. Each
+ * buffer's map is named in its own branch, so that every map call has one map. */
 static __always_inline struct file_stat *file_stat_of(const struct file_key *key, __u64 dir_ino)
 {
 	__u64 tag = slot_tag(key->tgid | (__u64)key->dev << 32, key->ino,
@@ -117,7 +133,7 @@ static __always_inline struct file_stat *file_stat_of(const struct file_key *key
 	struct file_slot *s = bpf_map_lookup_elem(&file_slots, &i);
 	struct file_key folder;
 	struct file_stat *st;
-	long err;
+	long err = 0;
 
 	if (s && s->tag == tag && file_key_eq(&s->key, key))
 		return &s->st;
@@ -125,17 +141,16 @@ static __always_inline struct file_stat *file_stat_of(const struct file_key *key
 		s->key = *key;
 		return &s->st;
 	}
-	st = bpf_map_lookup_elem(&file_stats, key);
-	if (st)
+	st = key->buf ? file_entry(&file_stats1, key, &err) : file_entry(&file_stats0, key, &err);
+	if (st || err != -IOT_E2BIG)
 		return st;
-	err = bpf_map_update_elem(&file_stats, key, &zero_file_stat, BPF_NOEXIST);
-	if (err != -IOT_E2BIG)
-		return bpf_map_lookup_elem(&file_stats, key);
 	count_map_full(IOT_MAP_FILE_STATS, err); /* not lost: counted per folder */
 	folder = *key;
 	folder.ino = dir_ino;
 	folder.gen = 0;
-	return lookup_or_make(&folder_stats, &folder, &zero_file_stat, IOT_MAP_FOLDER_STATS);
+	if (key->buf)
+		return lookup_or_make(&folder_stats1, &folder, &zero_file_stat, IOT_MAP_FOLDER_STATS);
+	return lookup_or_make(&folder_stats0, &folder, &zero_file_stat, IOT_MAP_FOLDER_STATS);
 }
 
 /* The counters of (process, file, op) in this interval's buffer, made on first use. */

@@ -185,6 +185,7 @@ def lib() -> ctypes.CDLL:
     _sig(so.bpf_map_get_next_key, i, i, vp, vp)
     _sig(so.bpf_map_lookup_batch, i, i, vp, vp, vp, vp, ctypes.POINTER(u32), vp)
     _sig(so.bpf_map_delete_batch, i, i, vp, ctypes.POINTER(u32), vp)
+    _sig(so.bpf_map_lookup_and_delete_batch, i, i, vp, vp, vp, vp, ctypes.POINTER(u32), vp)
     _sig(so.bpf_map_create, i, i, cp, u32, u32, u32, vp)
     _sig(so.ring_buffer__new, vp, i, RING_SAMPLE_FN, vp, vp)
     _sig(so.ring_buffer__poll, i, vp, i)
@@ -450,13 +451,15 @@ class Map:
             yield ctypes.string_at(keys, got * ks), ctypes.string_at(values, got * vs)
 
     def _lookup_batches(self, keys, values, capacity: int, accumulate: bool,
-                        refill: bool = False):
-        """BPF_MAP_LOOKUP_BATCH until the whole map is read, BATCH entries a call at most into
-        `keys` and `values` (buffers of `capacity` entries): each call's at their start, or,
-        `accumulate`, after the calls' before. Yields (first entry, entries) of each call;
-        with `refill`, (-1, 0) when the buffers are full, and fills them again from their
-        start once the caller has taken what they hold."""
+                        refill: bool = False, delete: bool = False):
+        """BPF_MAP_LOOKUP_BATCH (`delete`: BPF_MAP_LOOKUP_AND_DELETE_BATCH) until the whole map
+        is read, BATCH entries a call at most into `keys` and `values` (buffers of `capacity`
+        entries): each call's at their start, or, `accumulate`, after the calls' before.
+        Yields (first entry, entries) of each call; with `refill`, (-1, 0) when the buffers
+        are full, and fills them again from their start once the caller has taken what they
+        hold."""
         so, ks, vs = lib(), self.key_size, self.value_size
+        call = so.bpf_map_lookup_and_delete_batch if delete else so.bpf_map_lookup_batch
         token = [ctypes.create_string_buffer(max(ks, 8)) for _ in range(2)]  # hash: a bucket
         n, first = 0, True
         while True:
@@ -467,10 +470,9 @@ class Map:
             count = ctypes.c_uint32(min(self.BATCH, capacity - at))
             if not count.value:
                 return
-            rc = so.bpf_map_lookup_batch(self.fd, None if first else token[0], token[1],
-                                         ctypes.addressof(keys) + at * ks,
-                                         ctypes.addressof(values) + at * vs,
-                                         ctypes.byref(count), None)
+            rc = call(self.fd, None if first else token[0], token[1],
+                      ctypes.addressof(keys) + at * ks, ctypes.addressof(values) + at * vs,
+                      ctypes.byref(count), None)
             if rc == -errno.ENOSPC and refill and at:
                 # the next bucket of a hash map has more entries than the room left: the same
                 # call again into emptied buffers (the kernel did not move past that bucket)
@@ -488,12 +490,13 @@ class Map:
 
     CHUNK = 16384  # entries raw_chunks reads before handing them over (1.3 MiB for file_stats)
 
-    def raw_chunks(self) -> Iterator[tuple[memoryview, memoryview]]:
+    def raw_chunks(self, delete: bool = False) -> Iterator[tuple[memoryview, memoryview]]:
         """Every key and every value, CHUNK entries at a time (n keys, then n values in the same
         order) for decoding in bulk (numpy), with no Python object per entry: views of two
         buffers made once and filled again for each chunk, so that a chunk is used before the
         next is asked for. A map of 131 072 entries read whole took 10 MiB of buffers, held
-        by the tracer for good."""
+        by the tracer for good. `delete`: each entry is deleted as it is read (a map no
+        program writes to any more: one that adds to an entry after it was read loses that)."""
         ks, vs = self.key_size, self.value_size
         if getattr(self, "_chunk", None) is None:
             self._chunk = (ctypes.create_string_buffer(ks * self.CHUNK),
@@ -502,7 +505,7 @@ class Map:
         n = 0
         try:
             for at, got in self._lookup_batches(keys, values, self.CHUNK, accumulate=True,
-                                                refill=True):
+                                                refill=True, delete=delete):
                 if at < 0:
                     yield memoryview(keys)[:n * ks], memoryview(values)[:n * vs]
                     n = 0
@@ -511,13 +514,15 @@ class Map:
         except LibbpfError as e:
             if e.errno not in _UNSUPPORTED or n:
                 raise
-            yield self._raw_items_one_by_one()
+            yield self._raw_items_one_by_one(delete)
             return
         if n:
             yield memoryview(keys)[:n * ks], memoryview(values)[:n * vs]
 
-    def _raw_items_one_by_one(self) -> tuple[memoryview, memoryview]:
+    def _raw_items_one_by_one(self, delete: bool) -> tuple[memoryview, memoryview]:
         items = self.items()
+        for k, _ in items if delete else ():
+            self.delete(k)
         return (memoryview(b"".join(k for k, _ in items)),
                 memoryview(b"".join(v for _, v in items)))
 

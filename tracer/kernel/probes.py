@@ -53,6 +53,9 @@ POWER_OF_TWO_MAPS = (RQ_SLOTS, *SLOT_TABLES)
 # The maps IOTRACE_MAP_SIZES can size: those whose refused inserts `map_full` counts, and the
 # tables of slots.
 SIZABLE_MAPS = (*abi.MAP_FULL_MAPS, *POWER_OF_TWO_MAPS)
+# Maps kept as one per interval buffer in the object, sized and counted under one name
+BUFFERED_MAPS = {"file_stats": ("file_stats0", "file_stats1"),
+                 "folder_stats": ("folder_stats0", "folder_stats1")}
 STATS_SYSCTL = "/proc/sys/kernel/bpf_stats_enabled"
 # Tracepoints whose programs read the in-flight syscall from task-local storage. A tp_btf
 # program gets the storage through a trylock that fails (NULL) when a syscall program holding
@@ -195,8 +198,9 @@ class Probes:
         self._ring: RingBuffer | None = None
         self.tracked: Map | None = None
         self.hists: Map | None = None
-        self.file_stats: Map | None = None
-        self.folder_stats: Map | None = None
+        # the per-file and per-folder counters, a map per interval buffer (maps.bpf.h)
+        self.file_stats: tuple[Map, Map] | None = None
+        self.folder_stats: tuple[Map, Map] | None = None
         self._slots: list[MappedArray] = []  # by abi.HIST_SLOTS, abi.FILE_SLOTS
         self._track: Program | None = None  # proc.bpf.c's syscall programs, run from here
         self._free_slot: Program | None = None
@@ -235,14 +239,16 @@ class Probes:
             self._choose_programs(obj)
             for m in SIZABLE_MAPS:
                 if m in self.map_sizes:
-                    obj.set_max_entries(m, self.map_sizes[m])
+                    for part in BUFFERED_MAPS.get(m, (m,)):
+                        obj.set_max_entries(part, self.map_sizes[m])
             bits = {m: obj.max_entries(m).bit_length() - 1 for m in POWER_OF_TWO_MAPS}
             bits["file_slots"] -= 1  # per buffer
             have_io_start = self.features.get("block_io_start", "missing") != "missing"
             obj.set_config(abi.CONFIG.pack(int(have_io_start), PAGE_SHIFT, int(self.auto_discover),
                                            bits[RQ_SLOTS], bits["hist_slots"], bits["file_slots"],
                                            self.slow_ns))
-            self.max_entries = {m: obj.max_entries(m) for m in abi.MAP_FULL_MAPS}
+            self.max_entries = {m: obj.max_entries(BUFFERED_MAPS.get(m, (m,))[0])
+                                for m in abi.MAP_FULL_MAPS}
             obj.load()
         except LibbpfError as e:
             self.close()
@@ -257,8 +263,9 @@ class Probes:
         self.tracked = Map(fd("tracked"), abi.TGID.size, abi.TRACKED_INFO.size)
         self.threads = Map(fd("threads"), abi.TGID.size, abi.THREAD_TIME.size)
         self.hists = Map(fd("hists"), abi.HIST_KEY.size, abi.HIST_SIZE)
-        self.file_stats = Map(fd("file_stats"), abi.FILE_KEY.size, abi.FILE_STAT.size)
-        self.folder_stats = Map(fd("folder_stats"), abi.FILE_KEY.size, abi.FILE_STAT.size)
+        self.file_stats, self.folder_stats = (
+            tuple(Map(fd(part), abi.FILE_KEY.size, abi.FILE_STAT.size)
+                  for part in BUFFERED_MAPS[m]) for m in ("file_stats", "folder_stats"))
         self._rcu_sync = Map(fd("rcu_sync"), 4, 4)
         self._rcu_inner = fd("rcu_inner")
         self._slots = [MappedArray(fd("hist_slots"), abi.HIST_SLOT.size, 1 << bits["hist_slots"]),
@@ -463,14 +470,14 @@ class Probes:
         key_words = abi.FILE_KEY.size // 8
         from_slots = abi.file_counts(rows[:, 1:1 + key_words].tobytes(),
                                      rows[:, 1 + key_words:].tobytes())
-        files = self._drain_map(self.file_stats, "file_stats", buf, from_slots)
-        folders = self._drain_map(self.folder_stats, "folder_stats", buf)
+        files = self._drain_map(self.file_stats[buf], "file_stats", from_slots)
+        folders = self._drain_map(self.folder_stats[buf], "folder_stats")
         return files, folders
 
-    def _drain_map(self, m: Map, name: str, buf: int, first=None):
-        """The entries of buffer `buf` of a file_key -> file_stat map, deleted, after the rows
-        `first` (abi.file_counts). Read a chunk at a time into an array whose pages take
-        memory only as rows are written: the map holds the other buffer's entries too."""
+    def _drain_map(self, m: Map, name: str, first=None):
+        """The entries of a file_key -> file_stat map that no program adds to any more (an
+        ended interval's buffer), taken out, after the rows `first` (abi.file_counts). Read a
+        chunk at a time into an array whose pages take memory only as rows are written."""
         import numpy as np
 
         dtype = abi.file_counts_dtype()
@@ -479,17 +486,9 @@ class Probes:
         out = np.frombuffer(mmap.mmap(-1, size, mmap.MAP_PRIVATE), dtype=dtype)
         if head:
             out[:head] = first
-        n, done = head, []
-        key_dtype = np.dtype(list(abi.FILE_KEY_FIELDS))
-        for keys, values in m.raw_chunks():
-            mine = np.frombuffer(keys, dtype=key_dtype)["buf"] == buf
-            if not mine.any():
-                continue
-            done.append(np.frombuffer(keys, dtype=f"V{abi.FILE_KEY.size}")[mine].tobytes())
-            rows = abi.file_counts(keys, values, buf)
-            out[n:n + len(rows)] = rows
-            n += len(rows)
-        m.delete_many(b"".join(done))
+        n = head
+        for keys, values in m.raw_chunks(delete=True):
+            n += abi.file_counts_into(out[n:], keys, values)
         return out[:n]
 
     @staticmethod
