@@ -272,16 +272,17 @@ def file_counts(keys: bytes, values: bytes) -> np.ndarray:
 
 def file_counts_into(out: np.ndarray, keys: bytes, values: bytes) -> int:
     """Writes raw struct file_key and struct file_stat, n of each, into the first n rows of
-    `out` (file_counts_dtype, contiguous); returns n. Each row is its key's bytes then its
-    value's, copied as two blocks (a field at a time was ten copies): an interval's entries at
-    30 000 files/s are megabytes, copied once."""
+    `out` (contiguous; file_counts_dtype, or a dtype that begins with its fields, whose others
+    are left as they are); returns n. Each row is its key's bytes then its value's, copied as
+    two blocks (a field at a time was ten copies): an interval's entries at 30 000 files/s are
+    megabytes, copied once."""
     import numpy as np
 
     ks, vs = FILE_KEY.size, FILE_STAT.size
     n = len(keys) // ks
-    rows = out[:n].view(np.uint8).reshape(n, ks + vs)
+    rows = out[:n].view(np.uint8).reshape(n, out.dtype.itemsize)
     rows[:, :ks] = np.frombuffer(keys, dtype=np.uint8).reshape(n, ks)
-    rows[:, ks:] = np.frombuffer(values, dtype=np.uint8).reshape(n, vs)
+    rows[:, ks:ks + vs] = np.frombuffer(values, dtype=np.uint8).reshape(n, vs)
     return n
 
 

@@ -454,11 +454,13 @@ class Probes:
         self.epoch.update(b"\0\0\0\0", self.max_epoch.to_bytes(8, "little"))
         return self.max_epoch - 1
 
-    def drain_file_stats(self, buf: int):
+    def drain_file_stats(self, buf: int, row_dtype=None):
         """The per-file and per-folder counters of the interval that used buffer `buf` (the
         interval next_epoch() just ended), taken out of the kernel: (files, folders), arrays
-        of abi.file_counts_dtype(). First waits until no program still adds to that buffer
-        (one that read max_epoch before next_epoch() changed it), so nothing comes after."""
+        of abi.file_counts_dtype(), or of `row_dtype`, which begins with its fields, the others
+        zero (made in place: a copy to add columns was the largest array of an interval).
+        First waits until no program still adds to that buffer (one that read max_epoch
+        before next_epoch() changed it), so nothing comes after."""
         assert self.file_stats is not None and self.folder_stats is not None
         self._rcu_sync.update(b"\0\0\0\0", self._rcu_inner.to_bytes(4, "little"))
         slots = self._slots[abi.FILE_SLOTS]
@@ -470,22 +472,25 @@ class Probes:
         key_words = abi.FILE_KEY.size // 8
         from_slots = abi.file_counts(rows[:, 1:1 + key_words].tobytes(),
                                      rows[:, 1 + key_words:].tobytes())
-        files = self._drain_map(self.file_stats[buf], "file_stats", from_slots)
-        folders = self._drain_map(self.folder_stats[buf], "folder_stats")
+        dtype = row_dtype or abi.file_counts_dtype()
+        files = self._drain_map(self.file_stats[buf], "file_stats", dtype, from_slots)
+        folders = self._drain_map(self.folder_stats[buf], "folder_stats", dtype)
         return files, folders
 
-    def _drain_map(self, m: Map, name: str, first=None):
+    def _drain_map(self, m: Map, name: str, dtype, first=None):
         """The entries of a file_key -> file_stat map that no program adds to any more (an
-        ended interval's buffer), taken out, after the rows `first` (abi.file_counts). Read a
-        chunk at a time into an array whose pages take memory only as rows are written."""
+        ended interval's buffer), taken out, after the rows `first` (abi.file_counts), as
+        rows of `dtype`. Read a chunk at a time into an array whose pages take memory only as
+        rows are written (zero-filled: the fields past file_stat's are zero)."""
         import numpy as np
 
-        dtype = abi.file_counts_dtype()
         head = 0 if first is None else len(first)
         size = (head + self.max_entries[name]) * dtype.itemsize
         out = np.frombuffer(mmap.mmap(-1, size, mmap.MAP_PRIVATE), dtype=dtype)
         if head:
-            out[:head] = first
+            width = first.dtype.itemsize
+            out[:head].view(np.uint8).reshape(head, dtype.itemsize)[:, :width] = (
+                first.view(np.uint8).reshape(head, width))
         n = head
         for keys, values in m.raw_chunks(delete=True):
             n += abi.file_counts_into(out[n:], keys, values)

@@ -33,10 +33,19 @@ _MUL = (np.uint64(0x9E3779B97F4A7C15), np.uint64(0xC2B2AE3D27D4EB4F),
 _READ = next(code for code, name in abi.OPS.items() if name == "read")
 
 
+def rows_dtype() -> np.dtype:
+    """abi.file_counts_dtype with the two re-read counters after its fields: the dtype the
+    session has the kernel's counters drained into (Probes.drain_file_stats)."""
+    return np.dtype(abi.file_counts_dtype().descr + list(REREAD_FIELDS))
+
+
 def with_rereads(rows: np.ndarray) -> np.ndarray:
-    """`rows` (abi.file_counts_dtype) with the two re-read counters, zero."""
+    """`rows` (abi.file_counts_dtype) with the two re-read counters, zero; rows that have
+    them already, as they are."""
+    if rows.dtype.names[-len(REREAD_FIELDS):] == tuple(n for n, _ in REREAD_FIELDS):
+        return rows
     rows = np.ascontiguousarray(rows)
-    out = np.zeros(len(rows), dtype=np.dtype(rows.dtype.descr + list(REREAD_FIELDS)))
+    out = np.zeros(len(rows), dtype=rows_dtype())
     # the fields of `rows` lead each row at the same offsets: copied as one block of bytes per
     # row (field by field took five times as long)
     n = rows.dtype.itemsize

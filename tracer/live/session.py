@@ -50,6 +50,7 @@ from tracer.live.memory import MemorySampler
 from tracer.live.peers import peers_of
 from tracer.live.processes import ProcessTable
 from tracer.live.procfs import ProcSampler
+from tracer.live.rereads import rows_dtype
 
 if TYPE_CHECKING:
     from tracer.core.interval import Interval
@@ -420,7 +421,7 @@ class Session:
         from tracer.live.aggregate import Reading
 
         epoch = self.probes.next_epoch()
-        files, folders = self.probes.drain_file_stats(epoch & 1)
+        files, folders = self.probes.drain_file_stats(epoch & 1, rows_dtype())
         hists, threads = self.probes.read_hists(), self.probes.read_threads()
         # After the per-file counters: a syscall that returned since they were read is seen
         # done here and counted in them at the next reading (the diagnosis allows for both).
