@@ -128,9 +128,9 @@ def main() -> int:
     out = Path(args.keep) if args.keep else work / "trace"
     shutil.rmtree(out, ignore_errors=True)
     seconds = args.minutes * 60
-    cmd = [str(ROOT / ".venv/bin/iotrace"), "-o", str(out), "--no-tui", "--", sys.executable,
+    cmd = [sys.executable, "-m", "tracer.cli", "-o", str(out), "--no-tui", "--", sys.executable,
            "-c", JOB, *paths, str(args.reads_per_s), str(seconds)]
-    tracer = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    tracer = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
     t0, samples = time.monotonic(), []
     while tracer.poll() is None:
         time.sleep(1)

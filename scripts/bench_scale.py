@@ -125,7 +125,7 @@ def main() -> int:
         out = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="iotrace-scale-"))
         subprocess.run(["rm", "-rf", str(out)], check=True)
         warm(data)
-        text, wall, tracer_cpu = run([str(ROOT / ".venv/bin/iotrace"), "-o", str(out),
+        text, wall, tracer_cpu = run([PY, "-m", "tracer.cli", "-o", str(out),
                                       "--no-tui", "--", *job])
         n_traced, _, traced_s = job_seconds(text)
         meta = json.loads((out / "meta.json").read_text())
