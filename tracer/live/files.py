@@ -252,9 +252,10 @@ class _Bounded(OrderedDict):
 
 class FileTable:
     """Names files by (dev, ino, gen). The kernel sends a file's path only when its folder is
-    new to it (bpf/files.bpf.h, dirs_seen): the others of a known folder are named from the
-    folder's listing, when a row first needs the name. Both tables are bounded, so the memory
-    does not grow with the files a job reads: a name forgotten is looked up again."""
+    new to it (bpf/files.bpf.h, dirs_seen): the others of a known folder are named from a
+    handle of their inode, or from the folder's listing, when a row first needs the name. Both
+    tables are bounded, so the memory does not grow with the files a job reads: a name
+    forgotten is looked up again."""
 
     def __init__(self, redactor: Redactor | None = None) -> None:
         self.by_id: dict[tuple[int, int, int], FileInfo] = _Bounded(MAX_NAMED)  # (dev, ino, gen)
@@ -331,7 +332,8 @@ class FileTable:
         return info
 
     def lost_paths(self) -> tuple[int, int]:
-        """(files named from their folder's listing, files still without a name) so far."""
+        """(files of a known folder named without a record of their own, files still without a
+        name) so far."""
         return self._recovered, sum(k not in self.by_id for k in self._unnamed)
 
     def _in_folder(self, dev: int, dir_ino: int, ino: int, gen: int) -> str | None:
