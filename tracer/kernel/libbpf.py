@@ -184,7 +184,6 @@ def lib() -> ctypes.CDLL:
     _sig(so.bpf_map_lookup_and_delete_elem, i, i, vp, vp)
     _sig(so.bpf_map_get_next_key, i, i, vp, vp)
     _sig(so.bpf_map_lookup_batch, i, i, vp, vp, vp, vp, ctypes.POINTER(u32), vp)
-    _sig(so.bpf_map_delete_batch, i, i, vp, ctypes.POINTER(u32), vp)
     _sig(so.bpf_map_lookup_and_delete_batch, i, i, vp, vp, vp, vp, ctypes.POINTER(u32), vp)
     _sig(so.bpf_map_create, i, i, cp, u32, u32, u32, vp)
     _sig(so.ring_buffer__new, vp, i, RING_SAMPLE_FN, vp, vp)
@@ -525,20 +524,6 @@ class Map:
             self.delete(k)
         return (memoryview(b"".join(k for k, _ in items)),
                 memoryview(b"".join(v for _, v in items)))
-
-    def delete_many(self, keys: bytes) -> None:
-        """Deletes the entries of these keys (raw, one after another), in one syscall where the
-        kernel can (Linux 5.6+); keys that are not there are skipped."""
-        n = len(keys) // self.key_size
-        if not n:
-            return
-        count = ctypes.c_uint32(n)
-        rc = lib().bpf_map_delete_batch(self.fd, keys, ctypes.byref(count), None)
-        if rc == 0:
-            return
-        # ENOENT: a key was missing and the batch stopped there; older kernels: unsupported
-        for i in range(count.value if rc == -errno.ENOENT else 0, n):
-            self.delete(keys[i * self.key_size:(i + 1) * self.key_size])
 
 
 class MappedArray:
