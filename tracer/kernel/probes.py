@@ -470,28 +470,22 @@ class Probes:
         rows = rows[abi.slot_tags_ok(abi.FILE_SLOTS, rows)]
         slots.words[lo:lo + half] = 0  # the next interval but one starts from empty slots
         key_words = abi.FILE_KEY.size // 8
-        from_slots = abi.file_counts(rows[:, 1:1 + key_words].tobytes(),
-                                     rows[:, 1 + key_words:].tobytes())
+        from_slots = (rows[:, 1:1 + key_words].tobytes(), rows[:, 1 + key_words:].tobytes())
         dtype = row_dtype or abi.file_counts_dtype()
         files = self._drain_map(self.file_stats[buf], "file_stats", dtype, from_slots)
         folders = self._drain_map(self.folder_stats[buf], "folder_stats", dtype)
         return files, folders
 
-    def _drain_map(self, m: Map, name: str, dtype, first=None):
+    def _drain_map(self, m: Map, name: str, dtype, first: tuple[bytes, bytes] = (b"", b"")):
         """The entries of a file_key -> file_stat map that no program adds to any more (an
-        ended interval's buffer), taken out, after the rows `first` (abi.file_counts), as
-        rows of `dtype`. Read a chunk at a time into an array whose pages take memory only as
-        rows are written (zero-filled: the fields past file_stat's are zero)."""
+        ended interval's buffer), taken out, after `first` (raw keys and values, as the map's),
+        as rows of `dtype`. Read a chunk at a time into an array whose pages take memory only
+        as rows are written (zero-filled: the fields past file_stat's are zero)."""
         import numpy as np
 
-        head = 0 if first is None else len(first)
-        size = (head + self.max_entries[name]) * dtype.itemsize
+        size = (len(first[0]) // abi.FILE_KEY.size + self.max_entries[name]) * dtype.itemsize
         out = np.frombuffer(mmap.mmap(-1, size, mmap.MAP_PRIVATE), dtype=dtype)
-        if head:
-            width = first.dtype.itemsize
-            out[:head].view(np.uint8).reshape(head, dtype.itemsize)[:, :width] = (
-                first.view(np.uint8).reshape(head, width))
-        n = head
+        n = abi.file_counts_into(out, *first)
         for keys, values in m.raw_chunks(delete=True):
             n += abi.file_counts_into(out[n:], keys, values)
         return out[:n]
