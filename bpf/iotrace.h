@@ -160,7 +160,7 @@ struct sys_start {
 	__u8 op;
 	__u8 target;
 	__u8 pad[6];
-	struct file_id last_sent; /* the last file this thread sent a path for (skips a lookup) */
+	struct file_id last_sent; /* the last file this thread checked for a first sight */
 	__u64 dir_ino; /* the file's folder (struct file_stat's) */
 };
 

@@ -244,8 +244,11 @@ static __always_inline void emit_slow(const struct sys_start *start, struct task
 	bpf_ringbuf_submit(e, events_wakeup());
 }
 
-/* openat: counted per file only, once its file is known from the returned fd. */
-static __always_inline void open_done(struct task_struct *task, long fd, __u64 latency_ns)
+/* openat: counted per file only, once its file is known from the returned fd. The file's
+ * first-sight check is done here, so the thread's reads of it that follow skip theirs
+ * (last_sent, as enter_body's). */
+static __always_inline void open_done(struct task_struct *task, struct sys_start *start,
+				      long fd, __u64 latency_ns)
 {
 	struct file_id fid;
 	struct file *file;
@@ -260,6 +263,7 @@ static __always_inline void open_done(struct task_struct *task, long fd, __u64 l
 	inode_id(inode, &fid);
 	dir_ino = dir_ino_of(file->f_path.dentry);
 	file_first_sight(file, &fid, (int)fd, dir_ino, task->tgid);
+	start->last_sent = fid;
 	file_op_add(task->tgid, &fid, dir_ino, IOT_OP_OPEN, latency_ns, 0);
 }
 
@@ -279,7 +283,7 @@ static __always_inline void exit_body(long ret)
 	latency_ns = bpf_ktime_get_ns() - start->ts_ns;
 	if (start->op == IOT_OP_OPEN) {
 		start->ts_ns = 0;
-		open_done(task, ret, latency_ns);
+		open_done(task, start, ret, latency_ns);
 		return;
 	}
 	bytes = ret > 0 && start->op != IOT_OP_FSYNC ? (__u64)ret : 0;

@@ -15,10 +15,14 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import numpy as np
 
-# Files per (process, op) and interval that keep a row of their own: the KEEP_FILES with the
-# most time in syscalls (then bytes, then pages). A group of fewer files keeps them all, so a
-# job that reads a few files sees each of them in every interval.
+# Files per (process, op) and interval that keep a row of their own: a group of at most
+# KEEP_FILES files keeps them all, so a job that reads a few files sees each of them in every
+# interval. In a larger group, the files that took at least KEEP_SHARE_PCT % of the group's
+# time in syscalls (then the most bytes, then pages), at most KEEP_FILES of them: a job that
+# reads thousands of files alike (an image folder) has its folders' rows, which say as much,
+# while a file that stands out still has its own.
 KEEP_FILES = 64
+KEEP_SHARE_PCT = 1
 SUMMED = ("ops", "bytes", "latency_sum_ns", "pages_missed", "pages_dirtied")
 # summed too where the rows carry them (tracer.live.rereads adds them before the roll-up)
 SUMMED_IF_THERE = ("reread_bytes", "reread_pages")
@@ -133,10 +137,12 @@ def add_up(rows: np.ndarray, by: tuple[str, ...], weights: np.ndarray | None = N
 
 
 def _kept(files: np.ndarray, keep: int) -> np.ndarray:
-    """Indices of the rows that keep their own: per (tgid, op) the `keep` largest by
-    (latency_sum_ns, bytes, pages missed + dirtied), ties in the order of the rows, listed by
-    tgid, op, then largest first. Sorts only each group's candidates (the rows whose time is
-    at least the group's keep-th largest), not every row of the interval."""
+    """Indices of the rows that keep their own: per (tgid, op), all of a group of at most `keep`
+    rows; of a larger one, the `keep` largest by (latency_sum_ns, bytes, pages missed +
+    dirtied) of those with KEEP_SHARE_PCT of the group's latency_sum_ns (all of them when the
+    group has no time, pages only); ties in the order of the rows. Listed by tgid, op, then
+    largest first. Sorts only each group's candidates (the rows whose time is at least the
+    group's keep-th largest), not every row of the interval."""
     import numpy as np
 
     group = (files["tgid"].astype(np.uint64) << np.uint64(8)) | files["op"]  # (exact)
@@ -149,8 +155,12 @@ def _kept(files: np.ndarray, keep: int) -> np.ndarray:
     for lo, hi in itertools.pairwise(bounds):
         rows = order[lo:hi]
         if hi - lo > keep:
-            cut = np.partition(lat[rows], hi - lo - keep)[hi - lo - keep]
-            rows = rows[lat[rows] >= cut]
+            total = int(lat[rows].sum())
+            if total:
+                rows = rows[lat[rows] * 100 >= total * KEEP_SHARE_PCT]
+            if len(rows) > keep:
+                cut = np.partition(lat[rows], len(rows) - keep)[len(rows) - keep]
+                rows = rows[lat[rows] >= cut]
         picked.append(rows)
     cand = np.concatenate(picked)
     c = take(files, cand)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from tracer.core.abi import MAP_ROLLED_UP
 from tracer.core.histogram import format_bytes, format_ns
-from tracer.core.rollup import KEEP_FILES
+from tracer.core.rollup import KEEP_FILES, KEEP_SHARE_PCT
 
 TOP_PROGRAMS = 5  # programs listed in the summary, most time first
 # --bpf-stats: "sampled" (default) counts the programs' runs during the first STATS_SHARE of
@@ -263,8 +263,8 @@ def render_self_cost(cost: SelfCost, top: int = TOP_PROGRAMS) -> list[str]:
         drops += f" ({', '.join(full)}: counts of those operations are missing)"
     if cost.file_rows_rolled_up or cost.folder_ops_kernel:
         drops += (f"; files table: {cost.file_rows_rolled_up} per-file rows added up into "
-                  f"{cost.folder_rows} folder rows (past {KEEP_FILES} files per process, op and "
-                  "interval)")
+                  f"{cost.folder_rows} folder rows (files under {KEEP_SHARE_PCT} % of their "
+                  f"process's time in an op, past {KEEP_FILES} per process, op and interval)")
         if cost.folder_ops_kernel:
             drops += (f", {cost.folder_ops_kernel} operations counted per folder by the kernel "
                       "(its per-file table was full)")
