@@ -2,6 +2,7 @@
 
     .venv/bin/python scripts/bench_scale.py [--files 200000] [--folders 1000] [--workers 8]
         [--rounds 2] [--files-per-s N] [--data /var/tmp/iotrace-scale] [--keep DIR]
+        [--programs-only]
 
 The job is tracer.workloads.imagefolder (open, read whole, close each file in the workers;
 no model). Per round, untraced then traced by `iotrace -o DIR --no-tui -- job`, the page cache
@@ -15,6 +16,11 @@ both runs read from memory and the job goes as fast as files can be opened. Prin
   roll-ups) against those of the `latency` table (syscall layer), which must be equal; and how
   many files kept their own rows.
 
+With --programs-only, each round also runs the job traced with the tracer stopped (SIGSTOP)
+from the moment it is attached until the job has ended: what the BPF programs cost the job
+alone, with no user space running beside it (its maps fill and its ring buffer overflows: that
+trace is not kept, only the job's seconds).
+
 Timings are not asserted anywhere: figures go to docs/benchmarks.md.
 """
 
@@ -24,6 +30,7 @@ import argparse
 import json
 import os
 import re
+import signal
 import statistics
 import subprocess
 import sys
@@ -71,6 +78,29 @@ def run(argv: list[str]) -> tuple[str, float, float]:
     return text, wall, cpu
 
 
+def programs_only(argv: list[str]) -> str:
+    """The job's stdout, traced by `argv` (an iotrace command line) stopped from the moment it
+    says it is tracing until the job has printed its epoch line."""
+    with tempfile.TemporaryFile("w+") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+        for line in proc.stderr:
+            if line.startswith("Tracing"):
+                break
+        proc.send_signal(signal.SIGSTOP)
+        try:
+            while True:
+                out.seek(0)
+                if EPOCH.search(out.read()):
+                    break
+                time.sleep(0.1)
+        finally:
+            proc.send_signal(signal.SIGCONT)
+        proc.stderr.read()
+        proc.wait()
+        out.seek(0)
+        return out.read()
+
+
 def job_seconds(text: str) -> tuple[int, int, float]:
     m = EPOCH.search(text)
     if not m:
@@ -106,6 +136,8 @@ def main() -> int:
     ap.add_argument("--data", default="/var/tmp/iotrace-scale")
     ap.add_argument("--files-per-s", type=float, help="pace the job (default: as fast as it goes)")
     ap.add_argument("--keep", help="keep the last trace here")
+    ap.add_argument("--programs-only", action="store_true",
+                    help="also run the job with the tracer stopped once attached")
     args = ap.parse_args()
 
     data = Path(args.data) / f"{args.files}x{args.folders}"
@@ -117,7 +149,7 @@ def main() -> int:
            "--num-workers", str(args.workers)]
     if args.files_per_s:
         job += ["--files-per-s", str(args.files_per_s)]
-    ratios = []
+    ratios, alone = [], []
     for r in range(args.rounds):
         warm(data)
         text, _, _ = run(job)
@@ -148,7 +180,18 @@ def main() -> int:
               f"job read {n_traced} files", flush=True)
         if not args.keep:
             subprocess.run(["rm", "-rf", str(out)], check=True)
-    print(f"median slowdown {statistics.median(ratios):.3f}x over {len(ratios)} rounds")
+        if args.programs_only:
+            scratch = Path(tempfile.mkdtemp(prefix="iotrace-scale-"))
+            warm(data)
+            _, _, alone_s = job_seconds(programs_only(
+                [PY, "-m", "tracer.cli", "-o", str(scratch / "t"), "--no-tui", "--bpf-stats",
+                 "off", "--", *job]))
+            subprocess.run(["rm", "-rf", str(scratch)], check=True)
+            alone.append(alone_s / plain_s)
+            print(f"  programs only (the tracer stopped once attached): {alone_s:.2f} s: "
+                  f"{alone[-1]:.3f}x", flush=True)
+    print(f"median slowdown {statistics.median(ratios):.3f}x over {len(ratios)} rounds"
+          + (f"; programs only {statistics.median(alone):.3f}x" if alone else ""))
     return 0
 
 
