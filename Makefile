@@ -10,7 +10,8 @@ BPF_STAGES := maps proc syscall pagecache block sched
 BPF_SRC := $(patsubst %,bpf/%.bpf.c,$(BPF_STAGES))
 BPF_PARTS := $(patsubst bpf/%.bpf.c,build/bpf/%.bpf.o,$(BPF_SRC))
 BPF_OBJ := tracer/bpf/iotrace.bpf.o
-WORKLOADS := tests/workloads/bin/iowork scripts/bin/pread_loop scripts/bin/bench_floor.bpf.o
+WORKLOADS := tests/workloads/bin/iowork scripts/bin/pread_loop scripts/bin/open_read_loop \
+	scripts/bin/bench_floor.bpf.o
 APT_PKGS := clang llvm libbpf-dev libbpf1 bpftool make gcc libc6-dev python3-venv tmux util-linux \
 	chromium-headless-shell
 # promtool, which the tests run on /metrics and the dashboard's queries, comes with Debian's
@@ -79,6 +80,10 @@ tests/workloads/bin/iowork: tests/workloads/iowork.c
 	cc -O2 -static -Wall -Wextra -o $@ $<
 
 scripts/bin/pread_loop: scripts/pread_loop.c
+	@mkdir -p $(dir $@)
+	cc -O2 -static -Wall -Wextra -o $@ $<
+
+scripts/bin/open_read_loop: scripts/open_read_loop.c
 	@mkdir -p $(dir $@)
 	cc -O2 -static -Wall -Wextra -o $@ $<
 
