@@ -57,9 +57,9 @@ def read_while_stopped(tmp_path, names: list[str]):
 
 def test_files_read_while_the_tracer_is_stopped(tmp_path):
     """The issue's 20 000 files, in one folder: the kernel sends that folder's path once; the
-    files that matter (alike here: only one that a preemption made take 1 % of the reads' time
-    can) have rows of their own, with their real paths; the others are added up in the folder's
-    row; every read is counted."""
+    files that matter have rows of their own, with their real paths (the files are alike, so
+    only one whose read a preemption made take 1 % of the reads' time can); the others are
+    added up in the folder's row; every read is counted."""
     from tracer.core.rollup import KEEP_FILES, KEEP_SHARE_PCT
 
     read, want, meta = read_while_stopped(tmp_path, [f"f{i:05d}.bin" for i in range(FILES)])
