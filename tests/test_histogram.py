@@ -114,35 +114,39 @@ def counts(*entries) -> np.ndarray:
 
 def test_files_past_the_kept_ones_are_added_up_per_folder():
     """Per (process, op) and interval, a process's files keep their rows when it touched at most
-    KEEP_FILES; of more, those with KEEP_SHARE_PCT of its time, at most KEEP_FILES of them. The
-    others are one row per folder, which says how many files it holds; the kernel's own folder
-    counts join it. Nothing is counted twice or lost."""
+    KEEP_FILES; of more, those with KEEP_SHARE_PCT of its time, bytes or pages, at most
+    KEEP_FILES of them. The others are one row per folder, which says how many files it holds;
+    the kernel's own folder counts join it. Nothing is counted twice or lost."""
     from tracer.core.rollup import KEEP_FILES, KEEP_SHARE_PCT
 
     assert KEEP_SHARE_PCT == 1  # the times below are chosen around it
     agg = Aggregator(ProcessTable(Clock()))
-    n = KEEP_FILES + 10
-    # pid 7 reads n files of folder 500 (file i took i us, each far under 1 % of the pid's
-    # time) and 3 of folder 600, each a third of it; pid 9 reads KEEP_FILES + 5 files alike
-    # (each 1/69th of its time, over 1 %): the first KEEP_FILES are kept; pid 8 reads 2 files:
-    # both kept
+    n = 300
+    # pid 7 reads n files of folder 500 (file i took i us; each far under 1 % of the pid's
+    # time and bytes) and 3 of folder 600, each a third of its time; pid 9 reads KEEP_FILES + 5
+    # files alike (each 1/69th of its time and bytes, over 1 %): the first KEEP_FILES are kept;
+    # pid 10 reads 200 files alike (0.5 % each) and has a file mapped into memory, whose pages
+    # are all it has: kept; pid 8 reads 2 files: both kept
     files = counts(*[(7, 1000 + i, 0, 2, 1000 * (i + 1), 500) for i in range(n)],
                    *[(7, 2000 + i, 0, 1, 10**9, 600) for i in range(3)],
                    *[(9, 3000 + i, 0, 1, 10**6, 700) for i in range(KEEP_FILES + 5)],
-                   (8, 1, 0, 1, 5, 500), (8, 2, 0, 1, 5, 500))
+                   *[(10, 4000 + i, 0, 1, 10**6, 800) for i in range(200)],
+                   (10, 5000, 0, 0, 0, 800), (8, 1, 0, 1, 5, 500), (8, 2, 0, 1, 5, 500))
+    files["pages_missed"][files["ino"] == 5000] = 1000
     kernel = counts((7, 500, 0, 4, 4000, 500))  # 4 reads the kernel's file table had no room for
     rows = agg.interval(Reading({}, files, kernel), ts_ns=1).files
     own = [r for r in rows if r["file_count"] == 1 and r["path_source"] != "folder"]
     folders = [r for r in rows if r["path_source"] == "folder"]
     assert sorted(r["inode"] for r in own if r["pid"] == 7) == [2000, 2001, 2002]
     assert sorted(r["inode"] for r in own if r["pid"] == 9) == list(range(3000, 3000 + KEEP_FILES))
+    assert [(r["inode"], r["pages_missed"]) for r in own if r["pid"] == 10] == [(5000, 1000)]
     assert sorted((r["pid"], r["inode"], r["file_count"], r["ops"]) for r in folders) == [
-        (7, 500, n, 2 * n + 4), (9, 700, 5, 5)]
+        (7, 500, n, 2 * n + 4), (9, 700, 5, 5), (10, 800, 200, 200)]
     assert sum(r["ops"] for r in rows if r["pid"] == 7) == 2 * n + 3 + 4
-    assert sum(r["bytes"] for r in rows) == 4096 * (2 * n + 3 + 4 + KEEP_FILES + 5 + 2)
+    assert sum(r["bytes"] for r in rows) == 4096 * (2 * n + 3 + 4 + KEEP_FILES + 5 + 200 + 2)
     assert len([r for r in own if r["pid"] == 8]) == 2
     assert (agg.rolled_up.file_rows, agg.rolled_up.folder_rows, agg.rolled_up.kernel_ops) == (
-        n + 5, 2, 4)
+        n + 5 + 200, 3, 4)
 
 
 def test_roll_up_is_the_same_when_hashes_collide(monkeypatch):

@@ -79,8 +79,9 @@ def test_summary_block_names_full_maps_and_missing_stats():
         "tracer 3.1 % of one core (0.68 s CPU, 0.46 s of it start-up), peak RSS 137.0 MiB; "
         "2 events lost, 3 map-full drops (hists 3: counts of those operations are missing); "
         "files table: 1000 per-file rows added up into 10 folder rows (files under 1 % of "
-        "their process's time in an op, past 64 per process, op and interval), 490 operations "
-        "counted per folder by the kernel (its per-file table was full).")
+        "their process's time, bytes and pages in an op, past 64 per process, op and "
+        "interval), 490 operations counted per folder by the kernel (its per-file table was "
+        "full).")
     assert len(lines) == 2  # no program table
 
 

@@ -17,10 +17,11 @@ if TYPE_CHECKING:
 
 # Files per (process, op) and interval that keep a row of their own: a group of at most
 # KEEP_FILES files keeps them all, so a job that reads a few files sees each of them in every
-# interval. In a larger group, the files that took at least KEEP_SHARE_PCT % of the group's
-# time in syscalls (then the most bytes, then pages), at most KEEP_FILES of them: a job that
-# reads thousands of files alike (an image folder) has its folders' rows, which say as much,
-# while a file that stands out still has its own.
+# interval. In a larger group, the files with at least KEEP_SHARE_PCT % of the group's time in
+# syscalls, of its bytes or of its pages (missed and dirtied: a file mapped into memory has no
+# syscall time), at most KEEP_FILES of them, the most time first (then bytes, then pages): a
+# job that reads thousands of files alike (an image folder) has its folders' rows, which say as
+# much, while a file that stands out still has its own.
 KEEP_FILES = 64
 KEEP_SHARE_PCT = 1
 SUMMED = ("ops", "bytes", "latency_sum_ns", "pages_missed", "pages_dirtied")
@@ -139,10 +140,10 @@ def add_up(rows: np.ndarray, by: tuple[str, ...], weights: np.ndarray | None = N
 def _kept(files: np.ndarray, keep: int) -> np.ndarray:
     """Indices of the rows that keep their own: per (tgid, op), all of a group of at most `keep`
     rows; of a larger one, the `keep` largest by (latency_sum_ns, bytes, pages missed +
-    dirtied) of those with KEEP_SHARE_PCT of the group's latency_sum_ns (all of them when the
-    group has no time, pages only); ties in the order of the rows. Listed by tgid, op, then
-    largest first. Sorts only each group's candidates (the rows whose time is at least the
-    group's keep-th largest), not every row of the interval."""
+    dirtied) of those with KEEP_SHARE_PCT of the group's latency_sum_ns, bytes or pages; ties
+    in the order of the rows. Listed by tgid, op, then largest first. Sorts only each group's
+    candidates (the rows whose time is at least the group's keep-th largest), not every row of
+    the interval."""
     import numpy as np
 
     group = (files["tgid"].astype(np.uint64) << np.uint64(8)) | files["op"]  # (exact)
@@ -151,13 +152,18 @@ def _kept(files: np.ndarray, keep: int) -> np.ndarray:
     starts = np.flatnonzero(np.concatenate(([True], sorted_group[1:] != sorted_group[:-1])))
     bounds = np.append(starts, len(files)).tolist()
     lat = files["latency_sum_ns"]
+    measures = (lat, files["bytes"], files["pages_missed"] + files["pages_dirtied"])
     picked = []
     for lo, hi in itertools.pairwise(bounds):
         rows = order[lo:hi]
         if hi - lo > keep:
-            total = int(lat[rows].sum())
-            if total:
-                rows = rows[lat[rows] * 100 >= total * KEEP_SHARE_PCT]
+            stands_out = np.zeros(len(rows), dtype=bool)
+            for m in measures:
+                values = m[rows]
+                total = int(values.sum())
+                if total:
+                    stands_out |= values * 100 >= total * KEEP_SHARE_PCT
+            rows = rows[stands_out]
             if len(rows) > keep:
                 cut = np.partition(lat[rows], len(rows) - keep)[len(rows) - keep]
                 rows = rows[lat[rows] >= cut]

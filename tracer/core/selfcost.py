@@ -264,7 +264,8 @@ def render_self_cost(cost: SelfCost, top: int = TOP_PROGRAMS) -> list[str]:
     if cost.file_rows_rolled_up or cost.folder_ops_kernel:
         drops += (f"; files table: {cost.file_rows_rolled_up} per-file rows added up into "
                   f"{cost.folder_rows} folder rows (files under {KEEP_SHARE_PCT} % of their "
-                  f"process's time in an op, past {KEEP_FILES} per process, op and interval)")
+                  f"process's time, bytes and pages in an op, past {KEEP_FILES} per process, op "
+                  "and interval)")
         if cost.folder_ops_kernel:
             drops += (f", {cost.folder_ops_kernel} operations counted per folder by the kernel "
                       "(its per-file table was full)")

@@ -123,7 +123,7 @@ TABLES: dict[str, pa.Schema] = {
         _field("op", DICT_STRING),  # read, write, fsync, open
         # files the row counts: 1, or a folder's files added up (path_source "folder", the path
         # ending with "/", inode the folder's): of more than 64 files per process, op and
-        # interval, those under 1 % of its time in syscalls (core/rollup.py); 0 for what the
+        # interval, those under 1 % of its time, bytes and pages (core/rollup.py); 0 for what the
         # kernel counted per folder (its per-file table full). Null in traces of iotrace before
         # it had folder rows.
         _field("file_count", pa.int64(), nullable=True),
