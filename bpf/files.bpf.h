@@ -121,8 +121,9 @@ static long path_walk_step(__u32 i, void *ctx)
 }
 
 /* Claims (s_dev, inode, generation) in files_seen and sends its path to user space: the names met by the
- * walk `w`, which the caller has pointed at the file's dentry. */
-static __always_inline void send_path(const struct file_id *id, struct inode *inode, int fd,
+ * walk `w`, which the caller has pointed at the file's dentry. False when the record could not
+ * be sent (the ring buffer full): the claim is given up, so that a later sight sends it. */
+static __always_inline bool send_path(const struct file_id *id, struct inode *inode, int fd,
 				      __u32 tgid, __u32 flags, __u64 dir_ino, struct path_walk *w)
 {
 	struct folder_id folder = { .dev = id->dev, .ino = dir_ino };
@@ -131,10 +132,10 @@ static __always_inline void send_path(const struct file_id *id, struct inode *in
 	__u8 one = 1;
 
 	if (bpf_map_update_elem(&files_seen, id, &one, BPF_NOEXIST))
-		return; /* another CPU is sending it */
+		return true; /* another CPU is sending it */
 	e = bpf_map_lookup_elem(&FILE_SCRATCH, &zero);
 	if (!e)
-		return;
+		return true;
 	e->kind = IOT_EVENT_FILE;
 	e->pid = tgid;
 	e->dev = id->dev;
@@ -158,9 +159,11 @@ static __always_inline void send_path(const struct file_id *id, struct inode *in
 			       e->flags & IOT_FILE_TRUNCATED ? BPF_RB_FORCE_WAKEUP : events_wakeup())) {
 		count_lost_event();
 		bpf_map_delete_elem(&files_seen, id); /* try again next time */
+		return false;
 	} else if (dir_ino && !(e->flags & (IOT_FILE_TRUNCATED | IOT_FILE_DELETED))) {
 		bpf_map_update_elem(&dirs_seen, &folder, &one, BPF_ANY);
 	}
+	return true;
 }
 
 /* Page-cache misses show files that no syscall touched (mmap, executables): their path from
@@ -187,10 +190,11 @@ static __always_inline void inode_first_sight(struct inode *inode, const struct 
 }
 
 /* Sends the path of `file` to user space the first time this (s_dev, inode, generation) is
- * seen, unless its folder's path was sent already (folder_known): the names
+ * seen, unless its folder's path was sent already (folder_known); false when a record was due
+ * and could not be sent. The names
  * from the file up to the task's root (so paths are as seen inside a container's mount
  * namespace or chroot), crossing mount points. */
-static __always_inline void file_first_sight(struct file *file, const struct file_id *id, int fd,
+static __always_inline bool file_first_sight(struct file *file, const struct file_id *id, int fd,
 					     __u64 dir_ino, __u32 tgid)
 {
 	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
@@ -198,13 +202,13 @@ static __always_inline void file_first_sight(struct file *file, const struct fil
 
 	if (bpf_map_lookup_elem(&files_seen, id) ||
 	    folder_known(id->dev, dir_ino, BPF_CORE_READ(file, f_inode), BPF_CORE_READ(file, f_mode)))
-		return;
+		return true;
 	w.dentry = BPF_CORE_READ(file, f_path.dentry);
 	w.vfsmnt = BPF_CORE_READ(file, f_path.mnt);
 	w.mnt = (void *)w.vfsmnt - bpf_core_field_offset(struct mount, mnt);
 	w.root_dentry = BPF_CORE_READ(task, fs, root.dentry);
 	w.root_mnt = BPF_CORE_READ(task, fs, root.mnt);
-	send_path(id, BPF_CORE_READ(file, f_inode), fd, tgid, 0, dir_ino, &w);
+	return send_path(id, BPF_CORE_READ(file, f_inode), fd, tgid, 0, dir_ino, &w);
 }
 
 #endif /* FILES_BPF_H */

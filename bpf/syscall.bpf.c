@@ -198,8 +198,8 @@ static __always_inline void enter_body(__u8 op, int fd, unsigned long pos)
 	start->offset = op & POSITIONAL ? pos : file->f_pos;
 	if (start->file.ino != start->last_sent.ino || start->file.dev != start->last_sent.dev ||
 	    start->file.gen != start->last_sent.gen) {
-		file_first_sight(file, &start->file, fd, start->dir_ino, task->tgid);
-		start->last_sent = start->file;
+		if (file_first_sight(file, &start->file, fd, start->dir_ino, task->tgid))
+			start->last_sent = start->file;
 	}
 out:
 	start->ts_ns = bpf_ktime_get_ns();
@@ -246,7 +246,7 @@ static __always_inline void emit_slow(const struct sys_start *start, struct task
 
 /* openat: counted per file only, once its file is known from the returned fd. The file's
  * first-sight check is done here, so the thread's reads of it that follow skip theirs
- * (last_sent, as enter_body's). */
+ * (last_sent, as enter_body's), unless its record could not be sent: they try again. */
 static __always_inline void open_done(struct task_struct *task, struct sys_start *start,
 				      long fd, __u64 latency_ns)
 {
@@ -262,8 +262,8 @@ static __always_inline void open_done(struct task_struct *task, struct sys_start
 	inode = file->f_inode;
 	inode_id(inode, &fid);
 	dir_ino = dir_ino_of(file->f_path.dentry);
-	file_first_sight(file, &fid, (int)fd, dir_ino, task->tgid);
-	start->last_sent = fid;
+	if (file_first_sight(file, &fid, (int)fd, dir_ino, task->tgid))
+		start->last_sent = fid;
 	file_op_add(task->tgid, &fid, dir_ino, IOT_OP_OPEN, latency_ns, 0);
 }
 
