@@ -157,6 +157,17 @@ static __always_inline __u8 target_of(struct file *file)
 	return IOT_TARGET_OTHER;
 }
 
+/* file_first_sight for this thread's syscall on `file`, remembered in last_sent (so that the
+ * thread's next calls on it skip the check) only once the file is named or its record sent:
+ * a record lost to a full ring buffer is tried again at the next call. */
+static __always_inline void check_first_sight(struct sys_start *start, struct file *file,
+					      const struct file_id *id, int fd, __u64 dir_ino,
+					      __u32 tgid)
+{
+	if (file_first_sight(file, id, fd, dir_ino, tgid))
+		start->last_sent = *id;
+}
+
 /* The entry of traced syscall `op` (op_of_syscall, not 0xff) with first argument `fd` and 4th
  * `pos` (the offset of a POSITIONAL op): one body for the raw and the classic tracepoints. */
 static __always_inline void enter_body(__u8 op, int fd, unsigned long pos)
@@ -198,8 +209,7 @@ static __always_inline void enter_body(__u8 op, int fd, unsigned long pos)
 	start->offset = op & POSITIONAL ? pos : file->f_pos;
 	if (start->file.ino != start->last_sent.ino || start->file.dev != start->last_sent.dev ||
 	    start->file.gen != start->last_sent.gen) {
-		if (file_first_sight(file, &start->file, fd, start->dir_ino, task->tgid))
-			start->last_sent = start->file;
+		check_first_sight(start, file, &start->file, fd, start->dir_ino, task->tgid);
 	}
 out:
 	start->ts_ns = bpf_ktime_get_ns();
@@ -246,7 +256,7 @@ static __always_inline void emit_slow(const struct sys_start *start, struct task
 
 /* openat: counted per file only, once its file is known from the returned fd. The file's
  * first-sight check is done here, so the thread's reads of it that follow skip theirs
- * (last_sent, as enter_body's), unless its record could not be sent: they try again. */
+ * (check_first_sight). */
 static __always_inline void open_done(struct task_struct *task, struct sys_start *start,
 				      long fd, __u64 latency_ns)
 {
@@ -262,8 +272,7 @@ static __always_inline void open_done(struct task_struct *task, struct sys_start
 	inode = file->f_inode;
 	inode_id(inode, &fid);
 	dir_ino = dir_ino_of(file->f_path.dentry);
-	if (file_first_sight(file, &fid, (int)fd, dir_ino, task->tgid))
-		start->last_sent = fid;
+	check_first_sight(start, file, &fid, (int)fd, dir_ino, task->tgid);
 	file_op_add(task->tgid, &fid, dir_ino, IOT_OP_OPEN, latency_ns, 0);
 }
 
