@@ -152,7 +152,8 @@ def _kept(files: np.ndarray, keep: int) -> np.ndarray:
     starts = np.flatnonzero(np.concatenate(([True], sorted_group[1:] != sorted_group[:-1])))
     bounds = np.append(starts, len(files)).tolist()
     lat = files["latency_sum_ns"]
-    measures = (lat, files["bytes"], files["pages_missed"] + files["pages_dirtied"])
+    pages = files["pages_missed"] + files["pages_dirtied"]
+    measures = (lat, files["bytes"], pages)
     picked = []
     for lo, hi in itertools.pairwise(bounds):
         rows = order[lo:hi]
@@ -171,7 +172,7 @@ def _kept(files: np.ndarray, keep: int) -> np.ndarray:
     cand = np.concatenate(picked)
     c = take(files, cand)
     # largest first: the negated counts (all far below 2**63); ties: the row first in `files`
-    by_rank = np.lexsort((cand, -(c["pages_missed"] + c["pages_dirtied"]).astype(np.int64),
+    by_rank = np.lexsort((cand, -pages[cand].astype(np.int64),
                           -c["bytes"].astype(np.int64), -c["latency_sum_ns"].astype(np.int64),
                           c["op"], c["tgid"]))
     group_starts = _starts([c["tgid"][by_rank], c["op"][by_rank]])
