@@ -86,6 +86,9 @@ def programs_only(argv: list[str]) -> str:
         for line in proc.stderr:
             if line.startswith("Tracing"):
                 break
+        else:
+            proc.wait()
+            raise SystemExit(f"iotrace exited {proc.returncode} before it traced the job")
         proc.send_signal(signal.SIGSTOP)
         try:
             while True:
