@@ -28,7 +28,7 @@ enum iot_op {
 	IOT_OP_FLUSH = 3,
 	IOT_OP_DISCARD = 4,
 	IOT_OP_OTHER = 5,
-	IOT_OP_OPEN = 6, /* files map only: openat */
+	IOT_OP_OPEN = 6, /* files only: openat (user space's rows; the kernel's keys say read/write) */
 };
 
 enum iot_target { /* kind of file descriptor, syscall layer only */
@@ -93,12 +93,15 @@ struct file_key {
 	__u32 dev;
 	__u64 ino;
 	__u32 gen; /* struct file_id's; 0 in folder_stats */
-	__u8 op; /* enum iot_op: read, write, fsync, open */
+	__u8 op; /* enum iot_op: read, write, fsync (an open counts under read or write) */
 	__u8 buf; /* the interval's buffer (max_epoch & 1): user space drains the other */
 	__u8 pad[2];
 };
 
 /* Value of `file_stats`: the counts of one interval (pages under op read/write respectively).
+ * A file's opens count in its read key (its write key when opened for writing): a file opened
+ * and read, as a data set's are, makes one new key, not two (a new key is most of what counting
+ * a file costs); user space gives them rows of op open (abi.split_opens).
  * In `folder_stats`, where the operations on files that found `file_stats` full are counted,
  * the key's ino is the folder's (dir_ino) and gen is 0. */
 struct file_stat {
@@ -109,6 +112,9 @@ struct file_stat {
 	__u64 pages_dirtied; /* pages this process dirtied (buffered writes, shared mmap) */
 	__u64 latency_max_ns; /* the slowest operation */
 	__u64 dir_ino; /* the inode number of the file's folder (its dentry's parent), 0: unknown */
+	__u64 opens;
+	__u64 open_latency_sum_ns;
+	__u64 open_latency_max_ns;
 };
 
 /* A block request in flight (block.bpf.c), from its start to its end; user space reads the

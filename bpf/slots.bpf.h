@@ -187,4 +187,19 @@ static __always_inline void file_op_add(__u32 tgid, const struct file_id *id, __
 		st->latency_max_ns = latency_ns;
 }
 
+/* Per-file accounting of one open, in the key of `op` (read, or write for a file opened for
+ * writing): struct file_stat says why. */
+static __always_inline void file_open_add(__u32 tgid, const struct file_id *id, __u64 dir_ino,
+					  __u8 op, __u64 latency_ns)
+{
+	struct file_stat *st = file_stat_for(tgid, id, op, dir_ino);
+
+	if (!st)
+		return;
+	__sync_fetch_and_add(&st->opens, 1);
+	__sync_fetch_and_add(&st->open_latency_sum_ns, latency_ns);
+	if (latency_ns > st->open_latency_max_ns)
+		st->open_latency_max_ns = latency_ns;
+}
+
 #endif /* SLOTS_BPF_H */

@@ -273,7 +273,8 @@ static __always_inline void open_done(struct task_struct *task, struct sys_start
 	inode_id(inode, &fid);
 	dir_ino = dir_ino_of(file->f_path.dentry);
 	check_first_sight(start, file, &fid, (int)fd, dir_ino, task->tgid);
-	file_op_add(task->tgid, &fid, dir_ino, IOT_OP_OPEN, latency_ns, 0);
+	file_open_add(task->tgid, &fid, dir_ino,
+		      file->f_mode & FMODE_WRITE ? IOT_OP_WRITE : IOT_OP_READ, latency_ns);
 }
 
 /* The exit of a traced syscall returning `ret`: only threads with a syscall in flight (ts_ns
