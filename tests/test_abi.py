@@ -206,7 +206,8 @@ def test_slot_tags_checked_against_their_keys():
 
 def test_a_key_in_a_slot_and_in_the_map_adds_up():
     """A key can be in its slot and in the hash map at once (slots.bpf.h): the reading adds the
-    two. Counts are summed; the maximum latency is the larger."""
+    two. Counts are summed, the opens counted in the key too; the maximum latency is the
+    larger."""
     import numpy as np
 
     from tracer.core import abi, rollup
@@ -215,9 +216,8 @@ def test_a_key_in_a_slot_and_in_the_map_adds_up():
     key = abi.FILE_KEY.pack(7, 8, 9, 10, 0, 1)
     a = abi.FILE_STAT.pack(3, 300, 30, 1, 0, 20, 5, 1, 7, 7)
     b = abi.FILE_STAT.pack(2, 200, 25, 0, 4, 15, 5, 2, 9, 6)
-    both = np.zeros(4, dtype=abi.file_counts_dtype())
-    n = abi.split_opens(both, abi.file_counts_into(both, key * 2, a + b))
-    own, folders, n = rollup.split(both[:n], both[:0])
+    both = abi.file_counts(key * 2, a + b)
+    own, folders, n = rollup.split(both, both[:0])
     assert own[["op", "ops", "bytes", "latency_sum_ns", "pages_missed", "pages_dirtied",
                 "latency_max_ns", "dir_ino"]].tolist() == [(0, 5, 500, 55, 1, 4, 20, 5),
                                                            (abi.OP_OPEN, 3, 0, 16, 0, 0, 7, 5)]
@@ -226,38 +226,6 @@ def test_a_key_in_a_slot_and_in_the_map_adds_up():
     h2 = (2).to_bytes(8, "little") + bytes(abi.HIST_SIZE - 16) + (1).to_bytes(8, "little")
     total = abi.decode_hist(add_hists(h1, h2))
     assert total[0, 0] == 2 and total[1, -1] == 6 and total.sum() == 8
-
-
-def test_opens_counted_in_a_read_or_write_key_get_rows_of_their_own():
-    """The kernel counts a file's opens in its read key (write key when opened for writing):
-    user space makes them rows of op open, and a key that was only opened leaves no row of
-    read; fields past file_stat's (the re-read counters) are zero in the rows added."""
-    import numpy as np
-
-    from tracer.live.rereads import rows_dtype
-
-    keys = b"".join(abi.FILE_KEY.pack(7, 8, ino, 0, op, 0) for ino, op in
-                    ((1, 0), (2, 0), (3, 1), (4, 0)))
-    stats = b"".join((abi.FILE_STAT.pack(2, 8192, 40, 2, 0, 30, 99, 1, 11, 11),  # opened, read
-                      abi.FILE_STAT.pack(0, 0, 0, 0, 0, 0, 99, 3, 15, 9),  # only opened
-                      abi.FILE_STAT.pack(1, 10, 5, 0, 1, 5, 98, 1, 20, 20),  # opened, written
-                      abi.FILE_STAT.pack(1, 4096, 6, 1, 0, 6, 99, 0, 0, 0)))  # read, open before
-    out = np.zeros(8, dtype=rows_dtype())
-    out["reread_bytes"] = 1  # as if set: the rows added must not copy it
-    n = abi.split_opens(out, abi.file_counts_into(out, keys, stats))
-    got = out[:n][["ino", "op", "ops", "bytes", "latency_sum_ns", "pages_missed",
-                   "pages_dirtied", "latency_max_ns", "dir_ino", "opens", "open_latency_sum_ns",
-                   "open_latency_max_ns"]].tolist()
-    assert got == [(1, 0, 2, 8192, 40, 2, 0, 30, 99, 0, 0, 0),
-                   (3, 1, 1, 10, 5, 0, 1, 5, 98, 0, 0, 0),
-                   (4, 0, 1, 4096, 6, 1, 0, 6, 99, 0, 0, 0),
-                   (1, abi.OP_OPEN, 1, 0, 11, 0, 0, 11, 99, 0, 0, 0),
-                   (2, abi.OP_OPEN, 3, 0, 15, 0, 0, 9, 99, 0, 0, 0),
-                   (3, abi.OP_OPEN, 1, 0, 20, 0, 0, 20, 98, 0, 0, 0)]
-    assert out[3:n]["reread_bytes"].tolist() == [0, 0, 0]
-    assert np.all(out[:n]["tgid"] == 7) and np.all(out[:n]["dev"] == 8)
-    none = np.zeros(2, dtype=abi.file_counts_dtype())
-    assert abi.split_opens(none, abi.file_counts_into(none, keys[:24], stats[3 * 80:])) == 1
 
 
 def test_block_request_records(c_layout):

@@ -149,6 +149,38 @@ def test_files_past_the_kept_ones_are_added_up_per_folder():
         n + 5 + 200, 3, 4)
 
 
+def test_opens_counted_in_a_files_key_are_rows_of_their_own():
+    """The kernel counts a file's opens in its read key (its write key when opened for
+    writing): its row, or its folder's, and a row of op open with the opens, files counted in
+    each for what they did. A file only opened has no row of read."""
+    agg = Aggregator(ProcessTable(Clock()))
+    # 200 files read once, each 0.5 % of the time, added up per folder: 150 opened in this
+    # interval, 50 before; 30 more of another folder only opened, as fast; one only opened and
+    # slow (10 % of the time: kept); one opened for writing and written
+    n, before, fast = 200, 50, 30
+    files = counts(*[(7, 1000 + i, 0, 1, 1000, 500) for i in range(n)],
+                   *[(7, 8000 + i, 0, 0, 0, 510) for i in range(fast)],
+                   (7, 9000, 0, 0, 0, 500), (7, 9100, 1, 1, 10, 500))
+    files["opens"] = files["ino"] >= 1000 + before
+    files["open_latency_sum_ns"] = files["open_latency_max_ns"] = 2000 * files["opens"]
+    slow = files["ino"] == 9000
+    files["open_latency_sum_ns"][slow] = files["open_latency_max_ns"][slow] = 10**5
+    kernel = counts((7, 500, 0, 4, 4000, 500))
+    kernel["opens"], kernel["open_latency_sum_ns"] = 2, 6000
+    rows = agg.interval(Reading({}, files, kernel), ts_ns=1).files
+    got = sorted((r["inode"], r["op"], r["file_count"], r["ops"], r["bytes"], r["latency_sum_ns"],
+                  r["latency_max_ns"]) for r in rows)
+    opened = n - before
+    assert got == [(500, "open", opened, opened + 2, 0, 2000 * opened + 6000, 2000),
+                   (500, "read", n, n + 4, 4096 * (n + 4), 1000 * n + 4000, 1000),
+                   (510, "open", fast, fast, 0, 2000 * fast, 2000),
+                   (9000, "open", 1, 1, 0, 10**5, 10**5),
+                   (9100, "open", 1, 1, 0, 2000, 2000),
+                   (9100, "write", 1, 1, 4096, 10, 10)]
+    r = agg.rolled_up
+    assert (r.file_rows, r.folder_rows, r.kernel_ops) == (n + opened + fast, 3, 4 + 2)
+
+
 def test_roll_up_is_the_same_when_hashes_collide(monkeypatch):
     """The roll-up groups rows by a hash of their keys and compares the keys where two hashes
     are equal: with every hash the same (each pair a collision) it makes the same rows, in the

@@ -78,7 +78,7 @@ FILE_STAT_FIELDS = (("ops", "<u8"), ("bytes", "<u8"), ("latency_sum_ns", "<u8"),
                     ("pages_missed", "<u8"), ("pages_dirtied", "<u8"), ("latency_max_ns", "<u8"),
                     ("dir_ino", "<u8"), ("opens", "<u8"), ("open_latency_sum_ns", "<u8"),
                     ("open_latency_max_ns", "<u8"))
-# What a row of op open takes from the read or write row whose key its opens counted in
+# What a row of op open takes from the read or write key its opens count in (rollup.split)
 OPEN_FIELDS = {"ops": "opens", "latency_sum_ns": "open_latency_sum_ns",
                "latency_max_ns": "open_latency_max_ns"}
 # struct hist_slot: tag, hist_key, pad (struct hist follows); struct file_slot: tag, file_key
@@ -289,40 +289,6 @@ def file_counts_into(out: np.ndarray, keys: bytes, values: bytes) -> int:
     rows[:, :ks] = np.frombuffer(keys, dtype=np.uint8).reshape(n, ks)
     rows[:, ks:ks + vs] = np.frombuffer(values, dtype=np.uint8).reshape(n, vs)
     return n
-
-
-def split_opens(out: np.ndarray, n: int) -> int:
-    """Makes rows of op open of the opens in out[:n], rows of file_counts_dtype (or a dtype
-    that begins with its fields) as the kernel keeps them, where a file's opens count in its
-    read or write key (struct file_stat). A row with opens gets a row of op open after the
-    others: its key, its dir_ino, the opens as ops and their latency, every other field zero;
-    its own open fields are zeroed. A key that was only opened keeps no row of its own. `out`
-    has room for the rows added (n more at most); returns how many rows it holds now."""
-    import numpy as np
-
-    rows = out[:n]
-    opened = np.flatnonzero(rows["opens"])
-    k = len(opened)
-    if not k:
-        return n
-    whole = out.view(np.dtype((np.void, out.dtype.itemsize)))  # rows copied as blocks
-    whole[n:n + k] = whole[opened]
-    added = out[n:n + k]
-    kept = {name for name, _ in FILE_KEY_FIELDS} | {"dir_ino"} | set(OPEN_FIELDS.values())
-    for name in out.dtype.names:
-        if name not in kept:
-            added[name] = 0
-    added["op"] = OP_OPEN
-    for name, source in OPEN_FIELDS.items():
-        added[name] = added[source]
-        added[source] = 0
-        rows[source] = 0
-    used = (rows["ops"] != 0) | (rows["pages_missed"] != 0) | (rows["pages_dirtied"] != 0)
-    if used.all():
-        return n + k
-    keep = np.concatenate([np.flatnonzero(used), np.arange(n, n + k)])
-    whole[:len(keep)] = whole[keep]  # (the index makes a copy before it is written)
-    return len(keep)
 
 
 def decode_hist_key(raw: bytes) -> HistKey:

@@ -359,7 +359,8 @@ class RolledUp:
         """One interval's folder rows, the files in each, and the kernel's folder counts."""
         self.file_rows += int(n_files.sum())
         self.folder_rows += len(folder_rows)
-        self.kernel_ops += int(kernel_folders["ops"].sum())
+        # (a file's opens count apart in its read or write key: struct file_stat)
+        self.kernel_ops += int(kernel_folders["ops"].sum() + kernel_folders["opens"].sum())
 
 
 # What the renderers need of the live stage's process and file tables (`tracer.live.processes`,

@@ -4,13 +4,17 @@ folder and still counts every operation and byte.
 
 Input: the kernel's counters of one interval (arrays of `abi.file_counts_dtype()`): per (process,
 file, op), and per (process, folder, op) for the operations that found the kernel's per-file
-table full (their `ino` is the folder's). Pure: numpy arrays in, numpy arrays out.
+table full (their `ino` is the folder's). A file's opens count in its read or write key (struct
+file_stat): a file's opens and reads keep a row or are added up together, and the rows out
+give them rows of op open. Pure: numpy arrays in, numpy arrays out.
 """
 
 from __future__ import annotations
 
 import itertools
 from typing import TYPE_CHECKING
+
+from tracer.core import abi
 
 if TYPE_CHECKING:
     import numpy as np
@@ -24,10 +28,14 @@ if TYPE_CHECKING:
 # much, while a file that stands out still has its own.
 KEEP_FILES = 64
 KEEP_SHARE_PCT = 1
-SUMMED = ("ops", "bytes", "latency_sum_ns", "pages_missed", "pages_dirtied")
+SUMMED = ("ops", "bytes", "latency_sum_ns", "pages_missed", "pages_dirtied", "opens",
+          "open_latency_sum_ns")
 # summed too where the rows carry them (tracer.live.rereads adds them before the roll-up)
 SUMMED_IF_THERE = ("reread_bytes", "reread_pages")
-LARGEST = ("latency_max_ns", "dir_ino")
+LARGEST = ("latency_max_ns", "open_latency_max_ns", "dir_ino")
+# the fields a row of op open keeps of the row its opens were counted in (_opens_apart)
+OPEN_KEPT = (*(name for name, _ in abi.FILE_KEY_FIELDS if name != "op"), "dir_ino",
+             *abi.OPEN_FIELDS.values())
 FOLDER_KEY = ("tgid", "dev", "ino", "op")  # a folder row's `ino` is the folder's
 
 
@@ -108,7 +116,8 @@ def add_up(rows: np.ndarray, by: tuple[str, ...], weights: np.ndarray | None = N
            index: np.ndarray | None = None, group_by: tuple[str, ...] | None = None
            ) -> tuple[np.ndarray, np.ndarray]:
     """Rows with equal `by` fields as one, sorted by `by`: counts summed, maxima the largest,
-    the other fields the first row's; and the sum of `weights` (default 1 per row) of each.
+    the other fields the first row's; and the sum of `weights` (default 1 per row; a column
+    or several) of each.
     `index`: the rows to add up (positions in `rows`; default all), read in place rather than
     copied (an interval's are megabytes). `group_by`: fields whose values are those of `by`
     for every row added up here (the caller sets `by` in the rows made). A column at a time:
@@ -139,8 +148,9 @@ def add_up(rows: np.ndarray, by: tuple[str, ...], weights: np.ndarray | None = N
 
 def _kept(files: np.ndarray, keep: int) -> np.ndarray:
     """Indices of the rows that keep their own: per (tgid, op), all of a group of at most `keep`
-    rows; of a larger one, the `keep` largest by (latency_sum_ns, bytes, pages missed +
-    dirtied) of those with KEEP_SHARE_PCT of the group's latency_sum_ns, bytes or pages; ties
+    rows; of a larger one, the `keep` largest by (time, bytes, pages missed + dirtied) of those
+    with KEEP_SHARE_PCT of the group's time, bytes or pages (time: of the op and of the opens
+    counted in its key); ties
     in the order of the rows. Listed by tgid, op, then largest first. Sorts only each group's
     candidates (the rows whose time is at least the group's keep-th largest), not every row of
     the interval."""
@@ -151,7 +161,7 @@ def _kept(files: np.ndarray, keep: int) -> np.ndarray:
     sorted_group = group[order]
     starts = np.flatnonzero(np.concatenate(([True], sorted_group[1:] != sorted_group[:-1])))
     bounds = np.append(starts, len(files)).tolist()
-    lat = files["latency_sum_ns"]
+    lat = files["latency_sum_ns"] + files["open_latency_sum_ns"]
     pages = files["pages_missed"] + files["pages_dirtied"]
     measures = (lat, files["bytes"], pages)
     picked = []
@@ -173,7 +183,7 @@ def _kept(files: np.ndarray, keep: int) -> np.ndarray:
     c = take(files, cand)
     # largest first: the negated counts (all far below 2**63); ties: the row first in `files`
     by_rank = np.lexsort((cand, -pages[cand].astype(np.int64),
-                          -c["bytes"].astype(np.int64), -c["latency_sum_ns"].astype(np.int64),
+                          -c["bytes"].astype(np.int64), -lat[cand].astype(np.int64),
                           c["op"], c["tgid"]))
     group_starts = _starts([c["tgid"][by_rank], c["op"][by_rank]])
     sizes = np.diff(np.append(group_starts, len(c)))
@@ -181,11 +191,34 @@ def _kept(files: np.ndarray, keep: int) -> np.ndarray:
     return cand[by_rank[rank < keep]]
 
 
+def _opens_apart(rows: np.ndarray, n_files: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`rows` with the opens counted in them moved to rows of op open after the others (the
+    key and dir_ino theirs, every other field zero but the opens as ops and their latency), and
+    the files of each row: `n_files` has two columns, the files with ops or pages and those with
+    opens. A row whose key was only opened leaves its row of op open alone."""
+    import numpy as np
+
+    used = (rows["ops"] != 0) | (rows["pages_missed"] != 0) | (rows["pages_dirtied"] != 0)
+    opened = np.flatnonzero(rows["opens"])
+    out = np.concatenate([take(rows, used), take(rows, opened)])
+    opens = out[int(used.sum()):]
+    for name in out.dtype.names:
+        if name not in OPEN_KEPT:
+            opens[name] = 0
+    opens["op"] = abi.OP_OPEN
+    for name, source in abi.OPEN_FIELDS.items():
+        opens[name] = opens[source]
+    for source in abi.OPEN_FIELDS.values():
+        out[source] = 0
+    return out, np.concatenate([n_files[used, 0], n_files[opened, 1]])
+
+
 def split(files: np.ndarray, folders: np.ndarray, keep: int = KEEP_FILES
           ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(own, folder rows, files per folder row). A key found twice (in a slot and in the map)
     is added up first. Per (process, op), the `keep` files that matter most are `own`; the
-    others are added up per (process, folder, op), with the kernel's folder counts."""
+    others are added up per (process, folder, op), with the kernel's folder counts. Then the
+    opens counted in each row are a row of op open (_opens_apart)."""
     import numpy as np
 
     key = ("tgid", "dev", "ino", "gen", "op")
@@ -198,20 +231,24 @@ def split(files: np.ndarray, folders: np.ndarray, keep: int = KEEP_FILES
         own = take(files, at)
     else:
         own, others = files, np.zeros(0, dtype=bool)
+    # (files with ops or pages, files opened) of each row: a file counts in a folder row's
+    # files for each of the two rows it has a part in
+    counted = np.stack([(files["ops"] != 0) | (files["pages_missed"] != 0) |
+                        (files["pages_dirtied"] != 0), files["opens"] != 0], axis=1).astype(np.int64)
+    own, _ = _opens_apart(own, np.ones((len(own), 2), dtype=np.int64))
     if not len(folders):  # the usual case: the files' folders only, read in place
-        folder_rows, n_files = add_up(files, FOLDER_KEY, index=np.flatnonzero(others),
+        index = np.flatnonzero(others)
+        folder_rows, n_files = add_up(files, FOLDER_KEY, counted[index], index=index,
                                       group_by=("tgid", "dev", "dir_ino", "op"))
         folder_rows["ino"] = folder_rows["dir_ino"]
         folder_rows["gen"] = 0
-        return own, folder_rows, n_files
+        return (own, *_opens_apart(folder_rows, n_files))
     rest = take(files, others)
     rest["ino"] = rest["dir_ino"]
     rest["gen"] = 0
-    rows, weights = rest, np.ones(len(rest), dtype=np.int64)
-    if len(folders):
-        kernel = folders.copy()
-        kernel["gen"] = 0
-        rows = np.concatenate([rest, kernel])
-        weights = np.concatenate([weights, np.zeros(len(kernel), dtype=np.int64)])
+    kernel = folders.copy()
+    kernel["gen"] = 0
+    rows = np.concatenate([rest, kernel])
+    weights = np.concatenate([counted[others], np.zeros((len(kernel), 2), dtype=np.int64)])
     folder_rows, n_files = add_up(rows, FOLDER_KEY, weights)
-    return own, folder_rows, n_files
+    return (own, *_opens_apart(folder_rows, n_files))

@@ -479,18 +479,16 @@ class Probes:
     def _drain_map(self, m: Map, name: str, dtype, first: tuple[bytes, bytes] = (b"", b"")):
         """The entries of a file_key -> file_stat map that no program adds to any more (an
         ended interval's buffer), taken out, after `first` (raw keys and values, as the map's),
-        as rows of `dtype`, the opens in rows of their own (abi.split_opens). Read a chunk at
-        a time into an array whose pages take memory only as rows are written (zero-filled: the
-        fields past file_stat's are zero), with room for a row of opens per entry."""
+        as rows of `dtype`. Read a chunk at a time into an array whose pages take memory only
+        as rows are written (zero-filled: the fields past file_stat's are zero)."""
         import numpy as np
 
-        entries = len(first[0]) // abi.FILE_KEY.size + self.max_entries[name]
-        out = np.frombuffer(mmap.mmap(-1, 2 * entries * dtype.itemsize, mmap.MAP_PRIVATE),
-                            dtype=dtype)
+        size = (len(first[0]) // abi.FILE_KEY.size + self.max_entries[name]) * dtype.itemsize
+        out = np.frombuffer(mmap.mmap(-1, size, mmap.MAP_PRIVATE), dtype=dtype)
         n = abi.file_counts_into(out, *first)
         for keys, values in m.raw_chunks(delete=True):
             n += abi.file_counts_into(out[n:], keys, values)
-        return out[:abi.split_opens(out, n)]
+        return out[:n]
 
     @staticmethod
     def _percpu_sum(m: Map, index: int) -> int:
