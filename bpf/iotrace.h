@@ -101,7 +101,7 @@ struct file_key {
 /* Value of `file_stats`: the counts of one interval (pages under op read/write respectively).
  * A file's opens count in its read key (its write key when opened for writing): a file opened
  * and read, as a data set's are, makes one new key, not two (a new key is most of what counting
- * a file costs); user space gives them rows of op open (abi.split_opens).
+ * a file costs); user space gives them rows of op open (tracer/core/rollup.py).
  * In `folder_stats`, where the operations on files that found `file_stats` full are counted,
  * the key's ino is the folder's (dir_ino) and gen is 0. */
 struct file_stat {
