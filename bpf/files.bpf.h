@@ -181,7 +181,7 @@ static __always_inline void inode_first_sight(struct inode *inode, const struct 
 {
 	struct path_walk w = {};
 
-	if (bpf_map_lookup_elem(&files_seen, id) || folder_known(id->dev, dir_ino, inode, 0))
+	if (folder_known(id->dev, dir_ino, inode, 0) || bpf_map_lookup_elem(&files_seen, id))
 		return;
 	w.dentry = inode_dentry(inode);
 	if (!w.dentry)
@@ -200,8 +200,9 @@ static __always_inline bool file_first_sight(struct file *file, const struct fil
 	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
 	struct path_walk w = {};
 
-	if (bpf_map_lookup_elem(&files_seen, id) ||
-	    folder_known(id->dev, dir_ino, BPF_CORE_READ(file, f_inode), BPF_CORE_READ(file, f_mode)))
+	/* the folder first: a data set's thousand folders stay in the cache, its files do not */
+	if (folder_known(id->dev, dir_ino, BPF_CORE_READ(file, f_inode), BPF_CORE_READ(file, f_mode)) ||
+	    bpf_map_lookup_elem(&files_seen, id))
 		return true;
 	w.dentry = BPF_CORE_READ(file, f_path.dentry);
 	w.vfsmnt = BPF_CORE_READ(file, f_path.mnt);
