@@ -2,7 +2,7 @@
 
     .venv/bin/python scripts/bench_scale.py [--files 200000] [--folders 1000] [--workers 8]
         [--rounds 2] [--files-per-s N] [--data /var/tmp/iotrace-scale] [--keep DIR]
-        [--programs-only]
+        [--programs-only] [--beside-cpu FRACTION]
 
 The job is tracer.workloads.imagefolder (open, read whole, close each file in the workers;
 no model). Per round, untraced then traced by `iotrace -o DIR --no-tui -- job`, the page cache
@@ -20,6 +20,10 @@ With --programs-only, each round also runs the job traced with the tracer stoppe
 from the moment it is attached until the job has ended: what the BPF programs cost the job
 alone, with no user space running beside it (its maps fill and its ring buffer overflows: that
 trace is not kept, only the job's seconds).
+
+With --beside-cpu FRACTION, each round also runs the job untraced beside a process that burns
+FRACTION of one core in 10 ms bursts at the tracer's priority (tracer.kernel.host.yield_to_job):
+what CPU taken as the tracer takes it costs the job, with no programs attached.
 
 Timings are not asserted anywhere: figures go to docs/benchmarks.md.
 """
@@ -104,6 +108,30 @@ def programs_only(argv: list[str]) -> str:
         return out.read()
 
 
+# The burner of --beside-cpu: FRACTION of one core, a burst each PERIOD_S, as the tracer yields
+BURN = """
+import sys, time
+from tracer.kernel.host import yield_to_job
+yield_to_job()
+period_s = 0.01 / float(sys.argv[1])
+while True:
+    t0 = time.thread_time()
+    while time.thread_time() - t0 < 0.01:
+        pass
+    time.sleep(period_s - 0.01)
+"""
+
+
+def beside_burner(job: list[str], fraction: float) -> str:
+    """The job's stdout, run untraced beside the burner of `fraction` of a core."""
+    burner = subprocess.Popen([PY, "-c", BURN, str(fraction)], cwd=ROOT)
+    try:
+        return run(job)[0]
+    finally:
+        burner.kill()
+        burner.wait()
+
+
 def job_seconds(text: str) -> tuple[int, int, float]:
     m = EPOCH.search(text)
     if not m:
@@ -141,7 +169,13 @@ def main() -> int:
     ap.add_argument("--keep", help="keep the last trace here")
     ap.add_argument("--programs-only", action="store_true",
                     help="also run the job with the tracer stopped once attached")
+    ap.add_argument("--beside-cpu", type=float, metavar="FRACTION",
+                    help="also run the job untraced beside a process burning that much of a "
+                         "core at the tracer's priority")
     args = ap.parse_args()
+    if args.beside_cpu is not None and not 0 < args.beside_cpu < 1:
+        raise SystemExit(f"--beside-cpu {args.beside_cpu}: a fraction of a core, above 0 and "
+                         "below 1")
 
     data = Path(args.data) / f"{args.files}x{args.folders}"
     t0 = time.monotonic()
@@ -152,7 +186,7 @@ def main() -> int:
            "--num-workers", str(args.workers)]
     if args.files_per_s:
         job += ["--files-per-s", str(args.files_per_s)]
-    ratios, alone = [], []
+    ratios, alone, beside = [], [], []
     for r in range(args.rounds):
         warm(data)
         text, _, _ = run(job)
@@ -193,8 +227,15 @@ def main() -> int:
             alone.append(alone_s / plain_s)
             print(f"  programs only (the tracer stopped once attached): {alone_s:.2f} s: "
                   f"{alone[-1]:.3f}x", flush=True)
+        if args.beside_cpu:
+            warm(data)
+            _, _, burnt_s = job_seconds(beside_burner(job, args.beside_cpu))
+            beside.append(burnt_s / plain_s)
+            print(f"  untraced beside {args.beside_cpu:.0%} of a core burnt at the tracer's "
+                  f"priority: {burnt_s:.2f} s: {beside[-1]:.3f}x", flush=True)
     print(f"median slowdown {statistics.median(ratios):.3f}x over {len(ratios)} rounds"
-          + (f"; programs only {statistics.median(alone):.3f}x" if alone else ""))
+          + (f"; programs only {statistics.median(alone):.3f}x" if alone else "")
+          + (f"; beside the burner {statistics.median(beside):.3f}x" if beside else ""))
     return 0
 
 
