@@ -150,10 +150,9 @@ def _kept(files: np.ndarray, keep: int) -> np.ndarray:
     """Indices of the rows that keep their own: per (tgid, op), all of a group of at most `keep`
     rows; of a larger one, the `keep` largest by (time, bytes, pages missed + dirtied) of those
     with KEEP_SHARE_PCT of the group's time, bytes or pages (time: of the op and of the opens
-    counted in its key); ties
-    in the order of the rows. Listed by tgid, op, then largest first. Sorts only each group's
-    candidates (the rows whose time is at least the group's keep-th largest), not every row of
-    the interval."""
+    counted in its key); ties in the order of the rows. Listed by tgid, op, then largest first.
+    Sorts only each group's candidates (the rows whose time is at least the group's keep-th
+    largest), not every row of the interval."""
     import numpy as np
 
     group = (files["tgid"].astype(np.uint64) << np.uint64(8)) | files["op"]  # (exact)
@@ -195,7 +194,7 @@ def _opens_apart(rows: np.ndarray, n_files: np.ndarray) -> tuple[np.ndarray, np.
     """`rows` with the opens counted in them moved to rows of op open after the others (the
     key and dir_ino theirs, every other field zero but the opens as ops and their latency), and
     the files of each row: `n_files` has two columns, the files with ops or pages and those with
-    opens. A row whose key was only opened leaves its row of op open alone."""
+    opens. A key that was only opened keeps its row of op open only."""
     import numpy as np
 
     used = (rows["ops"] != 0) | (rows["pages_missed"] != 0) | (rows["pages_dirtied"] != 0)
