@@ -8,7 +8,7 @@
  *
  * Usage:
  *     iowork FILE [--direct N] [--cached M] [--child-direct K] [--wait-signal]
- *                 [--ready-fd FD] [--write-pipe P] [--socket S]
+ *                 [--ready-fd FD] [--write-pipe P] [--socket S] [--also-open OTHER]
  *
  * FILE must exist and be at least 64 MiB. Counts default to 0. What happens,
  * in order, and nothing else (no stdio reads, no other file I/O):
@@ -16,7 +16,8 @@
  *   1. --wait-signal: SIGUSR1 is blocked.
  *   2. --ready-fd FD: one write() of the byte 'r' to FD, then close(FD).
  *   3. --wait-signal: sigwaitinfo() until SIGUSR1 arrives (no polling).
- *   4. FILE is opened twice: O_RDONLY|O_DIRECT and O_RDONLY (plus one fstat()).
+ *   4. --also-open OTHER: OTHER is opened O_RDONLY and closed, nothing read.
+ *      FILE is opened twice: O_RDONLY|O_DIRECT and O_RDONLY (plus one fstat()).
  *   5. --direct N: N pread64() of 4096 bytes on the O_DIRECT fd into a
  *      4096-aligned buffer. Offsets are 4 KiB pages 256 + 1 + 3*k (k = 0..N-1):
  *      beyond the first 1 MiB (kept for cached reads), never repeated, never
@@ -74,7 +75,8 @@ static void die(int code, const char *fmt, ...)
 static void usage(void)
 {
 	die(2, "usage: iowork FILE [--direct N] [--cached M] [--child-direct K] "
-	       "[--wait-signal] [--ready-fd FD] [--write-pipe P] [--socket S]");
+	       "[--wait-signal] [--ready-fd FD] [--write-pipe P] [--socket S] "
+	       "[--also-open OTHER]");
 }
 
 static long parse_count(const char *opt, const char *s)
@@ -132,7 +134,7 @@ static void transfer(int wfd, int rfd, long count, const char *what)
 
 int main(int argc, char **argv)
 {
-	const char *path = NULL;
+	const char *path = NULL, *other = NULL;
 	long n_direct = 0, n_cached = 0, n_child = 0, n_pipe = 0, n_sock = 0;
 	long ready_fd = -1;
 	int want_child = 0, wait_signal = 0;
@@ -158,6 +160,11 @@ int main(int argc, char **argv)
 			n_pipe = parse_count(a, argv[++i]);
 		else if (!strcmp(a, "--socket"))
 			n_sock = parse_count(a, argv[++i]);
+		else if (!strcmp(a, "--also-open")) {
+			other = argv[++i];
+			if (!other)
+				die(2, "--also-open needs a file");
+		}
 		else if (!strcmp(a, "-h") || !strcmp(a, "--help"))
 			usage();
 		else if (a[0] == '-' && a[1])
@@ -188,6 +195,13 @@ int main(int argc, char **argv)
 		}
 	}
 
+	if (other) {
+		int ofd = open(other, O_RDONLY);
+
+		if (ofd < 0)
+			die(1, "open %s: %s", other, strerror(errno));
+		close(ofd);
+	}
 	dfd = open(path, O_RDONLY | O_DIRECT);
 	if (dfd < 0)
 		die(1, "open %s with O_DIRECT: %s", path, strerror(errno));
