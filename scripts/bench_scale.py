@@ -108,7 +108,8 @@ def programs_only(argv: list[str]) -> str:
         return out.read()
 
 
-# The burner of --beside-cpu: FRACTION of one core, a burst each PERIOD_S, as the tracer yields
+# The burner of --beside-cpu: FRACTION of one core, a 10 ms burst every 10 ms / FRACTION, at the
+# priority the tracer takes
 BURN = """
 import sys, time
 from tracer.kernel.host import yield_to_job
