@@ -190,6 +190,11 @@ def _kept(files: np.ndarray, keep: int) -> np.ndarray:
     return cand[by_rank[rank < keep]]
 
 
+def _used(rows: np.ndarray) -> np.ndarray:
+    """The rows with operations or pages of their own (not only opens counted in their key)."""
+    return (rows["ops"] != 0) | (rows["pages_missed"] != 0) | (rows["pages_dirtied"] != 0)
+
+
 def _opens_apart(rows: np.ndarray, n_files: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """`rows` with the opens counted in them moved to rows of op open after the others (the
     key and dir_ino theirs, every other field zero but the opens as ops and their latency), and
@@ -197,7 +202,7 @@ def _opens_apart(rows: np.ndarray, n_files: np.ndarray) -> tuple[np.ndarray, np.
     opens. A key that was only opened keeps its row of op open only."""
     import numpy as np
 
-    used = (rows["ops"] != 0) | (rows["pages_missed"] != 0) | (rows["pages_dirtied"] != 0)
+    used = _used(rows)
     opened = np.flatnonzero(rows["opens"])
     out = np.concatenate([take(rows, used), take(rows, opened)])
     opens = out[int(used.sum()):]
@@ -217,7 +222,8 @@ def split(files: np.ndarray, folders: np.ndarray, keep: int = KEEP_FILES
     """(own, folder rows, files per folder row). A key found twice (in a slot and in the map)
     is added up first. Per (process, op), the `keep` files that matter most are `own`; the
     others are added up per (process, folder, op), with the kernel's folder counts. Then the
-    opens counted in each row are a row of op open (_opens_apart)."""
+    opens counted in each row are a row of op open (_opens_apart): every row out has
+    operations or pages."""
     import numpy as np
 
     key = ("tgid", "dev", "ino", "gen", "op")
@@ -232,8 +238,7 @@ def split(files: np.ndarray, folders: np.ndarray, keep: int = KEEP_FILES
         own, others = files, np.zeros(0, dtype=bool)
     # (files with ops or pages, files opened) of each row: a file counts in a folder row's
     # files for each of the two rows it has a part in
-    counted = np.stack([(files["ops"] != 0) | (files["pages_missed"] != 0) |
-                        (files["pages_dirtied"] != 0), files["opens"] != 0], axis=1).astype(np.int64)
+    counted = np.stack([_used(files), files["opens"] != 0], axis=1).astype(np.int64)
     own, _ = _opens_apart(own, np.ones((len(own), 2), dtype=np.int64))
     if not len(folders):  # the usual case: the files' folders only, read in place
         index = np.flatnonzero(others)

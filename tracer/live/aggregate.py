@@ -255,8 +255,6 @@ class Aggregator:
                 zip(folder_rows.tolist(), n_files.tolist(), itertools.repeat(True))):
             (pid, dev, ino, gen, op_code, _buf, _pad, ops, nbytes, lat_sum, missed, dirtied,
              max_ns, dir_ino, _opens, _open_sum, _open_max, reread, reread_pages) = counts
-            if not (ops or missed or dirtied):
-                continue
             op = abi.OPS.get(op_code, "other")
             info = (self.files.folder(dev, ino) if folder
                     else self.files.get(dev, ino, gen, pid, dir_ino))
