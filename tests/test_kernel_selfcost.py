@@ -120,6 +120,29 @@ def test_sampled_stats_count_a_fiftieth_of_each_interval(tmp_path):
     assert f"counted ({share} % of the run, sampled)" in r.stdout
 
 
+def test_sampled_stats_leave_out_the_readings(tmp_path):
+    """A job that opens thousands of new files an interval makes each reading take a while
+    (every file a row): the counting starts once the reading is done, so it still covers
+    about 2 % of the run, not the readings' time as well."""
+    data = tmp_path / "data"
+    data.mkdir()
+    for i in range(4000):
+        (data / f"f{i:04d}").write_bytes(b"x" * 512)
+    # every interval's tables start empty: each interval, every file read is a new row
+    job = ("import os, sys, time\n"
+           "d = sys.argv[1]; paths = [os.path.join(d, n) for n in os.listdir(d)]\n"
+           "end = time.monotonic() + 3\n"
+           "while time.monotonic() < end:\n"
+           "    for p in paths:\n"
+           "        with open(p, 'rb') as f: f.read()\n")
+    out = tmp_path / "trace"
+    r = run_iotrace("-o", str(out), "-i", "0.25", "--", sys.executable, "-c", job, str(data))
+    assert r.returncode == 0, r.stderr
+    cost = json.loads((out / "meta.json").read_text())["self_cost"]
+    stats, tracing_s = cost["bpf_stats"], cost["tracer"]["tracing_seconds"]
+    assert 0.01 * tracing_s < stats["seconds_counted"] < 0.06 * tracing_s, (stats, tracing_s)
+
+
 def test_a_full_file_table_counts_per_folder(iowork, data_file, tmp_path):
     """The per-file counters have one slot per interval buffer (file_slots=2) and one hash-map
     entry (file_stats): within one interval (the workload is short, the interval long), the

@@ -35,8 +35,9 @@ class CostReader:
         self.meter = TracerMeter()
 
     def sample(self, now: float) -> None:
-        """--bpf-stats sampled: an interval starts; the kernel counts the programs' runs for
-        its first STATS_SHARE (pause_if_due turns the counting off again)."""
+        """--bpf-stats sampled: an interval has started and its reading is done; the kernel
+        counts the programs' runs for STATS_SHARE of an interval from now (pause_if_due turns
+        the counting off again)."""
         if self.mode != "sampled" or self.unavailable is not None:
             return
         self.probes.enable_stats()

@@ -352,6 +352,9 @@ class Session:
                 self.request_stop("duration")
             if now >= next_tick:
                 self.tick()
+                # from here, once the tick's own work is done: started at the reading, the
+                # counting lasted as long as the tick, and every program run paid for it
+                self.cost.sample(time.monotonic())
                 next_tick = max(next_tick + self.opts.interval_s, now)
             if self.child and self.child.reap():
                 self.processes.mark_gone(self.child.pid)
@@ -378,8 +381,6 @@ class Session:
                                             if p.role in LOOP_ROLES])
         gpu_rows = self.gpu.poll(ts_ns) if self.gpu else []
         cost = self.cost.read(final)
-        if not final:
-            self.cost.sample(time.monotonic())
         assert self.step is not None and self.trace is not None
         owners = self.processes.owners()
         self._sample_peers(owners)
