@@ -30,6 +30,7 @@ OP_OPEN = 6  # IOT_OP_OPEN
 # enum iot_target (0: IOT_TARGET_NONE, not a syscall row)
 TARGETS = {0: None, 1: "file", 2: "pipe", 3: "socket", 4: "other", 5: "unix_socket"}
 TARGET_FILE = 1  # IOT_TARGET_FILE
+TARGET_SOCKET = 3  # IOT_TARGET_SOCKET: a socket of another family than AF_UNIX
 # enum iot_attribution (0: IOT_ATTR_NONE, not a block row)
 ATTRIBUTIONS = {0: None, 1: "direct", 2: "writeback", 3: "readahead", 4: "unknown"}
 # enum iot_event_kind

@@ -383,7 +383,7 @@ class Session:
         cost = self.cost.read(final)
         assert self.step is not None and self.trace is not None
         owners = self.processes.owners()
-        self._sample_peers(owners)
+        self._sample_peers(owners, reading.hists)
         for proc in self.processes.ranks():
             if proc.alive:
                 self.step.diagnosis.note_rank(proc.pid, proc.rank_env[0], proc.rank_env[2],
@@ -402,13 +402,23 @@ class Session:
         release_free_memory()
         return interval
 
-    def _sample_peers(self, owners: dict[int, int]) -> None:
+    def _sample_peers(self, owners: dict[int, int], hists: dict[bytes, bytes]) -> None:
         """The TCP peers of the mains and their workers, for the network data wait's evidence:
         kept on each process (its `processes` rows) and told to the diagnosis (`owners`: each
-        process's main)."""
+        process's main). Only for the processes whose syscalls used a network socket
+        (`hists`, the reading's): reading a namespace's connections walks every bucket of the
+        host's tables (about 10 ms a reading on a 24 GiB host), and a DataLoader's workers
+        hold AF_UNIX sockets only."""
         tables: dict[str, dict[int, str]] = {}  # each network namespace's, read once
+        networked = set()
+        for raw in hists:
+            tgid, _dev, _layer, _op, target, _attr = abi.HIST_KEY.unpack(raw)
+            if target == abi.TARGET_SOCKET:
+                networked.add(tgid)
         for proc in self.processes.alive():
             if proc.role not in (*LOOP_ROLES, DATALOADER_WORKER) or len(proc.peers) >= MAX_PEERS:
+                continue
+            if proc.pid not in networked:
                 continue
             new = sorted(peers_of(proc.pid, tables=tables) - set(proc.peers))[
                 :MAX_PEERS - len(proc.peers)]
