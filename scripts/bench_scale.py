@@ -10,6 +10,9 @@ warmed right before each run (this machine's reclaim drops idle file pages after
 both runs read from memory and the job goes as fast as files can be opened. Prints per run:
 
 - the job's own seconds (from its first batch to its last) and traced/untraced;
+- the CPU of that epoch, the job's (main and workers) untraced against the job's traced plus
+  the tracer's at its rate while tracing: what the job and iotrace together need, which idle
+  gaps in the job do not hide as they can in the seconds;
 - the tracer's CPU (its process's utime + stime, over the traced run's wall time) and its
   peak RSS (meta.json self_cost), ring-buffer records lost and map-full drops;
 - exactness: the workers' read ops and bytes in the `files` table (per-file rows and folder
@@ -48,7 +51,7 @@ sys.path.insert(0, str(ROOT))
 from tracer.workloads import imagefolder  # noqa: E402
 
 PY = sys.executable
-EPOCH = re.compile(r"files (\d+) bytes (\d+) seconds ([0-9.]+)")
+EPOCH = re.compile(r"files (\d+) bytes (\d+) seconds ([0-9.]+)(?: cpu_seconds ([0-9.]+))?")
 
 
 def warm(directory: Path) -> None:
@@ -140,6 +143,14 @@ def job_seconds(text: str) -> tuple[int, int, float]:
     return int(m[1]), int(m[2]), float(m[3])
 
 
+def job_cpu_s(text: str) -> float:
+    """The CPU seconds of the job's epoch (its main process and workers)."""
+    m = EPOCH.search(text)
+    if not m or m[4] is None:
+        raise SystemExit(f"the job printed no CPU time: {text[-400:]}")
+    return float(m[4])
+
+
 def exactness(trace_dir: Path) -> dict:
     import tracer
 
@@ -187,11 +198,12 @@ def main() -> int:
            "--num-workers", str(args.workers)]
     if args.files_per_s:
         job += ["--files-per-s", str(args.files_per_s)]
-    ratios, alone, beside = [], [], []
+    ratios, cpu_ratios, alone, beside = [], [], [], []
     for r in range(args.rounds):
         warm(data)
         text, _, _ = run(job)
         n, _, plain_s = job_seconds(text)
+        plain_cpu = job_cpu_s(text)
         out = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="iotrace-scale-"))
         subprocess.run(["rm", "-rf", str(out)], check=True)
         warm(data)
@@ -200,6 +212,10 @@ def main() -> int:
         n_traced, _, traced_s = job_seconds(text)
         meta = json.loads((out / "meta.json").read_text())
         cost = meta.get("self_cost", {})
+        # the tracer's CPU over the job's epoch, at its rate while tracing
+        tracer_epoch_cpu = cost.get("tracer", {}).get("cpu_pct", 0) / 100 * traced_s
+        traced_cpu = job_cpu_s(text)
+        cpu_ratios.append((traced_cpu + tracer_epoch_cpu) / plain_cpu)
         ex = exactness(out)
         ratio = traced_s / plain_s
         ratios.append(ratio)
@@ -209,6 +225,8 @@ def main() -> int:
               f"core ({cost.get('tracer', {}).get('cpu_pct')} % while tracing, start-up "
               f"left out), peak RSS {cost.get('tracer', {}).get('peak_rss_bytes', 0) / 2**20:.0f} "
               f"MiB; lost {cost.get('events_lost')} records, map full {full or 0}", flush=True)
+        print(f"  CPU of the epoch: job {plain_cpu:.2f} s untraced, {traced_cpu:.2f} s traced, "
+              f"tracer {tracer_epoch_cpu:.2f} s: {cpu_ratios[-1]:.3f}x", flush=True)
         same = (ex["files_ops"], ex["files_bytes"]) == (ex["latency_ops"], ex["latency_bytes"])
         print(f"  files table: {ex['files_ops']} reads {ex['files_bytes']} B; latency table: "
               f"{ex['latency_ops']} reads {ex['latency_bytes']} B; "
@@ -234,7 +252,8 @@ def main() -> int:
             beside.append(burnt_s / plain_s)
             print(f"  untraced beside {args.beside_cpu:.0%} of a core burnt at the tracer's "
                   f"priority: {burnt_s:.2f} s: {beside[-1]:.3f}x", flush=True)
-    print(f"median slowdown {statistics.median(ratios):.3f}x over {len(ratios)} rounds"
+    print(f"median slowdown {statistics.median(ratios):.3f}x over {len(ratios)} rounds; CPU "
+          f"{statistics.median(cpu_ratios):.3f}x"
           + (f"; programs only {statistics.median(alone):.3f}x" if alone else "")
           + (f"; beside the burner {statistics.median(beside):.3f}x" if beside else ""))
     return 0

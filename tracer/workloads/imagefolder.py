@@ -10,17 +10,22 @@ set does before decoding; the loop only sums the batch (no model), so the job go
 files can be opened and read, which is what a tracer must keep up with; or, with --files-per-s,
 at that rate (each worker paces itself to its share).
 
-stdout: `files N bytes B seconds T` per epoch (T from the first batch asked for to the last one
-received: torch's import and the worker start-up are not in it). With --ready-fd FD, "r" is
-written to FD once the workers run (after the first batch), so a tracer can attach then.
+stdout: `files N bytes B seconds T cpu_seconds C` per epoch (T from the first batch asked for to
+the last one received: torch's import and the worker start-up are not in it; C the CPU time the
+main process and its workers took from the first batch received to the last). With --ready-fd
+FD, "r" is written to FD once the workers run (after the first batch), so a tracer can attach
+then.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import resource
 import time
 from pathlib import Path
+
+import psutil
 
 
 def make(directory: str | os.PathLike[str], n_files: int, n_folders: int,
@@ -50,6 +55,22 @@ def listing(directory: str | os.PathLike[str]) -> list[str]:
     root = Path(directory)
     return sorted(str(p) for folder in sorted(root.iterdir()) if folder.is_dir()
                   for p in folder.iterdir())
+
+
+def _cpu_s(workers: list | None = None) -> float:
+    """CPU seconds of this process and of its children reaped so far, and of `workers` (psutil
+    processes) still running."""
+    spent = 0.0
+    for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN):
+        ru = resource.getrusage(who)
+        spent += ru.ru_utime + ru.ru_stime
+    for w in workers or ():
+        try:
+            t = w.cpu_times()
+        except psutil.NoSuchProcess:  # it ended and was reaped: counted above
+            continue
+        spent += t.user + t.system
+    return spent
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -91,15 +112,19 @@ def main(argv: list[str] | None = None) -> int:
     for epoch in range(args.epochs):
         n = nbytes = 0
         t0 = time.monotonic()
+        cpu0 = None
         for batch in loader:
+            if cpu0 is None:  # the workers run now; reaped when the epoch ends
+                cpu0 = _cpu_s(psutil.Process().children())
             if args.ready_fd is not None:
                 os.write(args.ready_fd, b"r")
                 os.close(args.ready_fd)
                 args.ready_fd = None
             n += len(batch)
             nbytes += int(batch.sum())
-        print(f"epoch {epoch} files {n} bytes {nbytes} seconds {time.monotonic() - t0:.3f}",
-              flush=True)
+        seconds = time.monotonic() - t0
+        print(f"epoch {epoch} files {n} bytes {nbytes} seconds {seconds:.3f} "
+              f"cpu_seconds {_cpu_s() - (cpu0 or 0.0):.3f}", flush=True)
     return 0
 
 
