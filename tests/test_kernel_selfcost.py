@@ -99,8 +99,8 @@ def test_own_cost_of_a_known_workload(iowork, data_file, tmp_path, stats_sysctl)
 
 
 def test_sampled_stats_count_a_fiftieth_of_each_interval(tmp_path):
-    """The default: the kernel counts the programs' runs during the first 2 % of every
-    interval, so the counts cover about 2 % of the run, and the summary says so."""
+    """The default: the kernel counts the programs' runs during 2 % of every interval, so
+    the counts cover about 2 % of the run, and the summary says so."""
     loop = ROOT / "scripts" / "bin" / "pread_loop"
     if not loop.exists():
         pytest.skip("scripts/bin/pread_loop is not built (make scripts/bin/pread_loop)")

@@ -103,7 +103,7 @@ def trace_parser() -> argparse.ArgumentParser:
                         "python3, process names but PyTorch's")
     p.add_argument("--bpf-stats", choices=("sampled", "always", "off"), default="sampled",
                    help="count iotrace's own BPF programs' runs and time (the kernel's BPF stats): "
-                        "during the first 2 %% of every interval (sampled, the default), the whole run "
+                        "during 2 %% of every interval (sampled, the default), the whole run "
                         "(always: exact counts, but the kernel's clock reads add about 80 ns "
                         "to every program run), or not at all")
     p.add_argument("--version", action="version", version=f"iotrace {__version__}")

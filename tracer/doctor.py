@@ -77,7 +77,7 @@ def _load_attach_checks() -> list[Check]:
             before = "" if probes.stats_before is None else (
                 f"; kernel.bpf_stats_enabled stays {probes.stats_before}")
             checks.append(Check("BPF stats", True, "per-program run counts and times "
-                                "(BPF_ENABLE_STATS), counted for the first 2 % of every "
+                                "(BPF_ENABLE_STATS), counted for 2 % of every "
                                 f"interval while iotrace runs (--bpf-stats){before}"))
             checks.append(_measure_self(probes))
     except HostCannotTrace as e:

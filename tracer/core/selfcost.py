@@ -18,12 +18,12 @@ from tracer.core.histogram import format_bytes, format_ns
 from tracer.core.rollup import KEEP_FILES, KEEP_SHARE_PCT
 
 TOP_PROGRAMS = 5  # programs listed in the summary, most time first
-# --bpf-stats: "sampled" (default) counts the programs' runs during the first STATS_SHARE of
-# every interval, "always" during the whole run, "off" never. The kernel reads the clock twice
-# per program run while it counts (about 80 ns per run on the 2-vCPU VMs of
-# docs/benchmarks.md, more than iotrace's syscall programs take), so counting all the time
-# would double the cost it reports; the first 2 % of every interval give the same ns per run
-# and rates, at a fiftieth of that, and from the first interval on (a tenth cost a traced
+# --bpf-stats: "sampled" (default) counts the programs' runs during STATS_SHARE of every
+# interval, from the end of its reading, "always" during the whole run, "off" never. The
+# kernel reads the clock twice per program run while it counts (about 80 ns per run on the
+# 2-vCPU VMs of docs/benchmarks.md, more than iotrace's syscall programs take), so counting
+# all the time would double the cost it reports; 2 % of every interval give the same ns per
+# run and rates, at a fiftieth of that, and from the first interval on (a tenth cost a traced
 # page-cache pread about 9 ns more: docs/benchmarks.md).
 STATS_MODES = ("sampled", "always", "off")
 STATS_SHARE = 0.02

@@ -440,7 +440,7 @@ def _self_families(s: _State) -> Iterator[Metric]:
     per_program = (
         ("iotrace_self_bpf_runs_total", s.bpf_runs, 1,
          "Runs of each of iotrace's BPF programs since they were loaded (the kernel's run_cnt; "
-         "counted only while BPF stats are on, by default the first 2 % of every interval: "
+         "counted only while BPF stats are on, by default 2 % of every interval: "
          "see iotrace_self_bpf_stats_seconds_total). Programs run "
          "for every process on the host and return at once for untraced ones."),
         ("iotrace_self_bpf_run_seconds_total", s.bpf_run_ns, 1e9,
@@ -458,7 +458,7 @@ def _self_families(s: _State) -> Iterator[Metric]:
     yield GaugeMetricFamily(
         "iotrace_self_bpf_stats_enabled",
         "1 when iotrace has the kernel count its BPF programs' runs and time (BPF_ENABLE_STATS, "
-        "held by iotrace and undone when it exits; by default during the first 2 % of every interval, see "
+        "held by iotrace and undone when it exits; by default during 2 % of every interval, see "
         "iotrace_self_bpf_stats_seconds_total), 0 when it could not or was told not to.",
         value=s.bpf_stats_enabled)
     fam = CounterMetricFamily(
