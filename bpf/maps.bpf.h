@@ -22,7 +22,7 @@
 #define MAX_FILES 65536
 /* The (process, file, op) keys of one interval, and of the next one while it starts: 60 000 a
  * second for a job opening and reading 30 000 files a second. Past that, operations are
- * counted per folder (folder_stats). Allocated as used (BPF_F_NO_PREALLOC). */
+ * counted per folder (folder_stats). */
 #define MAX_FILE_KEYS 131072
 
 /* Load-time configuration, written by the loader (tracer/kernel/probes.py) before load. */
@@ -84,23 +84,27 @@ IOT_SHARED struct {
  * the programs still running on the old value (rcu_sync below), then takes the old buffer's
  * entries out in one pass (BPF_MAP_LOOKUP_AND_DELETE_BATCH: with both buffers in one map, a
  * read of every entry and a delete of half of them). A count is never added after it was read,
- * and a map holds one interval's keys. */
-#define FILE_COUNTERS(name, entries)                                                            \
+ * and a map holds one interval's keys.
+ * The maps of files are preallocated (flags 0): a new file whose slot is taken (slots.bpf.h)
+ * is inserted here, and allocating the element at the insert was a fifth of sys_exit's time
+ * (docs/benchmarks.md). That is 21 MiB of kernel memory a map, used or not; the folders'
+ * maps, written only once those are full, are allocated as used. */
+#define FILE_COUNTERS(name, entries, flags)                                                     \
 	IOT_SHARED struct {                                                                     \
 		__uint(type, BPF_MAP_TYPE_HASH);                                                \
-		__uint(map_flags, BPF_F_NO_PREALLOC);                                           \
+		__uint(map_flags, flags);                                                       \
 		__uint(max_entries, entries);                                                   \
 		__type(key, struct file_key);                                                   \
 		__type(value, struct file_stat);                                                \
 	} name SEC(".maps")
 
-FILE_COUNTERS(file_stats0, MAX_FILE_KEYS);
-FILE_COUNTERS(file_stats1, MAX_FILE_KEYS);
+FILE_COUNTERS(file_stats0, MAX_FILE_KEYS, 0);
+FILE_COUNTERS(file_stats1, MAX_FILE_KEYS, 0);
 
 /* What file_stats had no room for, counted per (process, folder, op): no count is dropped
  * while a folder has room here. Drained with file_stats. */
-FILE_COUNTERS(folder_stats0, 16384);
-FILE_COUNTERS(folder_stats1, 16384);
+FILE_COUNTERS(folder_stats0, 16384, BPF_F_NO_PREALLOC);
+FILE_COUNTERS(folder_stats1, 16384, BPF_F_NO_PREALLOC);
 
 /* Folders whose path user space has (a record of one of their files came through): their
  * other files send no record of their own; user space names them from the folder's listing.
