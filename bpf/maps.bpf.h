@@ -86,9 +86,9 @@ IOT_SHARED struct {
  * read of every entry and a delete of half of them). A count is never added after it was read,
  * and a map holds one interval's keys.
  * The maps of files are preallocated (flags 0): a new file whose slot is taken (slots.bpf.h)
- * is inserted here, and allocating the element at the insert was a fifth of sys_exit's time
- * (docs/benchmarks.md). That is 21 MiB of kernel memory a map, used or not; the folders'
- * maps, written only once those are full, are allocated as used. */
+ * is inserted here, and allocating its element at the insert was much of sys_exit's time;
+ * the price is their whole size in kernel memory, used or not (docs/benchmarks.md). The
+ * folders' maps, written only once those are full, are allocated as used. */
 #define FILE_COUNTERS(name, entries, flags)                                                     \
 	IOT_SHARED struct {                                                                     \
 		__uint(type, BPF_MAP_TYPE_HASH);                                                \
