@@ -59,6 +59,8 @@ struct iot_config {
 	__u8 file_slot_bits; /* log2 of the entries of file_slots (maps.bpf.h) */
 	__u8 pad[2];
 	__u64 slow_ns; /* operations at least this slow are sent as events (0: none) */
+	__u32 file_log_entries; /* records of file_log per buffer (slots.bpf.h); 0: none */
+	__u32 pad2;
 };
 
 /* Key of the `hists` map: one histogram per (process, layer, op, target/device). */
@@ -165,7 +167,8 @@ struct sys_start {
 	struct file_id file; /* regular files only */
 	__u8 op;
 	__u8 target;
-	__u8 pad[6];
+	__u8 pad[2];
+	__u32 counters_at; /* where the counters of this thread's last file are (slots.bpf.h) */
 	struct file_id last_sent; /* the last file this thread checked for a first sight */
 	__u64 dir_ino; /* the file's folder (struct file_stat's) */
 };

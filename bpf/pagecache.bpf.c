@@ -56,7 +56,7 @@ static __always_inline int handle_add(struct folio *folio)
 	inode_first_sight(host, &id, dir_ino, tgid);
 	remember_folio_owner(folio, tgid);
 	pages = folio_pages(folio);
-	st = file_stat_for(tgid, &id, IOT_OP_READ, dir_ino);
+	st = file_stat_for(tgid, &id, IOT_OP_READ, dir_ino, NULL);
 	if (st)
 		__sync_fetch_and_add(&st->pages_missed, pages);
 	hk.tgid = tgid;
@@ -90,7 +90,7 @@ static __always_inline int handle_dirty(struct folio *folio, struct address_spac
 		return 0;
 	}
 	bpf_map_update_elem(&dirtier, &id, &tgid, BPF_ANY);
-	st = file_stat_for(tgid, &id, IOT_OP_WRITE, dir_ino_of(inode_dentry(host)));
+	st = file_stat_for(tgid, &id, IOT_OP_WRITE, dir_ino_of(inode_dentry(host)), NULL);
 	if (st)
 		__sync_fetch_and_add(&st->pages_dirtied, folio_pages(folio));
 	return 0;

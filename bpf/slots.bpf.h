@@ -41,6 +41,36 @@ IOT_SHARED struct {
 	__type(value, struct file_slot);
 } file_slots SEC(".maps");
 
+/*
+ * The file log: where a key whose slot another key holds gets its counters, when a syscall
+ * adds to them, rather than in file_stats. Each buffer's records are taken in order by one
+ * atomic add on its count (file_log_used), so a new file costs no hash and no allocation;
+ * user space reads and zeroes the buffer's records in use, then its count. The thread's
+ * sys_start remembers where its last file's counters are (counters_at), so that the reads of
+ * a file after its open go straight there, wherever that is: 0 none, else the index + 1 of a
+ * slot of file_slots, or with AT_LOG of a record of file_log. The key is checked there each
+ * time: the place may have been read and zeroed, or taken by another key, since. A key can
+ * have counters in several places (a thread each, or opened again after its place was
+ * forgotten): user space adds them up, as it does a slot's and file_stats'.
+ */
+#define AT_LOG 0x80000000u
+#define FILE_LOG_ENTRIES 65536 /* per buffer: the loader passes the size in iot_config */
+
+IOT_SHARED struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, 2 * FILE_LOG_ENTRIES);
+	__type(key, __u32);
+	__type(value, struct file_slot);
+} file_log SEC(".maps");
+
+IOT_SHARED struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 2);
+	__type(key, __u32);
+	__type(value, __u64);
+} file_log_used SEC(".maps");
+
 /* The value of `key` in hash map `map`, made from `zero` on first use; a refused insert is
  * counted as map `idx` (enum iot_map) full. */
 static __always_inline void *lookup_or_make(void *map, const void *key, const void *zero,
@@ -121,26 +151,69 @@ static __always_inline struct file_stat *file_entry(void *map, const struct file
 	return bpf_map_lookup_elem(map, key);
 }
 
-/* The counters of `key` (its buf set): its slot, else its entry in its buffer's `file_stats`
- * map (made on first use), else, that map full, its folder's entry in `folder_stats`. Each
- * buffer's map is named in its own branch, so that every map call has one map. */
-static __always_inline struct file_stat *file_stat_of(const struct file_key *key, __u64 dir_ino)
+/* The slot or log record that counters_at `at` (not 0) names. */
+static __always_inline struct file_slot *file_slot_at(__u32 at)
+{
+	__u32 i = (at & ~AT_LOG) - 1;
+
+	return at & AT_LOG ? bpf_map_lookup_elem(&file_log, &i) : bpf_map_lookup_elem(&file_slots, &i);
+}
+
+/* A new record of file_log for `key`, in its buffer; NULL when the buffer's are all taken.
+ * Its place goes to *at. */
+static __always_inline struct file_stat *file_log_add(const struct file_key *key, __u64 tag,
+						      __u32 *at)
+{
+	__u32 buf = key->buf, i;
+	__u64 *used = bpf_map_lookup_elem(&file_log_used, &buf), n;
+	struct file_slot *s;
+
+	if (!used)
+		return NULL;
+	n = __sync_fetch_and_add(used, 1);
+	if (n >= iot_config.file_log_entries)
+		return NULL;
+	i = buf * iot_config.file_log_entries + (__u32)n;
+	s = bpf_map_lookup_elem(&file_log, &i);
+	if (!s)
+		return NULL;
+	s->key = *key;
+	s->tag = tag;
+	*at = (i + 1) | AT_LOG;
+	return &s->st;
+}
+
+/* The counters of `key` (its buf set): where `at` (a thread's counters_at, NULL for callers
+ * outside a syscall) says, else its slot, else a new record of file_log (syscalls only), else
+ * its entry in its buffer's `file_stats` map (made on first use), else, that map full, its
+ * folder's entry in `folder_stats`. Each buffer's map is named in its own branch, so that
+ * every map call has one map. */
+static __always_inline struct file_stat *file_stat_of(const struct file_key *key, __u64 dir_ino,
+						      __u32 *at)
 {
 	__u64 tag = slot_tag(key->tgid | (__u64)key->dev << 32, key->ino,
 			     key->gen | (__u64)key->op << 32);
 	__u32 bits = iot_config.file_slot_bits;
 	__u32 i = slot_index(tag, bits) | (__u32)key->buf << bits;
-	struct file_slot *s = bpf_map_lookup_elem(&file_slots, &i);
+	struct file_slot *s;
 	struct file_key folder;
 	struct file_stat *st;
 	long err = 0;
 
+	if (at && *at) {
+		s = file_slot_at(*at);
+		if (s && s->tag == tag && s->key.buf == key->buf && file_key_eq(&s->key, key))
+			return &s->st;
+	}
+	s = bpf_map_lookup_elem(&file_slots, &i);
 	if (s && s->tag == tag && file_key_eq(&s->key, key))
-		return &s->st;
+		goto found;
 	if (s && !s->tag && __sync_val_compare_and_swap(&s->tag, 0, tag) == 0) {
 		s->key = *key;
-		return &s->st;
+		goto found;
 	}
+	if (at && (st = file_log_add(key, tag, at)))
+		return st;
 	st = key->buf ? file_entry(&file_stats1, key, &err) : file_entry(&file_stats0, key, &err);
 	if (st || err != -IOT_E2BIG)
 		return st;
@@ -151,11 +224,15 @@ static __always_inline struct file_stat *file_stat_of(const struct file_key *key
 	if (key->buf)
 		return lookup_or_make(&folder_stats1, &folder, &zero_file_stat, IOT_MAP_FOLDER_STATS);
 	return lookup_or_make(&folder_stats0, &folder, &zero_file_stat, IOT_MAP_FOLDER_STATS);
+found:
+	if (at)
+		*at = i + 1;
+	return &s->st;
 }
 
 /* The counters of (process, file, op) in this interval's buffer, made on first use. */
 static __always_inline struct file_stat *file_stat_for(__u32 tgid, const struct file_id *id,
-						       __u8 op, __u64 dir_ino)
+						       __u8 op, __u64 dir_ino, __u32 *at)
 {
 	struct file_key key = {};
 	struct file_stat *st;
@@ -166,7 +243,7 @@ static __always_inline struct file_stat *file_stat_for(__u32 tgid, const struct 
 	key.gen = id->gen;
 	key.op = op;
 	key.buf = max_epoch & 1;
-	st = file_stat_of(&key, dir_ino);
+	st = file_stat_of(&key, dir_ino, at);
 	if (st)
 		st->dir_ino = dir_ino;
 	return st;
@@ -174,9 +251,9 @@ static __always_inline struct file_stat *file_stat_for(__u32 tgid, const struct 
 
 /* Per-file accounting of one completed operation. */
 static __always_inline void file_op_add(__u32 tgid, const struct file_id *id, __u64 dir_ino,
-					__u8 op, __u64 latency_ns, __u64 bytes)
+					__u8 op, __u64 latency_ns, __u64 bytes, __u32 *at)
 {
-	struct file_stat *st = file_stat_for(tgid, id, op, dir_ino);
+	struct file_stat *st = file_stat_for(tgid, id, op, dir_ino, at);
 
 	if (!st)
 		return;
@@ -190,9 +267,9 @@ static __always_inline void file_op_add(__u32 tgid, const struct file_id *id, __
 /* Per-file accounting of one open, in the key of `op` (read, or write for a file opened for
  * writing): struct file_stat says why. */
 static __always_inline void file_open_add(__u32 tgid, const struct file_id *id, __u64 dir_ino,
-					  __u8 op, __u64 latency_ns)
+					  __u8 op, __u64 latency_ns, __u32 *at)
 {
-	struct file_stat *st = file_stat_for(tgid, id, op, dir_ino);
+	struct file_stat *st = file_stat_for(tgid, id, op, dir_ino, at);
 
 	if (!st)
 		return;

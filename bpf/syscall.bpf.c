@@ -274,7 +274,8 @@ static __always_inline void open_done(struct task_struct *task, struct sys_start
 	dir_ino = dir_ino_of(file->f_path.dentry);
 	check_first_sight(start, file, &fid, (int)fd, dir_ino, task->tgid);
 	file_open_add(task->tgid, &fid, dir_ino,
-		      file->f_mode & FMODE_WRITE ? IOT_OP_WRITE : IOT_OP_READ, latency_ns);
+		      file->f_mode & FMODE_WRITE ? IOT_OP_WRITE : IOT_OP_READ, latency_ns,
+		      &start->counters_at);
 }
 
 /* The exit of a traced syscall returning `ret`: only threads with a syscall in flight (ts_ns
@@ -303,7 +304,8 @@ static __always_inline void exit_body(long ret)
 	key.target = start->target;
 	hist_add(&key, latency_ns, bytes, 1);
 	if (start->target == IOT_TARGET_FILE) {
-		file_op_add(key.tgid, &start->file, start->dir_ino, start->op, latency_ns, bytes);
+		file_op_add(key.tgid, &start->file, start->dir_ino, start->op, latency_ns, bytes,
+			    &start->counters_at);
 		if (iot_config.slow_ns && latency_ns >= iot_config.slow_ns)
 			emit_slow(start, task, latency_ns, bytes);
 	}

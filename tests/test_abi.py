@@ -34,7 +34,8 @@ int main(void) {
     O(block_user_key, kthread); O(block_user_key, rest); O(block_user_key, cgroup);
     O(block_user_key, comm); S(block_user); O(block_user, service_ns);
     S(sys_start); O(sys_start, file); O(sys_start, op); O(sys_start, target);
-    O(sys_start, last_sent); O(sys_start, dir_ino); O(file_key, buf); O(file_stat, dir_ino);
+    O(sys_start, last_sent); O(sys_start, dir_ino); O(sys_start, counters_at);
+    O(file_key, buf); O(file_stat, dir_ino);
     O(iot_file_event, dir_ino);
     S(file_id); O(file_id, gen); O(file_id, ino); O(file_key, ino); O(file_key, gen);
     O(file_key, op); O(iot_file_event, gen); O(iot_file_event, len); O(iot_file_event, fstype);
@@ -243,7 +244,8 @@ def test_syscall_in_flight_record(c_layout):
     """A thread's syscall in flight, which user space reads for the training loop's thread
     (kernel/probes.Probes.syscalls_in_flight)."""
     assert c_layout["sys_start"] == abi.SYS_START.size
-    fields = abi.SYS_START.unpack(abi.SYS_START.pack(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11))
-    assert fields == (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11)  # offsets below follow this order
+    fields = abi.SYS_START.unpack(abi.SYS_START.pack(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12))
+    assert fields == (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12)  # offsets below follow this order
     assert (c_layout["sys_start.file"], c_layout["sys_start.op"], c_layout["sys_start.target"],
-            c_layout["sys_start.last_sent"]) == (16, 32, 33, 40)
+            c_layout["sys_start.counters_at"], c_layout["sys_start.last_sent"]) == (
+                16, 32, 33, 36, 40)

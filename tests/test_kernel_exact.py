@@ -105,15 +105,17 @@ def check_trace(out, parent_pid: int | None = None) -> None:
 
 @pytest.mark.parametrize("force, sizes", [
     ("", ""), ("raw_tp", ""), ("no_block_io_start", ""), ("raw_tp,no_block_io_start", ""),
-    ("", "hist_slots=1,file_slots=2"), ("classic_syscalls", ""), ("mixed_syscalls", ""),
+    ("", "hist_slots=1,file_slots=2"), ("", "hist_slots=1,file_slots=2,file_log=0"),
+    ("", "file_slots=2,file_log=2"), ("classic_syscalls", ""), ("mixed_syscalls", ""),
 ])
 def test_command_mode_exact_counts(iowork, data_file, tmp_path, tracefs, force, sizes):
     """Also with the fallbacks older kernels take: raw_tp instead of tp_btf, and block requests
     first seen at insert/issue where block_io_start (6.5+) is missing. And with one slot in each
     slot table (slots.bpf.h): the first histogram and the first file's counters take them, every
-    other key goes to the hash maps, and user space adds both up. And with the syscalls hooked
-    on their classic tracepoints, as --auto does (probes.SYSCALL_HOOKS), or half so: the same
-    counts."""
+    other key goes to the file log, or with none to the hash maps, and user space adds them up;
+    with a log of one record per interval buffer, keys past it go to the hash map. And with the
+    syscalls hooked on their classic tracepoints, as --auto does (probes.SYSCALL_HOOKS), or half
+    so: the same counts."""
     prime(iowork, data_file)
     out = tmp_path / "trace"
     r = run_iotrace("-o", str(out), *EXACT, "--", str(iowork), *workload_args(data_file),

@@ -148,7 +148,7 @@ def test_pipes_and_sockets_never_in_files(iowork, tmp_path):
     assert sys_rows[sys_rows.target == "unix_socket"]["count"].sum() == 6  # a socketpair
 
 
-@pytest.mark.parametrize("sizes", ["", "file_slots=2"])
+@pytest.mark.parametrize("sizes", ["", "file_slots=2,file_log=0", "file_slots=2,file_log=2"])
 def test_file_counters_drained_every_interval_count_exactly(tmp_path, sizes):
     """Per-file counters leave the kernel every interval (one buffer of them while the programs
     add to the other, slots.bpf.h), from their slot or, with the one slot per buffer taken by

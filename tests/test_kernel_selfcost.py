@@ -144,18 +144,18 @@ def test_sampled_stats_leave_out_the_readings(tmp_path):
 
 
 def test_a_full_file_table_counts_per_folder(iowork, data_file, tmp_path):
-    """The per-file counters have one slot per interval buffer (file_slots=2) and one hash-map
-    entry (file_stats): within one interval (the workload is short, the interval long), the
-    workload's first key (its open of another file: opens count in a file's read key) takes
-    the slot, the next (the parent's opens and reads of the data file, one key) the entry;
-    every later operation on a new (process, file, op) is refused there, counted as such, and
-    counted in its folder's entry instead: the child's K reads are in a folder row, and the
-    files table still adds up to the latency table."""
+    """The per-file counters have one slot per interval buffer (file_slots=2), no log
+    (file_log=0) and one hash-map entry (file_stats): within one interval (the workload is
+    short, the interval long), the workload's first key (its open of another file: opens count
+    in a file's read key) takes the slot, the next (the parent's opens and reads of the data
+    file, one key) the entry; every later operation on a new (process, file, op) is refused
+    there, counted as such, and counted in its folder's entry instead: the child's K reads are
+    in a folder row, and the files table still adds up to the latency table."""
     prime(iowork, data_file)
     out = tmp_path / "trace"
     r = run_iotrace("-o", str(out), "-i", "30", "--", str(iowork), *workload_args(data_file),
                     "--also-open", str(iowork),
-                    env={**os.environ, "IOTRACE_MAP_SIZES": "file_slots=2,file_stats=1"})
+                    env={**os.environ, "IOTRACE_MAP_SIZES": "file_slots=2,file_log=0,file_stats=1"})
     assert r.returncode == 0, r.stderr
     cost = json.loads((out / "meta.json").read_text())["self_cost"]
     files = pd.read_parquet(out / "files")
@@ -186,7 +186,7 @@ def test_bad_map_sizes_setting_is_one_line(tmp_path):
     assert r.stderr.strip().splitlines() == [
         "iotrace: error: IOTRACE_MAP_SIZES: no map 'events' can be sized; give MAP=N with MAP "
         "one of tracked, hists, file_stats, threads, rq_starts, folder_stats, block_users, "
-        "rq_slots, hist_slots, file_slots"]
+        "rq_slots, hist_slots, file_slots, file_log"]
 
 
 @pytest.mark.skipif(shutil.which("setpriv") is None, reason="needs setpriv (util-linux)")

@@ -1,5 +1,6 @@
 """Reading whole BPF maps: the batched read (BPF_MAP_LOOKUP_BATCH, 512 entries per syscall)
-gives exactly what one lookup per key gives, on a real kernel map."""
+gives exactly what one lookup per key gives, on a real kernel map; take_rows() reads and
+zeroes a range of a mapped array."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ pytestmark = [needs_root, pytest.mark.kernel]
 
 
 def filled(n: int) -> _libbpf.Map:
-    m = _libbpf.create_hash_map(24, 56, 8192)
+    m = _libbpf.create_map(_libbpf.BPF_MAP_TYPE_HASH, 24, 56, 8192)
     for i in range(n):
         m.update(i.to_bytes(24, "little"), (3 * i + 1).to_bytes(56, "little"))
     return m
@@ -72,5 +73,29 @@ def test_chunked_read_equals_one_lookup_per_key(monkeypatch, chunk, delete):
                 got[k] = bytes(values[i * 56:(i + 1) * 56])
         assert got == want
         assert per_key(m) == ({} if delete else want)
+    finally:
+        os.close(m.fd)
+
+
+def test_take_rows_reads_then_zeroes_the_range_only():
+    """take_rows maps just the pages of its range (how the file log is drained): rows that
+    start, end or cross a page inside the range come back, those in use only; the whole range
+    is zero after, and the rows beside it are untouched."""
+    size = 112  # abi.FILE_SLOT's: 4096 is no multiple of it, so rows cross pages
+    m = _libbpf.create_map(_libbpf.BPF_MAP_TYPE_ARRAY, 4, size, 200, _libbpf.BPF_F_MMAPABLE)
+    try:
+        def row(i: int) -> bytes:
+            return (i + 1).to_bytes(8, "little") + bytes(range(8, size))
+
+        used = [29, 36, 37, 73, 74]  # 36 crosses the first page's end, 73 the second's
+        for i in used:
+            m.update(i.to_bytes(4, "little"), row(i))
+        rows = _libbpf.take_rows(m.fd, size, 30, 74)
+        assert [r.tobytes() for r in rows] == [row(i) for i in (36, 37, 73)]
+        for i in range(30, 74):
+            assert m.lookup(i.to_bytes(4, "little")) == bytes(size)
+        assert m.lookup((29).to_bytes(4, "little")) == row(29)
+        assert m.lookup((74).to_bytes(4, "little")) == row(74)
+        assert len(_libbpf.take_rows(m.fd, size, 50, 50)) == 0
     finally:
         os.close(m.fd)

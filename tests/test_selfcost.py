@@ -132,6 +132,7 @@ def test_meter_counts_this_process_cpu():
 @pytest.mark.parametrize("text, want", [
     ("", {}), ("file_stats=1", {"file_stats": 1}), (" hists=64 , threads=8", {"hists": 64, "threads": 8}),
     ("hist_slots=1,file_slots=1024", {"hist_slots": 1, "file_slots": 1024}),
+    ("file_log=0", {"file_log": 0}), ("file_log=6", {"file_log": 6}),
 ])
 def test_map_sizes_setting(text, want):
     assert map_sizes_from_env(text) == want
@@ -140,7 +141,7 @@ def test_map_sizes_setting(text, want):
 @pytest.mark.parametrize("text, says", [
     ("events=4", "no map 'events' can be sized"), ("file_stats=0", "at least 1"),
     ("file_stats", "at least 1"), ("hists=x", "whole number"), ("file_slots=3", "power of two"),
-    ("file_slots=1", "at least 2"),
+    ("file_slots=1", "at least 2"), ("file_log=3", "an even number"), ("file_log=-2", "whole number"),
 ])
 def test_map_sizes_setting_rejects(text, says):
     with pytest.raises(BadSetting, match=says):

@@ -51,8 +51,8 @@ MAP_FULL_MAPS = ("tracked", "hists", "file_stats", "threads", "rq_starts", "fold
 MAP_ROLLED_UP = {"file_stats": "folder_stats"}
 
 # struct iot_config: have_io_start, page_shift, auto_discover, rq_slot_bits, hist_slot_bits,
-# file_slot_bits, slow_ns
-CONFIG = struct.Struct("<BBBBBB2xQ")
+# file_slot_bits, slow_ns, file_log_entries
+CONFIG = struct.Struct("<BBBBBB2xQI4x")
 # struct hist_key: tgid, dev, layer, op, target, attribution
 HIST_KEY = struct.Struct("<IIBBBB")
 # struct hist: u64 count[MAX_SLOTS]; u64 bytes[MAX_SLOTS]
@@ -87,8 +87,8 @@ OPEN_FIELDS = {"ops": "opens", "latency_sum_ns": "open_latency_sum_ns",
 HIST_SLOT = struct.Struct(f"<Q{HIST_KEY.size}s4x{HIST_SIZE}s")
 FILE_SLOT = struct.Struct(f"<Q{FILE_KEY.size}s{FILE_STAT.size}s")
 # struct sys_start (a thread's syscall in flight): ts_ns, offset, file (dev, gen, ino), op,
-# target, then last_sent (dev, gen, ino), dir_ino
-SYS_START = struct.Struct("<QQIIQBB6xIIQQ")
+# target, counters_at, then last_sent (dev, gen, ino), dir_ino
+SYS_START = struct.Struct("<QQIIQBB2xIIIQQ")
 # struct rq_start (a block request in flight): insert_ns, issue_ns, file (dev, gen, ino), tgid,
 # data_len, dev, op, attribution, kthread, cgroup, comm; struct rq_slot: rq (0: free), then a
 # struct rq_start

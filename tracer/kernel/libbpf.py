@@ -561,13 +561,52 @@ class MappedArray:
         self._mm.close()
 
 
+def take_rows(fd: int, value_size: int, start: int, stop: int):
+    """The entries of [start, stop) of BPF_F_MMAPABLE array `fd` whose first 8 bytes are not
+    zero, as a copy in rows of u64 words; then all of [start, stop) is zeroed. Only the pages
+    of those entries are mapped, and only during the call: the kernel maps every page of an
+    array's mapping at mmap(), so one kept mapped is resident in full, used or not."""
+    import numpy as np
+
+    if value_size % 8:
+        raise ValueError("take_rows: values must be whole u64 words")
+    if stop <= start:
+        return np.empty((0, value_size // 8), dtype="<u8")
+    page = mmap.PAGESIZE
+    first = start * value_size // page * page
+    end = stop * value_size
+    mm = mmap.mmap(fd, end - first, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE,
+                   offset=first)
+    try:
+        skip = start * value_size - first
+        words = np.frombuffer(mm, dtype="<u8", count=(end - first - skip) // 8,
+                              offset=skip).reshape(stop - start, -1)
+        rows = words[words[:, 0].copy().nonzero()[0]]
+        words[:] = 0
+        del words  # the view must go before the mapping can close
+    finally:
+        mm.close()
+    return rows
+
+
 BPF_MAP_TYPE_HASH = 1
+BPF_MAP_TYPE_ARRAY = 2
+BPF_F_MMAPABLE = 1 << 10
 
 
-def create_hash_map(key_size: int, value_size: int, max_entries: int) -> Map:
-    """A new BPF hash map of this process (freed when its fd closes): a map to test against."""
-    fd = _check_rc(lib().bpf_map_create(BPF_MAP_TYPE_HASH, b"iotrace_test", key_size, value_size,
-                                        max_entries, None), "bpf_map_create")
+class _MapCreateOpts(ctypes.Structure):  # struct bpf_map_create_opts, up to map_extra
+    _fields_ = [("sz", ctypes.c_size_t), ("btf_fd", ctypes.c_uint32),
+                ("btf_key_type_id", ctypes.c_uint32), ("btf_value_type_id", ctypes.c_uint32),
+                ("btf_vmlinux_value_type_id", ctypes.c_uint32), ("inner_map_fd", ctypes.c_uint32),
+                ("map_flags", ctypes.c_uint32), ("map_extra", ctypes.c_uint64)]
+
+
+def create_map(map_type: int, key_size: int, value_size: int, max_entries: int,
+               map_flags: int = 0) -> Map:
+    """A new BPF map of this process (freed when its fd closes): a map to test against."""
+    opts = _MapCreateOpts(sz=ctypes.sizeof(_MapCreateOpts), map_flags=map_flags)
+    fd = _check_rc(lib().bpf_map_create(map_type, b"iotrace_test", key_size, value_size,
+                                        max_entries, ctypes.byref(opts)), "bpf_map_create")
     return Map(fd, key_size, value_size)
 
 

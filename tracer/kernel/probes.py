@@ -9,10 +9,11 @@ linked into that one object at build time, so each map the stages share is one m
 from __future__ import annotations
 
 import errno
+import itertools
 import mmap
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -29,6 +30,7 @@ from tracer.kernel.libbpf import (
     Program,
     ProgStats,
     RingBuffer,
+    take_rows,
 )
 
 # At the end of a trace, how long the disks of held block records are watched for a moment with
@@ -50,9 +52,13 @@ RQ_SLOTS = "rq_slots"
 SLOT_TABLES = ("hist_slots", "file_slots")
 SLOT_LAYOUTS = (abi.HIST_SLOT, abi.FILE_SLOT)
 POWER_OF_TWO_MAPS = (RQ_SLOTS, *SLOT_TABLES)
-# The maps IOTRACE_MAP_SIZES can size: those whose refused inserts `map_full` counts, and the
-# tables of slots.
-SIZABLE_MAPS = (*abi.MAP_FULL_MAPS, *POWER_OF_TWO_MAPS)
+# The file log (slots.bpf.h): records a syscall takes in order for a key whose slot is taken,
+# half of them per interval buffer. Sized 0, there is none (the map keeps one record a buffer).
+FILE_LOG = "file_log"
+LOG_CHUNK = 4096  # records of the log taken at a time: a drain holds a chunk's copies, not the log's
+# The maps IOTRACE_MAP_SIZES can size: those whose refused inserts `map_full` counts, the
+# tables of slots and the file log.
+SIZABLE_MAPS = (*abi.MAP_FULL_MAPS, *POWER_OF_TWO_MAPS, FILE_LOG)
 # Maps kept as one per interval buffer in the object, sized and counted under one name
 BUFFERED_MAPS = {"file_stats": ("file_stats0", "file_stats1"),
                  "folder_stats": ("folder_stats0", "folder_stats1")}
@@ -120,7 +126,10 @@ def map_sizes_from_env(text: str | None = None) -> dict[str, int]:
         if name not in SIZABLE_MAPS:
             raise BadSetting(f"{MAP_SIZES_ENV}: no map {name!r} can be sized; give "
                              f"MAP=N with MAP one of {', '.join(SIZABLE_MAPS)}")
-        if not n.isdigit() or int(n) < 1:
+        if name == FILE_LOG and n.isdigit() and int(n) % 2:
+            raise BadSetting(f"{MAP_SIZES_ENV}: {item!r}: file_log holds a log per interval "
+                             "buffer: an even number of entries (0: none)")
+        if not n.isdigit() or (int(n) < 1 and name != FILE_LOG):
             raise BadSetting(f"{MAP_SIZES_ENV}: {item!r}: the size must be a whole number of "
                              "entries, at least 1")
         if name in POWER_OF_TWO_MAPS and int(n) & (int(n) - 1):
@@ -202,6 +211,9 @@ class Probes:
         self.file_stats: tuple[Map, Map] | None = None
         self.folder_stats: tuple[Map, Map] | None = None
         self._slots: list[MappedArray] = []  # by abi.HIST_SLOTS, abi.FILE_SLOTS
+        self._file_log_fd = -1  # mapped only while drained: libbpf.take_rows says why
+        self._file_log_used: Map | None = None
+        self._file_log_entries = 0  # per buffer
         self._track: Program | None = None  # proc.bpf.c's syscall programs, run from here
         self._free_slot: Program | None = None
         # Where the last reading found each key in a slot table: [(index, tag)], by raw key.
@@ -240,13 +252,15 @@ class Probes:
             for m in SIZABLE_MAPS:
                 if m in self.map_sizes:
                     for part in BUFFERED_MAPS.get(m, (m,)):
-                        obj.set_max_entries(part, self.map_sizes[m])
+                        size = self.map_sizes[m]
+                        obj.set_max_entries(part, max(2, size) if m == FILE_LOG else size)
             bits = {m: obj.max_entries(m).bit_length() - 1 for m in POWER_OF_TWO_MAPS}
             bits["file_slots"] -= 1  # per buffer
+            self._file_log_entries = self.map_sizes.get(FILE_LOG, obj.max_entries(FILE_LOG)) // 2
             have_io_start = self.features.get("block_io_start", "missing") != "missing"
             obj.set_config(abi.CONFIG.pack(int(have_io_start), PAGE_SHIFT, int(self.auto_discover),
                                            bits[RQ_SLOTS], bits["hist_slots"], bits["file_slots"],
-                                           self.slow_ns))
+                                           self.slow_ns, self._file_log_entries))
             self.max_entries = {m: obj.max_entries(BUFFERED_MAPS.get(m, (m,))[0])
                                 for m in abi.MAP_FULL_MAPS}
             obj.load()
@@ -271,6 +285,8 @@ class Probes:
         self._slots = [MappedArray(fd("hist_slots"), abi.HIST_SLOT.size, 1 << bits["hist_slots"]),
                        MappedArray(fd("file_slots"), abi.FILE_SLOT.size,
                                    2 << bits["file_slots"], writable=True)]
+        self._file_log_fd = fd(FILE_LOG)
+        self._file_log_used = Map(fd("file_log_used"), 4, 8)
         self._track = obj.program("track")
         self._free_slot = obj.program("free_slot")
         self.epoch = Map(fd(".data.epoch"), 4, 8)
@@ -462,30 +478,44 @@ class Probes:
         First waits until no program still adds to that buffer (one that read max_epoch
         before next_epoch() changed it), so nothing comes after."""
         assert self.file_stats is not None and self.folder_stats is not None
+        assert self._file_log_used is not None
         self._rcu_sync.update(b"\0\0\0\0", self._rcu_inner.to_bytes(4, "little"))
         slots = self._slots[abi.FILE_SLOTS]
         half = slots.max_entries // 2
         lo = buf * half
         _, rows = slots.held(lo, lo + half)
-        rows = rows[abi.slot_tags_ok(abi.FILE_SLOTS, rows)]
         slots.words[lo:lo + half] = 0  # the next interval but one starts from empty slots
-        key_words = abi.FILE_KEY.size // 8
-        from_slots = (rows[:, 1:1 + key_words].tobytes(), rows[:, 1 + key_words:].tobytes())
+        # the buffer's log: its records in use, taken in order (a count past the end: all)
+        key = buf.to_bytes(4, "little")
+        used = min(int.from_bytes(self._file_log_used.lookup(key) or b"", "little"),
+                   self._file_log_entries)
+        lo = buf * self._file_log_entries
+        logged = (take_rows(self._file_log_fd, abi.FILE_SLOT.size, i, min(i + LOG_CHUNK, lo + used))
+                  for i in range(lo, lo + used, LOG_CHUNK))
         dtype = row_dtype or abi.file_counts_dtype()
-        files = self._drain_map(self.file_stats[buf], "file_stats", dtype, from_slots)
+        files = self._drain_map(self.file_stats[buf], "file_stats", dtype,
+                                itertools.chain([rows], logged), len(rows) + used)
+        self._file_log_used.update(key, bytes(8))
         folders = self._drain_map(self.folder_stats[buf], "folder_stats", dtype)
         return files, folders
 
-    def _drain_map(self, m: Map, name: str, dtype, first: tuple[bytes, bytes] = (b"", b"")):
+    def _drain_map(self, m: Map, name: str, dtype, slot_rows: Iterable = (), n_slot_rows: int = 0):
         """The entries of a file_key -> file_stat map that no program adds to any more (an
-        ended interval's buffer), taken out, after `first` (raw keys and values, as the map's),
-        as rows of `dtype`. Read a chunk at a time into an array whose pages take memory only
-        as rows are written (zero-filled: the fields past file_stat's are zero)."""
+        ended interval's buffer), taken out, after those of `slot_rows` (arrays of at most
+        `n_slot_rows` rows in all, as abi.FILE_SLOT's words, those with a tag that is not their
+        key's left out), as rows of `dtype`. Read a chunk at a time into an array whose pages
+        take memory only as rows are written (zero-filled: the fields past file_stat's are
+        zero)."""
         import numpy as np
 
-        size = (len(first[0]) // abi.FILE_KEY.size + self.max_entries[name]) * dtype.itemsize
+        size = (n_slot_rows + self.max_entries[name]) * dtype.itemsize
         out = np.frombuffer(mmap.mmap(-1, size, mmap.MAP_PRIVATE), dtype=dtype)
-        n = abi.file_counts_into(out, *first)
+        key_words = abi.FILE_KEY.size // 8
+        n = 0
+        for rows in slot_rows:
+            rows = rows[abi.slot_tags_ok(abi.FILE_SLOTS, rows)]
+            n += abi.file_counts_into(out[n:], rows[:, 1:1 + key_words].tobytes(),
+                                      rows[:, 1 + key_words:].tobytes())
         for keys, values in m.raw_chunks(delete=True):
             n += abi.file_counts_into(out[n:], keys, values)
         return out[:n]
