@@ -526,6 +526,12 @@ class Map:
                 memoryview(b"".join(v for _, v in items)))
 
 
+def _in_use(words):
+    """The indices of the rows of `words` (a mapped array's, as u64 words) whose first word is
+    not zero. The first words are copied first: nonzero() must not see them change under it."""
+    return words[:, 0].copy().nonzero()[0]
+
+
 class MappedArray:
     """A BPF array map made with BPF_F_MMAPABLE, read in place through mmap (no syscall)."""
 
@@ -552,8 +558,7 @@ class MappedArray:
         a copy of them as rows of u64 words. The kernel changes entries meanwhile: one freed
         between the two steps comes back with a first word of 0."""
         words = self.words[start:stop]
-        # a copy first: nonzero() must not see them change under it
-        index = words[:, 0].copy().nonzero()[0]
+        index = _in_use(words)
         return index + start, words[index]
 
     def close(self) -> None:
@@ -581,7 +586,7 @@ def take_rows(fd: int, value_size: int, start: int, stop: int):
         skip = start * value_size - first
         words = np.frombuffer(mm, dtype="<u8", count=(end - first - skip) // 8,
                               offset=skip).reshape(stop - start, -1)
-        rows = words[words[:, 0].copy().nonzero()[0]]
+        rows = words[_in_use(words)]
         words[:] = 0
         del words  # the view must go before the mapping can close
     finally:
