@@ -5,9 +5,10 @@
         [--programs-only] [--beside-cpu FRACTION]
 
 The job is tracer.workloads.imagefolder (open, read whole, close each file in the workers;
-no model). Per round, untraced then traced by `iotrace -o DIR --no-tui -- job`, the page cache
-warmed right before each run (this machine's reclaim drops idle file pages after seconds), so
-both runs read from memory and the job goes as fast as files can be opened. Prints per run:
+no model). Per round, untraced and traced by `iotrace -o DIR --no-tui -- job`, in turn which
+first, the page cache warmed right before each run (this machine's reclaim drops idle file
+pages after seconds), so both runs read from memory and the job goes as fast as files can be
+opened. Prints per run:
 
 - the job's own seconds (from its first batch to its last) and traced/untraced;
 - the CPU of that epoch, the job's (main and workers) untraced against the job's traced plus
@@ -17,7 +18,10 @@ both runs read from memory and the job goes as fast as files can be opened. Prin
   peak RSS (meta.json self_cost), ring-buffer records lost and map-full drops;
 - exactness: the workers' read ops and bytes in the `files` table (per-file rows and folder
   roll-ups) against those of the `latency` table (syscall layer), which must be equal; and how
-  many files kept their own rows.
+  many files kept their own rows;
+
+and at the end the median slowdown, and the geometric mean of the rounds' with its 95 %
+confidence interval: whether the rounds pin the slowdown down to the precision a goal needs.
 
 With --programs-only, each round also runs the job traced with the tracer stopped (SIGSTOP)
 from the moment it is attached until the job has ended: what the BPF programs cost the job
@@ -35,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import signal
@@ -170,6 +175,46 @@ def exactness(trace_dir: Path) -> dict:
             "trace_bytes": sum(p.stat().st_size for p in trace_dir.rglob("*") if p.is_file())}
 
 
+def untraced_run(job: list[str], data: Path) -> tuple[int, float, float]:
+    """(files read, the epoch's seconds, its CPU seconds) of the job untraced, cache warm."""
+    warm(data)
+    text, _, _ = run(job)
+    n, _, seconds = job_seconds(text)
+    return n, seconds, job_cpu_s(text)
+
+
+def traced_run(job: list[str], keep: str | None, data: Path) -> tuple[Path, str, float, float]:
+    """(trace directory, the job's stdout, wall s, the tracer's CPU s) of the job under
+    `iotrace -- job`, cache warm."""
+    out = Path(keep) if keep else Path(tempfile.mkdtemp(prefix="iotrace-scale-"))
+    subprocess.run(["rm", "-rf", str(out)], check=True)
+    warm(data)
+    text, wall, tracer_cpu = run([PY, "-m", "tracer.cli", "-o", str(out), "--no-tui", "--",
+                                  *job])
+    return out, text, wall, tracer_cpu
+
+
+def geometric_mean_ci(ratios: list[float]) -> tuple[float, float, float]:
+    """The geometric mean of `ratios` and its 95 % confidence interval (Student's t on their
+    logarithms): how well the rounds pin down the slowdown, which one round's spread does not
+    show."""
+    logs = [math.log(r) for r in ratios]
+    mean = statistics.fmean(logs)
+    if len(logs) < 2:
+        return math.exp(mean), math.nan, math.nan
+    # two-sided 95 % quantiles of Student's t, by degrees of freedom (beyond 30: the normal's);
+    # a table rather than scipy, which nothing else here needs
+    t = T95.get(len(logs) - 1, 1.96)
+    half = t * statistics.stdev(logs) / math.sqrt(len(logs))
+    return math.exp(mean), math.exp(mean - half), math.exp(mean + half)
+
+
+T95 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26,
+       10: 2.23, 11: 2.20, 12: 2.18, 13: 2.16, 14: 2.14, 15: 2.13, 16: 2.12, 17: 2.11, 18: 2.10,
+       19: 2.09, 20: 2.09, 21: 2.08, 22: 2.07, 23: 2.07, 24: 2.06, 25: 2.06, 26: 2.06, 27: 2.05,
+       28: 2.05, 29: 2.05, 30: 2.04}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--files", type=int, default=200_000)
@@ -200,15 +245,16 @@ def main() -> int:
         job += ["--files-per-s", str(args.files_per_s)]
     ratios, cpu_ratios, alone, beside = [], [], [], []
     for r in range(args.rounds):
-        warm(data)
-        text, _, _ = run(job)
-        n, _, plain_s = job_seconds(text)
-        plain_cpu = job_cpu_s(text)
-        out = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="iotrace-scale-"))
-        subprocess.run(["rm", "-rf", str(out)], check=True)
-        warm(data)
-        text, wall, tracer_cpu = run([PY, "-m", "tracer.cli", "-o", str(out),
-                                      "--no-tui", "--", *job])
+        # every other round traced first: a machine that slows down or speeds up over a round
+        # then favours neither run in the medians
+        if r % 2:
+            traced = traced_run(job, args.keep, data)
+            plain = untraced_run(job, data)
+        else:
+            plain = untraced_run(job, data)
+            traced = traced_run(job, args.keep, data)
+        n, plain_s, plain_cpu = plain
+        out, text, wall, tracer_cpu = traced
         n_traced, _, traced_s = job_seconds(text)
         meta = json.loads((out / "meta.json").read_text())
         cost = meta.get("self_cost", {})
@@ -220,7 +266,8 @@ def main() -> int:
         ratio = traced_s / plain_s
         ratios.append(ratio)
         full = {k: v for k, v in cost.get("map_full_drops", {}).items() if v}
-        print(f"round {r}: untraced {plain_s:.2f} s ({n / plain_s:,.0f} files/s), traced "
+        print(f"round {r} ({'traced' if r % 2 else 'untraced'} first): untraced {plain_s:.2f} s "
+              f"({n / plain_s:,.0f} files/s), traced "
               f"{traced_s:.2f} s: {ratio:.3f}x; tracer {tracer_cpu / wall * 100:.0f} % of a "
               f"core ({cost.get('tracer', {}).get('cpu_pct')} % while tracing, start-up "
               f"left out), peak RSS {cost.get('tracer', {}).get('peak_rss_bytes', 0) / 2**20:.0f} "
@@ -252,7 +299,9 @@ def main() -> int:
             beside.append(burnt_s / plain_s)
             print(f"  untraced beside {args.beside_cpu:.0%} of a core burnt at the tracer's "
                   f"priority: {burnt_s:.2f} s: {beside[-1]:.3f}x", flush=True)
-    print(f"median slowdown {statistics.median(ratios):.3f}x over {len(ratios)} rounds; CPU "
+    mean, lo, hi = geometric_mean_ci(ratios)
+    print(f"median slowdown {statistics.median(ratios):.3f}x over {len(ratios)} rounds "
+          f"(geometric mean {mean:.3f}x, 95 % interval {lo:.3f}-{hi:.3f}x); CPU "
           f"{statistics.median(cpu_ratios):.3f}x"
           + (f"; programs only {statistics.median(alone):.3f}x" if alone else "")
           + (f"; beside the burner {statistics.median(beside):.3f}x" if beside else ""))
