@@ -2,13 +2,13 @@
 
     .venv/bin/python scripts/bench_scale.py [--files 200000] [--folders 1000] [--workers 8]
         [--rounds 2] [--files-per-s N] [--data /var/tmp/iotrace-scale] [--keep DIR]
-        [--programs-only] [--beside-cpu FRACTION]
+        [--shuffle] [--programs-only] [--beside-cpu FRACTION]
 
 The job is tracer.workloads.imagefolder (open, read whole, close each file in the workers;
-no model). Per round, untraced and traced by `iotrace -o DIR --no-tui -- job`, in turn which
-first, the page cache warmed right before each run (this machine's reclaim drops idle file
-pages after seconds), so both runs read from memory and the job goes as fast as files can be
-opened. Prints per run:
+no model; with --shuffle in a random order, as a training job reads them). Per round,
+untraced and traced by `iotrace -o DIR --no-tui -- job`, in turn which first, the page cache
+warmed right before each run (this machine's reclaim drops idle file pages after seconds), so
+both runs read from memory and the job goes as fast as files can be opened. Prints per run:
 
 - the job's own seconds (from its first batch to its last) and traced/untraced;
 - the CPU of that epoch, the job's (main and workers) untraced against the job's traced plus
@@ -224,6 +224,8 @@ def main() -> int:
     ap.add_argument("--data", default="/var/tmp/iotrace-scale")
     ap.add_argument("--files-per-s", type=float, help="pace the job (default: as fast as it goes)")
     ap.add_argument("--keep", help="keep the last trace here")
+    ap.add_argument("--shuffle", action="store_true",
+                    help="the files in a random order, as a training job's sampler gives them")
     ap.add_argument("--programs-only", action="store_true",
                     help="also run the job with the tracer stopped once attached")
     ap.add_argument("--beside-cpu", type=float, metavar="FRACTION",
@@ -243,6 +245,8 @@ def main() -> int:
            "--num-workers", str(args.workers)]
     if args.files_per_s:
         job += ["--files-per-s", str(args.files_per_s)]
+    if args.shuffle:
+        job.append("--shuffle")
     ratios, cpu_ratios, alone, beside = [], [], [], []
     for r in range(args.rounds):
         # every other round traced first: a machine that slows down or speeds up over a round

@@ -2,13 +2,15 @@
 once per epoch by DataLoader workers.
 
     python -m tracer.workloads.imagefolder --data DIR [--num-workers 8] [--batch-size 64]
-        [--epochs 1] [--files-per-s N] [--ready-fd FD]
+        [--epochs 1] [--files-per-s N] [--shuffle] [--ready-fd FD]
 
 DIR holds class folders of sample files (`make(DIR, n_files, n_folders, file_kib)` writes them).
 Each sample is opened, read whole and closed in `Dataset.__getitem__`, as an image folder data
 set does before decoding; the loop only sums the batch (no model), so the job goes as fast as
 files can be opened and read, which is what a tracer must keep up with; or, with --files-per-s,
-at that rate (each worker paces itself to its share).
+at that rate (each worker paces itself to its share). With --shuffle the files come in a random
+order each epoch (the same for a given epoch from run to run), as a training job's sampler gives
+them: every interval then touches most class folders, where in order it touches a few.
 
 stdout: `files N bytes B seconds T cpu_seconds C` per epoch (T from the first batch asked for to
 the last one received: torch's import and the worker start-up are not in it; C the CPU time the
@@ -80,6 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--epochs", type=int, default=1)
     ap.add_argument("--files-per-s", type=float)
+    ap.add_argument("--shuffle", action="store_true")
     ap.add_argument("--ready-fd", type=int)
     args = ap.parse_args(argv)
 
@@ -107,8 +110,9 @@ def main(argv: list[str] | None = None) -> int:
             with open(paths[i], "rb") as f:
                 return len(f.read())
 
+    order = torch.Generator().manual_seed(0) if args.shuffle else None
     loader = DataLoader(Files(), batch_size=args.batch_size, num_workers=args.num_workers,
-                        shuffle=False)
+                        shuffle=args.shuffle, generator=order)
     for epoch in range(args.epochs):
         n = nbytes = 0
         t0 = time.monotonic()
