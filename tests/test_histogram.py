@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pandas as pd
 
@@ -179,6 +181,74 @@ def test_opens_counted_in_a_files_key_are_rows_of_their_own():
                    (9100, "write", 1, 1, 4096, 10, 10)]
     r = agg.rolled_up
     assert (r.file_rows, r.folder_rows, r.kernel_ops) == (n + opened + fast, 3, 4 + 2)
+
+
+def test_folders_past_the_kept_ones_are_added_up_in_their_parents():
+    """A job that reads its class folders in a random order has a folder row per worker, folder
+    and op every interval: past KEEP_FILES per (process, op), the folders that matter least are
+    added up in their parent's row, level by level; one that stands out keeps its row, one
+    whose parent is not known stays. Every count is kept, and the files in each row."""
+    from tracer.core import rollup
+
+    tree = {**{500 + i: 1 for i in range(50)}, **{600 + i: 2 for i in range(50)}, 1: 9, 2: 9,
+            9: 0}
+    asked = []
+
+    def parent(dev, ino):
+        asked.append(ino)
+        return tree.get(ino, 0)
+
+    # 100 folders alike under 1 and 2, one that stands out (a third of the time) under 1, one
+    # whose parent is not known; pid 8 reads 3 folders: theirs stay
+    entries = [(7, 500 + i, 0, 1, 1000, 500 + i) for i in range(50)]
+    entries += [(7, 600 + i, 0, 1, 1000, 600 + i) for i in range(50)]
+    entries += [(7, 700, 0, 1, 1000, 700), (7, 550, 0, 2, 60_000, 550)]
+    entries += [(8, 500 + i, 0, 1, 1000, 500 + i) for i in range(3)]
+    tree[550] = 1
+    rows = counts(*entries)
+    n_files = np.arange(1, len(rows) + 1)
+    out, n = rollup.fold_folders(rows, n_files, parent)
+    got = sorted((int(r["tgid"]), int(r["ino"]), int(r["dir_ino"]), int(r["ops"]), int(f))
+                 for r, f in zip(out, n, strict=True))
+    files_of = dict(zip(rows["tgid"] * 10**6 + rows["ino"], n_files.tolist(), strict=True))
+
+    def files(pid, *inos):
+        return sum(files_of[pid * 10**6 + ino] for ino in inos)
+
+    assert got == [(7, 1, 1, 50, files(7, *range(500, 550))),
+                   (7, 2, 2, 50, files(7, *range(600, 650))),
+                   (7, 550, 550, 2, files(7, 550)), (7, 700, 700, 1, files(7, 700)),
+                   *[(8, 500 + i, 500 + i, 1, files(8, 500 + i)) for i in range(3)]]
+    assert out["ops"].sum() == rows["ops"].sum() and out["bytes"].sum() == rows["bytes"].sum()
+    assert n.sum() == n_files.sum()
+    # once per folder, and never for one that keeps its row
+    assert sorted(asked) == [*range(500, 550), *range(600, 650), 700]
+    same, same_n = rollup.fold_folders(rows[-3:], n_files[-3:], parent)
+    assert same.tobytes() == rows[-3:].tobytes() and same_n.tolist() == n_files[-3:].tolist()
+
+
+def test_class_folders_read_in_a_random_order_are_one_row(tmp_path):
+    """The aggregator names the parent of class folders from the folders' own paths: 120 class
+    folders of a data set, each read a little in one interval (under 1 % of the time: none
+    stands out), are one row of the data set's folder, with every file and byte in it."""
+    from tracer.live.files import FOLDER
+
+    root = tmp_path / "train"
+    folders = []
+    for i in range(120):
+        (root / f"c{i:03}").mkdir(parents=True)
+        folders.append(os.stat(root / f"c{i:03}"))
+    dev = (os.major(folders[0].st_dev) << 20) | os.minor(folders[0].st_dev)
+    agg = Aggregator(ProcessTable(Clock()))
+    for i, st in enumerate(folders):
+        agg.files.folders[(dev, st.st_ino)] = (str(root / f"c{i:03}"), os.getpid())
+    files = counts(*[(7, 10_000 + 3 * i + k, 0, 1, 1000, st.st_ino)
+                     for i, st in enumerate(folders) for k in range(3)])
+    files["dev"] = dev
+    rows = agg.interval(Reading({}, files, counts()), ts_ns=1).files
+    assert [(r["path"], r["path_source"], r["inode"], r["file_count"], r["ops"], r["bytes"])
+            for r in rows] == [(f"{root}/", FOLDER, os.stat(root).st_ino, 360, 360, 360 * 4096)]
+    assert (agg.rolled_up.file_rows, agg.rolled_up.folder_rows) == (360, 1)
 
 
 def test_roll_up_is_the_same_when_hashes_collide(monkeypatch):

@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING
 from tracer.core import abi
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     import numpy as np
 
 # Files per (process, op) and interval that keep a row of their own: a group of at most
@@ -256,3 +258,37 @@ def split(files: np.ndarray, folders: np.ndarray, keep: int = KEEP_FILES
     weights = np.concatenate([counted[others], np.zeros((len(kernel), 2), dtype=np.int64)])
     folder_rows, n_files = add_up(rows, FOLDER_KEY, weights)
     return (own, *_opens_apart(folder_rows, n_files))
+
+
+def fold_folders(rows: np.ndarray, n_files: np.ndarray, parent: Callable[[int, int], int],
+                 keep: int = KEEP_FILES) -> tuple[np.ndarray, np.ndarray]:
+    """Folder rows (split's) and the files in each, bounded as files are: per (process, op),
+    past `keep` rows, those that matter least (the rule of `keep` files) are added up in their
+    parent folder's row, level by level, until each (process, op) has at most `keep` or no row
+    can go up. A job that reads its class folders in a random order touches most of them in
+    every interval: their rows, one per worker, folder and op, cost the tracer more than the
+    files did. `parent(dev, folder inode)`: the parent folder's inode on the same device, or 0
+    where it is not known (that row stays)."""
+    import numpy as np
+
+    while len(rows) > keep:
+        at = _kept(rows, keep)
+        if len(at) == len(rows):
+            break
+        others = np.ones(len(rows), dtype=bool)
+        others[at] = False
+        # one parent() call per folder, not per row
+        pairs, which = np.unique(np.stack([rows["dev"][others], rows["ino"][others]], axis=1),
+                                 axis=0, return_inverse=True)
+        ups = np.array([parent(int(dev), int(ino)) for dev, ino in pairs.tolist()],
+                       dtype=rows["ino"].dtype)
+        up = ups[which.reshape(-1)]
+        goes = (up != 0) & (up != rows["ino"][others])
+        moved = np.flatnonzero(others)[goes]
+        if not len(moved):
+            break
+        out = rows.copy()
+        out["ino"][moved] = up[goes]
+        out["dir_ino"][moved] = up[goes]
+        rows, n_files = add_up(out, FOLDER_KEY, n_files)
+    return rows, n_files

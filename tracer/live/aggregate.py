@@ -245,8 +245,10 @@ class Aggregator:
 
     def _file_rows(self, files: np.ndarray, folders: np.ndarray, ts_ns: int) -> list[FileRow]:
         """This interval's per-file rows, the files past rollup.KEEP_FILES per (process, op)
-        added up per folder (and the kernel's own folder counts with them)."""
+        added up per folder (and the kernel's own folder counts with them), and the folders
+        past as many added up in their parents."""
         own, folder_rows, n_files = rollup.split(self.rereads.mark(files), with_rereads(folders))
+        folder_rows, n_files = rollup.fold_folders(folder_rows, n_files, self.files.parent)
         self.rolled_up.add(folder_rows, n_files, folders)
         who: dict[int, tuple[str, str]] = {}  # pid -> (comm, role), looked up once per reading
         rows: list[FileRow] = []

@@ -271,6 +271,8 @@ class FileTable:
             _Bounded(MAX_FOLDERS))  # (dev, folder inode) -> (its entry in folders, its row's info)
         self._recovered = 0
         self._unnamed: set[tuple[int, int, int]] = set()  # shown as "(inode N in folder)"
+        # (dev, folder inode) -> its parent folder's inode (0: not known), for rollup.fold_folders
+        self._parents: dict[tuple[int, int], int] = _Bounded(MAX_FOLDERS)
 
     def on_event(self, ev: FileEvent) -> FileInfo:
         path, source = ev.path, KERNEL
@@ -330,6 +332,30 @@ class FileTable:
         info = FileInfo(path, FOLDER, _fs_type(dev), device_name(dev))
         self._folder_rows[(dev, dir_ino)] = (where, info)
         return info
+
+    def parent(self, dev: int, dir_ino: int) -> int:
+        """The inode of the folder that holds folder `dir_ino` of device `dev`, 0 when its path
+        is not known or its parent is on another file system; the parent's path is kept, so
+        that folder() names its row. One stat per folder, through the root of the process that
+        read it (a container's), else iotrace's own."""
+        key = (dev, dir_ino)
+        up = self._parents.get(key)
+        if up is not None:
+            return up
+        up, where = 0, self.folders.get(key)
+        if where is not None and (path := os.path.dirname(where[0].rstrip("/"))) != where[0]:
+            for root in (f"/proc/{where[1]}/root", ""):
+                try:
+                    st = os.stat(root + path)
+                except (OSError, ValueError):
+                    continue
+                if st.st_dev == os.makedev(*dev_major_minor(dev)) and st.st_ino != dir_ino:
+                    up = st.st_ino
+                    if (dev, up) not in self.folders:
+                        self.folders[(dev, up)] = (path, where[1])
+                break
+        self._parents[key] = up
+        return up
 
     def lost_paths(self) -> tuple[int, int]:
         """(files of a known folder named without a record of their own, files still without a
