@@ -304,8 +304,9 @@ def main() -> int:
             print(f"  untraced beside {args.beside_cpu:.0%} of a core burnt at the tracer's "
                   f"priority: {burnt_s:.2f} s: {beside[-1]:.3f}x", flush=True)
     mean, lo, hi = geometric_mean_ci(ratios)
+    spread = f", 95 % interval {lo:.3f}-{hi:.3f}x" if len(ratios) > 1 else ""
     print(f"median slowdown {statistics.median(ratios):.3f}x over {len(ratios)} rounds "
-          f"(geometric mean {mean:.3f}x, 95 % interval {lo:.3f}-{hi:.3f}x); CPU "
+          f"(geometric mean {mean:.3f}x{spread}); CPU "
           f"{statistics.median(cpu_ratios):.3f}x"
           + (f"; programs only {statistics.median(alone):.3f}x" if alone else "")
           + (f"; beside the burner {statistics.median(beside):.3f}x" if beside else ""))
