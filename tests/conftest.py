@@ -81,6 +81,11 @@ def tracefs() -> Iterator[None]:
             subprocess.run(["umount", "-l", mounted], check=False)
 
 
+def kernel_dev(st_dev: int) -> int:
+    """A device number as the kernel's programs read it (major << 20 | minor) from stat's."""
+    return (os.major(st_dev) << 20) | os.minor(st_dev)
+
+
 def warm(path: Path, nbytes: int = 1 << 20) -> None:
     """Reads the first `nbytes` so that cached preads hit the page cache (reclaim here evicts
     pages idle for ~6 s, so call it right before the measured run)."""

@@ -9,14 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import needs_root
+from conftest import kernel_dev, needs_root
 from tracer.core.abi import FileEvent
 from tracer.live import files as files_module
 from tracer.live.files import SIBLING, UNKNOWN, FileTable, _generation
-
-
-def kernel_dev(st_dev: int) -> int:
-    return (os.major(st_dev) << 20) | os.minor(st_dev)
 
 
 def test_files_of_a_folder_first_read_by_a_process_that_has_exited(tmp_path: Path) -> None:

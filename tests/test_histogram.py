@@ -7,6 +7,7 @@ import os
 import numpy as np
 import pandas as pd
 
+from conftest import kernel_dev
 from tracer.core import abi
 from tracer.core.histogram import percentile_ns, render
 from tracer.core.model import Series
@@ -238,7 +239,7 @@ def test_class_folders_read_in_a_random_order_are_one_row(tmp_path):
     for i in range(120):
         (root / f"c{i:03}").mkdir(parents=True)
         folders.append(os.stat(root / f"c{i:03}"))
-    dev = (os.major(folders[0].st_dev) << 20) | os.minor(folders[0].st_dev)
+    dev = kernel_dev(folders[0].st_dev)
     agg = Aggregator(ProcessTable(Clock()))
     for i, st in enumerate(folders):
         agg.files.folders[(dev, st.st_ino)] = (str(root / f"c{i:03}"), os.getpid())
