@@ -277,12 +277,16 @@ def fold_folders(rows: np.ndarray, n_files: np.ndarray, parent: Callable[[int, i
             break
         others = np.ones(len(rows), dtype=bool)
         others[at] = False
-        # one parent() call per folder, not per row
-        pairs, which = np.unique(np.stack([rows["dev"][others], rows["ino"][others]], axis=1),
-                                 axis=0, return_inverse=True)
-        ups = np.array([parent(int(dev), int(ino)) for dev, ino in pairs.tolist()],
-                       dtype=rows["ino"].dtype)
-        up = ups[which.reshape(-1)]
+        # one parent() call per folder, not per row; the pairs grouped by hash (_groups), as
+        # np.unique(axis=0) sorts them as bytes, many times slower
+        dev, ino = rows["dev"][others], rows["ino"][others]
+        order, starts = _groups({"dev": dev, "ino": ino}, ("dev", "ino"))
+        which = np.empty(len(dev), dtype=np.intp)
+        which[order] = np.repeat(np.arange(len(starts)), np.diff(np.append(starts, len(dev))))
+        firsts = order[starts]
+        pairs = zip(dev[firsts].tolist(), ino[firsts].tolist(), strict=True)
+        ups = np.array([parent(d, i) for d, i in pairs], dtype=rows["ino"].dtype)
+        up = ups[which]
         goes = (up != 0) & (up != rows["ino"][others])
         moved = np.flatnonzero(others)[goes]
         if not len(moved):
