@@ -192,6 +192,7 @@ def lib() -> ctypes.CDLL:
     _sig(so.ring_buffer__free, None, vp)
     _sig(so.btf__load_vmlinux_btf, vp)
     _sig(so.btf__find_by_name_kind, i, vp, cp, u32)
+    _sig(so.btf__free, None, vp)
     _sig(so.libbpf_probe_bpf_map_type, i, i, vp)
     _sig(so.libbpf_num_possible_cpus, i)
     _libc.vsnprintf.restype = i
@@ -696,8 +697,8 @@ def btf_has_struct(name: str) -> bool:
 
 
 def _btf_has(name: str, kind: int) -> bool:
-    """The kernel's BTF is parsed once (libbpf's own lookup parses it again on every call,
-    ~10 ms each)."""
+    """The kernel's BTF is parsed once for a run of questions (libbpf's own lookup parses it
+    again on every call, ~10 ms each), until forget_vmlinux_btf()."""
     global _vmlinux_btf
     so = lib()
     if _vmlinux_btf is None:
@@ -705,6 +706,15 @@ def _btf_has(name: str, kind: int) -> bool:
     if not _vmlinux_btf:
         return False
     return so.btf__find_by_name_kind(_vmlinux_btf, name.encode(), kind) > 0
+
+
+def forget_vmlinux_btf() -> None:
+    """Frees the kernel's parsed BTF: megabytes that a tracer, once its programs are chosen,
+    would hold for the rest of its run. A later question parses it again."""
+    global _vmlinux_btf
+    if _vmlinux_btf:
+        lib().btf__free(_vmlinux_btf)
+    _vmlinux_btf = None
 
 
 def num_possible_cpus() -> int:

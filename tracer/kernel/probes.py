@@ -249,6 +249,7 @@ class Probes:
         try:
             obj = self.obj = BpfObject(str(path))
             self._choose_programs(obj)
+            _libbpf.forget_vmlinux_btf()
             for m in SIZABLE_MAPS:
                 if m in self.map_sizes:
                     for part in BUFFERED_MAPS.get(m, (m,)):
