@@ -20,6 +20,7 @@ import struct
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from operator import itemgetter
+from typing import ClassVar
 
 LIBBPF_ENV = "IOTRACE_LIBBPF"  # overrides the library path (tests, unusual installs)
 DEFAULT_LIBBPF = "libbpf.so.1"
@@ -489,19 +490,25 @@ class Map:
             first = False
 
     CHUNK = 16384  # entries raw_chunks reads before handing them over (1.3 MiB for file_stats)
+    # (key size, value size, CHUNK) -> the two buffers raw_chunks fills, shared by the maps of
+    # those sizes: the per-file and per-folder maps of both buffers are read one after the other
+    _chunks: ClassVar[dict[tuple[int, int, int], tuple[ctypes.Array, ctypes.Array]]] = {}
 
     def raw_chunks(self, delete: bool = False) -> Iterator[tuple[memoryview, memoryview]]:
         """Every key and every value, CHUNK entries at a time (n keys, then n values in the same
         order) for decoding in bulk (numpy), with no Python object per entry: views of two
         buffers made once and filled again for each chunk, so that a chunk is used before the
-        next is asked for. A map of 131 072 entries read whole took 10 MiB of buffers, held
-        by the tracer for good. `delete`: each entry is deleted as it is read (a map no
-        program writes to any more: one that adds to an entry after it was read loses that)."""
+        next is asked for, and the next map's reading starts after this one's ends. A map of
+        131 072 entries read whole took 10 MiB of buffers, held by the tracer for good.
+        `delete`: each entry is deleted as it is read (a map no program writes to any more:
+        one that adds to an entry after it was read loses that)."""
         ks, vs = self.key_size, self.value_size
-        if getattr(self, "_chunk", None) is None:
-            self._chunk = (ctypes.create_string_buffer(ks * self.CHUNK),
-                           ctypes.create_string_buffer(vs * self.CHUNK))
-        keys, values = self._chunk
+        chunk = Map._chunks.get((ks, vs, self.CHUNK))
+        if chunk is None:
+            chunk = Map._chunks[ks, vs, self.CHUNK] = (
+                ctypes.create_string_buffer(ks * self.CHUNK),
+                ctypes.create_string_buffer(vs * self.CHUNK))
+        keys, values = chunk
         n = 0
         try:
             for at, got in self._lookup_batches(keys, values, self.CHUNK, accumulate=True,
