@@ -367,7 +367,7 @@ def test_live_view_of_a_real_trace_in_tmux(tmp_path):
 
 @pytest.mark.parametrize("hooks", ["raw", "classic"])
 def test_every_traced_syscall_is_counted_by_its_number(tmp_path, tracefs, hooks):
-    """The raw sys_enter/sys_exit programs know syscalls by number (bpf/syscall.bpf.c): each
+    """The raw sys_enter/sys_exit programs know syscalls by number (bpf/syscalls.bpf.h): each
     of the vectored and positional variants, and fsync/fdatasync/openat, counted exactly on
     its file, with its bytes. The same on the classic tracepoints, one of each per syscall."""
     data = tmp_path / "v.bin"

@@ -24,7 +24,7 @@ def fake_tracefs(root: Path, leave_out: str = "") -> Path:
 def test_every_syscall_has_an_enter_and_an_exit():
     enters = [n for prog in ("sys_enter_tp", "sys_enter_pos_tp") for n in CLASSIC_SYSCALLS[prog][1]]
     assert sorted(enters) == sorted(CLASSIC_SYSCALLS["sys_exit_tp"][1])
-    assert len(set(enters)) == len(enters) == 15  # op_of_syscall's (syscall.bpf.c)
+    assert len(set(enters)) == len(enters) == 15  # op_of_syscall's (bpf/syscalls.bpf.h)
     assert set(SYSCALL_HOOKS["classic"]) == set(CLASSIC_SYSCALLS)
 
 

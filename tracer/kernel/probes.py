@@ -90,7 +90,7 @@ SYSCALL_HOOKS = {"raw": ("sys_enter", "sys_exit"),
                  "classic": (*CLASSIC_ENTERS, "sys_exit_tp"),
                  "mixed": (*CLASSIC_ENTERS, "sys_exit")}
 SYSCALL_PROGRAMS = frozenset(p for progs in SYSCALL_HOOKS.values() for p in progs)
-# The syscalls of op_of_syscall (syscall.bpf.c), by the classic program attached to their
+# The syscalls of op_of_syscall (bpf/syscalls.bpf.h), by the classic program attached to their
 # syscalls:sys_enter_NAME (or sys_exit_NAME) tracepoint: the positional ones, whose offset is
 # their 4th argument, apart.
 _POSITIONAL = ("pread64", "preadv", "preadv2", "pwrite64", "pwritev", "pwritev2")
