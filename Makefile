@@ -87,7 +87,7 @@ scripts/bin/open_read_loop: scripts/open_read_loop.c
 	@mkdir -p $(dir $@)
 	cc -O2 -static -Wall -Wextra -o $@ $<
 
-scripts/bin/bench_floor.bpf.o: scripts/bench_floor.bpf.c bpf/bits.bpf.h build/vmlinux.h
+scripts/bin/bench_floor.bpf.o: scripts/bench_floor.bpf.c bpf/*.h build/vmlinux.h
 	@mkdir -p $(dir $@)
 	clang -g -O2 -Wall -target bpf -mcpu=v3 -D__TARGET_ARCH_$(ARCH) -Ibuild -Ibpf -c $< -o $@
 

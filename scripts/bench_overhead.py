@@ -424,13 +424,14 @@ def run_command_tracer(argv: list[str], what: str, timeout: float) -> tuple[Run,
 
 FLOOR_PROGRAMS = {"raw-floor": ("floor_enter", "floor_exit"),
                   "timing-floor": ("time_enter", "time_exit"),
+                  "io-floor": ("io_enter", "io_exit"),  # for scripts/bench_scale.py --floor
                   "classic-floor": ("classic_enter", "classic_exit")}
 
 
 def floor_main(mode: str, loop_argv: list[str]) -> int:
-    """Modes raw-floor and timing-floor, run as `bench_overhead.py --floor-run MODE -- LOOP...`:
-    attaches that pair of scripts/bench_floor.bpf.c, runs the loop (its PID is the timing
-    floor's filter), detaches."""
+    """Modes raw-floor, timing-floor and io-floor, run as `bench_overhead.py --floor-run MODE --
+    LOOP...`: attaches that pair of scripts/bench_floor.bpf.c, runs the loop (its PID is the
+    timing floor's filter), detaches."""
     sys.path.insert(0, str(REPO))
     from tracer.kernel import libbpf as _libbpf
     from tracer.kernel.probes import CLASSIC_SYSCALLS
