@@ -2,7 +2,7 @@
 
     .venv/bin/python scripts/bench_scale.py [--files 200000] [--folders 1000] [--workers 8]
         [--rounds 2] [--files-per-s N] [--data /var/tmp/iotrace-scale] [--keep DIR]
-        [--shuffle] [--programs-only] [--beside-cpu FRACTION]
+        [--shuffle] [--programs-only] [--beside-cpu FRACTION] [--floor]
 
 The job is tracer.workloads.imagefolder (open, read whole, close each file in the workers;
 no model; with --shuffle in a random order, as a training job reads them). Per round,
@@ -31,6 +31,12 @@ trace is not kept, only the job's seconds).
 With --beside-cpu FRACTION, each round also runs the job untraced beside a process that burns
 FRACTION of one core in 10 ms bursts at the tracer's priority (tracer.kernel.host.yield_to_job):
 what CPU taken as the tracer takes it costs the job, with no programs attached.
+
+With --floor, each round also runs the job untraced beside the io-floor programs of
+scripts/bench_floor.bpf.c: a start time in task-local storage at the entry of each syscall
+iotrace times, the latency into a log2 slot at its exit, on the raw tracepoints iotrace uses;
+nothing else, no user space. What timing the job's I/O calls at all costs it on this host: a
+lower bound for any tracer that measures every call's latency there.
 
 Timings are not asserted anywhere: figures go to docs/benchmarks.md.
 """
@@ -183,6 +189,15 @@ def untraced_run(job: list[str], data: Path) -> tuple[int, float, float]:
     return n, seconds, job_cpu_s(text)
 
 
+def floor_run(job: list[str], data: Path) -> tuple[int, float, float]:
+    """untraced_run's figures of the job beside the io-floor programs (--floor)."""
+    warm(data)
+    text, _, _ = run([PY, str(ROOT / "scripts" / "bench_overhead.py"), "--floor-run", "io-floor",
+                      "--", *job])
+    n, _, seconds = job_seconds(text)
+    return n, seconds, job_cpu_s(text)
+
+
 def traced_run(job: list[str], keep: str | None, data: Path) -> tuple[Path, str, float, float]:
     """(trace directory, the job's stdout, wall s, the tracer's CPU s) of the job under
     `iotrace -- job`, cache warm."""
@@ -228,6 +243,8 @@ def main() -> int:
                     help="the files in a random order, as a training job's sampler gives them")
     ap.add_argument("--programs-only", action="store_true",
                     help="also run the job with the tracer stopped once attached")
+    ap.add_argument("--floor", action="store_true",
+                    help="also run the job beside the least programs that time its I/O calls")
     ap.add_argument("--beside-cpu", type=float, metavar="FRACTION",
                     help="also run the job untraced beside a process burning that much of a "
                          "core at the tracer's priority")
@@ -247,16 +264,17 @@ def main() -> int:
         job += ["--files-per-s", str(args.files_per_s)]
     if args.shuffle:
         job.append("--shuffle")
-    ratios, cpu_ratios, alone, beside = [], [], [], []
+    ratios, cpu_ratios, alone, beside, floor, floor_cpu = [], [], [], [], [], []
     for r in range(args.rounds):
-        # every other round traced first: a machine that slows down or speeds up over a round
-        # then favours neither run in the medians
-        if r % 2:
-            traced = traced_run(job, args.keep, data)
-            plain = untraced_run(job, data)
-        else:
-            plain = untraced_run(job, data)
-            traced = traced_run(job, args.keep, data)
+        # every other round traced first (with --floor, the three runs in turn): a machine
+        # that slows down or speeds up over a round then favours no run in the medians
+        runs = {"untraced": lambda: untraced_run(job, data),
+                "traced": lambda: traced_run(job, args.keep, data)}
+        if args.floor:
+            runs["io-floor"] = lambda: floor_run(job, data)
+        order = list(runs)[r % len(runs):] + list(runs)[:r % len(runs)]
+        done = {name: runs[name]() for name in order}
+        plain, traced = done["untraced"], done["traced"]
         n, plain_s, plain_cpu = plain
         out, text, wall, tracer_cpu = traced
         n_traced, _, traced_s = job_seconds(text)
@@ -270,7 +288,7 @@ def main() -> int:
         ratio = traced_s / plain_s
         ratios.append(ratio)
         full = {k: v for k, v in cost.get("map_full_drops", {}).items() if v}
-        print(f"round {r} ({'traced' if r % 2 else 'untraced'} first): untraced {plain_s:.2f} s "
+        print(f"round {r} ({order[0]} first): untraced {plain_s:.2f} s "
               f"({n / plain_s:,.0f} files/s), traced "
               f"{traced_s:.2f} s: {ratio:.3f}x; tracer {tracer_cpu / wall * 100:.0f} % of a "
               f"core ({cost.get('tracer', {}).get('cpu_pct')} % while tracing, start-up "
@@ -297,6 +315,12 @@ def main() -> int:
             alone.append(alone_s / plain_s)
             print(f"  programs only (the tracer stopped once attached): {alone_s:.2f} s: "
                   f"{alone[-1]:.3f}x", flush=True)
+        if args.floor:
+            _, floor_s, cpu = done["io-floor"]
+            floor.append(floor_s / plain_s)
+            floor_cpu.append(cpu / plain_cpu)
+            print(f"  untraced beside the io-floor programs: {floor_s:.2f} s: {floor[-1]:.3f}x; "
+                  f"CPU of the epoch {cpu:.2f} s: {floor_cpu[-1]:.3f}x", flush=True)
         if args.beside_cpu:
             warm(data)
             _, _, burnt_s = job_seconds(beside_burner(job, args.beside_cpu))
@@ -309,6 +333,8 @@ def main() -> int:
           f"(geometric mean {mean:.3f}x{spread}); CPU "
           f"{statistics.median(cpu_ratios):.3f}x"
           + (f"; programs only {statistics.median(alone):.3f}x" if alone else "")
+          + (f"; io-floor {statistics.median(floor):.3f}x, CPU "
+             f"{statistics.median(floor_cpu):.3f}x" if floor else "")
           + (f"; beside the burner {statistics.median(beside):.3f}x" if beside else ""))
     return 0
 
