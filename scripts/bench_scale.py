@@ -2,13 +2,15 @@
 
     .venv/bin/python scripts/bench_scale.py [--files 200000] [--folders 1000] [--workers 8]
         [--rounds 2] [--files-per-s N] [--data /var/tmp/iotrace-scale] [--keep DIR]
-        [--shuffle] [--programs-only] [--beside-cpu FRACTION] [--floor]
+        [--shuffle] [--work-passes N] [--programs-only] [--beside-cpu FRACTION] [--floor]
 
 The job is tracer.workloads.imagefolder (open, read whole, close each file in the workers;
-no model; with --shuffle in a random order, as a training job reads them). Per round,
-untraced and traced by `iotrace -o DIR --no-tui -- job`, in turn which first, the page cache
-warmed right before each run (this machine's reclaim drops idle file pages after seconds), so
-both runs read from memory and the job goes as fast as files can be opened. Prints per run:
+no model; with --shuffle in a random order, as a training job reads them; with --work-passes
+N, N SHA-256 passes over each sample's bytes in its worker: CPU work a sample, as decoding
+takes). Per round, untraced and traced by `iotrace -o DIR --no-tui -- job`, in turn which
+first, the page cache warmed right before each run (this machine's reclaim drops idle file
+pages after seconds), so both runs read from memory and the job goes as fast as files can be
+opened. Prints per run:
 
 - the job's own seconds (from its first batch to its last) and traced/untraced;
 - the CPU of that epoch, the job's (main and workers) untraced against the job's traced plus
@@ -241,6 +243,8 @@ def main() -> int:
     ap.add_argument("--keep", help="keep the last trace here")
     ap.add_argument("--shuffle", action="store_true",
                     help="the files in a random order, as a training job's sampler gives them")
+    ap.add_argument("--work-passes", type=int, default=0,
+                    help="CPU work per sample in the workers: SHA-256 passes over its bytes")
     ap.add_argument("--programs-only", action="store_true",
                     help="also run the job with the tracer stopped once attached")
     ap.add_argument("--floor", action="store_true",
@@ -264,6 +268,8 @@ def main() -> int:
         job += ["--files-per-s", str(args.files_per_s)]
     if args.shuffle:
         job.append("--shuffle")
+    if args.work_passes:
+        job += ["--work-passes", str(args.work_passes)]
     ratios, cpu_ratios, alone, beside, floor, floor_cpu = [], [], [], [], [], []
     for r in range(args.rounds):
         # every other round traced first (with --floor, the three runs in turn): a machine
