@@ -45,11 +45,11 @@ def main_pid(t: Traced) -> int:
 @pytest.mark.parametrize("workers", ["persistent", "per_epoch"])
 def test_attached_while_workers_run_gives_the_launch_verdict(workers, tmp_path, workdir):
     """dataloader_io_bound (workers blocked on a throttled disk): attached after the workers
-    run, the verdict and the loop's split (within 5 points) are those of the same job traced
-    from its start, over the same phase (the steady state of its first epoch). With persistent
-    workers the PIDs are given as `$(pgrep python)` would: workers (first) and an unrelated
-    python process beside the trainer; with per-epoch workers, the second epoch's start after
-    the attach."""
+    run, the verdict and the loop's split (its wait on the workers within 5 points, each state
+    within 8) are those of the same job traced from its start, over the same phase (the steady
+    state of its first epoch's reads). With persistent workers the PIDs are given as
+    `$(pgrep python)` would: workers (first) and an unrelated python process beside the
+    trainer; with per-epoch workers, the second epoch's start after the attach."""
     extra = ["--epochs", "2"] + (["--persistent-workers"] if workers == "persistent" else [])
     sc = prepare("dataloader_io_bound", workdir)
     unrelated = None
@@ -80,17 +80,32 @@ def test_attached_while_workers_run_gives_the_launch_verdict(workers, tmp_path, 
         assert not wrong & set(mine.kind), final[["kind", "summary"]].to_string()
         first_worker = t.workers_started or ours.first_seen.min()
         # The same phase of the job in both traces: the steady state of its first epoch (~10 s
-        # of reads), from 1 s after a batch first woke the loop for 6 s, before the epoch's end.
-        # (Traced from the start, the wait for the first batch is not the workers' until one
-        # ends it; that start, the exit and the second epoch vary with the machine's load.)
+        # of reads), from 1 s after a batch first woke the loop until 2 s before the first
+        # interval in which the workers read less than half as much from disk as at their
+        # most: there the epoch's tail begins (the loop takes the last batches, then the
+        # second epoch reads what the page cache kept). Traced from the start, the wait for
+        # the first batch is not the workers' until one ends it; attached, the trace starts a
+        # few seconds into the epoch, as late as the machine's load makes it.
         threads = t.table("threads")
         loop_thread = threads[threads.tid == pid]
         since = loop_thread.ts[loop_thread.woken_by_worker_ns > 0].min() + pd.Timedelta(seconds=1)
-        splits.append(loop_split(t, pid, since, since + pd.Timedelta(seconds=6)))
+        files = t.table("files")
+        missed = files[files.pid.isin(ours.pid)].groupby("ts").pages_missed.sum()
+        missed = missed[missed.index > since]
+        slower = missed.index[missed < missed.max() / 2]
+        until = (slower.min() if len(slower) else missed.index.max()) - pd.Timedelta(seconds=2)
+        assert until - since >= pd.Timedelta(seconds=4), (since, until, missed.to_string())
+        splits.append(loop_split(t, pid, since, until))
         # the kernel knew the workers: the loop's sleeps ended by them were counted
         assert loop_thread[loop_thread.ts > first_worker].woken_by_worker_ns.sum() > 0
+    # The loop's wait on its workers within 5 points. How that wait divides into their reads
+    # (in D) and their CPU (running or runnable) moves with the load on the two vCPUs from one
+    # run to the next, by a few points either way while the sum stays put; so each state
+    # within 8: an attach that missed the workers moves tens of points.
+    wait = [split["data_wait_io"] + split["data_wait_cpu"] for split in splits]
+    assert abs(wait[0] - wait[1]) <= 5, splits
     for s in STATES:
-        assert abs(splits[0][s] - splits[1][s]) <= 5, (s, splits)
+        assert abs(splits[0][s] - splits[1][s]) <= 8, (s, splits)
     if unrelated is not None:
         procs = attach.table("processes").set_index("pid")
         assert procs.role[unrelated.pid] == "main"  # traced as given, and apart
