@@ -188,7 +188,7 @@ SPECS: dict[str, Spec] = {
         Spec(
             name="checkpoint_fork",
             finding="not_io_bound",
-            summary="a forked child saves ~100 MB with torch.save + fsync every 12 steps (writes "
+            summary="a forked child saves ~75 MB with torch.save + fsync every 12 steps (writes "
             "limited to 100 MB/s) while the loop trains on; each save ends before the next",
             expect="the child in D in fsync ~1 s; main thread on CPU meanwhile",
             n_files=64,
@@ -199,7 +199,7 @@ SPECS: dict[str, Spec] = {
             train_args=(
                 "--num-workers", "2", "--persistent-workers", "--batch-size", "8", "--epochs", "4",
                 "--compute", "heavy", "--compute-rounds", "4", "--checkpoint-every", "12",
-                "--checkpoint-mb", "64", "--checkpoint-in", "fork",
+                "--checkpoint-mb", "32", "--checkpoint-in", "fork",
             ),
         ),
         Spec(
