@@ -191,15 +191,6 @@ def untraced_run(job: list[str], data: Path) -> tuple[int, float, float]:
     return n, seconds, job_cpu_s(text)
 
 
-def floor_run(job: list[str], data: Path) -> tuple[int, float, float]:
-    """untraced_run's figures of the job beside the io-floor programs (--floor)."""
-    warm(data)
-    text, _, _ = run([PY, str(ROOT / "scripts" / "bench_overhead.py"), "--floor-run", "io-floor",
-                      "--", *job])
-    n, _, seconds = job_seconds(text)
-    return n, seconds, job_cpu_s(text)
-
-
 def traced_run(job: list[str], keep: str | None, data: Path) -> tuple[Path, str, float, float]:
     """(trace directory, the job's stdout, wall s, the tracer's CPU s) of the job under
     `iotrace -- job`, cache warm."""
@@ -270,6 +261,9 @@ def main() -> int:
         job.append("--shuffle")
     if args.work_passes:
         job += ["--work-passes", str(args.work_passes)]
+    # the job beside the io-floor programs, which bench_overhead.py attaches around it
+    floor_job = [PY, str(ROOT / "scripts" / "bench_overhead.py"), "--floor-run", "io-floor", "--",
+                 *job]
     ratios, cpu_ratios, alone, beside, floor, floor_cpu = [], [], [], [], [], []
     for r in range(args.rounds):
         # every other round traced first (with --floor, the three runs in turn): a machine
@@ -277,7 +271,7 @@ def main() -> int:
         runs = {"untraced": lambda: untraced_run(job, data),
                 "traced": lambda: traced_run(job, args.keep, data)}
         if args.floor:
-            runs["io-floor"] = lambda: floor_run(job, data)
+            runs["io-floor"] = lambda: untraced_run(floor_job, data)
         order = list(runs)[r % len(runs):] + list(runs)[:r % len(runs)]
         done = {name: runs[name]() for name in order}
         plain, traced = done["untraced"], done["traced"]
