@@ -1,0 +1,1 @@
+"""What holds the training job back, judged from one typed input per interval."""
