@@ -1,18 +1,23 @@
 /* SPDX-License-Identifier: GPL-2.0 OR BSD-3-Clause */
 /*
- * The one ABI header shared by the BPF programs (the bpf/ folder) and user space.
- * Python mirrors it in tracer/abi.py; tests/test_abi.py compiles this header
- * and checks every size and offset against that mirror.
+ * The one ABI header shared by the BPF programs (the bpf/ folder) and user space. User space
+ * does not copy it: `make build` generates tracer/core/abi_layout.py (scripts/abi_layout.py)
+ * from the linked object's BTF, where struct iot_abi (at the end) puts every type below, and
+ * tracer/core/abi.py takes its formats and names from there. tests/test_abi.py checks that
+ * module against the object's BTF and this header, field by field.
  */
 #ifndef IOTRACE_H
 #define IOTRACE_H
 
-#define IOT_MAX_SLOTS 40 /* log2 ns slots: slot i holds [2^i, 2^(i+1)) ns, the last one everything above */
-#define IOT_COMM_LEN 16
-#define IOT_PATH_DEPTH 32 /* path components sent per file; deeper paths are marked truncated */
-#define IOT_NAME_LEN 64   /* most bytes per component, NUL included */
-#define IOT_PATH_BYTES 2048 /* the components of a file event, packed */
-#define IOT_FSTYPE_LEN 16
+/* Sizes, as an enum rather than #defines so that they reach the object's BTF (see struct iot_abi). */
+enum iot_limits {
+	IOT_MAX_SLOTS = 40, /* log2 ns slots: slot i holds [2^i, 2^(i+1)) ns, the last one everything above */
+	IOT_COMM_LEN = 16,
+	IOT_PATH_DEPTH = 32, /* path components sent per file; deeper paths are marked truncated */
+	IOT_NAME_LEN = 64,   /* most bytes per component, NUL included */
+	IOT_PATH_BYTES = 2048, /* the components of a file event, packed */
+	IOT_FSTYPE_LEN = 16,
+};
 
 enum iot_layer {
 	IOT_LAYER_SYSCALL = 1,     /* sys_enter -> sys_exit of read/write/fsync syscalls */
@@ -195,7 +200,7 @@ struct file_slot {
 };
 
 /* A key's tag in a slot table, never 0, from the key's words: its top bits choose the key's
- * slot (maps.bpf.h). tracer/abi.py's slot_tag() is the same function. */
+ * slot (maps.bpf.h). tracer/core/abi.py's slot_tag() is the same function. */
 static inline __attribute__((always_inline)) __u64 slot_tag(__u64 a, __u64 b, __u64 c)
 {
 	__u64 x = a * 0x9E3779B97F4A7C15ull + b * 0xC2B2AE3D27D4EB4Full + c * 0x165667B19E3779F9ull;
@@ -214,6 +219,16 @@ struct free_slot_request {
 	__u32 table; /* enum iot_slot_table */
 	__u32 index;
 	__u64 tag;   /* the holder user space read: a slot held by another key is left alone */
+};
+
+/* Argument of proc.bpf.c's `track` program (run by user space with BPF_PROG_TEST_RUN) to start
+ * tracing a process. `flags` carries what the kernel would have seen had it watched the process
+ * start: a DataLoader worker that named itself before iotrace attached is a worker all the
+ * same. */
+struct track_request {
+	__u32 tgid;
+	__u32 root;
+	__u32 flags; /* enum iot_tracked_flags */
 };
 
 enum iot_event_kind {
@@ -336,6 +351,50 @@ enum iot_map {
 	IOT_MAP_FOLDER_STATS = 5, /* where file_stats' refused inserts go: full too, a count is lost */
 	IOT_MAP_BLOCK_USERS = 6, /* block.bpf.c: who used a disk (a key per disk keeps the rest) */
 	IOT_MAPS = 7,
+};
+
+/* Every type of this ABI: maps.bpf.c defines one of these, read by no program. The compiler
+ * puts in an object's BTF only the types of its variables and functions, and of a struct that
+ * is only pointed to only its name, so records that programs fill through a pointer (ring-buffer
+ * events) and the enums would be missing; this variable brings them all in (the records by
+ * value, in a union: as large as the largest only), and scripts/abi_layout.py generates user
+ * space's layouts from the types it holds (cilium's bpf2go asks for the same). A new type of the
+ * ABI gets a member here. */
+struct iot_abi {
+	union {
+		struct iot_config config;
+		struct hist_key hist_key;
+		struct hist hist;
+		struct file_id file_id;
+		struct file_key file_key;
+		struct file_stat file_stat;
+		struct rq_start rq_start;
+		struct block_user_key block_user_key;
+		struct block_user block_user;
+		struct sys_start sys_start;
+		struct rq_slot rq_slot;
+		struct hist_slot hist_slot;
+		struct file_slot file_slot;
+		struct free_slot_request free_slot_request;
+		struct track_request track_request;
+		struct tracked_info tracked_info;
+		struct thread_time thread_time;
+		struct iot_file_event file_event;
+		struct iot_slow_event slow_event;
+		struct iot_proc_event proc_event;
+	} records;
+	enum iot_limits *limits;
+	enum iot_layer *layer;
+	enum iot_op *op;
+	enum iot_target *target;
+	enum iot_attribution *attribution;
+	enum iot_slot_table *slot_table;
+	enum iot_event_kind *event_kind;
+	enum iot_tracked_flags *tracked_flags;
+	enum iot_thread_state *thread_state;
+	enum iot_waker *waker;
+	enum iot_file_flags *file_flags;
+	enum iot_map *map;
 };
 
 #endif /* IOTRACE_H */

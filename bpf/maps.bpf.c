@@ -7,6 +7,9 @@
 #include "tracked.bpf.h"
 #include "slots.bpf.h"
 
+/* The ABI's types, in the object's BTF for user space's layouts (struct iot_abi, iotrace.h). */
+struct iot_abi iot_abi;
+
 /* The linked object's one license: every stage's programs are GPL-compatible through it. */
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 

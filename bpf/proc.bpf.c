@@ -183,14 +183,8 @@ int BPF_PROG(exit_raw, struct task_struct *task)
 }
 
 /* Run by user space (BPF_PROG_TEST_RUN, tracer/kernel/probes.py Probes.track) to start tracing a
- * process: the `tracked` entry and its bit, set the way the kernel side sets them. `flags`
- * carries what the kernel would have seen had it watched the process start: a DataLoader
- * worker that named itself before iotrace attached is a worker all the same. */
-struct track_request {
-	__u32 tgid;
-	__u32 root;
-	__u32 flags; /* enum iot_tracked_flags */
-};
+ * process: the `tracked` entry and its bit, set the way the kernel side sets them (struct
+ * track_request, iotrace.h). */
 
 SEC("syscall")
 int track(struct track_request *req)
