@@ -10,6 +10,9 @@ BPF_STAGES := maps proc syscall pagecache block sched
 BPF_SRC := $(patsubst %,bpf/%.bpf.c,$(BPF_STAGES))
 BPF_PARTS := $(patsubst bpf/%.bpf.c,build/bpf/%.bpf.o,$(BPF_SRC))
 BPF_OBJ := tracer/bpf/iotrace.bpf.o
+# The ABI's layouts for user space, generated from the linked object's BTF (committed: the wheel
+# and `make unit` need it without a build; tests/test_abi.py checks that it is the object's).
+ABI_LAYOUT := tracer/core/abi_layout.py
 WORKLOADS := tests/workloads/bin/iowork scripts/bin/pread_loop scripts/bin/open_read_loop \
 	scripts/bin/bench_floor.bpf.o
 APT_PKGS := clang llvm libbpf-dev libbpf1 bpftool make gcc libc6-dev python3-venv tmux util-linux \
@@ -41,7 +44,7 @@ test: build venv $(WORKLOADS)
 unit: venv
 	@$(call PYTEST,$(DROP_CAPS),"not kernel"); exit $$rc
 
-build: deps $(BPF_OBJ)
+build: deps $(BPF_OBJ) $(ABI_LAYOUT)
 
 # System packages, installed only when something is missing (Debian/Ubuntu, as root).
 deps:
@@ -67,6 +70,9 @@ build/bpf/%.bpf.o: bpf/%.bpf.c bpf/*.h build/vmlinux.h
 $(BPF_OBJ): $(BPF_PARTS)
 	@mkdir -p tracer/bpf
 	bpftool gen object $@.tmp $^ && mv $@.tmp $@
+
+$(ABI_LAYOUT): $(BPF_OBJ) scripts/abi_layout.py
+	$(PYTHON) scripts/abi_layout.py $(BPF_OBJ) > $@.tmp && mv $@.tmp $@
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
