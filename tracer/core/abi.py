@@ -6,16 +6,18 @@ sizes and offsets against the struct formats here. Decoding is pure: bytes in, v
 
 from __future__ import annotations
 
-import os
 import struct
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple, TypeVar
 
+from tracer.core.units import MAX_SLOTS
+from tracer.core.units import PAGE_SIZE as PAGE_SIZE  # (public names of this module before units)
+from tracer.core.units import slot_bounds_ns as slot_bounds_ns
+
 if TYPE_CHECKING:
     import numpy as np
 
-MAX_SLOTS = 40  # IOT_MAX_SLOTS
-PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")  # the unit of pages_missed and pages_dirtied
+# MAX_SLOTS: IOT_MAX_SLOTS; PAGE_SIZE: the unit of pages_missed and pages_dirtied (core/units)
 COMM_LEN = 16  # IOT_COMM_LEN
 PATH_DEPTH = 32  # IOT_PATH_DEPTH
 NAME_LEN = 64  # IOT_NAME_LEN
@@ -329,13 +331,6 @@ def decode_hist(raw: bytes) -> np.ndarray:
 def decode_proc_event(raw: bytes) -> ProcEvent:
     kind, pid, ppid, code, ts, comm, ns_pid = PROC_EVENT.unpack_from(raw)
     return ProcEvent(kind, pid, ppid, code, ts, _cstr(comm), ns_pid)
-
-
-def slot_bounds_ns(slot: int) -> tuple[int, int]:
-    """[lo, hi) of log2 slot `slot` in ns: slot 0 holds 0 and 1 ns, slot i holds [2^i, 2^(i+1)),
-    and the last slot everything from 2^(MAX_SLOTS-1) ns (about 9 minutes) up."""
-    hi = (1 << 63) - 1 if slot == MAX_SLOTS - 1 else 1 << (slot + 1)
-    return (0 if slot == 0 else 1 << slot), hi
 
 
 def dev_major_minor(dev: int) -> tuple[int, int]:

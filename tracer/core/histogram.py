@@ -1,6 +1,6 @@
 """Log2 latency histograms: percentiles and text rendering (biolatency style).
 
-A histogram is a sequence of operation counts per log2 ns slot (see abi.slot_bounds_ns).
+A histogram is a sequence of operation counts per log2 ns slot (the slot rule: core/units).
 Percentiles interpolate linearly inside the slot where the rank falls, which bounds the error
 by the slot's width (a factor of two); exact ranks would need every sample. Where the trace knows
 the slowest operation (`files.latency_max_ns` covers every file syscall of a process), the
@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import Generic, TypeVar
 
-from tracer.core.abi import MAX_SLOTS, slot_bounds_ns
+from tracer.core.units import MAX_SLOTS, slot_bounds_ns
+from tracer.core.units import slot_of as slot_of  # (its home before units)
 
 BAR_WIDTH = 40
 
@@ -21,15 +22,6 @@ OPEN_SLOT_LO_NS = slot_bounds_ns(MAX_SLOTS - 1)[0]
 """Lower bound of the last, open-ended slot (about 9 minutes and up)."""
 _LO_NS = [slot_bounds_ns(slot)[0] for slot in range(MAX_SLOTS)]
 _HI_NS = [slot_bounds_ns(slot)[1] for slot in range(MAX_SLOTS)]
-
-
-def slot_of(bucket_lo_ns: int) -> int:
-    """The log2 slot of a latency row from its `bucket_lo_ns` (`slot_bounds_ns` inverted).
-
-    The rows hold 0 (slot 0, and the page cache's one slot) or 2^i for 1 <= i < MAX_SLOTS,
-    which this maps to i; a bound past the last slot (no writer makes one) counts in the last.
-    """
-    return 0 if bucket_lo_ns <= 1 else min(int(bucket_lo_ns).bit_length() - 1, MAX_SLOTS - 1)
 
 
 def percentile_ns(counts: Sequence[int], q: float, max_ns: float | None = None) -> float | None:

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from operator import itemgetter
 from typing import ClassVar
 
+from tracer.core.units import PAGE_SIZE
+
 LIBBPF_ENV = "IOTRACE_LIBBPF"  # overrides the library path (tests, unusual installs)
 DEFAULT_LIBBPF = "libbpf.so.1"
 
@@ -585,7 +587,7 @@ def take_rows(fd: int, value_size: int, start: int, stop: int):
         raise ValueError("take_rows: values must be whole u64 words")
     if stop <= start:
         return np.empty((0, value_size // 8), dtype="<u8")
-    page = mmap.PAGESIZE
+    page = PAGE_SIZE
     first = start * value_size // page * page
     end = stop * value_size
     mm = mmap.mmap(fd, end - first, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE,

@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from tracer.core import abi
+from tracer.core.units import PAGE_SHIFT
 from tracer.kernel import libbpf as _libbpf
 from tracer.kernel.elf import function_files
 from tracer.kernel.libbpf import (
@@ -40,7 +41,6 @@ LEFTOVER_WAIT_S = 0.5
 
 BPF_DIR = Path(__file__).parent.parent / "bpf"
 OBJECT = "iotrace.bpf.o"  # every stage of bpf/, linked by `make build`
-PAGE_SHIFT = (os.sysconf("SC_PAGE_SIZE") - 1).bit_length()
 
 # The block layer's table of requests in flight (block.bpf.c): a power of two of slots; the
 # requests that find their slot taken go to rq_starts.

@@ -251,7 +251,7 @@ class Session:
         aggregator = Aggregator(self.processes, self.files, CgroupNames())
         # A command traced from its first instruction has a start-up (imports, set-up) that the
         # verdicts leave out; a job attached to is usually past it.
-        diagnosis = Diagnosis(page_size=os.sysconf("SC_PAGE_SIZE"), startup=bool(self.opts.command))
+        diagnosis = Diagnosis(page_size=abi.PAGE_SIZE, startup=bool(self.opts.command))
         self.step = Step(aggregator, diagnosis, self.gpu)
         try:
             writer = TraceWriter(self.opts.output, self._meta(start_ns), roll_s=self.opts.roll_s)

@@ -38,6 +38,7 @@ import numpy as np
 import pandas as pd
 
 from tracer.core.histogram import slot_of
+from tracer.core.units import slot_bounds_ns
 from tracer.core.vocab import LATENCY_LAYERS, LOOP_STATES, MAIN
 from tracer.render.overview import overview_html, series_label
 from tracer.tracedir.private import open_private
@@ -124,7 +125,7 @@ def _slot(lo_ns: pd.Series) -> np.ndarray:
 
 
 def _short_bound(slot: int) -> str:
-    ns = 1 << slot if slot else 0
+    ns = slot_bounds_ns(slot)[0]
     for unit, scale in (("s", 10**9), ("ms", 10**6), ("us", 10**3)):
         if ns >= scale:
             return f"{ns / scale:.3g} {unit}"
