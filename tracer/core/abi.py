@@ -1,7 +1,9 @@
-"""Python twin of bpf/iotrace.h: constants, names and record layouts shared with the kernel side.
+"""Python side of bpf/iotrace.h: constants, names and record layouts shared with the kernel side.
 
-Every constant names its twin in the C header; tests/test_abi.py compiles the header and checks
-sizes and offsets against the struct formats here. Decoding is pure: bytes in, values out.
+None of them is written here: sizes, offsets and enum values come from `abi_layout`, which
+`make build` generates from the BPF object's BTF (scripts/abi_layout.py), through `layout`;
+tests/test_abi.py checks them against the object and the header, field by field. Every
+constant names its twin in the C header. Decoding is pure: bytes in, values out.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import struct
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple, TypeVar
 
+from tracer.core import layout
 from tracer.core.units import MAX_SLOTS
 from tracer.core.units import PAGE_SIZE as PAGE_SIZE  # (public names of this module before units)
 from tracer.core.units import slot_bounds_ns as slot_bounds_ns
@@ -18,92 +21,90 @@ if TYPE_CHECKING:
     import numpy as np
 
 # MAX_SLOTS: IOT_MAX_SLOTS; PAGE_SIZE: the unit of pages_missed and pages_dirtied (core/units)
-COMM_LEN = 16  # IOT_COMM_LEN
-PATH_DEPTH = 32  # IOT_PATH_DEPTH
-NAME_LEN = 64  # IOT_NAME_LEN
-PATH_BYTES = 2048  # IOT_PATH_BYTES
-FSTYPE_LEN = 16  # IOT_FSTYPE_LEN
+COMM_LEN = layout.limit("IOT_COMM_LEN")
+PATH_DEPTH = layout.limit("IOT_PATH_DEPTH")
+NAME_LEN = layout.limit("IOT_NAME_LEN")
+PATH_BYTES = layout.limit("IOT_PATH_BYTES")
+FSTYPE_LEN = layout.limit("IOT_FSTYPE_LEN")
 
 # enum iot_layer
-LAYERS = {1: "syscall", 2: "block", 3: "block_queue", 4: "pagecache"}
+LAYERS = layout.enum_names("iot_layer", "IOT_LAYER_")
 # enum iot_op
-OPS = {0: "read", 1: "write", 2: "fsync", 3: "flush", 4: "discard", 5: "other", 6: "open"}
-OP_OPEN = 6  # IOT_OP_OPEN
+OPS = layout.enum_names("iot_op", "IOT_OP_")
+OP_OPEN = layout.enum_value("iot_op", "IOT_OP_OPEN")
 # enum iot_target (0: IOT_TARGET_NONE, not a syscall row)
-TARGETS = {0: None, 1: "file", 2: "pipe", 3: "socket", 4: "other", 5: "unix_socket"}
-TARGET_FILE = 1  # IOT_TARGET_FILE
-TARGET_SOCKET = 3  # IOT_TARGET_SOCKET: a socket of another family than AF_UNIX
+TARGETS = layout.enum_names("iot_target", "IOT_TARGET_")
+TARGET_FILE = layout.enum_value("iot_target", "IOT_TARGET_FILE")
+# IOT_TARGET_SOCKET: a socket of another family than AF_UNIX
+TARGET_SOCKET = layout.enum_value("iot_target", "IOT_TARGET_SOCKET")
 # enum iot_attribution (0: IOT_ATTR_NONE, not a block row)
-ATTRIBUTIONS = {0: None, 1: "direct", 2: "writeback", 3: "readahead", 4: "unknown"}
+ATTRIBUTIONS = layout.enum_names("iot_attribution", "IOT_ATTR_")
 # enum iot_event_kind
 EVENT_FORK, EVENT_EXEC, EVENT_EXIT, EVENT_FILE, EVENT_SLOW, EVENT_RENAME, EVENT_DISCOVER = (
-    1, 2, 3, 4, 5, 6, 7)
+    layout.enum_value("iot_event_kind", f"IOT_EVENT_{k}")
+    for k in ("FORK", "EXEC", "EXIT", "FILE", "SLOW", "RENAME", "DISCOVER"))
 # enum iot_tracked_flags
-TRACKED_WORKER = 1
+TRACKED_WORKER = layout.enum_value("iot_tracked_flags", "IOT_TRACKED_WORKER")
 # enum iot_thread_state
-THREAD_STATES = {0: "oncpu", 1: "runnable", 2: "sleep", 3: "iowait", 4: "dead"}
+THREAD_STATES = layout.enum_names("iot_thread_state", "IOT_THREAD_")
 # enum iot_waker, in woken_ns order
-WAKERS = ("own", "worker", "pin", "other")
+WAKERS = tuple(layout.enum_names("iot_waker", "IOT_WAKER_").values())
 # enum iot_file_flags
-FILE_TRUNCATED, FILE_DELETED, FILE_FS_ROOT = 1, 2, 4
+FILE_TRUNCATED, FILE_DELETED, FILE_FS_ROOT = (
+    layout.enum_value("iot_file_flags", f"IOT_FILE_{k}") for k in ("TRUNCATED", "DELETED", "FS_ROOT"))
 # enum iot_map: the maps whose refused inserts `map_full` counts, by index (IOT_MAPS of them)
-MAP_FULL_MAPS = ("tracked", "hists", "file_stats", "threads", "rq_starts", "folder_stats",
-                 "block_users")
+MAP_FULL_MAPS = tuple(layout.enum_names("iot_map", "IOT_MAP_").values())
 # file_stats' refused inserts are not lost: those operations are counted in folder_stats
 MAP_ROLLED_UP = {"file_stats": "folder_stats"}
 
 # struct iot_config: have_io_start, page_shift, auto_discover, rq_slot_bits, hist_slot_bits,
 # file_slot_bits, slow_ns, file_log_entries
-CONFIG = struct.Struct("<BBBBBB2xQI4x")
+CONFIG = struct.Struct(layout.struct_format("iot_config"))
 # struct hist_key: tgid, dev, layer, op, target, attribution
-HIST_KEY = struct.Struct("<IIBBBB")
+HIST_KEY = struct.Struct(layout.struct_format("hist_key"))
 # struct hist: u64 count[MAX_SLOTS]; u64 bytes[MAX_SLOTS]
-HIST_SIZE = 2 * 8 * MAX_SLOTS
+HIST_SIZE = layout.size("hist")
 # struct iot_proc_event: kind, pid, ppid, exit_code, ts_ns, comm, ns_pid
-PROC_EVENT = struct.Struct(f"<IIIiQ{COMM_LEN}sI4x")
+PROC_EVENT = struct.Struct(layout.struct_format("iot_proc_event"))
 # tracked map: u32 tgid -> struct tracked_info {root, flags}
 TGID = struct.Struct("<I")
-TRACKED_INFO = struct.Struct("<II")
+TRACKED_INFO = struct.Struct(layout.struct_format("tracked_info"))
 # struct track_request (proc.bpf.c's `track` program): tgid, root, flags
-TRACK_REQUEST = struct.Struct("<III")
+TRACK_REQUEST = struct.Struct(layout.struct_format("track_request"))
 # struct thread_time: tgid, state, since_ns, oncpu, runnable, sleep, iowait, woken_ns[4], comm
-THREAD_TIME = struct.Struct(f"<IB3xQ4Q4Q{COMM_LEN}s")
+THREAD_TIME = struct.Struct(layout.struct_format("thread_time"))
 # struct file_key: tgid, dev, ino, gen, op, buf
-FILE_KEY = struct.Struct("<IIQIBB2x")
-FILE_KEY_BUF = 21  # the offset of buf
+FILE_KEY = struct.Struct(layout.struct_format("file_key"))
+FILE_KEY_BUF = layout.offset("file_key", "buf")
 # struct file_stat: ops, bytes, latency_sum_ns, pages_missed, pages_dirtied, latency_max_ns,
 # dir_ino, opens, open_latency_sum_ns, open_latency_max_ns
-FILE_STAT = struct.Struct("<10Q")
+FILE_STAT = struct.Struct(layout.struct_format("file_stat"))
 # Their fields as numpy decodes a batch of them (file_counts_dtype)
-FILE_KEY_FIELDS = (("tgid", "<u4"), ("dev", "<u4"), ("ino", "<u8"), ("gen", "<u4"), ("op", "u1"),
-                   ("buf", "u1"), ("_pad", "V2"))
-FILE_STAT_FIELDS = (("ops", "<u8"), ("bytes", "<u8"), ("latency_sum_ns", "<u8"),
-                    ("pages_missed", "<u8"), ("pages_dirtied", "<u8"), ("latency_max_ns", "<u8"),
-                    ("dir_ino", "<u8"), ("opens", "<u8"), ("open_latency_sum_ns", "<u8"),
-                    ("open_latency_max_ns", "<u8"))
+FILE_KEY_FIELDS = layout.numpy_fields("file_key")
+FILE_STAT_FIELDS = layout.numpy_fields("file_stat")
 # What a row of op open takes from the read or write key its opens count in (rollup.split)
 OPEN_FIELDS = {"ops": "opens", "latency_sum_ns": "open_latency_sum_ns",
                "latency_max_ns": "open_latency_max_ns"}
 # struct hist_slot: tag, hist_key, pad (struct hist follows); struct file_slot: tag, file_key
 # (struct file_stat follows)
-HIST_SLOT = struct.Struct(f"<Q{HIST_KEY.size}s4x{HIST_SIZE}s")
-FILE_SLOT = struct.Struct(f"<Q{FILE_KEY.size}s{FILE_STAT.size}s")
+HIST_SLOT = struct.Struct(layout.struct_format("hist_slot", whole={"key", "h"}))
+FILE_SLOT = struct.Struct(layout.struct_format("file_slot", whole={"key", "st"}))
 # struct sys_start (a thread's syscall in flight): ts_ns, offset, file (dev, gen, ino), op,
 # target, counters_at, then last_sent (dev, gen, ino), dir_ino
-SYS_START = struct.Struct("<QQIIQBB2xIIIQQ")
+SYS_START = struct.Struct(layout.struct_format("sys_start"))
 # struct rq_start (a block request in flight): insert_ns, issue_ns, file (dev, gen, ino), tgid,
 # data_len, dev, op, attribution, kthread, cgroup, comm; struct rq_slot: rq (0: free), then a
 # struct rq_start
-RQ_START = struct.Struct(f"<QQIIQIIIBBBxQ{COMM_LEN}s")
+RQ_START = struct.Struct(layout.struct_format("rq_start"))
 # struct block_user_key: dev, op, traced, kthread, rest, cgroup, comm; struct block_user:
 # requests, bytes, service_ns
-BLOCK_USER_KEY = struct.Struct(f"<IBBBBQ{COMM_LEN}s")
-BLOCK_USER = struct.Struct("<3Q")
-RQ_SLOT = struct.Struct(f"<Q{RQ_START.size}s")
+BLOCK_USER_KEY = struct.Struct(layout.struct_format("block_user_key"))
+BLOCK_USER = struct.Struct(layout.struct_format("block_user"))
+RQ_SLOT = struct.Struct(layout.struct_format("rq_slot", whole={"s"}))
 # enum iot_slot_table
-HIST_SLOTS, FILE_SLOTS = 0, 1
+HIST_SLOTS, FILE_SLOTS = (layout.enum_value("iot_slot_table", f"IOT_{k}_SLOTS") for k in ("HIST", "FILE"))
 # struct free_slot_request (proc.bpf.c's `free_slot` program): table, index, tag
-FREE_SLOT_REQUEST = struct.Struct("<IIQ")
+FREE_SLOT_REQUEST = struct.Struct(layout.struct_format("free_slot_request"))
 _M64 = (1 << 64) - 1
 U64 = TypeVar("U64", int, "np.ndarray")  # a u64, or a numpy array of them
 
@@ -127,11 +128,11 @@ def slot_tags_ok(table: int, rows: np.ndarray) -> np.ndarray:
 
 # struct iot_file_event: kind, pid, dev, fd, ino, depth, flags, gen, len, dir_ino, fstype
 # (names follow, packed: only `len` bytes of them are sent)
-FILE_EVENT_HEAD = struct.Struct(f"<IIIiQIIIIQ{FSTYPE_LEN}s")
+FILE_EVENT_HEAD = struct.Struct(layout.struct_format("iot_file_event", stop="names"))
 FILE_EVENT_SIZE = FILE_EVENT_HEAD.size + PATH_BYTES
 # struct iot_slow_event: kind, pid, tid, dev, ino, file_dev, file_gen, layer, op, ts_ns, offset,
 # bytes, latency_ns, comm
-SLOW_EVENT = struct.Struct(f"<IIIIQIIBB6xQQQQ{COMM_LEN}s")
+SLOW_EVENT = struct.Struct(layout.struct_format("iot_slow_event"))
 
 
 @dataclass(frozen=True)
