@@ -1,7 +1,9 @@
-"""tracer/core/abi.py mirrors bpf/iotrace.h: compile the header and compare every size and offset."""
+"""tracer/core/abi.py follows bpf/iotrace.h: its layouts (tracer/core/abi_layout.py) are the linked
+object's BTF and the header's, field by field, and its struct formats place every field there."""
 
 from __future__ import annotations
 
+import importlib.util
 import shutil
 import subprocess
 
@@ -9,68 +11,186 @@ import pytest
 
 from conftest import ROOT
 from tracer.core import abi
+from tracer.core.abi_layout import ENUMS, STRUCTS
 
-PROBE = r"""
-#include <stdio.h>
-#include <stddef.h>
-#include <linux/types.h>
-#include "iotrace.h"
-#define S(t) printf(#t " %zu\n", sizeof(struct t))
-#define O(t, f) printf(#t "." #f " %zu\n", offsetof(struct t, f))
-int main(void) {
-    S(hist_key); O(hist_key, tgid); O(hist_key, dev); O(hist_key, layer); O(hist_key, op);
-    O(hist_key, target); O(hist_key, attribution);
-    S(hist); O(hist, count); O(hist, bytes);
-    S(iot_proc_event); O(iot_proc_event, kind); O(iot_proc_event, pid); O(iot_proc_event, ppid);
-    O(iot_proc_event, exit_code); O(iot_proc_event, ts_ns); O(iot_proc_event, comm);
-    O(iot_proc_event, ns_pid);
-    S(iot_config); S(file_key); S(file_stat); S(iot_file_event); S(iot_slow_event);
-    S(thread_time); S(tracked_info); O(iot_file_event, names); O(thread_time, comm);
-    S(hist_slot); O(hist_slot, key); O(hist_slot, h); S(file_slot); O(file_slot, key);
-    O(file_slot, st); S(free_slot_request);
-    S(rq_start); O(rq_start, issue_ns); O(rq_start, tgid); O(rq_start, data_len); O(rq_start, op);
-    S(rq_slot); O(rq_slot, s); O(rq_start, kthread); O(rq_start, cgroup); O(rq_start, comm);
-    S(block_user_key); O(block_user_key, op); O(block_user_key, traced);
-    O(block_user_key, kthread); O(block_user_key, rest); O(block_user_key, cgroup);
-    O(block_user_key, comm); S(block_user); O(block_user, service_ns);
-    S(sys_start); O(sys_start, file); O(sys_start, op); O(sys_start, target);
-    O(sys_start, last_sent); O(sys_start, dir_ino); O(sys_start, counters_at);
-    O(file_key, buf); O(file_stat, dir_ino);
-    O(iot_file_event, dir_ino);
-    S(file_id); O(file_id, gen); O(file_id, ino); O(file_key, ino); O(file_key, gen);
-    O(file_key, op); O(iot_file_event, gen); O(iot_file_event, len); O(iot_file_event, fstype);
-    O(iot_slow_event, ino); O(iot_slow_event, file_gen); O(iot_slow_event, layer);
-    O(iot_slow_event, op); O(iot_slow_event, ts_ns); O(iot_slow_event, comm);
-    printf("slot_tag_small %llu\nslot_tag_big %llu\n", (unsigned long long)slot_tag(1, 2, 3),
-           (unsigned long long)slot_tag(~0ull, 0x123456789abcdefull, 6));
-    printf("IOT_MAX_SLOTS %d\nIOT_COMM_LEN %d\n", IOT_MAX_SLOTS, IOT_COMM_LEN);
-    printf("IOT_PATH_DEPTH %d\nIOT_NAME_LEN %d\nIOT_PATH_BYTES %d\n", IOT_PATH_DEPTH,
-           IOT_NAME_LEN, IOT_PATH_BYTES);
-    printf("IOT_LAYER_SYSCALL %d\nIOT_LAYER_BLOCK %d\nIOT_LAYER_BLOCK_QUEUE %d\n",
-           IOT_LAYER_SYSCALL, IOT_LAYER_BLOCK, IOT_LAYER_BLOCK_QUEUE);
-    printf("IOT_OP_READ %d\nIOT_OP_FSYNC %d\nIOT_OP_OTHER %d\n", IOT_OP_READ, IOT_OP_FSYNC,
-           IOT_OP_OTHER);
-    printf("IOT_TARGET_PIPE %d\nIOT_ATTR_READAHEAD %d\nIOT_EVENT_EXIT %d\n", IOT_TARGET_PIPE,
-           IOT_ATTR_READAHEAD, IOT_EVENT_EXIT);
-    printf("IOT_MAP_TRACKED %d\nIOT_MAP_HISTS %d\nIOT_MAP_FILE_STATS %d\nIOT_MAP_THREADS %d\n"
-           "IOT_MAP_RQ_STARTS %d\nIOT_MAP_FOLDER_STATS %d\nIOT_MAP_BLOCK_USERS %d\n"
-           "IOT_MAPS %d\n", IOT_MAP_TRACKED, IOT_MAP_HISTS, IOT_MAP_FILE_STATS, IOT_MAP_THREADS,
-           IOT_MAP_RQ_STARTS, IOT_MAP_FOLDER_STATS, IOT_MAP_BLOCK_USERS, IOT_MAPS);
-    return 0;
+OBJECT = ROOT / "tracer/bpf/iotrace.bpf.o"
+GENERATOR = ROOT / "scripts/abi_layout.py"
+
+# abi's struct formats: (format, its C struct, the nested structs it keeps as bytes, the field
+# it stops before: the record's tail, sent in part)
+FORMATS = {
+    "CONFIG": ("iot_config", (), None),
+    "HIST_KEY": ("hist_key", (), None),
+    "PROC_EVENT": ("iot_proc_event", (), None),
+    "TRACKED_INFO": ("tracked_info", (), None),
+    "TRACK_REQUEST": ("track_request", (), None),
+    "THREAD_TIME": ("thread_time", (), None),
+    "FILE_KEY": ("file_key", (), None),
+    "FILE_STAT": ("file_stat", (), None),
+    "HIST_SLOT": ("hist_slot", ("key", "h"), None),
+    "FILE_SLOT": ("file_slot", ("key", "st"), None),
+    "SYS_START": ("sys_start", (), None),
+    "RQ_START": ("rq_start", (), None),
+    "BLOCK_USER_KEY": ("block_user_key", (), None),
+    "BLOCK_USER": ("block_user", (), None),
+    "RQ_SLOT": ("rq_slot", ("s",), None),
+    "FREE_SLOT_REQUEST": ("free_slot_request", (), None),
+    "FILE_EVENT_HEAD": ("iot_file_event", (), "names"),
+    "SLOW_EVENT": ("iot_slow_event", (), None),
 }
-"""
+
+
+def _generator():
+    spec = importlib.util.spec_from_file_location("abi_layout_generator", GENERATOR)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def btf_layout() -> tuple[dict, dict]:
+    """(structs, enums) as scripts/abi_layout.py reads them from the built object's BTF."""
+    if not OBJECT.exists():
+        pytest.skip(f"{OBJECT} is not built (make build)")
+    if not shutil.which("bpftool"):
+        pytest.skip("needs bpftool")
+    gen = _generator()
+    return gen.generate(gen.btf_types(str(OBJECT)))
+
+
+def test_layouts_are_the_objects(btf_layout):
+    """Every field of every record of the ABI, and every enum member, as the object has them."""
+    structs, enums = btf_layout
+    for name in sorted(set(structs) | set(STRUCTS)):
+        assert STRUCTS.get(name) == structs.get(name), f"struct {name}: run make build"
+    for name in sorted(set(enums) | set(ENUMS)):
+        assert ENUMS.get(name) == enums.get(name), f"enum {name}: run make build"
+
+
+def test_generated_module_is_current(btf_layout):
+    """tracer/core/abi_layout.py is the generator's text for the object, byte for byte."""
+    text = _generator().render(*btf_layout)
+    assert (ROOT / "tracer/core/abi_layout.py").read_text() == text, (
+        "tracer/core/abi_layout.py is not the object's: run make build and commit it")
+
+
+def _leaves(name: str, whole=(), stop=None, base=0):
+    """(offset, size, kind) of each value that a struct format of `name` holds, in order, from
+    the layouts alone: pad* fields hold none, char arrays and the fields in `whole` are bytes,
+    arrays of scalars a value per element, nested structs their own fields."""
+    for field, off, n, ty in STRUCTS[name][1]:
+        if field == stop:
+            return
+        if field.startswith("pad"):
+            continue
+        elem, _, count = ty.rstrip("]").partition("[")
+        if field in whole or elem == "char":
+            yield base + off, n, "bytes"
+        elif elem.startswith("struct "):
+            assert not count, f"{name}.{field}: an array of structs"
+            yield from _leaves(elem.removeprefix("struct "), base=base + off)
+        else:
+            k = int(count or 1)
+            yield from ((base + off + i * n // k, n // k, elem) for i in range(k))
+
+
+@pytest.mark.parametrize("attr", sorted(FORMATS))
+def test_struct_formats_place_every_field(attr):
+    """Each of abi's formats, packed with a distinct value per field, has each value at its
+    field's offset and size in the layouts (so in the object), and is as long as the struct."""
+    fmt = getattr(abi, attr)
+    name, whole, stop = FORMATS[attr]
+    leaves = list(_leaves(name, whole, stop))
+    assert fmt.size == (dict((f, o) for f, o, _, _ in STRUCTS[name][1])[stop] if stop
+                        else STRUCTS[name][0])
+    # signed fields negative, unsigned ones with their top bit set: a format of the other
+    # signedness cannot pack them
+    values = [bytes([i + 1]) * n if kind == "bytes" else -(i + 1) if kind[0] == "s"
+              else (1 << 8 * n) - 1 - i for i, (_, n, kind) in enumerate(leaves)]
+    raw = fmt.pack(*values)
+    assert fmt.unpack(raw) == tuple(values)
+    for (off, n, kind), value in zip(leaves, values, strict=True):
+        expect = value if kind == "bytes" else value.to_bytes(n, "little", signed=kind[0] == "s")
+        assert raw[off:off + n] == expect, f"{attr}: the value at {off} is not {name}'s field there"
+
+
+def test_formats_cover_every_record():
+    """Every struct of the ABI is decoded by a format of abi, or nested in one (hist: decode_hist
+    reads it as two rows of MAX_SLOTS counters)."""
+    covered = {name for name, _, _ in FORMATS.values()}
+    nested = {ty.removeprefix("struct ") for name in covered for _, _, _, ty in STRUCTS[name][1]
+              if ty.startswith("struct ")}
+    assert set(STRUCTS) == covered | nested
+    assert [f[1:] for f in STRUCTS["hist"][1]] == [(0, 8 * abi.MAX_SLOTS, f"u64[{abi.MAX_SLOTS}]"),
+                                                    (8 * abi.MAX_SLOTS, 8 * abi.MAX_SLOTS,
+                                                     f"u64[{abi.MAX_SLOTS}]")]
+
+
+def test_numpy_fields_are_the_layouts():
+    """file_counts_dtype: a struct file_key then its struct file_stat, each field in its place."""
+    dtype = abi.file_counts_dtype()
+    key_size = STRUCTS["file_key"][0]
+    assert dtype.itemsize == key_size + STRUCTS["file_stat"][0]
+    for struct_name, base in (("file_key", 0), ("file_stat", key_size)):
+        for field, off, n, _ in STRUCTS[struct_name][1]:
+            name = "_pad" if field.startswith("pad") else field
+            assert dtype.fields[name][1] == base + off and dtype.fields[name][0].itemsize == n
+
+
+def test_names_are_the_enums():
+    """abi's names of enum values are the enums' members, each at its value."""
+    for names, enum, prefix in ((abi.LAYERS, "iot_layer", "IOT_LAYER_"), (abi.OPS, "iot_op", "IOT_OP_"),
+                                (abi.TARGETS, "iot_target", "IOT_TARGET_"),
+                                (abi.ATTRIBUTIONS, "iot_attribution", "IOT_ATTR_"),
+                                (abi.THREAD_STATES, "iot_thread_state", "IOT_THREAD_")):
+        assert {ENUMS[enum][prefix + (n or "none").upper()]: n for n in names.values()} == names
+    assert [ENUMS["iot_waker"]["IOT_WAKER_" + w.upper()] for w in abi.WAKERS] == [0, 1, 2, 3]
+    assert len(abi.WAKERS) == ENUMS["iot_waker"]["IOT_WAKERS"]
+    assert abi.MAX_SLOTS == ENUMS["iot_limits"]["IOT_MAX_SLOTS"] == 40
+
+
+def _probe() -> str:
+    """A C program that prints, compiled with bpf/iotrace.h, every struct's size, every field's
+    offset and size, and every enum member's value that the layouts name."""
+    lines = ["#include <stdio.h>", "#include <stddef.h>", "#include <linux/types.h>",
+             '#include "iotrace.h"', "int main(void) {"]
+    for name, (_, fields) in STRUCTS.items():
+        lines.append(f'    printf("{name} %zu\\n", sizeof(struct {name}));')
+        for f, _, _, _ in fields:
+            lines.append(f'    printf("{name}.{f} %zu\\n{name}.{f}:size %zu\\n", '
+                         f"offsetof(struct {name}, {f}), sizeof(((struct {name} *)0)->{f}));")
+    for members in ENUMS.values():
+        lines += [f'    printf("{m} %lld\\n", (long long){m});' for m in members]
+    lines += ['    printf("slot_tag_small %llu\\nslot_tag_big %llu\\n", '
+              "(unsigned long long)slot_tag(1, 2, 3),",
+              "           (unsigned long long)slot_tag(~0ull, 0x123456789abcdefull, 6));",
+              "    return 0;", "}"]
+    return "\n".join(lines) + "\n"
 
 
 @pytest.fixture(scope="module")
 def c_layout(tmp_path_factory) -> dict[str, int]:
+    """The header's sizes, offsets and enum values, as the C compiler here sees them."""
     if not shutil.which("cc"):
         pytest.skip("needs a C compiler")
     d = tmp_path_factory.mktemp("abi")
-    (d / "probe.c").write_text(PROBE)
+    (d / "probe.c").write_text(_probe())
     subprocess.run(["cc", "-I", str(ROOT / "bpf"), "-o", str(d / "probe"), str(d / "probe.c")],
                    check=True)
     out = subprocess.run([str(d / "probe")], capture_output=True, text=True, check=True).stdout
     return {k: int(v) for k, v in (line.split() for line in out.splitlines())}
+
+
+def test_layouts_are_the_headers(c_layout):
+    """The layouts against the header, compiled here: every struct, field and enum member (this
+    runs without a built object too)."""
+    for name, (size, fields) in STRUCTS.items():
+        assert c_layout[name] == size, name
+        for f, off, n, _ in fields:
+            assert (c_layout[f"{name}.{f}"], c_layout[f"{name}.{f}:size"]) == (off, n), f"{name}.{f}"
+    for members in ENUMS.values():
+        for m, value in members.items():
+            assert c_layout[m] == value, m
 
 
 def test_hist_key_layout(c_layout):
