@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-__version__ = "0.1.0"
+from tracer.core.version import __version__
 
 __all__ = ["Trace", "TraceError", "Tracing", "TracingError", "__version__", "load", "trace"]
 

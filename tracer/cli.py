@@ -17,7 +17,7 @@ import time
 import warnings
 from pathlib import Path
 
-from tracer import __version__
+from tracer.core.version import __version__
 from tracer.errors import EXIT_BUG, EXIT_HOST, EXIT_OK, EXIT_USAGE, TraceFailure, drop_output
 from tracer.kernel.host import tracing_problem
 

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, BinaryIO
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tracer import __version__
+from tracer.core.version import __version__
 from tracer.tracedir.private import mkdir_private, open_private
 from tracer.tracedir.schema import META_FILE, SCHEMA_VERSION, TABLES, table_from_rows
 from tracer.tracedir.segments import COVERS_KEY

@@ -58,9 +58,9 @@ from prometheus_client.core import (
 )
 from prometheus_client.utils import floatToGoString
 
-from tracer import __version__
 from tracer.core.abi import MAP_FULL_MAPS
 from tracer.core.selfcost import SelfCost
+from tracer.core.version import __version__
 from tracer.core.vocab import FINDING_KINDS, LOOP_STATES, ROLES
 
 if TYPE_CHECKING:
