@@ -8,18 +8,20 @@ after a trace of `-- CMD`, CMD's status (its code, or 128 + its signal), as the 
 from __future__ import annotations
 
 import argparse
-import math
 import os
-import re
-import shutil
 import sys
-import time
 import warnings
-from pathlib import Path
 
 from tracer.core.version import __version__
 from tracer.errors import EXIT_BUG, EXIT_HOST, EXIT_OK, EXIT_USAGE, TraceFailure, drop_output
 from tracer.kernel.host import tracing_problem
+from tracer.live.options import (
+    MOST_SECONDS,
+    SLOW_MS_MAX,
+    TraceOptions,
+    number_problem,
+    prepare_output,
+)
 
 SUBCOMMANDS = ("doctor", "demo", "report", "export")
 
@@ -38,7 +40,7 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{message} (see iotrace --help)")
 
 
-def _positive(name: str, allow_zero: bool = False, most: float = 1e9):
+def _positive(name: str, allow_zero: bool = False, most: float = MOST_SECONDS):
     """`most`: the largest value taken (a finite number of seconds or milliseconds that the
     kernel's u64 nanoseconds and meta.json's JSON can hold), so that nothing fails after
     attaching."""
@@ -48,10 +50,9 @@ def _positive(name: str, allow_zero: bool = False, most: float = 1e9):
         except ValueError:
             raise argparse.ArgumentTypeError(
                 f"{name} must be a number, not {text!r}") from None
-        if v < 0 or (v == 0 and not allow_zero) or math.isnan(v):
-            raise argparse.ArgumentTypeError(f"{name} must be greater than 0, not {text}")
-        if v > most:
-            raise argparse.ArgumentTypeError(f"{name} must be at most {most:g}, not {text}")
+        problem = number_problem(name, v, text, allow_zero=allow_zero, most=most)
+        if problem:
+            raise argparse.ArgumentTypeError(problem)
         return v
 
     return parse
@@ -61,9 +62,6 @@ def _pid(text: str) -> int:
     if not text.isdigit() or int(text) <= 0:
         raise argparse.ArgumentTypeError(f"{text!r} is not a PID (a positive integer)")
     return int(text)
-
-
-SLOW_MS_MAX = 86_400_000.0  # a day: longer is no "slow operation" worth an event
 
 
 def trace_parser() -> argparse.ArgumentParser:
@@ -110,83 +108,6 @@ def trace_parser() -> argparse.ArgumentParser:
     return p
 
 
-def prepare_output(path: str | None) -> Path:
-    """Creates the trace directory; refuses a non-empty one or one that cannot be written."""
-    if path == "":
-        raise UsageError("-o '' names no directory: give -o DIR, or leave -o out for "
-                         "./iotrace-YYYYmmdd-HHMMSS")
-    out = Path(path or time.strftime("iotrace-%Y%m%d-%H%M%S"))
-    try:
-        if out.exists() and not out.is_dir():
-            raise UsageError(f"output {out} exists and is not a directory: choose another -o DIR")
-        if out.exists() and any(out.iterdir()):
-            raise UsageError(f"output directory {out} is not empty: choose a new -o DIR or "
-                             "remove it")
-        existed = out.exists()
-        if existed and out.stat().st_uid != os.geteuid():
-            raise UsageError(f"output directory {out} belongs to uid {out.stat().st_uid}: "
-                             "choose a -o DIR of your own")
-        out.mkdir(mode=0o700, parents=True, exist_ok=True)
-        # The trace holds command lines and paths: owner only, whatever the umask, and an
-        # empty directory open to others is closed rather than refused (it has nothing yet).
-        mode = out.stat().st_mode & 0o777
-        if mode != 0o700:
-            os.chmod(out, 0o700)
-            if existed and mode & 0o077:
-                print(f"iotrace: output directory {out} was open to others (mode {mode:04o}): "
-                      "made it owner-only (0700), as the trace holds command lines",
-                      file=sys.stderr, flush=True)
-        probe = out / ".iotrace-write-test"
-        probe.write_bytes(b"")
-        probe.unlink()
-    except OSError as e:
-        raise UsageError(f"cannot write the output directory {out}: {e.strerror}: choose "
-                         "another -o DIR") from None
-    return out
-
-
-def prepare_csv(path: str) -> Path:
-    """Creates the --csv file before anything is attached: a file that cannot be written fails
-    here, not after the job started, and an existing file is never overwritten."""
-    if path == "":
-        raise UsageError("--csv '' names no file: give --csv FILE")
-    csv = Path(path)
-    try:
-        with open(csv, "x"):
-            pass
-    except FileExistsError:
-        raise UsageError(f"--csv {csv} exists: choose a new file or remove it") from None
-    except OSError as e:
-        raise UsageError(f"cannot write --csv {csv}: {e.strerror}: choose another file") from None
-    return csv
-
-
-def _check_pids(pids: list[int]) -> None:
-    from tracer.live.discovery import gone
-
-    for pid in pids:
-        if pid == os.getpid():
-            raise UsageError(f"PID {pid} is iotrace itself: give the PID of the job to trace")
-        if not os.path.exists(f"/proc/{pid}"):
-            raise UsageError(f"no process with PID {pid}: check it is running (pgrep -a python)")
-    # pgrep lists zombies too: one among live PIDs is left out later, all of them leave nothing
-    if pids and all(gone(pid) for pid in pids):
-        listed = " ".join(map(str, pids))
-        raise UsageError(f"PID {listed} has exited (a zombie its parent has not reaped): nothing "
-                         "to trace; check the job is running (pgrep -a python)")
-
-
-def _check_command(cmd: list[str]) -> None:
-    exe = cmd[0]
-    if "/" in exe:
-        ok = os.path.isfile(exe) and os.access(exe, os.X_OK)
-    else:
-        ok = shutil.which(exe) is not None
-    if not ok:
-        raise UsageError(f"cannot execute {exe!r}: no such executable file (check the command "
-                         "after --)")
-
-
 def _split_command(argv: list[str]) -> tuple[list[str], list[str]]:
     if "--" in argv:
         i = argv.index("--")
@@ -213,7 +134,7 @@ def _system_allocator_for_pyarrow() -> None:
 
 def cmd_trace(argv: list[str]) -> int:
     _system_allocator_for_pyarrow()
-    from tracer.live.session import TraceOptions, run_trace
+    from tracer.live.session import run_trace
 
     opts_argv, command = _split_command(argv)
     if "--pid" in opts_argv:
@@ -225,42 +146,14 @@ def cmd_trace(argv: list[str]) -> int:
     if "--" in argv and not command:
         raise UsageError("nothing after --: give the command to start, e.g. iotrace -- python "
                          "train.py")
-    if sum(map(bool, (args.pid, command, args.auto))) > 1:
-        raise UsageError("give one of --pid PID, -- CMD or --auto, not several")
-    if not args.pid and not command and not args.auto:
-        raise UsageError("nothing to trace: give --pid PID, -- CMD or --auto (see iotrace --help)")
-    if args.match is not None:
-        if not args.auto:
-            raise UsageError("--match works with --auto: iotrace --auto --match REGEX")
-        try:
-            re.compile(args.match)
-        except re.error as e:
-            raise UsageError(f"--match {args.match!r} is not a valid regular expression: {e}") from None
-    listen = None
-    if args.prometheus is not None:
-        from tracer.sinks.prometheus import parse_listen
-
-        try:
-            listen = parse_listen(args.prometheus)
-        except ValueError as e:
-            raise UsageError(str(e)) from None
-    if not re.fullmatch(r"auto|off|\d+(,\d+)*", args.gpu):
-        raise UsageError(f"--gpu {args.gpu!r}: give auto, off, or GPU indices like 0 or 0,2")
-    _check_pids(args.pid)
-    if command:
-        _check_command(command)
-    problem = tracing_problem()
-    if problem:
-        raise TraceFailure(problem, EXIT_HOST)
-    out = prepare_output(args.output)
-    csv = prepare_csv(args.csv) if args.csv is not None else None
-    opts = TraceOptions(output=out, pids=args.pid, command=command, duration_s=args.duration,
-                        interval_s=args.interval, slow_ms=args.slow_ms, auto=args.auto,
-                        match=args.match, prometheus=listen,
-                        tui=sys.stdout.isatty() and not args.no_tui,
-                        csv=csv, gpu=args.gpu,
-                        redact_paths=args.redact_paths, bpf_stats=args.bpf_stats,
-                        argv=["iotrace", *argv])
+    # The options' own checks, the host's, then the trace directory and the CSV file made
+    opts = TraceOptions.checked(output=args.output, csv=args.csv, pids=args.pid, command=command,
+                                duration_s=args.duration, interval_s=args.interval,
+                                slow_ms=args.slow_ms, auto=args.auto, match=args.match,
+                                prometheus=args.prometheus,
+                                tui=sys.stdout.isatty() and not args.no_tui, gpu=args.gpu,
+                                redact_paths=args.redact_paths, bpf_stats=args.bpf_stats,
+                                argv=["iotrace", *argv])
     return run_trace(opts)
 
 

@@ -19,7 +19,6 @@ import socket
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
@@ -47,6 +46,7 @@ from tracer.live.discovery import Discovery, gone
 from tracer.live.files import FileTable
 from tracer.live.forget import Forgetter
 from tracer.live.memory import MemorySampler
+from tracer.live.options import TraceOptions
 from tracer.live.peers import peers_of
 from tracer.live.processes import ProcessTable
 from tracer.live.procfs import ProcSampler
@@ -108,31 +108,12 @@ class NoPandas:
 POLL_MS = 100  # ring-buffer wait; bounds how late a signal or an exit is noticed
 
 
-@dataclass
-class TraceOptions:
-    output: Path
-    pids: list[int] = field(default_factory=list)
-    command: list[str] = field(default_factory=list)
-    duration_s: float | None = None
-    interval_s: float = 1.0
-    slow_ms: float = 10.0
-    auto: bool = False  # trace PyTorch jobs as they appear (DataLoader workers, torchrun)
-    match: str | None = None  # --auto also takes processes whose command line matches this
-    prometheus: tuple[str, int] | None = None  # serve /metrics on (host, port)
-    tui: bool = False  # the live terminal view (stdout is a terminal and no --no-tui)
-    csv: Path | None = None  # per-interval numbers as CSV (dstat --output)
-    gpu: str = "auto"  # --gpu auto|off|0,2
-    command_output: Path | None = None  # the started command's stdout+stderr go there
-    redact_paths: bool = False  # hash names (paths, command words, comms) in every output
-    bpf_stats: str = "sampled"  # count BPF programs' runs: sampled|always|off (selfcost.STATS_MODES)
-    roll_s: float = 5.0
-    argv: list[str] = field(default_factory=lambda: list(sys.argv))
-
-
 class Session:
     """start() -> loop() (each interval: read -> step -> every sink) -> finish() -> close()."""
 
     def __init__(self, opts: TraceOptions, out: TextIO, err: TextIO):
+        # A target that exits before the programs attach is start()'s to refuse ("nothing traced")
+        opts.validate(exited=False)
         self.opts, self.out, self.err = opts, out, err
         self.clock = Clock()
         self.processes = ProcessTable(self.clock)
