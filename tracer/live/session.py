@@ -10,7 +10,6 @@ closed in `finally`, so an error or a signal keeps what was collected.
 from __future__ import annotations
 
 import contextlib
-import errno
 import gc
 import importlib
 import os
@@ -51,6 +50,7 @@ from tracer.live.peers import peers_of
 from tracer.live.processes import ProcessTable
 from tracer.live.procfs import ProcSampler
 from tracer.live.rereads import rows_dtype
+from tracer.live.sinks import cannot_write_message, open_sinks, serve_metrics
 
 if TYPE_CHECKING:
     from tracer.core.interval import Interval
@@ -199,15 +199,7 @@ class Session:
             self.gpu = nvml.GpuMonitor(source)
 
     def _serve_metrics(self) -> None:
-        from tracer.sinks.prometheus import PrometheusSink
-
-        prometheus = PrometheusSink()
-        try:
-            prometheus.start(*self.opts.prometheus)
-        except OSError as e:
-            raise TraceFailure(str(e), EXIT_USAGE) from None
-        self.sinks.append(prometheus)
-        print(f"Serving metrics on {prometheus.url}", file=self.err, flush=True)
+        self.sinks.append(serve_metrics(self.opts.prometheus, self.err))
 
     def _what(self) -> str:
         """What is traced, as the first line and the live view's header say it."""
@@ -226,7 +218,6 @@ class Session:
         from tracer.live.aggregate import Aggregator
         from tracer.live.cgroups import CgroupNames
         from tracer.live.step import Step
-        from tracer.sinks.parquet import ParquetSink, TraceWriter
 
         self.cost.start_meter()
         aggregator = Aggregator(self.processes, self.files, CgroupNames())
@@ -234,35 +225,12 @@ class Session:
         # verdicts leave out; a job attached to is usually past it.
         diagnosis = Diagnosis(page_size=abi.PAGE_SIZE, startup=bool(self.opts.command))
         self.step = Step(aggregator, diagnosis, self.gpu)
-        try:
-            writer = TraceWriter(self.opts.output, self._meta(start_ns), roll_s=self.opts.roll_s)
-        except OSError as e:
-            raise TraceFailure(cannot_write_message(e, self.opts.output, started=False),
-                               EXIT_OUTPUT) from None
-        # First: were a later sink to fail, the trace has the interval already.
-        self.trace = ParquetSink(writer, self._stop_meta, self._cannot_write)
-        self.sinks.insert(0, self.trace)
+        self.trace = open_sinks(self.opts, self.sinks, meta=self._meta(start_ns), what=what,
+                                out=self.out, err=self.err, stop_meta=self._stop_meta,
+                                cannot_write=self._cannot_write, stdout_failed=self._stdout_failed,
+                                on_quit=lambda: self.request_stop("q"))
         aggregator.last_ts_ns = self.clock.now_ns()  # the first interval starts now
         self.proc.sample(aggregator.last_ts_ns)  # primes the /proc counters
-        if self.opts.csv:
-            from tracer.sinks.csv import CsvSink
-
-            try:
-                self.sinks.append(CsvSink(self.opts.csv, interval_s=self.opts.interval_s))
-            except OSError as e:
-                raise TraceFailure(f"cannot write --csv {self.opts.csv}: {e.strerror}",
-                                   EXIT_USAGE) from None
-        if self.opts.tui:
-            from tracer.ui.live import LiveView
-
-            view = LiveView(targets=what, interval_s=self.opts.interval_s,
-                            on_quit=lambda: self.request_stop("q"))
-            self.sinks.append(view.start())
-        else:  # where the live view owns the terminal, it alone shows notes
-            from tracer.ui.line import LinePrinter, NotePrinter
-
-            self.sinks += [LinePrinter(self.out, self.opts.interval_s, on_error=self._stdout_failed),
-                           NotePrinter(self.err)]
 
     def _check_targets_alive(self) -> None:
         """--pid: a target that was a zombie, or exited while the programs attached, left
@@ -510,17 +478,6 @@ class Session:
         self.no_pandas.remove()
         if self.child and not self.child.released:
             self.child.abandon()
-
-
-def cannot_write_message(error: OSError, output: Path, started: bool = True) -> str:
-    """One line for a trace file that could not be written: which, why, what to do."""
-    full = error.errno in (errno.ENOSPC, errno.EDQUOT)
-    advice = "free space or choose another -o DIR" if full else "choose another -o DIR"
-    where = f" writing {error.filename}" if error.filename else f" writing into {output}"
-    text = f"{error.strerror or error}{where}: {advice}"
-    if started:
-        text += f"; tracing stopped, what was written before is kept in {output}"
-    return text
 
 
 def _say(text: str, out: TextIO) -> None:

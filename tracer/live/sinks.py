@@ -1,0 +1,88 @@
+"""The sinks of one run, opened in one place: which the options ask for, in what order every
+interval goes to them, and what a failure to open one tells the user (and exits with).
+
+The Prometheus endpoint is served before the traced command is released (a port in use fails
+the run before the job starts); the others open once the programs are attached, when the
+first interval starts.
+"""
+
+from __future__ import annotations
+
+import errno
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, TextIO
+
+from tracer.errors import EXIT_OUTPUT, EXIT_USAGE, TraceFailure
+
+if TYPE_CHECKING:
+    from tracer.live.options import TraceOptions
+    from tracer.sinks import Sink
+    from tracer.sinks.parquet import ParquetSink
+
+
+def serve_metrics(listen: tuple[str, int], err: TextIO) -> Sink:
+    """Serves /metrics on (host, port); says where on `err`."""
+    from tracer.sinks.prometheus import PrometheusSink
+
+    prometheus = PrometheusSink()
+    try:
+        prometheus.start(*listen)
+    except OSError as e:
+        raise TraceFailure(str(e), EXIT_USAGE) from None
+    print(f"Serving metrics on {prometheus.url}", file=err, flush=True)
+    return prometheus
+
+
+def open_sinks(opts: TraceOptions, sinks: list[Sink], *, meta: dict, what: str, out: TextIO,
+               err: TextIO, stop_meta: Callable[[], dict], cannot_write: Callable[[OSError], None],
+               stdout_failed: Callable[[OSError], None],
+               on_quit: Callable[[], None]) -> ParquetSink:
+    """Opens the trace directory's sink, the CSV file and the terminal's output, and puts them
+    in `sinks` (which may hold the metrics already served) in the order every interval goes to
+    them: the trace first (were a later sink to fail, the trace has the interval already), then
+    the others, the terminal last. Each goes into `sinks` as it opens, so that closing `sinks`
+    closes what was opened before a failure. Returns the trace's sink.
+
+    `meta`: meta.json's fields at the start; `what`: what is traced, for the live view's
+    header; `stop_meta` gives meta.json's fields at the end, `cannot_write` hears of a segment
+    that could not be written, `stdout_failed` of interval lines that could not be printed,
+    `on_quit` of the live view's q key."""
+    from tracer.sinks.parquet import ParquetSink, TraceWriter
+
+    try:
+        writer = TraceWriter(opts.output, meta, roll_s=opts.roll_s)
+    except OSError as e:
+        raise TraceFailure(cannot_write_message(e, opts.output, started=False),
+                           EXIT_OUTPUT) from None
+    trace = ParquetSink(writer, stop_meta, cannot_write)
+    sinks.insert(0, trace)
+    if opts.csv:
+        from tracer.sinks.csv import CsvSink
+
+        try:
+            sinks.append(CsvSink(opts.csv, interval_s=opts.interval_s))
+        except OSError as e:
+            raise TraceFailure(f"cannot write --csv {opts.csv}: {e.strerror}",
+                               EXIT_USAGE) from None
+    if opts.tui:
+        from tracer.ui.live import LiveView
+
+        view = LiveView(targets=what, interval_s=opts.interval_s, on_quit=on_quit)
+        sinks.append(view.start())
+    else:  # where the live view owns the terminal, it alone shows notes
+        from tracer.ui.line import LinePrinter, NotePrinter
+
+        sinks += [LinePrinter(out, opts.interval_s, on_error=stdout_failed), NotePrinter(err)]
+    return trace
+
+
+def cannot_write_message(error: OSError, output: Path, started: bool = True) -> str:
+    """One line for a trace file that could not be written: which, why, what to do."""
+    full = error.errno in (errno.ENOSPC, errno.EDQUOT)
+    advice = "free space or choose another -o DIR" if full else "choose another -o DIR"
+    where = f" writing {error.filename}" if error.filename else f" writing into {output}"
+    text = f"{error.strerror or error}{where}: {advice}"
+    if started:
+        text += f"; tracing stopped, what was written before is kept in {output}"
+    return text
