@@ -193,11 +193,23 @@ class TraceReader:
         syscalls whose every operation the ``files`` rows cover stays at or below the slowest of
         them (``latency_max_ns``), as the summary does.
         """
-        qs = [float(x) for x in ([q] if isinstance(q, int | float) else q)]
-        for x in qs:
-            if not 0 < x <= 100 or math.isnan(x):
-                raise ValueError(f"percentile q={x:g} is out of range: give 0 < q <= 100")
+        qs = _percentile_qs(q)
         cols = _names(by)
+        rows = self._latency_rows(cols, layer=layer, op=op, target=target)
+        names = [f"p{x:g}_ns" for x in qs]
+        out: list[dict] = []
+        keys: list[tuple] = []
+        groups = rows.groupby(cols, dropna=False, sort=True) if cols else [((), rows)]
+        seen = self._max_seen() if ((rows["layer"] == "syscall")
+                                    & (rows["target"] == "file")).any() else None
+        for key, group in groups:
+            keys.append(key if isinstance(key, tuple) else (key,))
+            out.append(_group_percentiles(group, qs, names, seen))
+        return _percentile_frame(out, keys, cols, names)
+
+    def _latency_rows(self, cols: list[str], **wanted: str | Sequence[str] | None) -> pd.DataFrame:
+        """The ``latency`` rows with a count that `wanted` keeps (column -> value(s), None: all),
+        with the `cols` to group by, the columns the groups need and the buckets."""
         lat = self.latency
         unknown = [c for c in cols if c not in lat.columns]
         if unknown:
@@ -206,49 +218,21 @@ class TraceReader:
                 f"table; columns: {', '.join(lat.columns)}"
             )
         mask = np.ones(len(lat), dtype=bool)
-        for column, wanted in (("layer", layer), ("op", op), ("target", target)):
-            values = _names(wanted)
-            if wanted is None:
+        for column, values in wanted.items():
+            if values is None:
                 continue
-            bad = sorted(set(values) - _KNOWN_VALUES[column])
+            names = _names(values)
+            bad = sorted(set(names) - _KNOWN_VALUES[column])
             if bad:
                 raise ValueError(
                     f"unknown {column} {', '.join(map(repr, bad))}; "
                     f"{column}s: {', '.join(sorted(_KNOWN_VALUES[column]))}"
                 )
-            mask &= lat[column].astype(object).isin(values).to_numpy()
+            mask &= lat[column].astype(object).isin(names).to_numpy()
         extra = [c for c in ("pid", "layer", "op", "target") if c not in cols]
         rows = lat.loc[mask, [*cols, *extra, "bucket_lo_ns", "bucket_hi_ns", "count", "bytes"]]
         rows = rows.astype({c: object for c in (*cols, *extra) if c != "pid"})
-        rows = rows[rows["count"] > 0]
-        names = [f"p{x:g}_ns" for x in qs]
-        out: list[dict] = []
-        keys: list[tuple] = []
-        groups = rows.groupby(cols, dropna=False, sort=True) if cols else [((), rows)]
-        seen = self._max_seen() if ((rows["layer"] == "syscall")
-                                    & (rows["target"] == "file")).any() else None
-        for key, group in groups:
-            buckets = group.groupby(["bucket_lo_ns", "bucket_hi_ns"], sort=True)[
-                ["count", "bytes"]].sum()
-            lo = buckets.index.get_level_values(0).to_numpy(dtype=np.int64)
-            hi = buckets.index.get_level_values(1).to_numpy(dtype=np.int64)
-            counts = buckets["count"].to_numpy(dtype=np.int64)
-            keys.append(key if isinstance(key, tuple) else (key,))
-            top = None  # the slowest operation, when the files rows know it for the whole group
-            if seen is not None and ((group["layer"] == "syscall")
-                                     & (group["target"] == "file")).all():
-                per = group.groupby(["pid", "op"], sort=False)["count"].sum()
-                top = seen.known({(int(p), str(o)): int(n) for (p, o), n in per.items()})
-            out.append({"count": int(counts.sum()), "bytes": int(buckets["bytes"].sum()),
-                        **dict(zip(names, _interpolate(lo, hi, counts, qs, top), strict=True))})
-        frame = pd.DataFrame(out, columns=["count", "bytes", *names])
-        frame = frame.astype({"count": "int64", "bytes": "int64", **dict.fromkeys(names, "float64")})
-        if len(cols) == 1:
-            frame.index = pd.Index([k[0] for k in keys], name=cols[0], dtype=object)
-        elif cols:
-            frame.index = pd.MultiIndex.from_tuples(keys, names=cols) if keys else (
-                pd.MultiIndex.from_arrays([[]] * len(cols), names=cols))
-        return frame
+        return rows[rows["count"] > 0]
 
     def _max_seen(self) -> MaxSeen:
         """The slowest file syscall per (pid, op), from the ``files`` table."""
@@ -470,6 +454,46 @@ def _names(value: str | Iterable[str] | None) -> list[str]:
     if value is None:
         return []
     return [value] if isinstance(value, str) else list(value)
+
+
+def _percentile_qs(q: float | Sequence[float]) -> list[float]:
+    """`percentiles`' q as a list, each checked to be in (0, 100]."""
+    qs = [float(x) for x in ([q] if isinstance(q, int | float) else q)]
+    for x in qs:
+        if not 0 < x <= 100 or math.isnan(x):
+            raise ValueError(f"percentile q={x:g} is out of range: give 0 < q <= 100")
+    return qs
+
+
+def _group_percentiles(group: pd.DataFrame, qs: list[float], names: list[str],
+                       seen: MaxSeen | None) -> dict:
+    """One group's row of `percentiles`: its count, bytes and each percentile, from its
+    buckets summed over every interval and process (`seen`: the slowest file syscalls)."""
+    buckets = group.groupby(["bucket_lo_ns", "bucket_hi_ns"], sort=True)[
+        ["count", "bytes"]].sum()
+    lo = buckets.index.get_level_values(0).to_numpy(dtype=np.int64)
+    hi = buckets.index.get_level_values(1).to_numpy(dtype=np.int64)
+    counts = buckets["count"].to_numpy(dtype=np.int64)
+    top = None  # the slowest operation, when the files rows know it for the whole group
+    if seen is not None and ((group["layer"] == "syscall")
+                             & (group["target"] == "file")).all():
+        per = group.groupby(["pid", "op"], sort=False)["count"].sum()
+        top = seen.known({(int(p), str(o)): int(n) for (p, o), n in per.items()})
+    return {"count": int(counts.sum()), "bytes": int(buckets["bytes"].sum()),
+            **dict(zip(names, _interpolate(lo, hi, counts, qs, top), strict=True))}
+
+
+def _percentile_frame(out: list[dict], keys: list[tuple], cols: list[str],
+                      names: list[str]) -> pd.DataFrame:
+    """`percentiles`' rows as a frame, indexed by the `by` columns."""
+    frame = pd.DataFrame(out, columns=["count", "bytes", *names])
+    frame = frame.astype({"count": "int64", "bytes": "int64", **dict.fromkeys(names, "float64")})
+    if len(cols) == 1:
+        frame.index = pd.Index([k[0] for k in keys], name=cols[0], dtype=object)
+    elif cols:
+        frame.index = pd.MultiIndex.from_tuples(keys, names=cols) if keys else (
+            pd.MultiIndex.from_arrays([[]] * len(cols), names=cols))
+    return frame
 
 
 def _interpolate(lo: np.ndarray, hi: np.ndarray, counts: np.ndarray,
