@@ -214,12 +214,22 @@ def timeline_svg(trace: TraceReader, training_since: Mapping[int, int] | None = 
         ax_loop, ax_read, ax_gpu = fig.subplots(3, 1, sharex=True,
                                                 gridspec_kw={"height_ratios": [3, 2, 1.5]})
 
+    _loop_panel(ax_loop, loop, training_since or {}, t0, interval)
+    _reads_panel(ax_read, reads, t0, interval)
+    if ax_gpu is None:
+        ax_read.set_xlabel("seconds since start")
+        return _svg(fig)
+    _gpu_panel(ax_gpu, gpu, trace["gpu_idle"], t0)
+    return _svg(fig)
+
+
+def _loop_panel(ax, loop: pd.DataFrame, since: Mapping[int, int], t0: int, interval: int) -> None:
+    """The training loop's time by state, stacked, per interval (the start-up's apart)."""
     if loop.empty:
-        ax_loop.text(0.5, 0.5, "no training-loop rows in this trace", ha="center",
-                     transform=ax_loop.transAxes, color="#777")
+        ax.text(0.5, 0.5, "no training-loop rows in this trace", ha="center",
+                transform=ax.transAxes, color="#777")
     else:
         cols = [f"{s}_ns" for s in LOOP_STATES]
-        since = training_since or {}
         startup = loop["ts"].astype("int64") <= loop["pid"].map(
             lambda p: since.get(int(p), -1)).astype("int64")
         labels = [s.replace("_", " ") for s in LOOP_STATES]
@@ -236,17 +246,20 @@ def timeline_svg(trace: TraceReader, training_since: Mapping[int, int] | None = 
         x = _seconds(pd.Series(per.index), t0)
         x = np.concatenate([[x[0] - interval / 1e9], x])  # the first interval's start
         ys = [np.concatenate([[v[0]], v]) for v in (shares[c].to_numpy() for c in cols)]
-        ax_loop.stackplot(x, ys, labels=labels, colors=colours, step="pre")
-        ax_loop.set_ylim(0, 100)
-        ax_loop.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
+        ax.stackplot(x, ys, labels=labels, colors=colours, step="pre")
+        ax.set_ylim(0, 100)
+        ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
         pids = ", ".join(str(p) for p in sorted(loop["pid"].unique()))
-        ax_loop.set_title(f"Training loop (pid {pids}): where each interval went", fontsize=9,
-                          loc="left")
-    ax_loop.set_ylabel("% of loop time")
+        ax.set_title(f"Training loop (pid {pids}): where each interval went", fontsize=9,
+                     loc="left")
+    ax.set_ylabel("% of loop time")
 
+
+def _reads_panel(ax, reads: pd.DataFrame, t0: int, interval: int) -> None:
+    """File-read throughput per role, per interval."""
     if reads.empty:
-        ax_read.text(0.5, 0.5, "no file reads traced", ha="center", transform=ax_read.transAxes,
-                     color="#777")
+        ax.text(0.5, 0.5, "no file reads traced", ha="center", transform=ax.transAxes,
+                color="#777")
     else:
         per = reads.astype({"role": object}).groupby(["ts", "role"])["bytes"].sum().unstack(
             fill_value=0).sort_index()
@@ -254,30 +267,28 @@ def timeline_svg(trace: TraceReader, training_since: Mapping[int, int] | None = 
         x = np.concatenate([[x[0] - interval / 1e9], x])  # the first interval's start
         for role in per.columns:
             mib_s = per[role].to_numpy() / (interval / 1e9) / 2**20
-            ax_read.step(x, np.concatenate([mib_s[:1], mib_s]), where="pre", label=str(role))
-        ax_read.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
-        ax_read.set_ylim(bottom=0)
-        ax_read.set_title("File reads (read syscalls) per role", fontsize=9, loc="left")
-    ax_read.set_ylabel("MiB/s")
+            ax.step(x, np.concatenate([mib_s[:1], mib_s]), where="pre", label=str(role))
+        ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
+        ax.set_ylim(bottom=0)
+        ax.set_title("File reads (read syscalls) per role", fontsize=9, loc="left")
+    ax.set_ylabel("MiB/s")
 
-    if ax_gpu is None:
-        ax_read.set_xlabel("seconds since start")
-        return _svg(fig)
+
+def _gpu_panel(ax, gpu: pd.DataFrame, idle: pd.DataFrame, t0: int) -> None:
+    """Each GPU's utilisation, with its idle spans shaded by cause."""
     for dev, part in gpu.sort_values("ts").groupby("gpu"):
-        ax_gpu.plot(_seconds(part["ts"], t0), part["util_pct"], label=f"GPU {dev}")
-    idle = trace["gpu_idle"]
+        ax.plot(_seconds(part["ts"], t0), part["util_pct"], label=f"GPU {dev}")
     for cause in sorted(idle["cause"].astype(str).unique()) if not idle.empty else ():
         spans = idle[idle["cause"].astype(str) == cause]
         for k, span in enumerate(spans.itertuples()):
-            ax_gpu.axvspan((span.start.value - t0) / 1e9, (span.end.value - t0) / 1e9,
-                           color=STATE_COLOURS.get(cause, "#7f7f7f"), alpha=0.25, lw=0,
-                           label=f"idle: {cause.replace('_', ' ')}" if k == 0 else None)
-    ax_gpu.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
-    ax_gpu.set_ylim(0, 100)
-    ax_gpu.set_title("GPU utilisation", fontsize=9, loc="left")
-    ax_gpu.set_ylabel("%")
-    ax_gpu.set_xlabel("seconds since start")
-    return _svg(fig)
+            ax.axvspan((span.start.value - t0) / 1e9, (span.end.value - t0) / 1e9,
+                       color=STATE_COLOURS.get(cause, "#7f7f7f"), alpha=0.25, lw=0,
+                       label=f"idle: {cause.replace('_', ' ')}" if k == 0 else None)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
+    ax.set_ylim(0, 100)
+    ax.set_title("GPU utilisation", fontsize=9, loc="left")
+    ax.set_ylabel("%")
+    ax.set_xlabel("seconds since start")
 
 
 def top_files_svg(files: pd.DataFrame) -> str | None:
