@@ -49,7 +49,16 @@ def overview_html(trace: TraceReader, top: int = 10,
 
     Shown by Jupyter for a `Trace`, and at the head of the ``iotrace report --html`` page.
     """
-    esc = html.escape
+    parts = [f'<div class="iotrace-overview"><h3>iotrace trace '
+             f"<code>{html.escape(str(trace.directory))}</code></h3>",
+             _html_table(["", ""], _facts(trace)),
+             *_findings_html(trace), *_loop_html(trace, training_since), *_latency_html(trace),
+             *_files_html(trace, top), "</div>"]
+    return "\n".join(parts)
+
+
+def _facts(trace: TraceReader) -> list[tuple[str, str]]:
+    """The overview's head: what was traced, when, where, and at what cost."""
     meta = trace.meta
     facts = [("Targets", describe_targets(trace))]
     roles = role_counts(trace)
@@ -67,11 +76,12 @@ def overview_html(trace: TraceReader, top: int = 10,
     if isinstance(meta.get("self_cost"), dict):
         line = render_self_cost(SelfCost.from_meta(meta["self_cost"]), top=0)[1]
         facts.append(("iotrace's own cost", line.split(": ", 1)[1]))
-    parts = [f'<div class="iotrace-overview"><h3>iotrace trace <code>{esc(str(trace.directory))}'
-             f"</code></h3>", _html_table(["", ""], facts)]
+    return facts
 
+
+def _findings_html(trace: TraceReader) -> list[str]:
     findings = trace.findings
-    parts.append("<h4>Findings (most severe first)</h4>")
+    parts = ["<h4>Findings (most severe first)</h4>"]
     if findings.empty:
         parts.append("<p>No findings.</p>")
     else:
@@ -79,8 +89,11 @@ def overview_html(trace: TraceReader, top: int = 10,
             ["severity", "finding", "summary", "advice"],
             ((int(f.severity), f.kind, f.summary, f.advice) for f in findings.itertuples()),
             right=(0,)))
+    return parts
 
-    parts.append("<h4>Training loop time by state</h4>")
+
+def _loop_html(trace: TraceReader, training_since: Mapping[int, int] | None) -> list[str]:
+    parts = ["<h4>Training loop time by state</h4>"]
     split = trace.loop_split(training_since)
     if split.empty:
         parts.append("<p>No training loop was traced.</p>")
@@ -91,8 +104,11 @@ def overview_html(trace: TraceReader, top: int = 10,
               *("-" if pd.isna(r[f"{s}_pct"]) else f"{r[f'{s}_pct']:.0f} %"
                 for s in LOOP_STATES)) for pid, r in split.iterrows()),
             right=tuple(range(1, 3 + len(LOOP_STATES)))))
+    return parts
 
-    parts.append("<h4>Latency per role and layer</h4>")
+
+def _latency_html(trace: TraceReader) -> list[str]:
+    parts = ["<h4>Latency per role and layer</h4>"]
     lat = trace.percentiles(layer=LATENCY_LAYERS, op=None, by=["role", "layer", "op", "target"],
                             q=(50, 99))
     if lat.empty:
@@ -107,9 +123,12 @@ def overview_html(trace: TraceReader, top: int = 10,
             ((r.role, series_label(r.layer, r.op, r.target), r.count, format_bytes(r.bytes),
               format_ns(r.p50_ns), format_ns(r.p99_ns)) for r in lat.itertuples()),
             right=(2, 3, 4, 5)))
+    return parts
 
+
+def _files_html(trace: TraceReader, top: int) -> list[str]:
     files = trace.top_files(top)
-    parts.append("<h4>Top files by time spent in syscalls</h4>")
+    parts = ["<h4>Top files by time spent in syscalls</h4>"]
     if files.empty:
         parts.append("<p>No file I/O was traced.</p>")
     else:
@@ -120,5 +139,4 @@ def overview_html(trace: TraceReader, top: int = 10,
               "-" if pd.isna(r.cache_hit_pct) else f"{r.cache_hit_pct:.0f} %", r.path)
              for r in files.itertuples()),
             right=(0, 1, 2, 3, 4, 5)))
-    parts.append("</div>")
-    return "\n".join(parts)
+    return parts
