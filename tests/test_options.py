@@ -72,3 +72,10 @@ def test_the_output_and_csv_are_made_new(tmp_path):
     csv = prepare_csv(str(tmp_path / "n.csv"))
     with pytest.raises(TraceFailure, match="exists: choose a new file"):
         prepare_csv(str(csv))
+
+
+def test_checked_makes_nothing_for_bad_options(tmp_path):
+    """As the command line: the options are checked before the trace directory is made."""
+    with pytest.raises(TraceFailure, match="--gpu 'all'"):
+        TraceOptions.checked(output=tmp_path / "t", csv=tmp_path / "n.csv", auto=True, gpu="all")
+    assert not any(tmp_path.iterdir())
