@@ -337,3 +337,95 @@ def decode_proc_event(raw: bytes) -> ProcEvent:
 def dev_major_minor(dev: int) -> tuple[int, int]:
     """Splits a kernel-internal dev_t (MINORBITS = 20)."""
     return dev >> 20, dev & ((1 << 20) - 1)
+
+
+# -- Map entries as tracer/kernel reads them. The kernel/ modules hand bytes (and the u64 words
+# of mapped slot tables) to these and never unpack a layout themselves: a layout is read here only.
+
+def decode_u32(raw: bytes) -> int:
+    """A u32 key or value: a thread's id (the `threads` map's key), a tgid."""
+    return TGID.unpack_from(raw)[0]
+
+
+def decode_u64(raw: bytes | None) -> int:
+    """A u64 value (a count, an epoch); a missing one (None) is 0."""
+    return int.from_bytes(raw or b"", "little")
+
+
+def percpu_u64_sum(raw: bytes | None) -> int:
+    """A per-CPU array's u64 slot as a lookup returns it (one u64 per possible CPU), summed
+    over the CPUs; a missing one (None) is 0."""
+    raw = raw or b""
+    return sum(int.from_bytes(raw[i:i + 8], "little") for i in range(0, len(raw), 8))
+
+
+def hist_key_tgid(raw: bytes) -> int:
+    """The process of a raw struct hist_key (its first field)."""
+    return HIST_KEY.unpack_from(raw)[0]
+
+
+def thread_time_tgid(raw: bytes) -> int:
+    """The process of a raw struct thread_time (its first field)."""
+    return THREAD_TIME.unpack_from(raw)[0]
+
+
+def add_hists(a: bytes, b: bytes) -> bytes:
+    """Two raw struct hist added up, slot by slot."""
+    import numpy as np
+
+    return (np.frombuffer(a, dtype="<u8") + np.frombuffer(b, dtype="<u8")).tobytes()
+
+
+def decode_held_slots(table: int, index: np.ndarray, rows: np.ndarray
+                      ) -> list[tuple[tuple[int, int], bytes, bytes]]:
+    """((index, tag), raw key, raw value) of held slots of `table` (HIST_SLOTS or FILE_SLOTS),
+    given as their indexes and their rows of u64 words. A slot whose tag is not its key's is
+    being taken by another key right now: left out (for the next reading)."""
+    ok = slot_tags_ok(table, rows)
+    rows = rows[ok]
+    at = zip(index[ok].tolist(), rows[:, 0].tolist(), strict=True)
+    layout = HIST_SLOT if table == HIST_SLOTS else FILE_SLOT
+    return [((i, tag), key, value) for (i, tag), (_, key, value)
+            in zip(at, layout.iter_unpack(rows.tobytes()), strict=True)]
+
+
+def file_slots_into(out: np.ndarray, rows: np.ndarray) -> int:
+    """file_counts_into for rows of u64 words of file slots (FILE_SLOT: tag, file_key,
+    file_stat), those with a tag that is not their key's left out; returns the rows written."""
+    rows = rows[slot_tags_ok(FILE_SLOTS, rows)]
+    key_words = FILE_KEY.size // 8
+    return file_counts_into(out, rows[:, 1:1 + key_words].tobytes(),
+                            rows[:, 1 + key_words:].tobytes())
+
+
+def decode_sys_start(raw: bytes) -> tuple[int, int, int, int, int, int] | None:
+    """A thread's syscall in flight (struct sys_start) as (start, op, target, dev, ino, gen),
+    start in CLOCK_MONOTONIC ns; None when the thread is in none (start 0)."""
+    ts, _off, dev, gen, ino, op, target, *_ = SYS_START.unpack(raw)
+    return (ts, op, target, dev, ino, gen) if ts else None
+
+
+class HeldRequest(NamedTuple):
+    """What the end-of-trace count of block requests that ended unseen takes of a record still
+    held in rq_slots or rq_starts (struct rq_start)."""
+
+    issue_ns: int
+    tgid: int  # 0: another process's request (recorded for block_users)
+    data_len: int
+    dev: int
+
+
+def decode_rq_slot(raw: bytes) -> HeldRequest | None:
+    """A slot of rq_slots (struct rq_slot): its record, None when the slot is free."""
+    rq, rec = RQ_SLOT.unpack(raw)
+    return decode_rq_start(rec) if rq else None
+
+
+def decode_rq_start(raw: bytes) -> HeldRequest:
+    _, issue_ns, _, _, _, tgid, data_len, dev, *_ = RQ_START.unpack(raw)
+    return HeldRequest(issue_ns, tgid, data_len, dev)
+
+
+def decode_block_user(raw: bytes) -> tuple[int, int, int]:
+    """A raw struct block_user: (requests, bytes, service_ns)."""
+    return BLOCK_USER.unpack(raw)

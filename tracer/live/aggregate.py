@@ -145,7 +145,7 @@ class Aggregator:
         and op (by bytes), the rest added up."""
         groups: dict[tuple[str, str], list[tuple[abi.BlockUserKey, tuple[int, int, int]]]] = {}
         for raw, value in users.items():
-            cur = abi.BLOCK_USER.unpack(value)
+            cur = abi.decode_block_user(value)
             prev = self.prev_users.get(raw, (0, 0, 0))
             self.prev_users[raw] = cur
             delta = tuple(c - p for c, p in zip(cur, prev, strict=True))
