@@ -10,7 +10,7 @@ syscall no hooking traces, what every process of the host pays) and 4 KiB page-c
 (`pread`: what a traced process pays per I/O call). Each round runs, for every hooking in an
 order rotating from round to round, the loop once untraced and right after once hooked:
 
-  raw, classic, mixed  iotrace's own programs (tracer/kernel/probes.py, SYSCALL_HOOKS), loaded
+  raw, classic, mixed  iotrace's own programs (tracer/kernel/loader.py, SYSCALL_HOOKS), loaded
              once each, attached for the hooked run only; this script is tracked, so the loop
              it starts is traced (the syscall layer, and every other layer as iotrace does)
   raw-floor, classic-floor  empty programs on the same attach points (bench_floor.bpf.c)
@@ -41,13 +41,13 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from tracer.kernel import libbpf as _libbpf  # noqa: E402
-from tracer.kernel.probes import (  # noqa: E402
+from tracer.kernel.loader import (  # noqa: E402
     CLASSIC_SYSCALLS,
     FORCE_ENV,
     SYSCALL_HOOKS,
-    Probes,
     classic_syscalls_missing,
 )
+from tracer.kernel.probes import Probes  # noqa: E402
 
 LOOP = REPO / "scripts" / "bin" / "pread_loop"
 FLOOR_OBJ = REPO / "scripts" / "bin" / "bench_floor.bpf.o"
@@ -114,11 +114,11 @@ def loop(argv: list[str]) -> tuple[float, float]:
 def hooked(mode: str, probes: dict[str, Probes], floors: Floors, argv: list[str]
            ) -> tuple[float, float]:
     if mode in probes:
-        probes[mode].attach()
+        probes[mode].loader.attach()
         try:
             return loop(argv)
         finally:
-            probes[mode].detach()
+            probes[mode].loader.detach()
     if mode == "bpftrace-floor":
         bt = subprocess.Popen([shutil.which("bpftrace"), "-e", BPFTRACE_FLOOR],
                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
@@ -159,8 +159,8 @@ def main() -> int:
         os.environ[FORCE_ENV] = f"{hooks}_syscalls"
         p = probes[hooks] = Probes()
         p.load()
-        assert p.syscall_hooks == hooks
-        p.track(os.getpid())  # the loops it starts are traced, as iotrace -- CMD's are
+        assert p.loader.syscall_hooks == hooks
+        p.loader.track(os.getpid())  # the loops it starts are traced, as iotrace -- CMD's are
     os.environ.pop(FORCE_ENV)
     floors = Floors()
     modes = [*SYSCALL_HOOKS, "raw-floor", "classic-floor"]

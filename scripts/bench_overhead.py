@@ -434,7 +434,7 @@ def floor_main(mode: str, loop_argv: list[str]) -> int:
     timing floor's filter), detaches."""
     sys.path.insert(0, str(REPO))
     from tracer.kernel import libbpf as _libbpf
-    from tracer.kernel.probes import CLASSIC_SYSCALLS
+    from tracer.kernel.loader import CLASSIC_SYSCALLS
 
     obj = _libbpf.BpfObject(str(FLOOR_OBJ))
     for prog in obj.programs():

@@ -6,7 +6,7 @@ prints each trace whose `block` layer did not count N reads for the process, wit
 iotrace counted apart as ended unseen (meta.json) and the block programs' run counts (those
 need stats on: --bpf-stats always). A trace is wrong when the two add up to more than N; to
 less only while other processes keep the disk busy (the requests left in flight at the end
-are then a lower bound, kernel/probes.Probes.block_unseen). Set
+are then a lower bound, kernel/maps.Maps.block_unseen). Set
 IOTRACE_FORCE=no_block_io_start for the path of kernels before 6.5; run beside another process
 writing to the same disk, e.g.
 `while :; do dd if=/dev/zero of=/var/tmp/junk bs=1M count=64 oflag=direct; done`, for requests

@@ -67,7 +67,7 @@ def tracefs() -> Iterator[None]:
     """tracefs mounted where libbpf looks for the classic tracepoints' ids (the classic syscall
     hooks need it; raw_tp and tp_btf programs do not): mounted for the session if it is not,
     and unmounted after."""
-    from tracer.kernel.probes import TRACEFS_DIRS, classic_syscalls_missing
+    from tracer.kernel.loader import TRACEFS_DIRS, classic_syscalls_missing
 
     mounted = None
     if classic_syscalls_missing():

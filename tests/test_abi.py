@@ -332,7 +332,6 @@ def test_a_key_in_a_slot_and_in_the_map_adds_up():
     import numpy as np
 
     from tracer.core import abi, rollup
-    from tracer.kernel.probes import add_hists
 
     key = abi.FILE_KEY.pack(7, 8, 9, 10, 0, 1)
     a = abi.FILE_STAT.pack(3, 300, 30, 1, 0, 20, 5, 1, 7, 7)
@@ -345,13 +344,13 @@ def test_a_key_in_a_slot_and_in_the_map_adds_up():
     assert len(folders) == 0 and n.sum() == 0 and np.all(own["tgid"] == 7)
     h1 = bytes(abi.HIST_SIZE)[:-8] + (5).to_bytes(8, "little")
     h2 = (2).to_bytes(8, "little") + bytes(abi.HIST_SIZE - 16) + (1).to_bytes(8, "little")
-    total = abi.decode_hist(add_hists(h1, h2))
+    total = abi.decode_hist(abi.add_hists(h1, h2))
     assert total[0, 0] == 2 and total[1, -1] == 6 and total.sum() == 8
 
 
 def test_block_request_records(c_layout):
     """The records of block requests in flight, which user space reads at the end for requests
-    whose end no completion program saw (kernel/probes.Probes.block_unseen)."""
+    whose end no completion program saw (kernel/maps.Maps.block_unseen)."""
     assert c_layout["rq_start"] == abi.RQ_START.size
     assert c_layout["rq_slot"] == abi.RQ_SLOT.size and c_layout["rq_slot.s"] == 8
     fields = abi.RQ_START.unpack(abi.RQ_START.pack(1, 2, 3, 0, 4, 5, 6, 7, 8, 9, 1, 10, b"dd"))
@@ -362,7 +361,7 @@ def test_block_request_records(c_layout):
 
 def test_syscall_in_flight_record(c_layout):
     """A thread's syscall in flight, which user space reads for the training loop's thread
-    (kernel/probes.Probes.syscalls_in_flight)."""
+    (kernel/maps.Maps.syscalls_in_flight)."""
     assert c_layout["sys_start"] == abi.SYS_START.size
     fields = abi.SYS_START.unpack(abi.SYS_START.pack(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12))
     assert fields == (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12)  # offsets below follow this order

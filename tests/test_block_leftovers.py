@@ -39,7 +39,7 @@ def test_leftovers_are_exact_beside_a_busy_disk(iowork, data_file):
     p.load()
     reader = None
     try:
-        starts = Map(p.obj.map_fd("rq_starts"), 8, abi.RQ_START.size)
+        starts = Map(p.loader.map_fd("rq_starts"), 8, abi.RQ_START.size)
         for rq, nbytes in ((1, 4096), (2, 8192)):
             # issued long ago by traced pid 1234 (no kthread, cgroup or name), never ended
             rec = (0, 1, 0, 0, 0, 1234, nbytes, disk, 0, 0, 0, 0, b"")
@@ -50,7 +50,7 @@ def test_leftovers_are_exact_beside_a_busy_disk(iowork, data_file):
         got = []
         for _ in range(20):
             busy += in_flight_by_devt(Path("/proc/diskstats").read_text()).get(disk, 0) > 0
-            got.append(p.block_unseen(disks_in_flight))
+            got.append(p.maps.block_unseen(disks_in_flight))
             time.sleep(0.01)
         assert got == [(2, 4096 + 8192)] * 20
     finally:

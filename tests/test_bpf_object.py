@@ -4,7 +4,7 @@ name programs "stage/name"), read from the object's ELF symbols without loading 
 import pytest
 
 from tracer.kernel.elf import function_files
-from tracer.kernel.probes import BPF_DIR, OBJECT
+from tracer.kernel.loader import BPF_DIR, OBJECT
 
 STAGES = {"proc", "syscall", "pagecache", "block", "sched"}
 

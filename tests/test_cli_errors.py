@@ -12,7 +12,7 @@ import pytest
 
 from conftest import IOTRACE, ROOT, needs_root, run_iotrace
 from tracer.kernel.host import privilege_problem
-from tracer.kernel.probes import BPF_DIR, OBJECT
+from tracer.kernel.loader import BPF_DIR, OBJECT
 
 USAGE, HOST = 2, 3
 # Checked after the privileges: without them iotrace says so first (exit 3).

@@ -206,7 +206,7 @@ def test_daemonset_mounts(k8s):
     mounts = {host_paths[m["name"]]: m for m in c["volumeMounts"] if m["name"] in host_paths}
     assert mounts["/sys/kernel/btf"].get("readOnly") is True
     assert mounts["/sys/kernel/btf"]["mountPath"] == "/sys/kernel/btf"
-    # --auto's classic syscall tracepoints are attached by their ids in tracefs (probes.py)
+    # --auto's classic syscall tracepoints are attached by their ids in tracefs (loader.py)
     assert mounts["/sys/kernel/tracing"].get("readOnly") is True
     assert mounts["/sys/kernel/tracing"]["mountPath"] == "/sys/kernel/tracing"
     assert mounts["/sys/fs/bpf"]["mountPath"] == "/sys/fs/bpf"

@@ -114,7 +114,7 @@ def test_command_mode_exact_counts(iowork, data_file, tmp_path, tracefs, force, 
     slot table (slots.bpf.h): the first histogram and the first file's counters take them, every
     other key goes to the file log, or with none to the hash maps, and user space adds them up;
     with a log of one record per interval buffer, keys past it go to the hash map. And with the
-    syscalls hooked on their classic tracepoints, as --auto does (probes.SYSCALL_HOOKS), or half
+    syscalls hooked on their classic tracepoints, as --auto does (loader.SYSCALL_HOOKS), or half
     so: the same counts."""
     prime(iowork, data_file)
     out = tmp_path / "trace"
@@ -131,7 +131,7 @@ def test_command_mode_exact_counts(iowork, data_file, tmp_path, tracefs, force, 
         "raw": (True, True), "mixed": (False, True), "classic": (False, False)}[syscalls]
     kind = "raw_tp" if "raw_tp" in force else "tp_btf"
     assert hooks["sched_process_fork"] == kind
-    assert hooks["block_rq_issue"] == "raw_tp"  # reads task storage: raw_tp first (probes.py)
+    assert hooks["block_rq_issue"] == "raw_tp"  # reads task storage: raw_tp first (loader.py)
     assert hooks["block_rq_complete"] == hooks["block_rq_merge"] == hooks["block_rq_requeue"] == "raw_tp"
     assert hooks["block_io_start"] == ("missing" if "no_block_io_start" in force else "raw_tp")
     assert hooks["block_io_done"] == hooks["block_io_start"]  # both came in 6.5
@@ -289,7 +289,7 @@ def test_kill_9_keeps_every_closed_segment(tmp_path):
 def test_auto_discovers_jobs_started_later(tmp_path, tracefs):
     """--auto: two jobs started after iotrace are traced from the moment they start DataLoader
     workers; their workers' reads are counted exactly. A node agent hooks the syscalls on their
-    classic tracepoints, which spare the host's other syscalls (probes.SYSCALL_HOOKS)."""
+    classic tracepoints, which spare the host's other syscalls (loader.SYSCALL_HOOKS)."""
     data = tmp_path / "data.bin"
     data.write_bytes(os.urandom(1 << 20))
     out = tmp_path / "trace"
@@ -569,7 +569,7 @@ def test_pid_namespace_view(iowork, data_file, tmp_path):
 
 def test_requests_left_in_flight_at_the_end_count_as_unseen():
     """At the end of a trace the records of block requests still held are of requests whose end
-    no program saw, less as many as their disk has in flight (kernel/probes.Probes.block_unseen).
+    no program saw, less as many as their disk has in flight (kernel/maps.Maps.block_unseen).
     Records planted in the loaded (not attached) maps: two issued before the reading on an idle
     disk count; one never issued, one issued after the reading began and one on a disk that
     does not exist do not, nor one of an untraced process (tgid 0: who used the disk only)."""
@@ -587,7 +587,7 @@ def test_requests_left_in_flight_at_the_end_count_as_unseen():
     p = Probes(map_sizes={})
     p.load()
     try:
-        block = p.obj
+        block = p.loader
         starts = Map(block.map_fd("rq_starts"), 8, abi.RQ_START.size)
         later = time.monotonic_ns() + 3600 * 10**9
         planted = [record(1, idle, 4096), record(0, idle, 4096), record(later, idle, 4096),
@@ -596,8 +596,8 @@ def test_requests_left_in_flight_at_the_end_count_as_unseen():
             starts.update((rq << 6).to_bytes(8, "little"), abi.RQ_START.pack(*rec))
         slots = Map(block.map_fd("rq_slots"), 4, abi.RQ_SLOT.size)
         slots.update(bytes(4), abi.RQ_SLOT.pack(99 << 6, abi.RQ_START.pack(*record(1, idle, 8192))))
-        assert p.block_unseen() == (0, 0)  # during the trace: only what the programs found
-        assert p.block_unseen(disks_in_flight) == (2, 4096 + 8192)
+        assert p.maps.block_unseen() == (0, 0)  # during the trace: only what the programs found
+        assert p.maps.block_unseen(disks_in_flight) == (2, 4096 + 8192)
     finally:
         p.close()
 

@@ -94,7 +94,7 @@ def test_parse_diskstats_14_18_20_fields() -> None:
 
 def test_in_flight_by_kernel_device_number() -> None:
     """The requests in flight of each device, by major << 20 | minor (what block.bpf.c records
-    for a request's disk), for the leftovers of kernel/probes.Probes.block_unseen."""
+    for a request's disk), for the leftovers of kernel/maps.Maps.block_unseen."""
     text = _disk(8, 16, "sdb", *ELEVEN) + _disk(259, 3, "nvme0n1", *ELEVEN, 10, 1, 80, 20, 5, 7)
     assert in_flight_by_devt(text) == {8 << 20 | 16: 2, 259 << 20 | 3: 2}
 

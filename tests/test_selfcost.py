@@ -15,7 +15,7 @@ from tracer.core.selfcost import (
     format_count,
     render_self_cost,
 )
-from tracer.kernel.probes import BadSetting, map_sizes_from_env
+from tracer.kernel.loader import BadSetting, map_sizes_from_env
 
 PROGRAMS = (
     ProgramCost("syscall", "enter_a", "tracepoint", 20_000, 12_180_000, 0),

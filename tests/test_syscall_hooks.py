@@ -1,9 +1,9 @@
-"""Which programs hook the I/O syscalls (probes.SYSCALL_HOOKS), chosen from the mode, the
+"""Which programs hook the I/O syscalls (loader.SYSCALL_HOOKS), chosen from the mode, the
 IOTRACE_FORCE knob and what tracefs has: a fake tracefs tree, no privileges."""
 
 from pathlib import Path
 
-from tracer.kernel.probes import (
+from tracer.kernel.loader import (
     CLASSIC_SYSCALLS,
     SYSCALL_HOOKS,
     choose_syscall_hooks,

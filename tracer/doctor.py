@@ -9,14 +9,14 @@ from typing import TextIO
 from tracer.core.histogram import format_ns
 from tracer.kernel import libbpf as _libbpf
 from tracer.kernel.host import btf_path, btf_problem, privilege_problem
-from tracer.kernel.probes import (
+from tracer.kernel.loader import (
     BPF_DIR,
     OBJECT,
     BadSetting,
     HostCannotTrace,
-    Probes,
     classic_syscalls_missing,
 )
+from tracer.kernel.probes import Probes
 
 SELF_CALLS = 20_000  # page-cache pread64 calls the doctor traces of itself to measure the cost
 SELF_TOP = 4  # programs named in that line
@@ -65,17 +65,17 @@ def _load_attach_checks() -> list[Check]:
     checks = []
     try:
         probes.load()
-        unavailable = probes.enable_stats()
-        probes.track(os.getpid())
-        probes.attach()
-        n = len(probes.links)
+        unavailable = probes.stats.enable()
+        probes.loader.track(os.getpid())
+        probes.loader.attach()
+        n = len(probes.loader.links)
         checks.append(Check("load+attach", True, f"{n} programs attached and detached; "
-                            f"block_io_start: {probes.features.get('block_io_start')}"))
+                            f"block_io_start: {probes.loader.features.get('block_io_start')}"))
         if unavailable:
             checks.append(Check("BPF stats", None, f"per-program cost unavailable: {unavailable}"))
         else:
-            before = "" if probes.stats_before is None else (
-                f"; kernel.bpf_stats_enabled stays {probes.stats_before}")
+            before = "" if probes.stats.before is None else (
+                f"; kernel.bpf_stats_enabled stays {probes.stats.before}")
             checks.append(Check("BPF stats", True, "per-program run counts and times "
                                 "(BPF_ENABLE_STATS), counted for 2 % of every "
                                 f"interval while iotrace runs (--bpf-stats){before}"))
@@ -89,7 +89,7 @@ def _load_attach_checks() -> list[Check]:
 
 def _program_times(probes: Probes) -> dict[str, tuple[int, int]]:
     return {f"{obj}/{name}": (st.run_cnt, st.run_time_ns)
-            for obj, name, _, st in probes.program_stats()}
+            for obj, name, _, st in probes.stats.program_stats()}
 
 
 def _measure_self(probes: Probes, calls: int = SELF_CALLS) -> Check:
@@ -114,7 +114,7 @@ def _measure_self(probes: Probes, calls: int = SELF_CALLS) -> Check:
 
 
 def _syscall_hooks_check() -> Check:
-    """Which syscall hooks each mode takes here (probes.SYSCALL_HOOKS): --auto wants the classic
+    """Which syscall hooks each mode takes here (loader.SYSCALL_HOOKS): --auto wants the classic
     tracepoints, which need tracefs."""
     why = classic_syscalls_missing()
     if why is None:

@@ -115,7 +115,7 @@ class SelfCost:
     map_entries: dict[str, int] = field(default_factory=dict)  # max_entries by map
     stats_seconds: float = 0.0  # seconds the kernel counted the programs' runs (see STATS_MODES)
     stats_mode: str = "always"
-    # traced block requests whose end no completion program saw (kernel/probes.Probes.block_unseen):
+    # traced block requests whose end no completion program saw (kernel/maps.Maps.block_unseen):
     # in no histogram, since their latency is unknown
     block_unseen_requests: int = 0
     block_unseen_bytes: int = 0

@@ -1,7 +1,8 @@
 """The thin ctypes binding to libbpf.so.1: the only module of iotrace that uses ctypes.
 
 It exposes just the libbpf calls the loader needs, raising :class:`LibbpfError` (with the errno
-text) instead of returning NULL or a negative code. Everything else about BPF lives in probes.py.
+text) instead of returning NULL or a negative code. Everything else about BPF lives in loader.py,
+maps.py, stats.py and ring.py.
 The libc calls Python has no binding for are here too: prctl(PR_SET_PDEATHSIG) for the held
 child (tracer.live.child), malloc_trim for the tracer's memory (tracer.live.session), a
 read-only adjtimex for the host clock's NTP state (tracer.live.clock), and name_to_handle_at /

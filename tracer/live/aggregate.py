@@ -71,16 +71,16 @@ class Reading:
     """One read of the kernel's maps (raw bytes, as the loader returns them)."""
 
     hists: dict[bytes, bytes]
-    # This interval's per-file and per-folder counters (Probes.drain_file_stats)
+    # This interval's per-file and per-folder counters (kernel.maps.Maps.drain_file_stats)
     files: np.ndarray = field(default_factory=no_file_counts)
     folders: np.ndarray = field(default_factory=no_file_counts)
     threads: dict[int, bytes] = field(default_factory=dict)  # by thread id
     monotonic_ns: int = 0  # when it was read (CLOCK_MONOTONIC, the kernel's clock)
     # The syscall each main process's main thread was in when read, by pid (= its tid):
     # (start, op, target, dev, ino, gen), start in CLOCK_MONOTONIC ns
-    # (Probes.syscalls_in_flight)
+    # (kernel.maps.Maps.syscalls_in_flight)
     in_flight: dict[int, tuple[int, int, int, int, int, int]] = field(default_factory=dict)
-    # Who used each disk, cumulative (Probes.read_block_users)
+    # Who used each disk, cumulative (kernel.maps.Maps.read_block_users)
     block_users: dict[bytes, bytes] = field(default_factory=dict)
 
 

@@ -25,9 +25,9 @@ class CostReader:
         if self.mode == "off":
             self.unavailable = "not counted (--bpf-stats off)"
         else:
-            self.unavailable = self.probes.enable_stats()
+            self.unavailable = self.probes.stats.enable()
             if self.mode == "sampled":
-                self.probes.pause_stats()  # it could be turned on: the loop samples from here
+                self.probes.stats.pause()  # it could be turned on: the loop samples from here
 
     def start_meter(self) -> None:
         """The tracer's own CPU from here: what came before is start-up, not the steady cost
@@ -40,12 +40,12 @@ class CostReader:
         the counting off again)."""
         if self.mode != "sampled" or self.unavailable is not None:
             return
-        self.probes.enable_stats()
+        self.probes.stats.enable()
         self.off_at = now + STATS_SHARE * self.interval_s
 
     def pause_if_due(self, now: float) -> None:
         if self.off_at is not None and now >= self.off_at:
-            self.probes.pause_stats()
+            self.probes.stats.pause()
             self.off_at = None
 
     def read(self, final: bool = False) -> SelfCost:
@@ -53,13 +53,14 @@ class CostReader:
         last reading, where none starts and the requests left in flight that ended unseen are
         counted too."""
         assert self.meter is not None
+        stats, maps = self.probes.stats, self.probes.maps
         programs = ()
         if self.unavailable is None:
             programs = tuple(ProgramCost(obj, name, sec, st.run_cnt, st.run_time_ns,
                                          st.recursion_misses)
-                             for obj, name, sec, st in self.probes.program_stats())
-        unseen = self.probes.block_unseen(disks_in_flight if final else None)
-        return SelfCost(programs, self.probes.events_lost(), self.probes.map_full_drops(),
+                             for obj, name, sec, st in stats.program_stats())
+        unseen = maps.block_unseen(disks_in_flight if final else None)
+        return SelfCost(programs, self.probes.ring.lost(), maps.map_full_drops(),
                         self.meter.read(not final), self.unavailable,
-                        self.probes.stats_before, dict(self.probes.max_entries),
-                        self.probes.stats_seconds, self.mode, *unseen)
+                        stats.before, dict(self.probes.loader.max_entries),
+                        stats.seconds, self.mode, *unseen)

@@ -83,11 +83,11 @@ class Discovery:
         try:
             proc = psutil.Process(pid)
             # first: its forks from now on are followed in the kernel
-            self.probes.track(pid, worker=proc.name() == WORKER_COMM)
+            self.probes.loader.track(pid, worker=proc.name() == WORKER_COMM)
             self.processes.add_existing(pid, is_target=True)
             for kid in proc.children(recursive=True):
                 if kid.pid != os.getpid() and self.processes.get(kid.pid) is None:
-                    self.probes.track(kid.pid, pid, worker=kid.name() == WORKER_COMM)
+                    self.probes.loader.track(kid.pid, pid, worker=kid.name() == WORKER_COMM)
                     self.processes.add_existing(kid.pid, is_target=False)
         except psutil.NoSuchProcess:
             self.processes.mark_gone(pid)

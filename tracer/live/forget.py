@@ -23,13 +23,13 @@ class Forgetter:
         """After the sinks wrote `reading`'s interval."""
         if self._next:
             dead = self._next
-            stale = [k for k in reading.hists if abi.HIST_KEY.unpack_from(k)[0] in dead]
+            stale = [k for k in reading.hists if abi.hist_key_tgid(k) in dead]
             stale_tids = [tid for tid, raw in reading.threads.items()
-                          if abi.TGID.unpack_from(raw)[0] in dead]
-            self.probes.delete_hists(stale)
-            self.probes.delete_threads(stale_tids)
+                          if abi.thread_time_tgid(raw) in dead]
+            self.probes.maps.delete_hists(stale)
+            self.probes.maps.delete_threads(stale_tids)
             aggregator.forget(stale, stale_tids)
-            self.probes.forget_pidfds(dead)
+            self.probes.loader.forget_pidfds(dead)
             for pid in dead:
                 self.processes.by_pid[pid].forgotten = True
         self._next = {p.pid for p in self.processes.by_pid.values()

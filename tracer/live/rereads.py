@@ -35,7 +35,7 @@ _READ = next(code for code, name in abi.OPS.items() if name == "read")
 
 def rows_dtype() -> np.dtype:
     """abi.file_counts_dtype with the two re-read counters after its fields: the dtype the
-    session has the kernel's counters drained into (Probes.drain_file_stats)."""
+    session has the kernel's counters drained into (kernel.maps.Maps.drain_file_stats)."""
     return np.dtype(abi.file_counts_dtype().descr + list(REREAD_FIELDS))
 
 

@@ -37,7 +37,8 @@ from tracer.errors import (
 from tracer.gpu import nvml
 from tracer.kernel.host import tracing_problem, yield_to_job
 from tracer.kernel.libbpf import release_free_memory
-from tracer.kernel.probes import BadSetting, HostCannotTrace, Probes
+from tracer.kernel.loader import BadSetting, HostCannotTrace
+from tracer.kernel.probes import Probes
 from tracer.live.child import STOP_SIGNALS, HeldChild
 from tracer.live.clock import Clock
 from tracer.live.cost import CostReader
@@ -154,19 +155,19 @@ class Session:
         except HostCannotTrace as e:
             raise TraceFailure(str(e), EXIT_HOST) from None
         self.cost.start_stats()
-        self.probes.open_events(self.on_event)
+        self.probes.ring.open(self.on_event)
         if self.opts.command:
             self.command_log = self.opts.command_output or (
                 self.opts.output / "command.log" if self.opts.tui else None)
             self.child = HeldChild(self.opts.command, self.command_log)
             self.processes.add_started(self.child.pid, os.getpid(), self.opts.command)
-            self.probes.track(self.child.pid)
+            self.probes.loader.track(self.child.pid)
         for pid in self.discovery.targets(self.opts.pids):
             self.discovery.add_target(pid)
         if self.opts.auto:
             self.discovery.scan()
         try:
-            self.probes.attach()
+            self.probes.loader.attach()
         except HostCannotTrace as e:
             raise TraceFailure(str(e), EXIT_HOST) from None
         self._check_targets_alive()
@@ -256,10 +257,10 @@ class Session:
             "targets": {"pids": self.opts.pids, "command": self.redact.argv(self.opts.command)},
             "redacted_paths": self.redact.enabled,
             "clocks": self.clock.meta(), "start_ns": start_ns, "stop_ns": None,
-            "interval_s": self.opts.interval_s, "hooks": self.probes.features,
-            "syscall_hooks": self.probes.syscall_hooks,
-            "unavailable": [k for k, v in self.probes.features.items() if v == "missing"]
-            + [n for n in (self.probes.syscall_hooks_note, self.gpu_note) if n],
+            "interval_s": self.opts.interval_s, "hooks": self.probes.loader.features,
+            "syscall_hooks": self.probes.loader.syscall_hooks,
+            "unavailable": [k for k, v in self.probes.loader.features.items() if v == "missing"]
+            + [n for n in (self.probes.loader.syscall_hooks_note, self.gpu_note) if n],
             "events_lost": 0, "self_cost": None,
         }
 
@@ -294,7 +295,7 @@ class Session:
             now = time.monotonic()
             until = min(next_tick, self.cost.off_at or next_tick)
             wait_ms = int(max(0.0, min(until - now, POLL_MS / 1000)) * 1000)
-            self.probes.poll_events(wait_ms)
+            self.probes.ring.poll(wait_ms)
             now = time.monotonic()
             self.cost.pause_if_due(now)
             if self.opts.duration_s is not None and now - started >= self.opts.duration_s:
@@ -322,7 +323,7 @@ class Session:
         reading = self._read()
         # A process forks before it does I/O, so its FORK record is in the ring buffer before
         # its counters are in the maps just read: take the records now, the rows get its name.
-        self.probes.poll_events(0)
+        self.probes.ring.poll(0)
         ts_ns = self.clock.to_utc_ns(reading.monotonic_ns)
         devices, system = self.proc.sample(ts_ns)
         # each training loop's (a torchrun job's ranks, not its agent)
@@ -380,14 +381,14 @@ class Session:
         cumulative histograms and thread times."""
         from tracer.live.aggregate import Reading
 
-        epoch = self.probes.next_epoch()
-        files, folders = self.probes.drain_file_stats(epoch & 1, rows_dtype())
-        hists, threads = self.probes.read_hists(), self.probes.read_threads()
+        maps = self.probes.maps
+        files, folders = maps.drain_file_stats(maps.next_epoch() & 1, rows_dtype())
+        hists, threads = maps.read_hists(), maps.read_threads()
         # After the per-file counters: a syscall that returned since they were read is seen
         # done here and counted in them at the next reading (the diagnosis allows for both).
         mains = [p.pid for p in self.processes.alive() if p.role in LOOP_ROLES]
         return Reading(hists, files, folders, threads, time.monotonic_ns(),
-                       self.probes.syscalls_in_flight(mains), self.probes.read_block_users())
+                       maps.syscalls_in_flight(mains), maps.read_block_users())
 
     def _cannot_write(self, error: OSError) -> None:
         """The trace sink could not write a segment (a full disk) and writes nothing more: stop
@@ -427,7 +428,7 @@ class Session:
         them); returns the summary text. The programs stay attached until close() (detaching
         waits for the kernel: about a second), so the summary comes first; what completes
         after this last read is not in the trace, as with any stop."""
-        self.probes.poll_events(0)
+        self.probes.ring.poll(0)
         assert self.step is not None
         last = self.tick(final=True)
         self.final_findings, cost = last.final_findings, last.snapshot.cost

@@ -217,7 +217,7 @@ class PrometheusSink:
         findings       the findings as they stand now (tracer.core.diagnose.Finding or findings rows);
                        they replace the previous ones: a kind not among them goes back to 0
         gpu_idle       `gpu_idle` rows of spans that ended in this interval, each span once
-        events_lost    the ring buffer's cumulative lost-event count (Probes.events_lost());
+        events_lost    the ring buffer's cumulative lost-event count (kernel.ring.EventRing.lost());
                        the counter never goes down, whatever is passed
         """
         snapshot, loop_rows, findings = interval.snapshot, interval.loop, interval.findings
