@@ -56,7 +56,7 @@ __u64 rq_starts_used = 0;
  * Firecracker, virtio disk) the kernel now and then runs neither block_rq_complete's nor
  * block_io_done's program for a run of requests, with no recursion miss counted (README, known
  * limits). Found here when the request's address starts a new request while the old record is
- * still held; user space adds the records left at the end (tracer/kernel/probes.py). [0]: requests,
+ * still held; user space adds the records left at the end (tracer/kernel/maps.py). [0]: requests,
  * [1]: bytes. Their latencies are unknown, so they are in no histogram.
  */
 struct {

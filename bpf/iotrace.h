@@ -125,7 +125,7 @@ struct file_stat {
 };
 
 /* A block request in flight (block.bpf.c), from its start to its end; user space reads the
- * records left at the end (tracer/kernel/probes.py). */
+ * records left at the end (tracer/kernel/maps.py). */
 struct rq_start {
 	__u64 insert_ns;
 	__u64 issue_ns;

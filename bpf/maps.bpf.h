@@ -25,10 +25,10 @@
  * counted per folder (folder_stats). */
 #define MAX_FILE_KEYS 131072
 
-/* Load-time configuration, written by the loader (tracer/kernel/probes.py) before load. */
+/* Load-time configuration, written by the loader (tracer/kernel/loader.py) before load. */
 IOT_SHARED const volatile struct iot_config iot_config SEC(".rodata.config");
 
-/* The interval number, advanced by user space once per interval (tracer/kernel/probes.py). */
+/* The interval number, advanced by user space once per interval (tracer/kernel/maps.py). */
 IOT_SHARED volatile __u64 max_epoch SEC(".data.epoch");
 
 /* TGIDs being traced (tracked.bpf.h keeps it and its bitmap equal). */

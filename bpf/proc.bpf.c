@@ -182,7 +182,7 @@ int BPF_PROG(exit_raw, struct task_struct *task)
 	return handle_exit(task);
 }
 
-/* Run by user space (BPF_PROG_TEST_RUN, tracer/kernel/probes.py Probes.track) to start tracing a
+/* Run by user space (BPF_PROG_TEST_RUN, tracer/kernel/loader.py Loader.track) to start tracing a
  * process: the `tracked` entry and its bit, set the way the kernel side sets them (struct
  * track_request, iotrace.h). */
 

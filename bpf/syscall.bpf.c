@@ -4,7 +4,7 @@
  * per file for regular files, openat per file, and slow operations as events.
  *
  * Two ways to hook the syscalls, one body of work (enter_body, exit_body); the loader takes
- * one per mode (probes.py, SYSCALL_HOOKS). One program on the raw sys_enter tracepoint and one
+ * one per mode (loader.py, SYSCALL_HOOKS). One program on the raw sys_enter tracepoint and one
  * on raw sys_exit run for every syscall of every process, so the syscall number is checked
  * first (a few compares) and the rest runs only for the I/O syscalls of traced processes. Per
  * traced call this costs about half what the classic per-syscall tracepoints
@@ -246,7 +246,7 @@ int sys_exit(struct bpf_raw_tracepoint_args *ctx)
  * kernel runs these only for the syscalls they are attached to, so the host's other syscalls
  * run no program, and a traced call pays for a perf record built before the program runs
  * (docs/benchmarks.md). The loader attaches each program to the tracepoints of the syscalls
- * of op_of_syscall it names (probes.py, CLASSIC_SYSCALLS); SEC("tp"): libbpf attaches nothing
+ * of op_of_syscall it names (loader.py, CLASSIC_SYSCALLS); SEC("tp"): libbpf attaches nothing
  * by itself. A record is the common fields, the syscall number as an int at offset 8, then
  * the arguments (enter) or the return value (exit) as longs from offset 16 (the events'
  * format files). The kernel refuses a program that reads past the record of a tracepoint it
