@@ -364,6 +364,12 @@ def hist_key_tgid(raw: bytes) -> int:
     return HIST_KEY.unpack_from(raw)[0]
 
 
+def hist_key_target(raw: bytes) -> tuple[int, int]:
+    """(tgid, target) of a raw struct hist_key, target as enum iot_target (TARGET_SOCKET...)."""
+    tgid, _dev, _layer, _op, target, _attr = HIST_KEY.unpack(raw)
+    return tgid, target
+
+
 def thread_time_tgid(raw: bytes) -> int:
     """The process of a raw struct thread_time (its first field)."""
     return THREAD_TIME.unpack_from(raw)[0]

@@ -362,7 +362,7 @@ class Session:
         tables: dict[str, dict[int, str]] = {}  # each network namespace's, read once
         networked = set()
         for raw in hists:
-            tgid, _dev, _layer, _op, target, _attr = abi.HIST_KEY.unpack(raw)
+            tgid, target = abi.hist_key_target(raw)
             if target == abi.TARGET_SOCKET:
                 networked.add(tgid)
         for proc in self.processes.alive():
