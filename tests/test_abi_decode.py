@@ -49,3 +49,27 @@ def test_held_slots_leave_out_a_slot_being_taken():
     good, taken = _slot_words(key, hist), _slot_words(key, hist, tag=99)
     got = abi.decode_held_slots(abi.HIST_SLOTS, np.array([4, 9]), np.stack([good, taken]))
     assert got == [((4, int(good[0])), key, hist)]
+
+
+def test_socket_keys_name_their_process():
+    assert abi.hist_key_target(abi.HIST_KEY.pack(43, 0, 1, 0, abi.TARGET_SOCKET, 0)) == (
+        43, abi.TARGET_SOCKET)
+
+
+def test_layouts_are_unpacked_in_abi_only():
+    """Bytes from the kernel are decoded only in core/abi (docs/architecture.md): no other
+    module of tracer/ unpacks one of its layouts, and the kernel boundary's stages unpack
+    nothing at all (libbpf, the ctypes transport, and elf, the object's ELF header, aside)."""
+    import re
+    from pathlib import Path
+
+    root = Path(abi.__file__).parent.parent
+    layout = re.compile(r"abi\.[A-Z][A-Z0-9_]*\.(iter_)?unpack")
+    raw = re.compile(r"\.unpack|struct\.|frombuffer|from_bytes")
+    found = [f"{p.relative_to(root)}:{n}" for p in sorted(root.rglob("*.py")) if p.name != "abi.py"
+             for n, line in enumerate(p.read_text().splitlines(), 1) if layout.search(line)]
+    stages = ("loader", "maps", "stats", "ring", "probes")
+    found += [f"kernel/{s}.py:{n}" for s in stages
+              for n, line in enumerate((root / "kernel" / f"{s}.py").read_text().splitlines(), 1)
+              if raw.search(line)]
+    assert found == []
