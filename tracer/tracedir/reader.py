@@ -21,8 +21,9 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from tracer.core.abi import ATTRIBUTIONS, LAYERS, OPS, PAGE_SIZE, TARGETS
+from tracer.core.abi import ATTRIBUTIONS, LAYERS, OPS, TARGETS
 from tracer.core.histogram import MaxSeen, interpolate
+from tracer.core.units import PAGE_SIZE
 from tracer.tracedir.schema import META_FILE, SCHEMA_VERSION, TABLES
 
 _SEGMENT_GLOB = "part-*.parquet"

@@ -20,9 +20,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from tracer.core.abi import MAX_SLOTS, PAGE_SIZE
-from tracer.core.histogram import slot_of
 from tracer.core.model import FileRow, LatencyRow, LoopRow, Snapshot, ThreadRow
+from tracer.core.units import MAX_SLOTS, PAGE_SIZE, slot_of
 from tracer.core.vocab import LOOP_STATES
 
 

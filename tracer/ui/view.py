@@ -31,9 +31,9 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from tracer.core.abi import MAX_SLOTS, slot_bounds_ns
-from tracer.core.histogram import format_ns, percentile_ns, slot_of
+from tracer.core.histogram import format_ns, percentile_ns
 from tracer.core.model import Snapshot
+from tracer.core.units import MAX_SLOTS, slot_bounds_ns, slot_of
 from tracer.core.vocab import AGENT, CHILD, DATALOADER_WORKER, LOOP_STATES, MAIN, RANK, ROLES
 from tracer.ui import stats
 from tracer.ui.fmt import clock, dstat_bytes, elapsed, short_ns
