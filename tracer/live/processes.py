@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import psutil
 
 from tracer.core import abi
+from tracer.core.diagnosis.feed import loop_owners
 from tracer.core.roles import DATALOADER_WORKER, PIN_COMM, cuda_device, is_agent_cmdline, rank_env, role_of
 from tracer.core.vocab import LOOP_ROLES, RANK
 from tracer.live.clock import Clock
@@ -221,22 +222,8 @@ class ProcessTable:
                 last_exit = None if any(e is None for e in exits) else max(exits)
 
     def owners(self) -> dict[int, int]:
-        """Each process's training loop, by pid: its nearest ancestor (or itself) that is a
-        rank or a `main`, else the traced ancestor that the user named (torchrun's agent)."""
-        out: dict[int, int] = {}
-        for pid, p in self.by_pid.items():
-            cur, seen, target = p, set(), None
-            while cur is not None and cur.pid not in seen:
-                if cur.role in LOOP_ROLES:
-                    break
-                if cur.is_target and target is None:
-                    target = cur
-                seen.add(cur.pid)
-                cur = self.by_pid.get(cur.ppid)
-            else:
-                cur = target
-            out[pid] = cur.pid if cur is not None else pid
-        return out
+        """Each process's training loop, by pid (`feed.loop_owners`: the replay's rule too)."""
+        return loop_owners({pid: (p.ppid, p.role, p.is_target) for pid, p in self.by_pid.items()})
 
     def ranks(self) -> list[Process]:
         """The ranks of distributed jobs whose environment's numbers are known."""
