@@ -33,7 +33,7 @@ def step() -> Step:
 
 def run(s: Step, i: int, **kw) -> Interval:
     return s.interval(Reading({}), T0 + i * SEC, devices=[], system=None, gpu_rows=[],
-                      cost=cost(i), owners={}, **kw)
+                      cost=cost(i), known=[], **kw)
 
 
 def test_findings_rows_every_few_seconds_and_the_whole_run_at_the_end():

@@ -225,6 +225,14 @@ class ProcessTable:
         """Each process's training loop, by pid (`feed.loop_owners`: the replay's rule too)."""
         return loop_owners({pid: (p.ppid, p.role, p.is_target) for pid, p in self.by_pid.items()})
 
+    def known_rows(self) -> list[dict]:
+        """What the diagnosis's input reads of every process known (`feed.interval_input`):
+        the columns of its `processes` row that say its loop, rank and peers."""
+        return [{"pid": p.pid, "ppid": p.ppid, "role": p.role, "first_seen": p.first_seen_ns,
+                 "exit": p.exit_ns, "rank": p.rank_env[0] if p.rank_env else None,
+                 "world_size": p.rank_env[2] if p.rank_env else None,
+                 "peers": ", ".join(p.peers) or None} for p in self.by_pid.values()]
+
     def ranks(self) -> list[Process]:
         """The ranks of distributed jobs whose environment's numbers are known."""
         return [p for p in self.by_pid.values() if p.role == RANK and p.rank_env is not None]

@@ -332,17 +332,13 @@ class Session:
         gpu_rows = self.gpu.poll(ts_ns) if self.gpu else []
         cost = self.cost.read(final)
         assert self.step is not None and self.trace is not None
-        owners = self.processes.owners()
-        self._sample_peers(owners, reading.hists)
-        for proc in self.processes.ranks():
-            if proc.alive:
-                self.step.diagnosis.note_rank(proc.pid, proc.rank_env[0], proc.rank_env[2],
-                                              proc.ppid)
+        self._sample_peers(reading.hists)
         # Every segment roll carries the processes seen or changed since the last: a killed
         # tracer's trace still names every process its other rows mention.
         processes = self._process_rows() if final or self.trace.roll_due() else None
         interval = self.step.interval(reading, ts_ns, devices=devices, system=system,
-                                      memory=memory, gpu_rows=gpu_rows, cost=cost, owners=owners,
+                                      memory=memory, gpu_rows=gpu_rows, cost=cost,
+                                      known=self.processes.known_rows(),
                                       processes=processes, final=final,
                                       gpu_named=self.processes.cuda_devices())
         for sink in self.sinks:
@@ -352,10 +348,10 @@ class Session:
         release_free_memory()
         return interval
 
-    def _sample_peers(self, owners: dict[int, int], hists: dict[bytes, bytes]) -> None:
+    def _sample_peers(self, hists: dict[bytes, bytes]) -> None:
         """The TCP peers of the mains and their workers, for the network data wait's evidence:
-        kept on each process (its `processes` rows) and told to the diagnosis (`owners`: each
-        process's main). Only for the processes whose syscalls used a network socket
+        kept on each process (its rows: the step's input names them for its loop, as a replay
+        of its `processes` rows does). Only for the processes whose syscalls used a network socket
         (`hists`, the reading's): reading a namespace's connections walks every bucket of the
         host's tables (about 10 ms a reading on a 24 GiB host), and a DataLoader's workers
         hold AF_UNIX sockets only."""
@@ -372,9 +368,7 @@ class Session:
                 continue
             new = sorted(peers_of(proc.pid, tables=tables) - set(proc.peers))[
                 :MAX_PEERS - len(proc.peers)]
-            if new:
-                proc.peers.extend(new)
-                self.step.diagnosis.note_peers(owners.get(proc.pid, proc.pid), new)
+            proc.peers.extend(new)
 
     def _read(self) -> Reading:
         """The kernel's maps: this interval's per-file counters (taken out of the kernel), the

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections import deque
 from typing import TYPE_CHECKING
 
+from tracer.core.diagnosis.feed import TABLES, feed, interval_input
 from tracer.core.interval import Interval
 from tracer.gpu.idle import add_gpu_evidence
 
@@ -34,20 +35,22 @@ class Step:
         self.gpu_idle: list[dict] = []
 
     def interval(self, reading: Reading, ts_ns: int, *, devices: list[dict], system: dict | None,
-                 gpu_rows: list[dict], cost: SelfCost, owners: dict[int, int],
+                 gpu_rows: list[dict], cost: SelfCost, known: list[dict],
                  processes: list[dict] | None = None, final: bool = False,
                  memory: list[dict] | None = None,
                  gpu_named: dict[int, str] | None = None) -> Interval:
         """One interval ending at `ts_ns` (UTC ns): the maps' `reading`, the host's `devices`
         and `system` rows, the mains' `memory` rows, the GPUs' samples, iotrace's cost so far,
-        each process's main process (`owners`), the `processes` rows to write (None: none
-        this interval), and the GPU each training loop's environment gives it (`gpu_named`).
+        the rows of every process known (`known`: what says each one's training loop, rank and
+        peers), the `processes` rows to write (None: none this interval), and the GPU each
+        training loop's environment gives it (`gpu_named`).
         `final`: the run's last interval, which also gets the whole run's verdicts."""
         snap = self.aggregator.interval(reading, ts_ns, devices=devices, system=system,
                                         gpu=gpu_rows, cost=cost, memory=memory)
-        loop = self.diagnosis.add(snap.ts_ns, snap.interval_ns, snap.threads, snap.files,
-                                   snap.latency, snap.devices, owners, snap.memory,
-                                   snap.device_users)
+        # the same input as a replay of the trace builds for this interval (tracer.report)
+        inp = interval_input(snap.ts_ns, snap.interval_ns,
+                             {t: getattr(snap, t) for t in TABLES}, known)
+        loop = feed(self.diagnosis, inp)
         findings = self.diagnosis.findings(self.diagnosis.thresholds.window_s)
         rows: list[dict] = []
         if not self._last_findings_ns:  # the first verdicts once FINDINGS_EVERY_S have passed,
@@ -58,7 +61,7 @@ class Step:
         idle: list[dict] = []
         notes: list[str] = []
         if self.gpu:
-            idle = self.gpu.idle(snap.ts_ns, gpu_rows, loop, owners, gpu_named)
+            idle = self.gpu.idle(snap.ts_ns, gpu_rows, loop, inp.owners, gpu_named)
             self.gpu_rows.extend(gpu_rows)
             self.gpu_idle.extend(idle)
             notes = self.gpu.take_notes()
