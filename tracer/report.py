@@ -162,7 +162,7 @@ def recompute_gpu(trace: TraceReader, write: bool = True
     spans = idle.analyse(gpu_rows, loop_rows, owners or None)
     if write:
         write_segment(trace.directory / "gpu_idle", table_from_rows("gpu_idle", spans), replace=True)
-        trace._cache.pop("gpu_idle", None)
+        trace.forget("gpu_idle")
     return spans, gpu_rows
 
 

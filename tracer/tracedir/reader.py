@@ -88,6 +88,11 @@ class TraceReader:
         self._cache[name] = frame
         return frame
 
+    def forget(self, name: str) -> None:
+        """Drops table `name` as read so far: its next access reads the directory again (after
+        a rewrite of the table, as `iotrace report` rewrites `gpu_idle`)."""
+        self._cache.pop(name, None)
+
     def _read_segments(self, name: str, folder: Path) -> pd.DataFrame:
         """Every usable segment of a table; the unusable ones (damaged, cut short, foreign) are
         skipped, listed in `trace.damaged[name]` and reported in one warning line."""
