@@ -31,6 +31,7 @@ class Step:
                  gpu: GpuMonitor | None = None):
         self.aggregator, self.diagnosis, self.gpu = aggregator, diagnosis, gpu
         self._last_findings_ns = 0
+        self._start_ns: int | None = None  # the first interval's start
         self.gpu_rows: deque[dict] = deque(maxlen=GPU_ROWS_KEPT)
         self.gpu_idle: list[dict] = []
 
@@ -48,6 +49,8 @@ class Step:
         snap = self.aggregator.interval(reading, ts_ns, devices=devices, system=system,
                                         gpu=gpu_rows, cost=cost, memory=memory)
         # the same input as a replay of the trace builds for this interval (tracer.report)
+        if self._start_ns is None:
+            self._start_ns = snap.ts_ns - snap.interval_ns
         inp = interval_input(snap.ts_ns, snap.interval_ns,
                              {t: getattr(snap, t) for t in TABLES}, known)
         loop = feed(self.diagnosis, inp)
@@ -77,6 +80,8 @@ class Step:
                 meta["gpu"] = self.gpu.meta()
             rows = [f.row(snap.ts_ns) for f in run_findings]
             assert snap.cost is not None
-            meta.update(events_lost=snap.cost.events_lost, self_cost=snap.cost.meta())
+            # where the first interval began: a replay of the trace gives it the same length
+            meta.update(events_lost=snap.cost.events_lost, self_cost=snap.cost.meta(),
+                        intervals_start_ns=self._start_ns)
         return Interval(snap, loop, findings, rows, idle, processes, cost.events_lost, notes,
                         final, run_findings, meta)
