@@ -347,6 +347,21 @@ def test_summary_is_the_report_text(hand: Path) -> None:
     assert SHARD in text
 
 
+def test_reading_a_trace_imports_neither_kernel_nor_live(hand: Path) -> None:
+    """The summary, the report's text and the notebook view of a saved trace load nothing of
+    the tracing side: not tracer.kernel (libbpf and its libc through ctypes), not tracer.live."""
+    script = ("import sys, tracer\n"
+              "from tracer.report import summary_text\n"
+              f"t = tracer.load({str(hand)!r})\n"
+              "t.summary(); summary_text(t); t._repr_html_()\n"
+              "print([n for n, m in sys.modules.items() if n.startswith(('tracer.kernel', "
+              "'tracer.live')) or n.startswith('tracer') and hasattr(m, 'ctypes')])\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          cwd=ROOT, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+
+
 def _files_of(directory: Path) -> dict[str, tuple[int, bytes]]:
     return {str(p.relative_to(directory)): (p.stat().st_mtime_ns, p.read_bytes())
             for p in sorted(directory.rglob("*")) if p.is_file()}

@@ -7,6 +7,9 @@ code as the end of a live run.
 
 from __future__ import annotations
 
+import bisect
+from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import TextIO
 
 import numpy as np
@@ -14,19 +17,21 @@ import pandas as pd
 
 from tracer.core import abi
 from tracer.core.diagnose import Diagnosis, Finding, RankLoop, render_findings
+from tracer.core.diagnosis.feed import feed, interval_input, owners
+from tracer.core.diagnosis.input import IntervalInput
 from tracer.core.histogram import slot_of
 from tracer.core.model import FileTotals, GpuIdleRow, GpuRow, Series
 from tracer.core.redact import Redactor
 from tracer.core.selfcost import SelfCost
-from tracer.core.vocab import AGENT, LOOP_ROLES, MAIN, RANK
+from tracer.core.vocab import LOOP_ROLES, MAIN, RANK
 from tracer.errors import EXIT_USAGE, TraceFailure
 from tracer.gpu import idle
-from tracer.live.clock import Clock
-from tracer.live.files import FileInfo
-from tracer.live.processes import Process, ProcessTable
 from tracer.render.first_screen import device_lines, gpu_idle_lines, loop_lines, traced_lines
 from tracer.render.summary import render_summary, split_lines
 from tracer.tracedir.reader import TraceError, TraceReader, load
+
+# The tables with rows per interval, stamped with its end: the diagnosis's input from the trace.
+ROW_TABLES = ("threads", "files", "latency", "devices", "memory", "device_users")
 
 
 def _text(v: object) -> str | None:
@@ -62,14 +67,24 @@ def totals_from_latency(latency: pd.DataFrame) -> dict[Series, np.ndarray]:
     return totals
 
 
+@dataclass(frozen=True)
+class SavedFile:
+    """A file as the summary names it, from its `files` rows."""
+
+    path: str
+    path_source: str
+    fs_type: str
+    device: str
+
+
 class SavedPaths:
     """The files of saved rows, by (device, inode, path): what render_summary names them by."""
 
     def __init__(self) -> None:
-        self.by_id: dict[tuple[str, int, str], FileInfo] = {}
+        self.by_id: dict[tuple[str, int, str], SavedFile] = {}
         self.redact = Redactor(False)  # the saved paths are as the trace has them
 
-    def get(self, dev, ino, gen) -> FileInfo:
+    def get(self, dev, ino, gen) -> SavedFile:
         return self.by_id[(dev, ino, gen)]
 
 
@@ -85,7 +100,7 @@ def file_totals_from_files(files: pd.DataFrame) -> tuple[dict, SavedPaths]:
     names = files.astype({c: object for c in (*file_key, "path_source", "fs_type")
                           if isinstance(files[c].dtype, pd.CategoricalDtype)})
     for r in names.drop_duplicates(file_key, keep="last").itertuples(index=False):
-        table.by_id[(str(r.device), int(r.inode), str(r.path))] = FileInfo(
+        table.by_id[(str(r.device), int(r.inode), str(r.path))] = SavedFile(
             str(r.path), str(r.path_source), str(r.fs_type), str(r.device))
     # The slowest operation is known for the rows that say it (latency_max_ns > 0), and a
     # row with operations that does not makes the maximum of its (process, op) unknown.
@@ -113,28 +128,54 @@ def _records(df: pd.DataFrame) -> dict[int, list[dict]]:
     return out
 
 
-def diagnose_trace(trace: TraceReader, processes: ProcessTable) -> Diagnosis:
-    """Replays the per-interval rows through the diagnosis, in time order."""
+def diagnose_trace(trace: TraceReader) -> Diagnosis:
+    """Replays the trace's intervals through the diagnosis, in time order, each as the live
+    step gave it (`replay`)."""
     d = Diagnosis(startup=bool(trace.targets["command"]))  # as the live run: launch mode
-    tables = {name: _records(trace[name])
-              for name in ("threads", "files", "latency", "devices", "memory", "device_users")}
-    owners = processes.owners()
-    for proc in processes.ranks():  # as the live run told it
-        d.note_rank(proc.pid, proc.rank_env[0], proc.rank_env[2], proc.ppid)
-    procs = trace["processes"]
-    if "peers" in procs:  # the TCP peers the live run saw, for the same evidence
-        for pid, peers in zip(procs["pid"], procs["peers"], strict=True):
-            if isinstance(peers, str):
-                d.note_peers(owners.get(int(pid), int(pid)), peers.split(", "))
-    stamps = sorted(set().union(*(t.keys() for t in tables.values())))
-    prev = None
-    interval_ns = int(float(trace.meta.get("interval_s") or 1.0) * 1e9)
-    for ts in stamps:
-        d.add(ts, ts - prev if prev else interval_ns,
-              *(tables[n].get(ts, []) for n in ("threads", "files", "latency", "devices")),
-              owners, tables["memory"].get(ts, []), tables["device_users"].get(ts, []))
-        prev = ts
+    for inp in replay(trace):
+        feed(d, inp)
     return d
+
+
+def replay(trace: TraceReader) -> Iterator[IntervalInput]:
+    """The diagnosis's input per interval, from the trace alone, through the live step's builder
+    (`feed.interval_input`): each table's rows of the interval, and the `processes` rows of the
+    processes first seen by its end (the last row of each: what became of it). Slow operations
+    and GPU samples go to the interval in which they ended."""
+    tables = {name: _records(trace[name]) for name in (*ROW_TABLES, "system")}
+    stamps = sorted(set().union(*(t.keys() for t in tables.values())))
+    events = _plain_records(trace["events"])
+    for e in events:
+        e["end"] = e["ts"] + e["latency_ns"]
+    ended = {"events": _by_interval(events, stamps, "end"),
+             "gpu": _by_interval(_plain_records(trace["gpu"]), stamps, "ts")}
+    procs = sorted(_plain_records(trace.processes), key=lambda r: (r["first_seen"], r["pid"]))
+    first_seen = [r["first_seen"] for r in procs]
+    # The first interval began where the run's meta.json says (traces before it said: one
+    # interval before its end).
+    prev = trace.meta.get("intervals_start_ns")
+    interval_ns = int(float(trace.meta.get("interval_s") or 1.0) * 1e9)
+    known: list[dict] = []
+    owner: dict[int, int] = {}
+    for ts in stamps:
+        n = bisect.bisect_right(first_seen, ts)
+        if n != len(known):  # each process's loop, again once another is known
+            known = procs[:n]
+            owner = owners(known)
+        rows = {name: tables[name].get(ts, []) for name in ROW_TABLES}
+        rows.update((name, by_ts.get(ts, [])) for name, by_ts in ended.items())
+        yield interval_input(ts, ts - prev if prev else interval_ns, rows, known, owner)
+        prev = ts
+
+
+def _by_interval(rows: list[dict], stamps: list[int], key: str) -> dict[int, list[dict]]:
+    """`rows` by the interval (end in `stamps`) in which their `key` time falls: (prev, end]."""
+    out: dict[int, list[dict]] = {}
+    for r in rows:
+        i = bisect.bisect_left(stamps, r[key])
+        if i < len(stamps):
+            out.setdefault(stamps[i], []).append(r)
+    return out
 
 
 def recompute_gpu(trace: TraceReader, write: bool = True
@@ -235,8 +276,7 @@ def report_nodes(directories: list[str], out: TextIO) -> int:
              clock_line([(str(t.meta.get("host") or "?"), d, t.meta)
                          for d, t in zip(directories, traces, strict=True)])]
     for directory, trace in zip(directories, traces, strict=True):
-        procs = process_table(trace)
-        d = diagnose_trace(trace, procs)
+        d = diagnose_trace(trace)
         found.extend(d.findings())
         host = str(trace.meta.get("host") or "?")
         for ranks in d.rank_loops(since_ns=since, until_ns=until).values():
@@ -287,43 +327,59 @@ def clock_line(hosts: list[tuple[str, str, dict]]) -> str:
             f"(the kernels' bound), so within {sum(worst) / 1e6:.0f} ms of each other.")
 
 
-def process_table(trace: TraceReader) -> ProcessTable:
-    """The trace's processes as the live run knew them."""
-    procs = ProcessTable(Clock())
-    # A process has a row when first seen and one more whenever it changed: the last is current.
-    for r in trace.processes.drop_duplicates("pid", keep="last").itertuples(index=False):
-        proc = procs.by_pid[int(r.pid)] = Process(int(r.pid), int(r.ppid), str(r.comm),
-                                                  r.role == MAIN, str(r.cmdline),
-                                                  _ns(r.first_seen))
-        proc.is_rank, proc.is_agent = r.role == RANK, r.role == AGENT
-        rank = getattr(r, "rank", None)
-        if rank is not None and not pd.isna(rank):
-            local = getattr(r, "local_rank", None)
-            proc.rank_env = (int(rank), None if pd.isna(local) else int(local),
-                             int(r.world_size))
-        device = getattr(r, "cuda_device", None)
-        proc.cuda_device = None if device is None or pd.isna(device) else str(device)
-    return procs
+@dataclass(frozen=True)
+class SavedProcess:
+    """A process as the summary names it, from its last `processes` row."""
+
+    pid: int
+    ppid: int
+    comm: str
+    role: str
+    rank: int | None  # its RANK, a rank's
+
+    @property
+    def is_target(self) -> bool:  # a `main` is named without its parent
+        return self.role == MAIN
 
 
-def training_since(diagnosis: Diagnosis, procs: ProcessTable) -> dict[int, int]:
+class SavedProcesses:
+    """The trace's processes by pid, as the summary looks them up (`ProcessLookup`)."""
+
+    def __init__(self, trace: TraceReader) -> None:
+        # A process has a row when first seen and one more whenever it changed: the last is current.
+        self.by_pid = {int(r["pid"]): SavedProcess(int(r["pid"]), int(r["ppid"]), str(r["comm"]),
+                                                   str(r["role"]), _int(r.get("rank")))
+                       for r in _plain_records(trace.processes.drop_duplicates("pid", keep="last"))}
+
+    def get(self, pid: int) -> SavedProcess | None:
+        return self.by_pid.get(pid)
+
+    def rank_numbers(self) -> dict[int, int]:
+        """Each rank's RANK, by pid (the summary's line per rank)."""
+        return {p.pid: p.rank for p in self.by_pid.values() if p.role == RANK and p.rank is not None}
+
+
+def _int(v: object) -> int | None:
+    return None if v is None or pd.isna(v) else int(v)
+
+
+def training_since(diagnosis: Diagnosis, procs: SavedProcesses) -> dict[int, int]:
     """Per main pid whose start-up was seen, when its training started (ns)."""
     return {pid: ns for pid in procs.by_pid if (ns := diagnosis.training_since(pid)) is not None}
 
 
 def trace_training_since(trace: TraceReader) -> dict[int, int]:
     """`training_since` of a saved trace, its diagnosis replayed (for the HTML renderings)."""
-    procs = process_table(trace)
-    return training_since(diagnose_trace(trace, procs), procs)
+    return training_since(diagnose_trace(trace), SavedProcesses(trace))
 
 
 def summary_text(trace: TraceReader, name: str | None = None, write_gpu_idle: bool = False) -> str:
     """The end-of-run summary of `trace` (headed "Trace NAME", by default its directory); the
     GPU idle spans are recomputed in memory, and written to DIR/gpu_idle if `write_gpu_idle`."""
     latency, files = trace.latency, trace.files
-    procs = process_table(trace)
+    procs = SavedProcesses(trace)
     file_totals, file_table = file_totals_from_files(files)
-    diagnosis = diagnose_trace(trace, procs)
+    diagnosis = diagnose_trace(trace)
     findings: list[Finding] = diagnosis.findings()
     gpu = recompute_gpu(trace, write=write_gpu_idle)
     if gpu is not None:
