@@ -1,0 +1,124 @@
+"""What the diagnosis keeps of one interval: typed evidence the rules read (small: a run can
+last days, and an hour of intervals is kept), and a main process's start-up as data."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from tracer.core.diagnosis.finding import LoopInterval
+from tracer.core.diagnosis.reads import Reads
+from tracer.core.diagnosis.thresholds import MAX_DISK_USERS
+from tracer.core.model import DeviceUserRow, MemoryRow
+
+# (comm, cgroup, container ID, pod UID): who else used a disk
+DiskUser = tuple[str, str, str | None, str | None]
+
+
+@dataclass
+class DiskReads:
+    """One disk's reads in one interval, by whom (`device_users`)."""
+
+    traced: list[int] = field(default_factory=lambda: [0, 0, 0])  # requests, bytes, service ns
+    others: list[int] = field(default_factory=lambda: [0, 0, 0])
+    by_user: dict[DiskUser, int] = field(default_factory=dict)  # -> bytes
+
+
+@dataclass
+class Background:
+    """A background save (another thread, a child process) in one interval."""
+
+    blocked_ns: int  # the saver's blocked (D) time
+    waited_ns: int  # the loop's sleep charged to it (`checkpoint`)
+    bytes: int  # checkpoint bytes written by the saver
+    woken_own_ns: int  # the loop's sleeps ended by its own threads (a join, a lock, the GIL)
+    woken_other_ns: int  # ... by timers and other processes (timed waits: the GIL's)
+    child: bool  # a child process saves (else a thread)
+
+
+@dataclass(kw_only=True)
+class IntervalEvidence:
+    """One interval as the rules see it, per main pid where it says "main"."""
+
+    ts_ns: int
+    interval_ns: int
+    loops: dict[int, LoopInterval]  # main -> its loop's time by state
+    worker_oncpu_ns: dict[int, int]  # main -> its DataLoader workers' time on CPU
+    worker_iowait_ns: dict[int, int]  # ... blocked (D)
+    worker_read_ns: dict[int, int]  # ... in file reads
+    worker_net_ns: dict[int, int]  # ... in socket reads (estimated)
+    data: dict[int, Reads]  # main -> what its processes read of the data set
+    library: dict[int, Reads]  # main -> library/system files read, kept during start-up
+    loop_time: dict[int, tuple[int, int, int]]  # main -> its loop's (on CPU, D, S) ns
+    written: dict[int, int]  # main -> bytes its loop wrote to checkpoint-size files
+    read_counts: dict[tuple[int, str], list[int]]  # (main, role) -> file reads' log2 slots
+    read_max: dict[tuple[int, str], tuple[int, int]]  # (main, role) -> (reads, slowest ns)
+    queue_counts: Sequence[int]  # block reads' queue time by slot (NO_COUNTS: none)
+    service_counts: Sequence[int]  # ... service time
+    device_util: dict[str, float]  # disk -> busy %
+    net_counts: dict[tuple[int, str], list[int]]  # (main, role) -> socket reads' log2 slots
+    net_bytes: dict[tuple[int, str], int]  # (main, role) -> bytes of socket reads
+    small_writes: dict[int, dict[str, list[int]]]  # main -> path -> [writes, fsyncs, fsync ns]
+    background: dict[int, Background]  # main -> a background save's cost to the loop
+    other_parts: dict[int, tuple[int, int, int]]  # main -> other's (runnable, own, timers) ns
+    memory: dict[int, MemoryRow] = field(default_factory=dict)  # main -> its memory row
+    disk_reads: dict[str, DiskReads] = field(default_factory=dict)  # disk -> its reads, by whom
+
+
+@dataclass
+class StartUp:
+    """A main process's start-up: from its first interval to the one where training starts."""
+
+    pid: int
+    until: str  # what ended it, in words
+    seconds: float
+    oncpu_ns: int  # its loop thread's time
+    iowait_ns: int
+    sleep_ns: int
+    files: int  # files read
+    library_files: int  # of them, the interpreter's and libraries' (site-packages, .py, .so)
+    site_packages: int
+    bytes: int
+    missed: int  # bytes read from disk
+
+
+def disk_reads(rows: Iterable[DeviceUserRow]) -> dict[str, DiskReads]:
+    """Each disk's reads of one interval's `device_users` rows; its others at most
+    MAX_DISK_USERS, the largest."""
+    out: dict[str, DiskReads] = {}
+    for r in rows:
+        if r["op"] != "read":
+            continue
+        d = out.setdefault(r["device"], DiskReads())
+        counts = d.traced if r["who"] == "traced" else d.others
+        for i, v in enumerate((r["requests"], r["bytes"], r["service_ns"])):
+            counts[i] += v
+        if r["who"] != "traced":
+            who = (r["comm"] or ("others" if r["who"] == "rest" else "?"), r["cgroup"] or "",
+                   r["container_id"], r["pod_uid"])
+            d.by_user[who] = d.by_user.get(who, 0) + r["bytes"]
+    for d in out.values():
+        if len(d.by_user) > MAX_DISK_USERS:
+            d.by_user = dict(sorted(d.by_user.items(), key=lambda kv: -kv[1])[:MAX_DISK_USERS])
+    return out
+
+
+def disk_totals(ivs: Iterable[IntervalEvidence], dev: str) -> tuple[list[int], list[int]]:
+    """Disk `dev`'s reads in `ivs`: the traced processes' and the others' [requests, bytes,
+    service ns]."""
+    traced, others = [0, 0, 0], [0, 0, 0]
+    for iv in ivs:
+        d = iv.disk_reads.get(dev)
+        if d is not None:
+            for i in range(3):
+                traced[i] += d.traced[i]
+                others[i] += d.others[i]
+    return traced, others
+
+
+def others_share(traced: list[int], others: list[int]) -> tuple[float, float, float] | None:
+    """The other processes' share of a disk's reads (`disk_totals`): of the requests, the
+    bytes and the service time; None when there were none of its reads."""
+    if not traced[0] + others[0]:
+        return None
+    return tuple(o / (o + tr) if o + tr else 0.0 for o, tr in zip(others, traced, strict=True))

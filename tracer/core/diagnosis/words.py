@@ -1,0 +1,214 @@
+"""What the findings say: each kind's advice, and its sentence built from the numbers its rule
+found (rules/ compute, this module words). The summary's rendering of findings and of the
+context lines is `tracer.render.findings`."""
+
+from __future__ import annotations
+
+from tracer.core.cgroup import short_name
+from tracer.core.histogram import format_bytes, format_ns
+
+ADVICE = {
+    "sync_loading": "Load batches in parallel: DataLoader(num_workers=4 or more, pin_memory=True, "
+                    "prefetch_factor=2-4, persistent_workers=True); keep the training loop free "
+                    "of file reads.",
+    "dataloader_io_bound": "The workers wait on storage: put the dataset on local SSD or tmpfs "
+                           "(or in the page cache), use fewer, larger files (shards), raise "
+                           "num_workers and prefetch_factor to keep more reads in flight.",
+    "dataloader_cpu_bound": "The workers are busy decoding/augmenting: raise num_workers up to "
+                            "the free cores, move augmentation to the GPU, or pre-process the "
+                            "dataset once; storage is not the problem.",
+    "checkpoint_stall": "Checkpoint off the critical path: save asynchronously (a background "
+                        "thread/process, torch.distributed.checkpoint async_save), save less "
+                        "often or only what changed (e.g. LoRA weights), use safetensors, write "
+                        "to local SSD and copy out later.",
+    "dataloader_network_bound": "The workers wait on the network: raise num_workers or the "
+                                "requests in flight per worker (threads, async I/O), fetch "
+                                "larger objects (shards of many samples), cache the data set on "
+                                "local disk, prefetch ahead of the loop (prefetch_factor).",
+    "sync_writes": "The loop waits on its own small writes: buffer log lines and fsync far less "
+                   "often (or not at all), write logs to local disk or tmpfs, or log from a "
+                   "background thread.",
+    "straggler_rank": "One rank holds every collective back: fix what slows it (its own finding "
+                      "says what: its data, its storage, its CPU), give it the same data "
+                      "placement and share of the node as the others, or balance the shards; "
+                      "the waiting ranks are not the problem.",
+    "not_io_bound": "I/O is not what limits this job: look at compute (the PyTorch profiler) "
+                    "rather than storage.",
+    "cold_cache": "The first pass read from disk and later passes from the page cache: judge "
+                  "throughput in the steady state, and warm or cache the dataset (more RAM, "
+                  "local SSD, tmpfs) if the first epoch matters.",
+    "small_files": "Many small files: pack samples into shards (WebDataset/tar, Arrow, "
+                   "TFRecord-like) so each read moves megabytes, and cache them on tmpfs.",
+    "device_saturated": "The disk is saturated (busy near 100 %, requests queue far longer than "
+                        "they take): spread the data over more/faster devices or cut the read "
+                        "volume (smaller or compressed samples, caching).",
+    "dataset_exceeds_cache": "The data set does not fit in the page cache the job may use, so "
+                             "every pass reads it from disk again: give the job more memory "
+                             "(a higher memory cgroup limit or a larger node), make the data "
+                             "set smaller (compressed or lower-resolution samples), cache it on "
+                             "a local NVMe disk, or read it as sequential shards once per epoch "
+                             "(WebDataset/tar, Arrow) so that storage streams at full speed.",
+    "device_contended": "Other processes take most of the disk the job reads from: move the "
+                        "data set to a disk of its own (or local SSD, tmpfs), give the job its "
+                        "own I/O limit or a higher weight than the neighbours (blkio/io.max, "
+                        "io.weight), or schedule the noisy jobs elsewhere.",
+    "slow_filesystem": "The dataset sits on a slow file system (overlay/network/FUSE): copy it "
+                       "to a local disk or tmpfs, or use a bind mount instead of a volume.",
+}
+
+
+def _where(top: tuple[str, str] | None) -> str:
+    return f" on {top[0]} ({top[1]})" if top else ""
+
+
+def sync_loading(pct: float, total_ns: int, workers: bool, p99_ns: int,
+                 top: tuple[str, str] | None) -> str:
+    return (f"The training loop read files itself {pct:.0f} % of {format_ns(total_ns)} "
+            f"({'with' if workers else 'without'} DataLoader workers); p99 read latency "
+            f"{format_ns(p99_ns)}{_where(top)}.")
+
+
+def dataloader_io_bound(wait_pct: float, total_ns: int, blocked_pct: float, p99_ns: int,
+                        top: tuple[str, str] | None) -> str:
+    return (f"The training loop waited for batches {wait_pct:.0f} % of {format_ns(total_ns)}; "
+            f"the DataLoader workers were blocked on I/O {blocked_pct:.0f} % of their busy "
+            f"time; p99 read latency {format_ns(p99_ns)}{_where(top)}.")
+
+
+def dataloader_cpu_bound(wait_pct: float, total_ns: int, oncpu_pct: float) -> str:
+    return (f"The training loop waited for batches {wait_pct:.0f} % of {format_ns(total_ns)} "
+            f"while the DataLoader workers were on CPU {oncpu_pct:.0f} % of their busy time "
+            "(decoding/augmenting), not on I/O.")
+
+
+def dataloader_network_bound(pct: float, total_ns: int, workers_pct: float | None,
+                             rate: float, peers: list[str], p50_ns: int, p99_ns: int) -> str:
+    """`workers_pct`: the workers' share of their busy time in socket reads; None: the loop
+    read the sockets itself."""
+    who = (f"the DataLoader workers spent {workers_pct:.0f} % of their busy time in socket "
+           "reads" if workers_pct is not None
+           else "the loop read the sockets itself (no DataLoader workers)")
+    where = f" from {', '.join(peers[:3])}" + (" ..." if len(peers) > 3 else "") if peers else ""
+    return (f"The training loop waited for data from the network {pct:.0f} % of "
+            f"{format_ns(total_ns)}: {who}; {format_bytes(rate)}/s received{where}, socket "
+            f"reads p50 {format_ns(p50_ns)}, p99 {format_ns(p99_ns)}.")
+
+
+def sync_writes(pct: float, total_ns: int, top: str | None, writes_s: float, fsyncs_s: float,
+                fsync_mean_ns: int) -> str:
+    what = (f" mostly to {top} ({writes_s:.1f} writes/s, {fsyncs_s:.1f} fsyncs/s, "
+            f"{format_ns(fsync_mean_ns)} per fsync)") if top else ""
+    return (f"The training loop spent {pct:.0f} % of {format_ns(total_ns)} writing and "
+            f"fsyncing files that are not checkpoints{what}.")
+
+
+def checkpoint_stall(pct: float, total_ns: int, nbytes: int, rate: float,
+                     first: str | None) -> str:
+    return (f"The training loop spent {pct:.0f} % of {format_ns(total_ns)} writing "
+            f"checkpoints: {format_bytes(nbytes)} at {format_bytes(rate)}/s"
+            + (f" to {first}" if first else "") + ".")
+
+
+def checkpoint_background(child: bool, pct: float, total_ns: int, waited_ns: int,
+                          blocked_ns: int, nbytes: int, own_ns: int, timers_ns: int) -> str:
+    saver = "a child process" if child else "another thread"
+    if own_ns >= timers_ns:
+        how = ("its sleeps were ended by its own threads: it waited on the saver (a join, "
+               "a lock, the GIL handed back)")
+    elif child:
+        how = ("its sleeps were ended by other processes: it waited for the saver (waitpid, "
+               "a pipe or a queue it holds up)")
+    else:
+        how = ("its sleeps were ended by timers: timed waits, such as for the GIL held by "
+               "the saver while it writes")
+    return (f"A checkpoint saved in the background ({saver}) still held the training loop "
+            f"{pct:.0f} % of {format_ns(total_ns)}: the loop slept {format_ns(waited_ns)} "
+            f"while the saver was blocked writing ({format_ns(blocked_ns)}, "
+            f"{format_bytes(nbytes)}); {how}.")
+
+
+def cold_cache(cold: int, early_pct: float, late: int, late_pct: float) -> str:
+    return (f"The first {cold} interval(s) reading the data set read {early_pct:.0f} % of its "
+            f"bytes from disk, the last {late} only {late_pct:.0f} %: the first pass was cold; "
+            "judge the steady state.")
+
+
+def cache_room(limit: int | None, cgroup: str | None, cache: int | None,
+               available: int | None) -> str:
+    """The memory a data set did not fit in: the cgroup's limit, else the host's."""
+    kept = f", of which it kept {format_bytes(cache)} as page cache" if cache is not None else ""
+    if limit is not None:
+        return f"the {format_bytes(limit)} that the job's memory cgroup {cgroup} allows{kept}"
+    if available is not None:
+        return (f"the memory left to the job ({format_bytes(available)} available on the "
+                "host" + (f"; its cgroup kept {format_bytes(cache)} of page cache)"
+                          if cache is not None else ")"))
+    return "the page cache"
+
+
+def dataset_exceeds_cache(top: str, first: int, room: str, pct: float, again: int) -> str:
+    return (f"The data set under {top} ({format_bytes(first)} read in a first pass) does not "
+            f"fit in {room}: {pct:.0f} % of the {format_bytes(again)} read again missed the "
+            "page cache again.")
+
+
+def small_files(files: int, median: int) -> str:
+    return (f"{files} files were read, half of them for under {format_bytes(median)} each; "
+            "per-file overhead dominates.")
+
+
+def slow_filesystem(pct: float, file_systems: list[str]) -> str:
+    return (f"{pct:.0f} % of the bytes read came from {', '.join(file_systems)}, which add "
+            "latency on top of the device.")
+
+
+def disk_user(comm: str, cgroup: str, container_id: str | None, pod_uid: str | None) -> str:
+    return comm + (f" in {short_name(cgroup, container_id, pod_uid)}" if cgroup else "")
+
+
+def device_contended(dev: str, pct: float, names: str, rates: tuple[float, float] | None,
+                     others: int, job: int) -> str:
+    """`rates`: the others' and the job's bytes/s; None: the bytes alone (one interval)."""
+    how = (f"{format_bytes(rates[0])}/s against the job's {format_bytes(rates[1])}/s"
+           if rates else f"{format_bytes(others)} against the job's {format_bytes(job)}")
+    return (f"Other processes did {pct:.0f} % of {dev}'s reads (bytes) while the job waited "
+            f"on it ({names}; {how}).")
+
+
+def device_saturated(dev: str, busy_pct: float, queue_ns: int, service_ns: int,
+                     others_pct: float | None) -> str:
+    who = f"; other processes did {others_pct:.0f} % of its reads (bytes)" if (
+        others_pct is not None) else ""
+    return (f"{dev} was busy {busy_pct:.0f} % of the time; reads queued {format_ns(queue_ns)} "
+            f"(median) before a {format_ns(service_ns)} service time{who}.")
+
+
+def straggler_cause(own_summary: str | None, cause: str, pct: float) -> str:
+    """Why a straggler was slow: its own finding's sentence, else its largest state."""
+    why = own_summary if own_summary else f"its loop was in {cause} {pct:.0f} % of the time."
+    return why[0].lower() + why[1:] if why.startswith("The training loop") else why
+
+
+def straggler_rank(rank: int, host: str | None, waited_pct: float, waits: dict[int, float],
+                   wait_ns: int, own_pct: float, why: str) -> str:
+    on = f" (on {host})" if host else ""
+    said = ", ".join(f"rank {r} {pct:.0f} %" for r, pct in sorted(waits.items()))
+    return (f"Rank {rank}{on} is the straggler: the other ranks waited for it in collectives "
+            f"{waited_pct:.0f} % of the time ({said}; {format_ns(wait_ns)} in all), while it "
+            f"waited {own_pct:.0f} %; rank {rank}: {why}")
+
+
+def untraced_straggler(rank: int, pct: float, world: int) -> str:
+    return (f"Rank {rank} waited for its peers in collectives {pct:.0f} % of the time: another "
+            f"of the job's {world} ranks, not traced, is slower; trace them all (the agent's "
+            "PID, or every rank's) to name it and its cause.")
+
+
+def not_io_bound(shares: dict[str, float] | None) -> str:
+    """`shares`: the loops' time by state, in percent; None: they hardly ran."""
+    if shares is None:
+        return ("No I/O finding: the traced main thread(s) hardly ran, and nothing they did "
+                "waited on storage.")
+    return (f"I/O is not what holds the job back: the training loop computed "
+            f"{shares['compute']:.0f} % of the time, waited on its own reads "
+            f"{shares['sync_loading']:.0f} % and on checkpoints {shares['checkpoint']:.0f} %.")
