@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tracer.core.diagnose import Finding
+from tracer.core.diagnosis import Finding
 from tracer.core.interval import Interval
 from tracer.core.model import Snapshot
 from tracer.core.selfcost import ProgramCost, SelfCost, TracerCpu

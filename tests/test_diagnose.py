@@ -5,38 +5,28 @@ from __future__ import annotations
 import json
 
 import pytest
+from diagnosis_rows import (
+    MAIN,
+    MS,
+    OWNER,
+    WORKER,
+    S,
+    add_interval,
+    disk_use,
+    file_row,
+    kinds,
+    socket_reads,
+    thread,
+)
+from diagnosis_rows import run as run_diagnosis
 
-from tracer.core.diagnose import IO_KINDS, Diagnosis
+from tracer.core.diagnosis import IO_KINDS, Diagnosis
 from tracer.core.vocab import LOOP_STATES
-
-MS = 1_000_000
-S = 1_000_000_000
-MAIN, WORKER = 100, 200
-OWNER = {MAIN: MAIN, WORKER: MAIN, WORKER + 1: MAIN}
-
-
-def thread(pid, tid, role, oncpu=0, runnable=0, sleep=0, iowait=0, by_worker=0, by_pin=0,
-           by_other=0):
-    return {"pid": pid, "tid": tid, "role": role, "oncpu_ns": oncpu, "runnable_ns": runnable,
-            "sleep_ns": sleep, "iowait_ns": iowait, "woken_by_worker_ns": by_worker,
-            "woken_by_pin_ns": by_pin, "woken_by_own_ns": 0, "woken_by_other_ns": by_other}
-
-
-def file_row(pid, role, op, nbytes, latency, path="/data/train/a.bin", missed=0, fs="ext4"):
-    return {"pid": pid, "role": role, "op": op, "ops": 1, "bytes": nbytes,
-            "latency_sum_ns": latency, "latency_max_ns": latency, "pages_missed": missed,
-            "path": path, "fs_type": fs}
+from tracer.render.findings import background_lines, other_lines, startup_line, startup_lines
 
 
 def run(intervals, **kw) -> list:
-    d = Diagnosis(**kw)
-    for i, (threads, files) in enumerate(intervals, start=1):
-        d.add(i * S, S, threads, files, [], [], OWNER)
-    return d.findings()
-
-
-def kinds(findings) -> list[str]:
-    return [f.kind for f in findings]
+    return run_diagnosis(intervals, **kw).findings()
 
 
 def test_sync_loading_when_the_loop_reads_itself():
@@ -118,7 +108,7 @@ def _passes(first: int, again: int, missed_again: int, **kw):
     d = Diagnosis()
     for i, (threads, files) in enumerate([iv(0, 2048)] * first + [iv(8 << 20, missed_again)]
                                          * again, start=1):
-        d.add(i * S, S, threads, files, [], [], OWNER, [memory])
+        add_interval(d, i * S, S, threads, files, [], [], OWNER, [memory])
     return d.findings()
 
 
@@ -157,14 +147,14 @@ def test_window_only_looks_at_recent_intervals():
     calm = ([thread(MAIN, MAIN, "main", oncpu=1000 * MS)], [])
     d = Diagnosis()
     for i, iv in enumerate([io] * 20 + [calm] * 40, start=1):
-        d.add(i * S, S, *iv, [], [], OWNER)
+        add_interval(d, i * S, S, *iv, [], [], OWNER)
     assert "sync_loading" in kinds(d.findings())  # 18 of 60 s: 30 %
     assert kinds(d.findings(window_s=30)) == ["not_io_bound"]
 
 
 def test_loop_rows_add_up_to_the_thread_time():
     d = Diagnosis()
-    rows = d.add(S, S, [thread(MAIN, MAIN, "main", oncpu=300 * MS, runnable=100 * MS,
+    rows = add_interval(d, S, S, [thread(MAIN, MAIN, "main", oncpu=300 * MS, runnable=100 * MS,
                                sleep=600 * MS, by_worker=400 * MS, by_other=200 * MS),
                         thread(WORKER, WORKER, "dataloader_worker", oncpu=500 * MS,
                                iowait=500 * MS)],
@@ -193,7 +183,7 @@ def _checkpoint_split(fsync_row_at: int) -> list[int]:
             files.append(file_row(MAIN, "main", "write", 64 << 20, 100 * MS, path=ckpt))
         if i == fsync_row_at:
             files.append(file_row(MAIN, "main", "fsync", 0, 2200 * MS, path=ckpt))
-        (row,) = d.add(i * S, S, [th], files, [], [], OWNER)
+        (row,) = add_interval(d, i * S, S, [th], files, [], [], OWNER)
         out.append(row["checkpoint_ns"])
     return out
 
@@ -210,7 +200,7 @@ def test_a_syscall_in_flight_on_a_small_file_is_not_a_checkpoint():
     d = Diagnosis()
     th = thread(MAIN, MAIN, "main", oncpu=100 * MS, iowait=900 * MS)
     th.update({"syscall_op": "fsync", "syscall_path": "/tmp/log.txt", "syscall_since": 0})
-    (row,) = d.add(S, S, [th], [file_row(MAIN, "main", "write", 1 << 20, 1 * MS,
+    (row,) = add_interval(d, S, S, [th], [file_row(MAIN, "main", "write", 1 << 20, 1 * MS,
                                           path="/tmp/log.txt")], [], [], OWNER)
     assert row["checkpoint_ns"] == 0
 
@@ -221,10 +211,7 @@ def lib_row(pid, role, i, nbytes=4096, missed=0):
 
 
 def run_launched(intervals) -> Diagnosis:
-    d = Diagnosis(startup=True)
-    for i, (threads, files) in enumerate(intervals, start=1):
-        d.add(i * S, S, threads, files, [], [], OWNER)
-    return d
+    return run_diagnosis(intervals, startup=True)
 
 
 def test_library_files_are_not_the_data_set():
@@ -256,8 +243,9 @@ def test_start_up_is_not_judged():
     assert not set(kinds(f)) & set(IO_KINDS)
     (s,) = d.startups()
     assert round(s.seconds) == 6 and s.site_packages == 300 and s.iowait_ns == 6 * 700 * MS
-    assert "its first DataLoader worker started" in s.line() and "site-packages" in s.line()
-    assert d.startup_lines()[1] == s.line()
+    line = startup_line(s)
+    assert "its first DataLoader worker started" in line and "site-packages" in line
+    assert startup_lines(d)[1] == startup_line(s)
     # Attached to a running job, nothing is start-up: the imports are judged.
     assert "sync_loading" in kinds(run([importing] * 6 + [training] * 6))
 
@@ -274,7 +262,7 @@ def test_start_up_without_workers_ends_at_the_first_data_reads():
     assert d.findings()[0].evidence["loop_shares_pct"]["sync_loading"] == 70.0  # of 4 s, not 8
     (s,) = d.startups()
     assert "started reading its data set" in s.until and round(s.seconds) == 4
-    assert d.startup_lines() == []  # 4 s is not long
+    assert startup_lines(d) == []  # 4 s is not long
 
 
 def test_cold_cache_share_of_bytes_is_never_above_100_pct():
@@ -302,31 +290,25 @@ def test_p99_stays_within_the_slowest_read_seen():
               "bucket_lo_ns": 1 << 31, "count": 4}
     d = Diagnosis()
     for i in range(1, 4):
-        d.add(i * S, S, [thread(MAIN, MAIN, "main", oncpu=100 * MS, iowait=900 * MS)],
+        add_interval(d, i * S, S, [thread(MAIN, MAIN, "main", oncpu=100 * MS, iowait=900 * MS)],
               [{**file_row(MAIN, "main", "read", 4 << 20, 4 * slow), "ops": 4,
                 "latency_max_ns": slow}], [bucket], [], OWNER)
     (f,) = [x for x in d.findings() if x.kind == "sync_loading"]
     assert f.evidence["p99_read_ns"] == slow and "2.53 s" in f.summary
 
 
-def socket_reads(pid, role, count, lo_ns, nbytes):
-    """Syscall-layer socket reads of one log2 slot, [lo_ns, 2 lo_ns)."""
-    return {"pid": pid, "role": role, "layer": "syscall", "op": "read", "target": "socket",
-            "bucket_lo_ns": lo_ns, "bucket_hi_ns": 2 * lo_ns, "count": count, "bytes": nbytes}
-
-
 def test_workers_asleep_in_socket_reads_are_a_network_wait():
     """A worker asleep in recv is neither blocked nor on CPU: its socket reads' time (9 reads
     in the 64-128 ms slot: 864 ms) splits the loop's wait with its 100 ms on CPU."""
     d = Diagnosis()
-    d.note_peers(MAIN, ["10.0.0.7:443"])
-    d.note_peers(MAIN, ["10.0.0.7:443", "10.0.0.8:443"])  # each named once
+    peers = [["10.0.0.7:443"], ["10.0.0.7:443", "10.0.0.8:443"]]  # each named once
     for i in range(1, 6):
-        d.add(i * S, S, [thread(MAIN, MAIN, "main", oncpu=200 * MS, sleep=800 * MS,
-                                by_worker=800 * MS),
-                         thread(WORKER, WORKER, "dataloader_worker", oncpu=100 * MS,
-                                sleep=900 * MS)],
-              [], [socket_reads(WORKER, "dataloader_worker", 9, 1 << 26, 9 << 20)], [], OWNER)
+        add_interval(d, i * S, S, [thread(MAIN, MAIN, "main", oncpu=200 * MS, sleep=800 * MS,
+                                  by_worker=800 * MS),
+                           thread(WORKER, WORKER, "dataloader_worker", oncpu=100 * MS,
+                                  sleep=900 * MS)],
+             [], [socket_reads(WORKER, "dataloader_worker", 9, 1 << 26, 9 << 20)], [], OWNER,
+             peers={MAIN: peers[i - 1]} if i <= 2 else None)
     row = d.intervals[-1].loops[MAIN].row()
     net = round(800 * MS * 864 * (1 << 20) / (864 * (1 << 20) + 100 * MS))
     assert (row["data_wait_network_ns"], row["data_wait_cpu_ns"]) == (net, 800 * MS - net)
@@ -374,7 +356,7 @@ def test_a_background_saver_is_charged_for_the_loops_wait_only():
              thread(MAIN, MAIN + 1, "main", iowait=900 * MS)], [])
     d = Diagnosis()
     for i, (threads, files) in enumerate([first, wait, wait, wait], start=1):
-        d.add(i * S, S, threads, files, [], [], OWNER)
+        add_interval(d, i * S, S, threads, files, [], [], OWNER)
     assert [iv.loops[MAIN].ns["checkpoint"] for iv in d.intervals] == [0] + [900 * MS] * 3
     f = d.findings()
     assert kinds(f)[0] == "checkpoint_stall"
@@ -388,13 +370,13 @@ def test_a_background_save_the_loop_does_not_wait_for_is_a_line_not_a_finding():
     child = {MAIN: MAIN, WORKER: MAIN, 300: MAIN}
     d = Diagnosis()
     for i in range(1, 6):
-        d.add(i * S, S, [thread(MAIN, MAIN, "main", oncpu=950 * MS, sleep=50 * MS),
+        add_interval(d, i * S, S, [thread(MAIN, MAIN, "main", oncpu=950 * MS, sleep=50 * MS),
                          thread(300, 300, "child", oncpu=100 * MS, iowait=900 * MS)],
               [file_row(300, "child", "write", 16 << 20, 900 * MS, path=ckpt)] if i == 1 else [],
               [], [], child)
     f = d.findings()
     assert kinds(f) == ["not_io_bound"]
-    [line] = d.background_lines()[1:]
+    [line] = background_lines(d)[1:]
     assert line.startswith(f"Checkpoint written in the background by pid {MAIN}'s child process")
     assert line.endswith("the loop waited 5 % of its time.")
 
@@ -405,8 +387,8 @@ def test_other_is_said_in_words():
                   by_other=200 * MS)], [])
     d = Diagnosis()
     for i in range(1, 4):
-        d.add(i * S, S, *iv, [], [], OWNER)
-    assert d.other_lines()[1:] == [
+        add_interval(d, i * S, S, *iv, [], [], OWNER)
+    assert other_lines(d)[1:] == [
         f"The loop of pid {MAIN} spent 40 % of its time in `other`: runnable, waiting for a CPU "
         "50 %, asleep, woken by timers or other processes 50 %."]
 
@@ -423,7 +405,7 @@ def test_a_long_sleep_is_no_data_wait_while_the_workers_do_nothing():
     busy = ([thread(MAIN, MAIN, "main", sleep=1000 * MS),
              thread(WORKER, WORKER, "dataloader_worker", oncpu=300 * MS, sleep=700 * MS)], [])
     d = Diagnosis()
-    rows = [d.add(i * S, S, *iv, [], [], OWNER)[0]
+    rows = [add_interval(d, i * S, S, *iv, [], [], OWNER)[0]
             for i, iv in enumerate([batches] * 3 + [joining] * 3 + [busy], start=1)]
     assert [r["data_wait_cpu_ns"] + r["data_wait_io_ns"] for r in rows[3:6]] == [0, 0, 0]
     assert all(r["other_ns"] == S for r in rows[3:6])
@@ -436,7 +418,7 @@ def test_an_intervals_reads_of_a_thousand_folders_stay_bounded_and_add_up():
     """An ImageNet-shaped interval: 200 files of their own and 1 000 class folders' rows. What
     the diagnosis keeps of it is bounded (paths, then folders, then the folder above them),
     and every byte and file is still counted."""
-    from tracer.core.diagnose import MAX_READ_FOLDERS, MAX_READ_PATHS
+    from tracer.core.diagnosis import MAX_READ_FOLDERS, MAX_READ_PATHS
 
     def row(path, n=None):
         return {**file_row(WORKER, "dataloader_worker", "read", 4096 * (n or 1), MS, path=path),
@@ -444,7 +426,7 @@ def test_an_intervals_reads_of_a_thousand_folders_stay_bounded_and_add_up():
     files = [row(f"/data/train/c{c:04d}/img{k}.jpg") for c in range(100) for k in range(2)]
     files += [row(f"/data/train/c{c:04d}/", 30) for c in range(1000)]
     d = Diagnosis()
-    d.add(S, S, [thread(MAIN, MAIN, "main", oncpu=S)], files, [], [], OWNER)
+    add_interval(d, S, S, [thread(MAIN, MAIN, "main", oncpu=S)], files, [], [], OWNER)
     reads = d.intervals[-1].data[MAIN]
     assert len(reads.files) <= MAX_READ_PATHS + MAX_READ_FOLDERS + 1
     assert len(reads.by_dir) <= MAX_READ_FOLDERS + 1
@@ -461,7 +443,7 @@ def test_the_reads_an_interval_keeps_are_frozen_and_share_their_keys():
                       path=f"/data/f{k}.bin") for k in range(40)]
     d = Diagnosis()
     for i in (1, 2):
-        d.add(i * S, S, [thread(MAIN, MAIN, "main", oncpu=S)], files, [], [], OWNER)
+        add_interval(d, i * S, S, [thread(MAIN, MAIN, "main", oncpu=S)], files, [], [], OWNER)
     first, second = (iv.data[MAIN] for iv in d.intervals)
     assert [k for k in first.files] == [k for k in second.files]
     assert all(a is b for a, b in zip(first.files, second.files, strict=True))
@@ -472,16 +454,10 @@ def test_the_reads_an_interval_keeps_are_frozen_and_share_their_keys():
     with pytest.raises(TypeError):
         first.files[("/data/f0.bin", "ext4")] = 0  # read-only
 
-def disk_use(who, nbytes, requests, comm=None, cgroup="/jobs", device="vda"):
-    return {"device": device, "op": "read", "who": who, "cgroup": cgroup, "container_id": None,
-            "pod_uid": None, "comm": comm, "requests": requests, "bytes": nbytes,
-            "service_ns": requests * MS}
-
-
 def run_with_disk(threads, files, users, n=5) -> list:
     d = Diagnosis()
     for i in range(1, n + 1):
-        d.add(i * S, S, threads, files, [], [], OWNER, device_users=users)
+        add_interval(d, i * S, S, threads, files, [], [], OWNER, device_users=users)
     return d.findings()
 
 

@@ -506,7 +506,7 @@ def test_monitor_gives_a_gpu_nvml_lists_no_process_on_to_the_loop_its_environmen
 
 
 def test_schema_states_match_the_diagnosis() -> None:
-    from tracer.core.diagnose import STATES
+    from tracer.core.diagnosis import STATES
 
     assert idle.STATES == STATES
     assert [f"{s}_frac" for s in STATES] == [n for n in TABLES["gpu_idle"].names if n.endswith("_frac")]

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from conftest import IOTRACE, ROOT, needs_root
-from tracer.core.diagnose import STATES
+from tracer.core.diagnosis import STATES
 
 torch = pytest.importorskip("torch", reason="the PyTorch scenarios need torch (pip install torch)")
 from scenario_trace import Traced, attached, launched  # noqa: E402

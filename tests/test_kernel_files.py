@@ -481,11 +481,12 @@ def test_reused_inode_number_gets_its_own_path(tmp_path):
 
     # The diagnosis keys checkpoints by path: two checkpoints, each under its own name, and so
     # the finding when the writes are a large enough share of the loop's time to make one.
-    from tracer.core.diagnose import Diagnosis
+    from tracer.core.diagnosis import Diagnosis, IntervalInput
 
     diag = Diagnosis()
     for ts, rows in files.groupby("ts"):
-        diag.add(int(ts.value), 0, [], rows.to_dict("records"), [], [], {pid: pid})
+        diag.add(IntervalInput(ts_ns=int(ts.value), interval_ns=0,
+                               files=rows.to_dict("records"), owners={pid: pid}))
     assert diag.written_total[(pid, did["a"])] == a_mib << 20
     assert diag.written_total[(pid, did["b"])] == b_mib << 20
     ckpt = pd.read_parquet(out / "findings").query("kind == 'checkpoint_stall'")

@@ -10,7 +10,7 @@ import pytest
 
 from conftest import needs_root, run_iotrace
 from tracer.api import load
-from tracer.core.diagnose import IO_KINDS
+from tracer.core.diagnosis import IO_KINDS
 from tracer.core.vocab import LOOP_STATES
 
 torch = pytest.importorskip("torch", reason="the PyTorch scenarios need torch (pip install torch)")

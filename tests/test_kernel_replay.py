@@ -19,7 +19,7 @@ from conftest import IOTRACE, ROOT, needs_root
 pytest.importorskip("torch", reason="the PyTorch jobs need torch (pip install torch)")
 from scenario_trace import launched
 
-from tracer.core.diagnose import Diagnosis
+from tracer.core.diagnosis import Diagnosis
 from tracer.core.diagnosis.feed import feed
 from tracer.report import replay
 from tracer.tracedir.reader import load

@@ -14,7 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tracer import __version__
 from tracer.core.abi import MAP_FULL_MAPS
-from tracer.core.diagnose import KINDS, STATES, Finding
+from tracer.core.diagnosis import KINDS, STATES, Finding
 from tracer.core.interval import Interval
 from tracer.core.model import Snapshot
 from tracer.core.selfcost import ProgramCost, SelfCost, TracerCpu

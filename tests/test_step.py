@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 from ui_snapshots import SEC, findings, loop_rows, snapshot
 
-from tracer.core.diagnose import Diagnosis
+from tracer.core.diagnosis import Diagnosis
 from tracer.core.interval import Interval
 from tracer.core.selfcost import SelfCost, TracerCpu
 from tracer.live.aggregate import Aggregator, Reading

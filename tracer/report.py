@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from tracer.core import abi
-from tracer.core.diagnose import Diagnosis, Finding, RankLoop, render_findings
+from tracer.core.diagnosis import Diagnosis, Finding, RankLoop
 from tracer.core.diagnosis.feed import feed, interval_input, owners
 from tracer.core.diagnosis.input import IntervalInput
 from tracer.core.histogram import slot_of
@@ -26,6 +26,7 @@ from tracer.core.selfcost import SelfCost
 from tracer.core.vocab import LOOP_ROLES, MAIN, RANK
 from tracer.errors import EXIT_USAGE, TraceFailure
 from tracer.gpu import idle
+from tracer.render.findings import context_lines, render_findings
 from tracer.render.first_screen import device_lines, gpu_idle_lines, loop_lines, traced_lines
 from tracer.render.summary import render_summary, split_lines
 from tracer.tracedir.reader import TraceError, TraceReader, load
@@ -404,5 +405,5 @@ def summary_text(trace: TraceReader, name: str | None = None, write_gpu_idle: bo
     if gpu is not None:
         loop += gpu_idle_lines(trace.gpu_idle_by_cause(pd.DataFrame(gpu[0])))
     return render_summary(totals_from_latency(latency), procs, header, file_totals, file_table,
-                          findings, cost, startup=diagnosis.context_lines(), loop=loop,
+                          findings, cost, startup=context_lines(diagnosis), loop=loop,
                           devices=device_lines(trace.device_summary()))

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from tracer.core.diagnose import Finding
+    from tracer.core.diagnosis import Finding
     from tracer.core.model import FindingRow, GpuIdleRow, LoopRow, ProcessRow, Snapshot
 
 

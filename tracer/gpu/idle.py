@@ -12,7 +12,7 @@ from tracer.core.model import GpuIdleRow, GpuRow
 from tracer.core.vocab import LOOP_STATES
 
 if TYPE_CHECKING:
-    from tracer.core.diagnose import Finding
+    from tracer.core.diagnosis import Finding
 
 STATES = LOOP_STATES  # the training loop's states, as the `loop` table has them
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from tracer.core import abi
-from tracer.core.diagnose import MAX_PEERS, Diagnosis
+from tracer.core.diagnosis import MAX_PEERS, Diagnosis
 from tracer.core.redact import Redactor
 from tracer.core.roles import ELASTIC_COMM
 from tracer.core.vocab import DATALOADER_WORKER, LOOP_ROLES, READY_PREFIX
@@ -432,12 +432,13 @@ class Session:
                   f"{cost.events_lost} events lost.")
         if self.gpu_note:
             header += f"\n{self.gpu_note}."
+        from tracer.render.findings import context_lines
         from tracer.render.summary import render_summary
 
         aggregator = self.step.aggregator
         return render_summary(aggregator.totals, self.processes, header, aggregator.file_totals,
                               self.files, self.final_findings, cost,
-                              startup=self.step.diagnosis.context_lines(),
+                              startup=context_lines(self.step.diagnosis),
                               loop=self._loop_lines())
 
     def _loop_lines(self) -> list[str]:

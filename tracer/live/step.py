@@ -17,7 +17,7 @@ from tracer.core.interval import Interval
 from tracer.gpu.idle import add_gpu_evidence
 
 if TYPE_CHECKING:
-    from tracer.core.diagnose import Diagnosis
+    from tracer.core.diagnosis import Diagnosis
     from tracer.core.selfcost import SelfCost
     from tracer.gpu.nvml import GpuMonitor
     from tracer.live.aggregate import Aggregator, Reading

@@ -1,6 +1,6 @@
 """The first screen of ``iotrace report DIR``: what a user came for, before the histograms.
 
-What was traced and for how long, then (after the verdicts, which `tracer.core.diagnose`
+What was traced and for how long, then (after the verdicts, which `tracer.render.findings`
 renders) the training loop's time split, GPU idle time by cause where there is a GPU, and the
 disks. Every number comes from the trace's tables through `TraceReader`; the loop states are
 the vocabulary's, so a new state shows up here without a change.

@@ -342,7 +342,7 @@ def render_html(trace: TraceReader, training_since: Mapping[int, int] | None = N
         "<h2>Training loop, file reads and GPU over time</h2>",
         _figure(timeline_svg(trace, training_since),
                 "Top: the share of each interval the training loop spent in each state "
-                "(tracer.core.diagnose classifies it). Middle: bytes read from files by read "
+                "(tracer.core.diagnosis classifies it). Middle: bytes read from files by read "
                 "syscalls per second, per role. Bottom, with a GPU: utilisation from NVML, with "
                 "the GPU's idle spans shaded by what the training loop was doing (their cause). "
                 "The start-up (imports and set-up before training) is shown apart, as the "

@@ -214,7 +214,7 @@ class PrometheusSink:
         snapshot       its latency rows are deltas; its cost, when set (SelfCost), gives the
                        iotrace_self_* metrics
         loop           the interval's `loop` rows (one per training process)
-        findings       the findings as they stand now (tracer.core.diagnose.Finding or findings rows);
+        findings       the findings as they stand now (tracer.core.diagnosis.Finding or findings rows);
                        they replace the previous ones: a kind not among them goes back to 0
         gpu_idle       `gpu_idle` rows of spans that ended in this interval, each span once
         events_lost    the ring buffer's cumulative lost-event count (kernel.ring.EventRing.lost());

@@ -310,7 +310,7 @@ class TraceReader:
         """The training loop's time by state, per main process, from the ``loop`` table.
 
         `training_since` maps a pid to when its training started (its start-up ends:
-        `tracer.core.diagnose.Diagnosis.training_since`); the intervals that end by then are its
+        `tracer.core.diagnosis.Diagnosis.training_since`); the intervals that end by then are its
         start-up, counted in ``startup_s`` and left out of the shares, as the findings leave
         them out. One row per pid (the index): ``seconds`` (the loop's time after start-up),
         ``startup_s``, and ``<state>_pct`` for each state of `tracer.core.vocab.LOOP_STATES`

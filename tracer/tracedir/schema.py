@@ -174,12 +174,13 @@ TABLES: dict[str, pa.Schema] = {
         _field("woken_by_other_ns", NS),
         # The read/write/fsync of a regular file the thread was in when the interval ended
         # (main threads of `main` processes only), its file and when it started: a syscall
-        # lasting seconds is charged in the intervals it spans (tracer.core.diagnose).
+        # lasting seconds is charged in the intervals it spans (tracer.core.diagnosis.split).
         _field("syscall_op", DICT_STRING, nullable=True),
         _field("syscall_path", DICT_STRING, nullable=True),
         _field("syscall_since", TIMESTAMP, nullable=True),
     ),
-    # The training loop's time per interval, classified (tracer.core.diagnose has the rules).
+    # The training loop's time per interval, classified (tracer.core.diagnosis.split has the
+    # rules).
     "loop": _schema(
         _field("ts", TIMESTAMP),  # end of the interval
         _field("pid", pa.int32()),  # the main process or rank; its main thread is the loop
@@ -299,7 +300,7 @@ TABLES: dict[str, pa.Schema] = {
         _field("ts", TIMESTAMP),  # when the verdict was reached
         _field("start", TIMESTAMP),  # the span of the trace it covers
         _field("end", TIMESTAMP),
-        _field("kind", DICT_STRING),  # sync_loading, dataloader_io_bound, ... (tracer.core.diagnose)
+        _field("kind", DICT_STRING),  # sync_loading, dataloader_io_bound, ... (tracer.core.diagnosis.rules)
         _field("severity", pa.int32()),  # 0-100
         _field("pid", pa.int32(), nullable=True),  # the training process it is about
         _field("rank", pa.int32(), nullable=True),  # that process's rank (torchrun, DDP)

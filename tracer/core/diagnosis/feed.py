@@ -15,12 +15,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from tracer.core.diagnose import MAX_PEERS
 from tracer.core.diagnosis.input import IntervalInput, Rank
+from tracer.core.diagnosis.thresholds import MAX_PEERS
 from tracer.core.vocab import LOOP_ROLES, RANK
 
 if TYPE_CHECKING:
-    from tracer.core.diagnose import Diagnosis
+    from tracer.core.diagnosis.diagnosis import Diagnosis
     from tracer.core.model import LoopRow
 
 TABLES = ("threads", "files", "latency", "devices", "memory", "device_users", "events", "gpu")
@@ -101,11 +101,7 @@ def interval_input(ts_ns: int, interval_ns: int, rows: Mapping[str, Sequence],
 
 def feed(diagnosis: Diagnosis, inp: IntervalInput) -> list[LoopRow]:
     """Tells `diagnosis` one interval; returns the `loop` rows. The one call of the diagnosis
-    per interval, live and in a replay: ranks are added to those it knows, and each loop's peers
-    are the input's, a list so far."""
-    for pid, r in inp.ranks.items():
-        diagnosis.note_rank(pid, r.rank, r.world_size, r.job)
-    diagnosis.peers.update(inp.peers)
-    return diagnosis.add(inp.ts_ns, inp.interval_ns, inp.threads, inp.files, inp.latency,
-                         inp.devices, inp.owners, inp.memory, inp.device_users)
+    per interval, live and in a replay (`Diagnosis.add`: ranks are added to those it knows, and
+    each loop's peers are the input's, a list so far)."""
+    return diagnosis.add(inp)
 
