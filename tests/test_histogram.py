@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 
 from conftest import kernel_dev
-from tracer.core import abi
+from tracer.core import abi, units
 from tracer.core.histogram import percentile_ns, render
 from tracer.core.model import Series
 from tracer.live.aggregate import Aggregator, Reading
@@ -29,9 +29,9 @@ def hist_bytes(counts: dict[int, int], nbytes: dict[int, int] | None = None) -> 
 
 
 def test_slot_bounds():
-    assert abi.slot_bounds_ns(0) == (0, 2)
-    assert abi.slot_bounds_ns(10) == (1024, 2048)
-    assert abi.slot_bounds_ns(abi.MAX_SLOTS - 1)[1] == 2**63 - 1
+    assert units.slot_bounds_ns(0) == (0, 2)
+    assert units.slot_bounds_ns(10) == (1024, 2048)
+    assert units.slot_bounds_ns(abi.MAX_SLOTS - 1)[1] == 2**63 - 1
 
 
 def test_percentiles_interpolate_within_the_slot():

@@ -7,9 +7,9 @@ Interval 1 s. Per interval `i` (0-based) the workers read `100 + i` and `50` 1 M
 
 from __future__ import annotations
 
-from tracer.core.abi import slot_bounds_ns
 from tracer.core.diagnosis import Finding
 from tracer.core.model import Snapshot
+from tracer.core.units import slot_bounds_ns
 
 T0 = 1_700_000_000_000_000_000  # 2023-11-14 22:13:20 UTC
 SEC = 1_000_000_000

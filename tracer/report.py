@@ -15,14 +15,13 @@ from typing import TextIO
 import numpy as np
 import pandas as pd
 
-from tracer.core import abi
 from tracer.core.diagnosis import Diagnosis, Finding, RankLoop
 from tracer.core.diagnosis.feed import feed, interval_input, owners
 from tracer.core.diagnosis.input import IntervalInput
-from tracer.core.histogram import slot_of
 from tracer.core.model import FileTotals, GpuIdleRow, GpuRow, Series
 from tracer.core.redact import Redactor
 from tracer.core.selfcost import SelfCost
+from tracer.core.units import MAX_SLOTS, slot_of
 from tracer.core.vocab import LOOP_ROLES, MAIN, RANK
 from tracer.errors import EXIT_USAGE, TraceFailure
 from tracer.gpu import idle
@@ -61,7 +60,7 @@ def totals_from_latency(latency: pd.DataFrame) -> dict[Series, np.ndarray]:
     for r in summed.itertuples(index=False):
         key = Series(int(r.pid), str(r.layer), str(r.op), _text(r.target), _text(r.device),
                      _text(r.attribution))
-        h = totals.setdefault(key, np.zeros((2, abi.MAX_SLOTS), dtype=np.uint64))
+        h = totals.setdefault(key, np.zeros((2, MAX_SLOTS), dtype=np.uint64))
         slot = slot_of(int(r.bucket_lo_ns))
         h[0, slot] += int(r.count)
         h[1, slot] += int(r.bytes)

@@ -14,8 +14,6 @@ from typing import TYPE_CHECKING, NamedTuple, TypeVar
 
 from tracer.core import layout
 from tracer.core.units import MAX_SLOTS
-from tracer.core.units import PAGE_SIZE as PAGE_SIZE  # (public names of this module before units)
-from tracer.core.units import slot_bounds_ns as slot_bounds_ns
 
 if TYPE_CHECKING:
     import numpy as np

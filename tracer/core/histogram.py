@@ -13,7 +13,6 @@ from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import Generic, TypeVar
 
 from tracer.core.units import MAX_SLOTS, slot_bounds_ns
-from tracer.core.units import slot_of as slot_of  # (its home before units)
 
 BAR_WIDTH = 40
 

@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tracer.core import abi, rollup
-from tracer.core.abi import PAGE_SIZE
 from tracer.core.cgroup import container_of
 from tracer.core.model import (
     FOLDER_GEN,
@@ -37,6 +36,7 @@ from tracer.core.model import (
 )
 from tracer.core.roles import CHILD
 from tracer.core.selfcost import SelfCost
+from tracer.core.units import PAGE_SIZE, slot_bounds_ns
 from tracer.live.cgroups import CgroupNames, describe
 from tracer.live.devices import device_name
 from tracer.live.files import FileTable
@@ -349,7 +349,7 @@ class Aggregator:
         out: list[LatencyRow] = []
         for slot in np.flatnonzero(delta[0]):
             # Page-cache misses have no latency: their one slot is reported as [0, 0].
-            lo, hi = (0, 0) if key.layer == "pagecache" else abi.slot_bounds_ns(int(slot))
+            lo, hi = (0, 0) if key.layer == "pagecache" else slot_bounds_ns(int(slot))
             out.append({
                 "ts": ts_ns, "pid": key.pid, "comm": comm, "role": role, "layer": key.layer,
                 "op": key.op, "target": key.target, "device": key.device,

@@ -224,7 +224,7 @@ class Session:
         aggregator = Aggregator(self.processes, self.files, CgroupNames())
         # A command traced from its first instruction has a start-up (imports, set-up) that the
         # verdicts leave out; a job attached to is usually past it.
-        diagnosis = Diagnosis(page_size=abi.PAGE_SIZE, startup=bool(self.opts.command))
+        diagnosis = Diagnosis(startup=bool(self.opts.command))
         self.step = Step(aggregator, diagnosis, self.gpu)
         self.trace = open_sinks(self.opts, self.sinks, meta=self._meta(start_ns), what=what,
                                 out=self.out, err=self.err, stop_meta=self._stop_meta,

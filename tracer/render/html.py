@@ -37,8 +37,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from tracer.core.histogram import slot_of
-from tracer.core.units import slot_bounds_ns
+from tracer.core.units import slot_bounds_ns, slot_of
 from tracer.core.vocab import LATENCY_LAYERS, LOOP_STATES, MAIN
 from tracer.render.overview import overview_html, series_label
 from tracer.tracedir.private import open_private

@@ -7,11 +7,11 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from tracer.core.abi import PAGE_SIZE
 from tracer.core.diagnosis import Finding
 from tracer.core.histogram import MaxSeen, format_bytes, format_ns, percentile_ns, render
 from tracer.core.model import FileKey, FileLookup, FileTotals, ProcessLookup, Series
 from tracer.core.selfcost import SelfCost, render_self_cost
+from tracer.core.units import PAGE_SIZE
 from tracer.render.findings import render_findings
 
 HISTOGRAM_MIN_OPS = 10  # fewer operations get their one summary line only

@@ -19,12 +19,13 @@ from tracer.core.diagnosis.split import SplitState, split
 from tracer.core.diagnosis.thresholds import THRESHOLDS, Thresholds
 from tracer.core.diagnosis.window import BackgroundSave, OtherTime, Window
 from tracer.core.model import LoopRow
+from tracer.core.units import PAGE_SIZE
 
 
 @dataclass
 class Diagnosis:
     thresholds: Thresholds = THRESHOLDS
-    page_size: int = 4096  # the bytes of a missed page (the `files` rows count pages)
+    page_size: int = PAGE_SIZE  # the bytes of a missed page (the `files` rows count pages)
     # Start-up (docs/diagnosis.md), in launch mode only: each main's intervals before its first
     # DataLoader worker ran, or before it first read its data, are not judged.
     startup: bool = False
