@@ -178,14 +178,16 @@ def _by_interval(rows: list[dict], stamps: list[int], key: str) -> dict[int, lis
     return out
 
 
-def recompute_gpu(trace: TraceReader, write: bool = True
+def recompute_gpu(trace: TraceReader, write: bool = True, diagnosis: Diagnosis | None = None
                   ) -> tuple[list[GpuIdleRow], list[GpuRow]] | None:
     """With a `gpu` table: the idle spans and their causes again, from the saved NVML samples
     and the training loop's states (so a trace recorded on a GPU host, or an NVML stream
     recorded separately and dropped into DIR/gpu, can be analysed anywhere). Offline there is
     no process list per GPU: a GPU belongs to the training loop whose environment gave it that
     GPU (`processes.cuda_device`), else to the single `main` process (with several, pid is null
-    and the cause `unknown`). Writes DIR/gpu_idle (replacing it) unless `write` is False.
+    and the cause `unknown`). In launch mode, the part of a span before its loop's start-up
+    ended is cause `startup`, from `diagnosis` (the trace's, replayed: by default made here), as
+    the live run did. Writes DIR/gpu_idle (replacing it) unless `write` is False.
     Returns (gpu_idle rows, gpu rows), or None without a gpu table."""
     from tracer.sinks.parquet import write_segment
     from tracer.tracedir.schema import table_from_rows
@@ -200,7 +202,10 @@ def recompute_gpu(trace: TraceReader, write: bool = True
     named = dict(zip(procs.pid.astype(int), procs.cuda_device.astype(str), strict=True))
     devices = gpu_df[["gpu", "uuid"]].drop_duplicates().itertuples(index=False, name=None)
     owners = idle.gpu_owners({}, {}, named, [(int(g), str(u)) for g, u in devices])
-    spans = idle.analyse(gpu_rows, loop_rows, owners or None)
+    if diagnosis is None:
+        diagnosis = diagnose_trace(trace)
+    signals = diagnosis.state if diagnosis.startup else None
+    spans = idle.analyse(gpu_rows, loop_rows, owners or None, signals)
     if write:
         write_segment(trace.directory / "gpu_idle", table_from_rows("gpu_idle", spans), replace=True)
         trace.forget("gpu_idle")
@@ -381,7 +386,7 @@ def summary_text(trace: TraceReader, name: str | None = None, write_gpu_idle: bo
     file_totals, file_table = file_totals_from_files(files)
     diagnosis = diagnose_trace(trace)
     findings: list[Finding] = diagnosis.findings()
-    gpu = recompute_gpu(trace, write=write_gpu_idle)
+    gpu = recompute_gpu(trace, write=write_gpu_idle, diagnosis=diagnosis)
     if gpu is not None:
         idle.add_gpu_evidence(findings, *gpu)
     lost = trace.meta.get("events_lost", 0)

@@ -24,6 +24,11 @@ LOOP_ROLES = (MAIN, RANK)
 LOOP_STATES = ("data_wait_io", "data_wait_cpu", "data_wait_network", "sync_loading", "sync_writes",
                "checkpoint", "collective_wait", "compute", "other")
 
+# `gpu_idle.cause`: a loop state, or these
+GPU_STARTUP = "startup"  # before the loop's start-up ended (launch mode): imports, CUDA init, ...
+GPU_UNKNOWN = "unknown"  # no loop interval overlaps the part, or its GPU has no known process
+GPU_IDLE_CAUSES = (GPU_STARTUP, *LOOP_STATES, GPU_UNKNOWN)
+
 # `findings.kind`: the verdicts that blame I/O, then the others
 IO_KINDS = ("sync_loading", "dataloader_io_bound", "dataloader_network_bound", "sync_writes",
             "checkpoint_stall", "device_saturated", "device_contended", "small_files",

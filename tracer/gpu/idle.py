@@ -3,21 +3,38 @@ rows out; `iotrace report` and the live `GpuMonitor` share it."""
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from itertools import pairwise
+from typing import TYPE_CHECKING, Any, Protocol
 
 from tracer.core.model import GpuIdleRow, GpuRow
-from tracer.core.vocab import LOOP_STATES
+from tracer.core.vocab import GPU_STARTUP, GPU_UNKNOWN, LOOP_STATES
 
 if TYPE_CHECKING:
     from tracer.core.diagnosis import Finding
 
 STATES = LOOP_STATES  # the training loop's states, as the `loop` table has them
 
-UNKNOWN = "unknown"
+UNKNOWN = GPU_UNKNOWN
 """The cause of an idle span no loop interval overlaps (or whose GPU has no known process)."""
+
+STARTUP = GPU_STARTUP
+"""The cause of the part of an idle span before its loop's start-up ended (launch mode)."""
+
+STARTUP_DECIDED_NS = 10 * 60 * 1_000_000_000
+"""How long after a loop's first interval its start-up's end is still looked for, for its GPU's
+idle spans (`gpu_startup_end`): the live monitor holds the spans of a loop whose start-up is
+undecided this long at most (then the spans go out, and Prometheus counts them)."""
+
+
+class StartupSignals(Protocol):
+    """What ends a loop's start-up, per main pid (`SplitState` has them)."""
+
+    first_worker_ns: Mapping[int, int]
+    first_data_ns: Mapping[int, int]
 
 IDLE_UTIL_PCT = 5.0
 """A sample at or below this utilisation is idle."""
@@ -181,16 +198,22 @@ def gpu_of(spec: str, devices: Sequence[tuple[int, str]]) -> int | None:
 
 
 def attribute(spans: Iterable[IdleSpan | Mapping[str, Any]], loop_rows: Iterable[Mapping[str, Any]],
-              gpu_pids: Mapping[int, int] | None = None) -> list[dict]:
-    """Rows of the `gpu_idle` table: each span with what the training loop did during it.
+              gpu_pids: Mapping[int, int] | None = None,
+              startup_ends: Mapping[int, int] | None = None) -> list[dict]:
+    """Rows of the `gpu_idle` table: each span cut into parts, each part with what the training
+    loop did during it.
 
     `loop_rows` are rows of the `loop` table (ts = end of the interval). The span's pid is
     gpu_pids[gpu]; without an entry, the single pid of `loop_rows` (offline rule), else null.
-    Each loop interval overlapping the span gives its state times in proportion to the overlap
-    (uniform within the interval). `<state>_frac` are the shares of the covered part of the span
-    (they add up to 1 when anything is covered); `coverage` is the share of the span that loop
-    intervals cover; cause = the state with the largest share ("unknown" when nothing is covered);
-    confidence = that share x coverage.
+    `startup_ends` maps a pid to the end of its start-up (`gpu_startups`): the span's time
+    before it is one part, cause `startup` (confidence 1: known by time, not by loop state).
+    The rest is cut where the loop's leading state changes between two whole loop intervals
+    inside the span (`_state_changes`). In each part, each loop interval overlapping it gives
+    its state times in proportion to the overlap (uniform within the interval):
+    `<state>_frac` are the shares of the covered part (they add up to 1 when anything is
+    covered); `coverage` is the share of the part that loop intervals cover; cause = the state
+    with the largest share ("unknown" when nothing is covered); confidence = that share x
+    coverage. A span that is one part is one row, as before the cut.
     """
     gpu_pids = dict(gpu_pids or {})
     by_pid: dict[int, list[tuple[int, int, dict[str, int]]]] = {}
@@ -199,6 +222,12 @@ def attribute(spans: Iterable[IdleSpan | Mapping[str, Any]], loop_rows: Iterable
         start = end - ns_of(row["interval_ns"])
         by_pid.setdefault(int(row["pid"]), []).append(
             (start, end, {s: ns_of(row.get(f"{s}_ns") or 0) for s in STATES}))
+    # per pid, its intervals' starts and the longest one: the intervals a span overlaps are
+    # found by bisection, not by a pass over every interval of a day's trace
+    index: dict[int, tuple[list[int], int]] = {}
+    for pid, intervals in by_pid.items():
+        intervals.sort(key=lambda iv: iv[0])
+        index[pid] = ([iv[0] for iv in intervals], max(iv[1] - iv[0] for iv in intervals))
     single = next(iter(by_pid)) if len(by_pid) == 1 else None
     out = []
     for span in spans:
@@ -206,35 +235,117 @@ def attribute(spans: Iterable[IdleSpan | Mapping[str, Any]], loop_rows: Iterable
             span = IdleSpan(int(span["gpu"]), ns_of(span["start"]), ns_of(span["end"]),
                             int(span.get("samples", 0)))
         pid = gpu_pids.get(span.gpu, single)
-        duration = span.duration_ns
-        state_ns = dict.fromkeys(STATES, 0.0)
-        covered = 0
-        intervals = by_pid.get(pid, []) if pid is not None else []
-        for lo, hi, ns in intervals:
-            overlap = min(hi, span.end) - max(lo, span.start)
-            if overlap <= 0 or hi <= lo:
+        intervals = []
+        if pid in by_pid:
+            starts, longest = index[pid]
+            intervals = by_pid[pid][bisect.bisect_left(starts, span.start - longest):
+                                    bisect.bisect_left(starts, span.end)]
+        startup_end = (startup_ends or {}).get(pid) if pid is not None else None
+        cut = span.start
+        if startup_end is not None and startup_end > span.start:
+            cut = min(startup_end, span.end)
+            out.append(_part(span.gpu, pid, span.start, cut, intervals, startup=True))
+        parts: list[dict] = []
+        edges = [cut, *_state_changes(intervals, cut, span.end), span.end]
+        for lo, hi in pairwise(edges):
+            if hi <= lo:
                 continue
-            covered += overlap
-            for s in STATES:
-                state_ns[s] += ns[s] * overlap / (hi - lo)
-        total = sum(state_ns.values())
-        fracs = {s: (state_ns[s] / total if total > 0 else 0.0) for s in STATES}
-        coverage = min(1.0, covered / duration) if duration > 0 else 0.0
-        if total > 0:
-            cause = max(STATES, key=lambda s: fracs[s])  # ties: the earlier state in STATES
-            confidence = fracs[cause] * coverage
-        else:
-            cause, confidence = UNKNOWN, 0.0
-        out.append({"start": span.start, "end": span.end, "duration_ns": duration, "gpu": span.gpu,
-                    "pid": pid, "cause": cause, **{f"{s}_frac": fracs[s] for s in STATES},
-                    "coverage": coverage, "confidence": confidence})
+            part = _part(span.gpu, pid, lo, hi, intervals)
+            if parts and parts[-1]["cause"] == part["cause"]:  # one cause: one part
+                part = _part(span.gpu, pid, parts.pop()["start"], hi, intervals)
+            parts.append(part)
+        out += parts
     return out
 
 
-def analyse(gpu_rows: Sequence[Mapping[str, Any]], loop_rows: Iterable[Mapping[str, Any]],
-            gpu_pids: Mapping[int, int] | None = None, **detector: Any) -> list[GpuIdleRow]:
-    """Offline (`iotrace report`): the `gpu_idle` rows of a whole trace."""
-    return attribute(idle_spans(gpu_rows, **detector), loop_rows, gpu_pids)
+def _state_changes(intervals: Sequence[tuple[int, int, dict[str, int]]], lo: int, hi: int
+                   ) -> list[int]:
+    """Where in [lo, hi] the loop's leading state changes: the starts of the whole intervals
+    inside it whose leading state differs from the whole interval before. A loop row says how
+    long each state lasted, not when: a change is placed only between whole intervals, and an
+    interval the span covers in part joins the part next to it."""
+    out: list[int] = []
+    prev = None
+    for start, end, ns in intervals:
+        if start < lo or end > hi or end <= start or not any(ns.values()):
+            continue
+        state = max(STATES, key=lambda s: ns[s])  # ties: the earlier state in STATES
+        if prev is not None and state != prev and start > lo:
+            out.append(start)
+        prev = state
+    return out
+
+
+def _part(gpu: int, pid: int | None, start: int, end: int,
+          intervals: Sequence[tuple[int, int, dict[str, int]]], startup: bool = False) -> dict:
+    """One `gpu_idle` row: the part [start, end) of a span, with the loop's states in it."""
+    duration = end - start
+    state_ns = dict.fromkeys(STATES, 0.0)
+    covered = 0
+    for lo, hi, ns in intervals:
+        overlap = min(hi, end) - max(lo, start)
+        if overlap <= 0 or hi <= lo:
+            continue
+        covered += overlap
+        for s in STATES:
+            state_ns[s] += ns[s] * overlap / (hi - lo)
+    total = sum(state_ns.values())
+    fracs = {s: (state_ns[s] / total if total > 0 else 0.0) for s in STATES}
+    coverage = min(1.0, covered / duration) if duration > 0 else 0.0
+    if startup:
+        cause, confidence = STARTUP, 1.0
+    elif total > 0:
+        cause = max(STATES, key=lambda s: fracs[s])  # ties: the earlier state in STATES
+        confidence = fracs[cause] * coverage
+    else:
+        cause, confidence = UNKNOWN, 0.0
+    return {"start": start, "end": end, "duration_ns": duration, "gpu": gpu, "pid": pid,
+            "cause": cause, **{f"{s}_frac": fracs[s] for s in STATES}, "coverage": coverage,
+            "confidence": confidence}
+
+
+def gpu_startup_end(worker_ns: int | None, data_ns: int | None, first_ns: int | None
+                    ) -> int | None:
+    """When a loop's start-up ended, for its GPU's idle spans: the start of the first interval in
+    which one of its DataLoader workers ran, else of the first that read its data set (as
+    `Diagnosis.training_since`), counting only a signal that came within STARTUP_DECIDED_NS of
+    its first loop interval's start (`first_ns`); None: no start-up. The bound lets the live
+    monitor hold a span whose start-up is undecided for a while only; a replay of the trace,
+    with the same rule on the same rows, gives the same parts."""
+    if first_ns is None:
+        return None
+    for since in (worker_ns, data_ns):
+        if since is not None and since - first_ns <= STARTUP_DECIDED_NS:
+            return int(since)
+    return None
+
+
+def gpu_startups(state: StartupSignals | None, first_ns: Mapping[int, int]) -> dict[int, int]:
+    """Per loop pid of `first_ns`, the end of its start-up (`gpu_startup_end`) from the split's
+    `state` (first_worker_ns, first_data_ns); none in attach mode (`state` None)."""
+    if state is None:
+        return {}
+    ends = {pid: gpu_startup_end(state.first_worker_ns.get(pid), state.first_data_ns.get(pid),
+                                 first) for pid, first in first_ns.items()}
+    return {pid: end for pid, end in ends.items() if end is not None}
+
+
+def first_loop_ns(loop_rows: Iterable[Mapping[str, Any]]) -> dict[int, int]:
+    """Per pid, the start of its first loop interval."""
+    out: dict[int, int] = {}
+    for row in loop_rows:
+        pid, start = int(row["pid"]), ns_of(row["ts"]) - ns_of(row["interval_ns"])
+        out[pid] = min(start, out.get(pid, start))
+    return out
+
+
+def analyse(gpu_rows: Sequence[Mapping[str, Any]], loop_rows: Sequence[Mapping[str, Any]],
+            gpu_pids: Mapping[int, int] | None = None,
+            startup: StartupSignals | None = None, **detector: Any) -> list[GpuIdleRow]:
+    """Offline (`iotrace report`): the `gpu_idle` rows of a whole trace. `startup`: the replayed
+    diagnosis's signals of each loop's start-up end (its `state`), None in attach mode."""
+    ends = gpu_startups(startup, first_loop_ns(loop_rows))
+    return attribute(idle_spans(gpu_rows, **detector), loop_rows, gpu_pids, ends)
 
 
 # -- evidence -----------------------------------------------------------------------------------

@@ -40,7 +40,17 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
-from tracer.gpu.idle import IdleDetector, attribute, gpu_owners, ns_of
+from tracer.gpu.idle import (
+    STARTUP_DECIDED_NS,
+    IdleDetector,
+    IdleSpan,
+    StartupSignals,
+    attribute,
+    first_loop_ns,
+    gpu_owners,
+    gpu_startup_end,
+    ns_of,
+)
 
 T = TypeVar("T")
 
@@ -554,6 +564,8 @@ class GpuMonitor:
     `interval(ts_ns, loop_rows, main_of)` polls the GPUs at `ts_ns` (the interval's end, UTC ns) and
     returns (gpu rows, gpu_idle rows of the spans that ended): `poll` then `idle`; `finish()` returns
     the spans still open at the end. Loop rows are kept only as long as an open span may need them.
+    In launch mode (`idle`'s `startup`), a span of a loop whose start-up's end is not decided yet
+    is held until it is (`gpu_startup_end`), so that its parts are those a replay gives.
     """
 
     def __init__(self, source: GpuSource, clocks: Callable[[], Mapping[str, int]] = read_clocks,
@@ -562,6 +574,10 @@ class GpuMonitor:
         self.detector = detector or IdleDetector()
         self._loop: deque[Mapping[str, Any]] = deque()
         self._owners: dict[int, int] = {}
+        self._first: dict[int, int] = {}  # loop pid -> its first interval's start
+        self._since: int | None = None  # the first interval's end
+        self._ends: dict[int, int | None] = {}  # loop pid -> its start-up's end, once decided
+        self._held: list[IdleSpan] = []  # spans of a loop whose start-up is undecided
 
     def interval(self, ts_ns: int, loop_rows: Iterable[Mapping[str, Any]] = (),
                  main_of: Mapping[int, int] | Callable[[int], int | None] | None = None,
@@ -576,20 +592,58 @@ class GpuMonitor:
     def idle(self, ts_ns: int, rows: Iterable[Mapping[str, Any]],
              loop_rows: Iterable[Mapping[str, Any]] = (),
              main_of: Mapping[int, int] | Callable[[int], int | None] | None = None,
-             named: Mapping[int, str] | None = None) -> list[dict]:
+             named: Mapping[int, str] | None = None,
+             startup: StartupSignals | None = None) -> list[dict]:
         """The gpu_idle rows of the spans that ended, from poll()'s rows; no NVML call, so the
         session's step (tracer.live.step) can run it. `named`: main PID -> the GPU its
-        environment gives it, for GPUs NVML lists no traced process on (`idle.gpu_owners`)."""
+        environment gives it, for GPUs NVML lists no traced process on (`idle.gpu_owners`).
+        `startup`: in launch mode, the diagnosis's signals of each loop's start-up end."""
+        loop_rows = list(loop_rows)
         self._loop.extend(loop_rows)
+        for pid, start in first_loop_ns(loop_rows).items():
+            self._first[pid] = min(start, self._first.get(pid, start))
+        self._since = ts_ns if self._since is None else self._since
         spans = self.detector.feed(rows)
         for index in [d.index for d in self.sampler.devices if self.sampler.lost(d.index)]:
             spans += self.detector.flush(index)
         if main_of is not None:
             devices = [(d.index, d.uuid) for d in self.sampler.devices]
             self._owners.update(gpu_owners(self.sampler.processes, main_of, named, devices))
-        idle = attribute(spans, self._loop, self._owners)
+        ready = self._decided(ts_ns, self._held + spans, startup)
+        idle = attribute(ready, self._loop, self._owners, self._startup_ends())
         self._trim(ts_ns)
         return idle
+
+    def _owner(self, gpu: int) -> int | None:
+        """The pid `attribute` gives a span of `gpu` (its single-loop rule included)."""
+        if gpu in self._owners:
+            return self._owners[gpu]
+        pids = {int(r["pid"]) for r in self._loop}
+        return next(iter(pids)) if len(pids) == 1 else None
+
+    def _decided(self, ts_ns: int, spans: list[IdleSpan], startup: StartupSignals | None
+                 ) -> list[IdleSpan]:
+        """The spans whose loop's start-up end is known (or none is looked for); the others
+        are held. A start-up is decided once a DataLoader worker of the loop ran, or once
+        STARTUP_DECIDED_NS passed since its first interval: no signal after that counts."""
+        ready, self._held = [], []
+        for span in spans:
+            pid = self._owner(span.gpu)
+            if startup is None or pid is None or pid in self._ends:
+                ready.append(span)
+                continue
+            first = self._first.get(pid)
+            worker = startup.first_worker_ns.get(pid)
+            since = first if first is not None else self._since
+            if worker is not None or (since is not None and ts_ns - since > STARTUP_DECIDED_NS):
+                self._ends[pid] = gpu_startup_end(worker, startup.first_data_ns.get(pid), first)
+                ready.append(span)
+            else:
+                self._held.append(span)
+        return ready
+
+    def _startup_ends(self) -> dict[int, int]:
+        return {pid: end for pid, end in self._ends.items() if end is not None}
 
     def _trim(self, ts_ns: int) -> None:
         # A span that starts in the next poll may begin up to a sample period before ts_ns.
@@ -597,12 +651,23 @@ class GpuMonitor:
         open_since = self.detector.open_since()
         if open_since is not None:
             keep_from = min(keep_from, open_since)
+        if self._held:
+            keep_from = min(keep_from, *(span.start for span in self._held))
         while self._loop and ns_of(self._loop[0]["ts"]) < keep_from:
             self._loop.popleft()
 
-    def finish(self) -> list[dict]:
-        """gpu_idle rows of the spans open at the end of the trace."""
-        return attribute(self.detector.flush(), self._loop, self._owners)
+    def finish(self, startup: StartupSignals | None = None) -> list[dict]:
+        """gpu_idle rows of the spans open at the end of the trace, and of those held: a loop's
+        start-up undecided at the end is decided on what is known (`startup`)."""
+        spans = self._held + self.detector.flush()
+        self._held = []
+        for span in spans:
+            pid = self._owner(span.gpu)
+            if startup is not None and pid is not None and pid not in self._ends:
+                self._ends[pid] = gpu_startup_end(startup.first_worker_ns.get(pid),
+                                                  startup.first_data_ns.get(pid),
+                                                  self._first.get(pid))
+        return attribute(spans, self._loop, self._owners, self._startup_ends())
 
     def take_notes(self) -> list[str]:
         return self.sampler.take_notes()

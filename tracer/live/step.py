@@ -35,6 +35,11 @@ class Step:
         self.gpu_rows: deque[dict] = deque(maxlen=GPU_ROWS_KEPT)
         self.gpu_idle: list[dict] = []
 
+    @property
+    def _startup(self):
+        """What ends each loop's start-up, for the GPU's idle spans; None when attached."""
+        return self.diagnosis.state if self.diagnosis.startup else None
+
     def interval(self, reading: Reading, ts_ns: int, *, devices: list[dict], system: dict | None,
                  gpu_rows: list[dict], cost: SelfCost, known: list[dict],
                  processes: list[dict] | None = None, final: bool = False,
@@ -64,7 +69,7 @@ class Step:
         idle: list[dict] = []
         notes: list[str] = []
         if self.gpu:
-            idle = self.gpu.idle(snap.ts_ns, gpu_rows, loop, inp.owners, gpu_named)
+            idle = self.gpu.idle(snap.ts_ns, gpu_rows, loop, inp.owners, gpu_named, self._startup)
             self.gpu_rows.extend(gpu_rows)
             self.gpu_idle.extend(idle)
             notes = self.gpu.take_notes()
@@ -73,7 +78,7 @@ class Step:
         if final:
             run_findings = self.diagnosis.findings()
             if self.gpu:
-                last = self.gpu.finish()  # the spans still open
+                last = self.gpu.finish(self._startup)  # the spans still open, or held
                 idle = idle + last
                 self.gpu_idle.extend(last)
                 add_gpu_evidence(run_findings, self.gpu_idle, list(self.gpu_rows))

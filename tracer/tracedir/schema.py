@@ -274,15 +274,16 @@ TABLES: dict[str, pa.Schema] = {
         _field("sample_period_ns", NS),
     ),
     # Hard idle spans of a GPU (util <= 5 % for at least 2 consecutive samples) and what the training
-    # loop did during them (tracer.gpu.idle.attribute): the <state>_frac are shares of the part of the span
-    # that loop intervals cover (they add up to 1 when coverage > 0).
+    # loop did during them (tracer.gpu.idle.attribute), a row per part of a span: its start-up, then
+    # where the loop's leading state changes. The <state>_frac are shares of the part that loop
+    # intervals cover (they add up to 1 when coverage > 0).
     "gpu_idle": _schema(
         _field("start", TIMESTAMP),
         _field("end", TIMESTAMP),
         _field("duration_ns", NS),
         _field("gpu", pa.int32()),
         _field("pid", pa.int32(), nullable=True),  # the main process using that GPU; null: unknown
-        _field("cause", DICT_STRING),  # the loop state with the largest share, or "unknown"
+        _field("cause", DICT_STRING),  # "startup", the loop state with the largest share, "unknown"
         _field("data_wait_io_frac", pa.float64()),
         _field("data_wait_cpu_frac", pa.float64()),
         _field("data_wait_network_frac", pa.float64()),
