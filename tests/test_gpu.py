@@ -436,8 +436,10 @@ def test_evidence_numbers_and_sentence_for_the_stalls() -> None:
     assert g["top_cause"] == "data_wait_io" and g["top_cause_pct"] == pytest.approx(33.75)
     assert g["soft_idle_ns"] == round(
         (32 * 0.05 * 0.2 + 0.05 * nvml.DEFAULT_PERIOD_NS / S + 2 * 0.5 * 0.2 + 19 * 0.2 + 0.97 * 0.2) * S)
+    assert g["idle_parts_ns"] == {"data_wait_io": 2 * S, "checkpoint": 2 * S}
     assert gpu_sentence(g) == (
-        "GPU 0 idle 36 % of the time; 34 % of that while the loop waited on DataLoader reads")
+        "GPU 0 idle 4.0 s (36 % of the time): 2.0 s waiting on DataLoader reads, 2.0 s writing "
+        "a checkpoint")
     json.dumps(ev)  # goes into findings.evidence as it is
 
 
@@ -451,7 +453,7 @@ def test_evidence_sentence_of_the_design_example() -> None:
     loop = [loop_row(4242, t, data_wait_io=850, compute=150) for t in range(1, 101)]
     ev = gpu_evidence(attribute(spans, loop), rows)
     assert gpu_sentence(ev["gpus"][0]) == (
-        "GPU 0 idle 62 % of the time; 85 % of that while the loop waited on DataLoader reads")
+        "GPU 0 idle 62.0 s (62 % of the time): 62.0 s waiting on DataLoader reads")
     assert idle.gpu_sentences(gpu_evidence([], rows)) == ["GPU 0 idle 0 % of the time"]
 
 

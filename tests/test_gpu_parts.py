@@ -5,6 +5,7 @@ alike. Hand-made NVML rows and loop rows, and the rows of a real H200 trace
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 from types import SimpleNamespace
@@ -14,9 +15,9 @@ import pytest
 from tracer.core.diagnosis import Diagnosis
 from tracer.core.diagnosis.feed import feed
 from tracer.gpu import idle
-from tracer.gpu.idle import STARTUP_DECIDED_NS, IdleSpan, analyse
+from tracer.gpu.idle import STARTUP_DECIDED_NS, IdleSpan, analyse, gpu_evidence, gpu_sentence
 from tracer.gpu.nvml import GpuDevice, GpuMonitor
-from tracer.report import _plain_records, recompute_gpu, replay
+from tracer.report import _plain_records, recompute_gpu, replay, report
 from tracer.sinks.parquet import write_segment
 from tracer.tracedir.reader import load
 from tracer.tracedir.schema import table_from_rows
@@ -109,6 +110,24 @@ def test_attached_or_too_late_there_is_no_start_up() -> None:
     assert idle.gpu_startup_end(at(2), None, None) is None  # no loop interval: no start-up
 
 
+def test_the_sentence_gives_each_part_and_the_evidence_has_them() -> None:
+    samples = gpu_rows((1, 7))
+    ev = gpu_evidence(analyse(samples, LOOP, startup=signals(worker_s=3)), samples)
+    [g] = ev["gpus"]
+    assert g["idle_parts_ns"] == {"startup": 2 * S, "data_wait_cpu": 3 * S, "checkpoint": S}
+    assert list(g["idle_parts_ns"]) == ["data_wait_cpu", "startup", "checkpoint"]
+    assert gpu_sentence(g) == (
+        "GPU 0 idle 6.0 s (60 % of the time): 3.0 s waiting on DataLoader workers busy on the "
+        "CPU, 2.0 s start-up (before the loop's first batch), 1.0 s writing a checkpoint")
+    json.dumps(ev)
+    # More than three causes: the rest is summed.
+    rows = analyse(samples, LOOP[:1] + [loop_row(t, other=1000) for t in (2, 3)] + LOOP[3:],
+                   startup=signals(worker_s=2))
+    assert gpu_sentence(gpu_evidence(rows, samples)["gpus"][0]).endswith(
+        ": 3.0 s waiting on DataLoader workers busy on the CPU, 1.0 s start-up (before the "
+        "loop's first batch), 1.0 s the loop doing something else, 1.0 s in other states")
+
+
 class OneGpu:
     """A `GpuSource` with one GPU that is never polled here (`GpuMonitor.idle` takes rows)."""
 
@@ -179,6 +198,21 @@ def starved_trace(directory: Path) -> Path:
     return directory
 
 
+def test_report_of_the_h200_starved_trace_gives_the_start_up_part(tmp_path: Path) -> None:
+    trace = starved_trace(tmp_path / "starved")
+    out = io.StringIO()
+    assert report(str(trace), out) == 0
+    text = out.getvalue()
+    # Before: "GPU 0 idle 100 % of the time; 56 % of that while the loop was busy on the CPU,
+    # not waiting for data".
+    assert ("GPU 0 idle 18.4 s (100 % of the time): 9.0 s start-up (before the loop's first "
+            "batch), 7.0 s waiting on DataLoader workers busy on the CPU, 1.3 s the loop busy on "
+            "the CPU, 1.0 s in other states.") in text
+    assert "GPU 0: idle 18.4 s of 18.4 s sampled (100 %): startup 9.0 s, data_wait_cpu 7.0 s" in text
+    rows = load(str(trace))["gpu_idle"]
+    assert list(rows["cause"].astype(str)) == ["startup", "other", "data_wait_cpu", "compute"]
+
+
 def test_the_h200_trace_replayed_interval_by_interval_gives_the_same_rows(tmp_path: Path) -> None:
     """The live step's order: each interval fed to the diagnosis, then its GPU rows and loop
     rows to the monitor with the diagnosis's start-up signals; the same rows as the report's.
@@ -199,3 +233,11 @@ def test_the_h200_trace_replayed_interval_by_interval_gives_the_same_rows(tmp_pa
     assert [r["cause"] for r in rows] == ["startup", "other", "data_wait_cpu", "compute"]
     assert rows == offline
 
+
+def test_every_cause_has_its_words() -> None:
+    from tracer.core.vocab import GPU_IDLE_CAUSES
+    from tracer.gpu.words import PART_WORDS
+
+    assert set(PART_WORDS) == set(GPU_IDLE_CAUSES)
+    causes = ("startup", *idle.STATES, "unknown")
+    assert causes == GPU_IDLE_CAUSES

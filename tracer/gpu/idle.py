@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from tracer.core.model import GpuIdleRow, GpuRow
 from tracer.core.vocab import GPU_STARTUP, GPU_UNKNOWN, LOOP_STATES
+from tracer.gpu.words import gpu_sentence as gpu_sentence  # where the sentences were
+from tracer.gpu.words import gpu_sentences
 
 if TYPE_CHECKING:
     from tracer.core.diagnosis import Finding
@@ -351,29 +353,18 @@ def analyse(gpu_rows: Sequence[Mapping[str, Any]], loop_rows: Sequence[Mapping[s
 # -- evidence -----------------------------------------------------------------------------------
 
 
-CAUSE_WORDS = {
-    "data_wait_io": "while the loop waited on DataLoader reads",
-    "data_wait_cpu": "while the loop waited on DataLoader workers busy on the CPU",
-    "data_wait_network": "while the loop waited on DataLoader workers reading from the network",
-    "sync_loading": "while the loop itself read data (no DataLoader workers)",
-    "sync_writes": "while the loop wrote or fsynced logs and other small files",
-    "checkpoint": "while the loop wrote a checkpoint",
-    "collective_wait": "while the rank waited for its peers in a collective",
-    "compute": "while the loop was busy on the CPU, not waiting for data",
-    "other": "while the loop was doing something else",
-    UNKNOWN: "with no record of what the training loop was doing",
-}
-
-
 def gpu_evidence(idle_rows: Iterable[Mapping[str, Any]], gpu_rows: Iterable[Mapping[str, Any]]) -> dict:
     """Numbers for the findings, per GPU.
 
     observed_ns is the time the `gpu` rows cover (first row's period start to last row); idle_pct the
     share of it in hard idle spans; soft_idle_pct the soft idle time's share. idle_by_cause_ns splits
-    the idle time by loop state (duration x <state>_frac x coverage; the uncovered rest is
-    "unknown"), idle_share_pct the same as percent of the idle time; top_cause is the largest.
+    the idle time by what the loop did (duration x <state>_frac x coverage; the uncovered rest
+    is "unknown"), start-up parts included; idle_share_pct the same as percent of the idle time;
+    top_cause is the largest. idle_parts_ns sums the rows (the parts of the spans) by their
+    cause, `startup` included, largest first; `spans` counts the rows.
     Returns {"gpus": [{gpu, uuid, name, pid, observed_ns, idle_ns, idle_pct, spans, soft_idle_ns,
-    soft_idle_pct, idle_by_cause_ns, idle_share_pct, top_cause, top_cause_pct}, ...]} by GPU index.
+    soft_idle_pct, idle_by_cause_ns, idle_share_pct, top_cause, top_cause_pct, idle_parts_ns},
+    ...]} by GPU index.
     """
     bounds: dict[int, list[int]] = {}
     names: dict[int, tuple[str, str]] = {}
@@ -387,6 +378,7 @@ def gpu_evidence(idle_rows: Iterable[Mapping[str, Any]], gpu_rows: Iterable[Mapp
         names.setdefault(gpu, (str(row.get("uuid", "")), str(row.get("name", ""))))
         soft[gpu] = soft.get(gpu, 0.0) + (1.0 - float(row["util_pct"]) / 100.0) * period
     idle: dict[int, dict[str, float]] = {}
+    parts: dict[int, dict[str, int]] = {}
     spans: dict[int, int] = {}
     pids: dict[int, int | None] = {}
     for row in idle_rows:
@@ -398,6 +390,8 @@ def gpu_evidence(idle_rows: Iterable[Mapping[str, Any]], gpu_rows: Iterable[Mapp
             by[s] += duration * float(row.get(f"{s}_frac") or 0.0) * coverage
         covered = sum(float(row.get(f"{s}_frac") or 0.0) for s in STATES) * coverage
         by[UNKNOWN] += duration * max(0.0, 1.0 - covered)
+        by_part = parts.setdefault(gpu, {})
+        by_part[str(row["cause"])] = by_part.get(str(row["cause"]), 0) + duration
         spans[gpu] = spans.get(gpu, 0) + 1
         pid = row.get("pid")
         if pid is not None and not (isinstance(pid, float) and math.isnan(pid)):
@@ -421,21 +415,9 @@ def gpu_evidence(idle_rows: Iterable[Mapping[str, Any]], gpu_rows: Iterable[Mapp
             "idle_share_pct": share,
             "top_cause": top,
             "top_cause_pct": share[top] if top else 0.0,
+            "idle_parts_ns": dict(sorted(parts.get(gpu, {}).items(), key=lambda kv: -kv[1])),
         })
     return {"gpus": out}
-
-
-def gpu_sentence(gpu: Mapping[str, Any]) -> str:
-    """One sentence for one GPU of `gpu_evidence`, e.g. "GPU 0 idle 62 % of the time; 85 % of that
-    while the loop waited on DataLoader reads"."""
-    head = f"GPU {gpu['gpu']} idle {gpu['idle_pct']:.0f} % of the time"
-    if not gpu["spans"] or not gpu["top_cause"]:
-        return head
-    return f"{head}; {gpu['top_cause_pct']:.0f} % of that {CAUSE_WORDS[gpu['top_cause']]}"
-
-
-def gpu_sentences(evidence: Mapping[str, Any]) -> list[str]:
-    return [gpu_sentence(g) for g in evidence["gpus"]]
 
 
 def add_gpu_evidence(findings: list[Finding], idle_rows: list[GpuIdleRow], gpu_rows: list[GpuRow]) -> None:
