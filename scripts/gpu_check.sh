@@ -253,11 +253,14 @@ t = tracer.load(sys.argv[1]); expect = sys.argv[2]
 gpu, idle = t["gpu"], t["gpu_idle"]
 if gpu.empty:
     print(f"FAIL {expect}: no NVML samples in the trace"); sys.exit(1)
-span_s = (gpu.ts.max() - gpu.ts.min()).total_seconds() or 1
-idle_s = idle.duration_ns.sum() / 1e9 if not idle.empty else 0.0
 by_cause = (idle.groupby("cause", observed=True).duration_ns.sum() / 1e9).to_dict() if not idle.empty else {}
+# the start-up's part (imports, CUDA init) is judged by neither case: the rest of the run is
+startup_s = by_cause.get("startup", 0.0)
+span_s = (gpu.sample_period_ns.sum() / 1e9 - startup_s) or 1  # the time the samples cover
+idle_s = (idle.duration_ns.sum() / 1e9 if not idle.empty else 0.0) - startup_s
 wait = sum(v for k, v in by_cause.items() if k in ("data_wait_io", "data_wait_cpu", "sync_loading"))
-print(f"      {expect}: GPU idle {100 * idle_s / span_s:.0f} % of {span_s:.1f} s; by cause {by_cause}")
+print(f"      {expect}: GPU idle {100 * idle_s / span_s:.0f} % of {span_s:.1f} s after a "
+      f"{startup_s:.1f} s start-up; by cause {by_cause}")
 print("      leading finding:", t.findings.kind.iloc[0] if not t.findings.empty else None)
 if expect == "starved":
     ok = idle_s > 0.2 * span_s and wait >= 0.5 * idle_s
