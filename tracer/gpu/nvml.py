@@ -581,9 +581,10 @@ class GpuMonitor:
 
     def interval(self, ts_ns: int, loop_rows: Iterable[Mapping[str, Any]] = (),
                  main_of: Mapping[int, int] | Callable[[int], int | None] | None = None,
-                 named: Mapping[int, str] | None = None) -> tuple[list[dict], list[dict]]:
+                 named: Mapping[int, str] | None = None,
+                 startup: StartupSignals | None = None) -> tuple[list[dict], list[dict]]:
         rows = self.poll(ts_ns)
-        return rows, self.idle(ts_ns, rows, loop_rows, main_of, named)
+        return rows, self.idle(ts_ns, rows, loop_rows, main_of, named, startup)
 
     def poll(self, ts_ns: int) -> list[dict]:
         """The GPUs' samples up to `ts_ns` (NVML calls): the `gpu` rows."""

@@ -18,6 +18,7 @@ from tracer.gpu.idle import add_gpu_evidence
 
 if TYPE_CHECKING:
     from tracer.core.diagnosis import Diagnosis
+    from tracer.core.diagnosis.split import SplitState
     from tracer.core.selfcost import SelfCost
     from tracer.gpu.nvml import GpuMonitor
     from tracer.live.aggregate import Aggregator, Reading
@@ -36,7 +37,7 @@ class Step:
         self.gpu_idle: list[dict] = []
 
     @property
-    def _startup(self):
+    def _startup(self) -> SplitState | None:
         """What ends each loop's start-up, for the GPU's idle spans; None when attached."""
         return self.diagnosis.state if self.diagnosis.startup else None
 
