@@ -178,6 +178,20 @@ struct sys_start {
 	__u64 dir_ino; /* the file's folder (struct file_stat's) */
 };
 
+/* A thread's file open for writing (syscall.bpf.c, task storage `write_spans`): a save is the
+ * time from opening its file for writing to closing it, whatever the thread does in between
+ * (pickling, copying tensors off the device, writing, fsyncing). User space reads the training
+ * loop's through a pidfd each interval: the span open now, and the last one closed. */
+struct write_span {
+	__u64 since_ns; /* the open returned; 0: no span open */
+	struct file_id file;
+	__s32 fd;
+	__u32 pad;
+	__u64 ended_since_ns; /* the last span closed: its start, its end, its file */
+	__u64 ended_ns;
+	struct file_id ended_file;
+};
+
 /* A slot of block.bpf.c's `rq_slots`: the request holding it, and its record. */
 struct rq_slot {
 	__u64 rq; /* the request holding the slot, 0 when free */
@@ -372,6 +386,7 @@ struct iot_abi {
 		struct block_user_key block_user_key;
 		struct block_user block_user;
 		struct sys_start sys_start;
+		struct write_span write_span;
 		struct rq_slot rq_slot;
 		struct hist_slot hist_slot;
 		struct file_slot file_slot;

@@ -86,6 +86,51 @@ static __always_inline void check_first_sight(struct sys_start *start, struct fi
 		start->last_sent = *id;
 }
 
+/* Each thread's file open for writing, from the open to its close (struct write_span): only
+ * threads that opened one have a record, so a close elsewhere costs a task-storage lookup. */
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct write_span);
+} write_spans SEC(".maps");
+
+#define O_APPEND_FLAG 02000 /* the same on x86 and arm64 */
+
+/* A save begins: `file` (fd `fd`) was opened for writing, empty (created or truncated) and not
+ * for appending (logs append). The newest such file is the thread's span; one opened before
+ * and still open is forgotten (a file held open for the run is no save). */
+static __always_inline void span_open(struct task_struct *task, struct file *file, int fd,
+				      const struct file_id *fid)
+{
+	struct write_span *span;
+
+	if (!(file->f_mode & FMODE_WRITE) || (file->f_flags & O_APPEND_FLAG) ||
+	    file->f_inode->i_size != 0)
+		return;
+	span = bpf_task_storage_get(&write_spans, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (!span)
+		return;
+	span->file = *fid;
+	span->fd = fd;
+	span->since_ns = bpf_ktime_get_ns();
+}
+
+/* close(fd): the end of the thread's span when fd is its file. Every close of the host comes
+ * here: threads that never opened a span get no record, and return after the lookup. */
+static __always_inline void span_close(int fd)
+{
+	struct write_span *span;
+
+	span = bpf_task_storage_get(&write_spans, bpf_get_current_task_btf(), 0, 0);
+	if (!span || !span->since_ns || span->fd != fd)
+		return;
+	span->ended_file = span->file;
+	span->ended_since_ns = span->since_ns;
+	span->ended_ns = bpf_ktime_get_ns();
+	span->since_ns = 0;
+}
+
 /* The entry of traced syscall `op` (op_of_syscall, not 0xff) with first argument `fd` and 4th
  * `pos` (the offset of a POSITIONAL op): one body for the raw and the classic tracepoints. */
 static __always_inline void enter_body(__u8 op, int fd, unsigned long pos)
@@ -139,8 +184,11 @@ int sys_enter(struct bpf_raw_tracepoint_args *ctx)
 	__u8 op = op_of_syscall(ctx->args[1]);
 	struct pt_regs *regs;
 
-	if (op == 0xff)
+	if (op == 0xff) {
+		if (ctx->args[1] == NR_close)
+			span_close((int)syscall_arg(user_regs(ctx), 0));
 		return 0;
+	}
 	regs = user_regs(ctx);
 	enter_body(op, (int)syscall_arg(regs, 0), syscall_arg(regs, 3));
 	return 0;
@@ -191,6 +239,7 @@ static __always_inline void open_done(struct task_struct *task, struct sys_start
 	inode_id(inode, &fid);
 	dir_ino = dir_ino_of(file->f_path.dentry);
 	check_first_sight(start, file, &fid, (int)fd, dir_ino, task->tgid);
+	span_open(task, file, (int)fd, &fid);
 	file_open_add(task->tgid, &fid, dir_ino,
 		      file->f_mode & FMODE_WRITE ? IOT_OP_WRITE : IOT_OP_READ, latency_ns,
 		      &start->counters_at);
@@ -290,6 +339,14 @@ int sys_enter_pos_tp(struct syscall_enter_pos_record *ctx)
 	if (op == 0xff || !(op & POSITIONAL))
 		return 0;
 	enter_body(op, (int)ctx->args[0], ctx->args[3]);
+	return 0;
+}
+
+/* close, on its own classic tracepoint: it ends a write span (span_close), nothing else. */
+SEC("tp")
+int sys_enter_close_tp(struct syscall_enter_record *ctx)
+{
+	span_close((int)ctx->fd);
 	return 0;
 }
 

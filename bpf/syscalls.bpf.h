@@ -11,14 +11,14 @@
 /* Syscall numbers of the native ABI (a raw tracepoint sees numbers, not names). */
 #if defined(__TARGET_ARCH_x86)
 enum {
-	NR_read = 0, NR_write = 1, NR_pread64 = 17, NR_pwrite64 = 18, NR_readv = 19, NR_writev = 20,
+	NR_read = 0, NR_write = 1, NR_close = 3, NR_pread64 = 17, NR_pwrite64 = 18, NR_readv = 19, NR_writev = 20,
 	NR_recvfrom = 45, NR_recvmsg = 47, NR_fsync = 74, NR_fdatasync = 75, NR_openat = 257, NR_preadv = 295, NR_pwritev = 296,
 	NR_preadv2 = 327, NR_pwritev2 = 328,
 };
 #define TS_COMPAT 0x0002 /* thread_info.status: a 32-bit syscall, numbered differently */
 #elif defined(__TARGET_ARCH_arm64)
 enum {
-	NR_openat = 56, NR_read = 63, NR_write = 64, NR_readv = 65, NR_writev = 66, NR_pread64 = 67,
+	NR_openat = 56, NR_close = 57, NR_read = 63, NR_write = 64, NR_readv = 65, NR_writev = 66, NR_pread64 = 67,
 	NR_pwrite64 = 68, NR_preadv = 69, NR_pwritev = 70, NR_fsync = 82, NR_fdatasync = 83,
 	NR_recvfrom = 207, NR_recvmsg = 212, NR_preadv2 = 286, NR_pwritev2 = 287,
 };

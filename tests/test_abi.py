@@ -30,6 +30,7 @@ FORMATS = {
     "HIST_SLOT": ("hist_slot", ("key", "h"), None),
     "FILE_SLOT": ("file_slot", ("key", "st"), None),
     "SYS_START": ("sys_start", (), None),
+    "WRITE_SPAN": ("write_span", (), None),
     "RQ_START": ("rq_start", (), None),
     "BLOCK_USER_KEY": ("block_user_key", (), None),
     "BLOCK_USER": ("block_user", (), None),

@@ -90,6 +90,9 @@ FILE_SLOT = struct.Struct(layout.struct_format("file_slot", whole={"key", "st"})
 # struct sys_start (a thread's syscall in flight): ts_ns, offset, file (dev, gen, ino), op,
 # target, counters_at, then last_sent (dev, gen, ino), dir_ino
 SYS_START = struct.Struct(layout.struct_format("sys_start"))
+# struct write_span (a thread's file open for writing): since_ns, file (dev, gen, ino), fd,
+# (pad), ended_since_ns, ended_ns, ended_file (dev, gen, ino)
+WRITE_SPAN = struct.Struct(layout.struct_format("write_span"))
 # struct rq_start (a block request in flight): insert_ns, issue_ns, file (dev, gen, ino), tgid,
 # data_len, dev, op, attribution, kthread, cgroup, comm; struct rq_slot: rq (0: free), then a
 # struct rq_start
@@ -407,6 +410,22 @@ def decode_sys_start(raw: bytes) -> tuple[int, int, int, int, int, int] | None:
     start in CLOCK_MONOTONIC ns; None when the thread is in none (start 0)."""
     ts, _off, dev, gen, ino, op, target, *_ = SYS_START.unpack(raw)
     return (ts, op, target, dev, ino, gen) if ts else None
+
+
+class WriteSpans(NamedTuple):
+    """A thread's write spans (struct write_span), CLOCK_MONOTONIC ns: the one open now (since
+    0: none) and the last one closed (ended_since 0: none yet); files as (dev, ino, gen)."""
+
+    since: int
+    file: tuple[int, int, int]
+    ended_since: int
+    ended: int
+    ended_file: tuple[int, int, int]
+
+
+def decode_write_span(raw: bytes) -> WriteSpans:
+    since, dev, gen, ino, _fd, e_since, e_ns, e_dev, e_gen, e_ino = WRITE_SPAN.unpack(raw)
+    return WriteSpans(since, (dev, ino, gen), e_since, e_ns, (e_dev, e_ino, e_gen))
 
 
 class HeldRequest(NamedTuple):

@@ -180,6 +180,15 @@ STRUCTS = {
         ('root', 0, 4, 'u32'),
         ('flags', 4, 4, 'u32'),
     )),
+    'write_span': (64, (
+        ('since_ns', 0, 8, 'u64'),
+        ('file', 8, 16, 'struct file_id'),
+        ('fd', 24, 4, 's32'),
+        ('pad', 28, 4, 'u32'),
+        ('ended_since_ns', 32, 8, 'u64'),
+        ('ended_ns', 40, 8, 'u64'),
+        ('ended_file', 48, 16, 'struct file_id'),
+    )),
 }
 
 # enum name -> {member: value}

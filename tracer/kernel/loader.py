@@ -64,7 +64,7 @@ FORCE_ENV = "IOTRACE_FORCE"
 # classic enters and the raw exit (measured, never chosen). --pid and -- CMD trace a few processes
 # whose I/O is what they pay for: raw. --auto is a node agent, whose cost every process of the
 # node pays on each of its syscalls: classic (docs/benchmarks.md, issue 17).
-CLASSIC_ENTERS = ("sys_enter_tp", "sys_enter_pos_tp")
+CLASSIC_ENTERS = ("sys_enter_tp", "sys_enter_pos_tp", "sys_enter_close_tp")
 SYSCALL_HOOKS = {"raw": ("sys_enter", "sys_exit"),
                  "classic": (*CLASSIC_ENTERS, "sys_exit_tp"),
                  "mixed": (*CLASSIC_ENTERS, "sys_exit")}
@@ -76,7 +76,8 @@ _POSITIONAL = ("pread64", "preadv", "preadv2", "pwrite64", "pwritev", "pwritev2"
 _BY_FD = ("read", "readv", "recvfrom", "recvmsg", "write", "writev", "fsync", "fdatasync", "openat")
 CLASSIC_SYSCALLS = {"sys_enter_tp": ("enter", _BY_FD),
                     "sys_enter_pos_tp": ("enter", _POSITIONAL),
-                    "sys_exit_tp": ("exit", _BY_FD + _POSITIONAL)}
+                    "sys_exit_tp": ("exit", _BY_FD + _POSITIONAL),
+                    "sys_enter_close_tp": ("enter", ("close",))}
 # Where libbpf 1.1 looks for a classic tracepoint's id, in its order: classic tracepoints need
 # tracefs mounted (raw_tp and tp_btf programs do not).
 TRACEFS_DIRS = ("/sys/kernel/debug/tracing", "/sys/kernel/tracing")

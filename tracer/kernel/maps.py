@@ -57,6 +57,7 @@ class Maps:
         self._rq_slots = Map(fd(RQ_SLOTS), 4, abi.RQ_SLOT.size)
         self._rq_starts = Map(fd("rq_starts"), 8, abi.RQ_START.size)
         self._sys_starts = Map(fd("sys_starts"), abi.TGID.size, abi.SYS_START.size)
+        self._write_spans = Map(fd("write_spans"), abi.TGID.size, abi.WRITE_SPAN.size)
         self._block_users = Map(fd("block_users"), abi.BLOCK_USER_KEY.size, abi.BLOCK_USER.size)
         self._max_entries = loader.max_entries
 
@@ -120,6 +121,17 @@ class Maps:
             call = None if raw is None else abi.decode_sys_start(raw)
             if call is not None:
                 out[pid] = call
+        return out
+
+    def write_spans(self, pids) -> dict[int, bytes]:
+        """Each process's main thread's write spans (abi.decode_write_span), by pid, for those
+        that ever opened a file for writing; looked up through a pidfd as syscalls_in_flight."""
+        out = {}
+        for pid in pids:
+            fd = self._loader.pidfd(pid)
+            raw = None if fd is None else self._write_spans.lookup(abi.TGID.pack(fd))
+            if raw is not None:
+                out[pid] = raw
         return out
 
     # -- an interval's per-file counters -------------------------------------------------------
