@@ -113,6 +113,8 @@ class ThreadRow(TypedDict):
     syscall_op: str | None
     syscall_path: str | None
     syscall_since: int | None
+    write_open_path: str | None
+    write_open_ns: int | None
 
 
 class LoopRow(TypedDict):

@@ -42,6 +42,7 @@ from tracer.live.devices import device_name
 from tracer.live.files import FileTable
 from tracer.live.processes import Process, ProcessTable
 from tracer.live.rereads import Rereads, with_rereads
+from tracer.live.spans import SpanClock
 from tracer.tracedir.schema import MAX_DEVICE_USERS
 
 MAX_FILE_TOTALS = 2_000  # files the summary keeps totals of (the others: their folders')
@@ -49,6 +50,7 @@ MAX_FILE_TOTALS = 2_000  # files the summary keeps totals of (the others: their 
 # workers made again every epoch would otherwise add their folders anew each epoch.
 MAX_FOLDER_TOTALS = 4_000
 NO_SYSCALL: dict[str, str | int | None] = {"syscall_op": None, "syscall_path": None, "syscall_since": None}
+NO_SPAN: dict[str, str | int | None] = {"write_open_path": None, "write_open_ns": None}
 
 
 def role_of_pid(proc: Process | None) -> str:
@@ -82,6 +84,8 @@ class Reading:
     in_flight: dict[int, tuple[int, int, int, int, int, int]] = field(default_factory=dict)
     # Who used each disk, cumulative (kernel.maps.Maps.read_block_users)
     block_users: dict[bytes, bytes] = field(default_factory=dict)
+    # Each main process's main thread's write spans, by pid (kernel.maps.Maps.write_spans)
+    write_spans: dict[int, bytes] = field(default_factory=dict)
 
 
 class Aggregator:
@@ -102,6 +106,7 @@ class Aggregator:
         self.last_ts_ns: int | None = None
         self.pending_events: list[EventRow] = []
         self.rereads = Rereads(self._size_of)
+        self.spans = SpanClock()
 
     def interval(self, reading: Reading, ts_ns: int, *, devices: list[DeviceRow] | None = None,
                  system: SystemRow | None = None, gpu: list[GpuRow] | None = None,
@@ -125,7 +130,7 @@ class Aggregator:
             rows.extend(self._rows(series, delta, ts_ns))
         file_rows = self._file_rows(reading.files, reading.folders, ts_ns)
         thread_rows = self._thread_rows(reading.threads, reading.monotonic_ns, ts_ns,
-                                        reading.in_flight)
+                                        reading.in_flight, reading.write_spans)
         interval_ns = ts_ns - self.last_ts_ns if self.last_ts_ns else 0
         self.last_ts_ns = ts_ns
         events, self.pending_events = self.pending_events, []
@@ -192,7 +197,8 @@ class Aggregator:
         return rows
 
     def _thread_rows(self, threads: dict[int, bytes], mono_ns: int, ts_ns: int,
-                     in_flight: dict[int, tuple[int, int, int, int, int, int]]) -> list[ThreadRow]:
+                     in_flight: dict[int, tuple[int, int, int, int, int, int]],
+                     spans: dict[int, bytes] | None = None) -> list[ThreadRow]:
         rows: list[ThreadRow] = []
         for tid, raw in threads.items():
             t = abi.decode_thread_time(tid, raw, mono_ns)
@@ -220,6 +226,7 @@ class Aggregator:
                 "woken_by_worker_ns": woken["worker"], "woken_by_pin_ns": woken["pin"],
                 "woken_by_own_ns": woken["own"], "woken_by_other_ns": woken["other"],
                 **self._syscall_columns(in_flight.get(tid), t.pid, mono_ns, ts_ns),
+                **self._span_columns((spans or {}).get(tid), t.pid, mono_ns),
             })
         return rows
 
@@ -236,12 +243,28 @@ class Aggregator:
         return {"syscall_op": name, "syscall_path": self.files.get(dev, ino, gen, pid).path,
                 "syscall_since": ts_ns - (mono_ns - start)}
 
+    def _span_columns(self, raw: bytes | None, pid: int, mono_ns: int
+                      ) -> dict[str, str | int | None]:
+        """A main thread's time in write spans since the last reading (live/spans.py), all of
+        it, and the file it spent the most of it on (an interval may hold the end of one save
+        and the start of the next, to files of one folder); the diagnosis decides whether it
+        was a save."""
+        if raw is None:
+            return NO_SPAN
+        by_file = self.spans.advance(pid, abi.decode_write_span(raw), mono_ns)
+        if not by_file or not max(by_file.values()):
+            return NO_SPAN
+        dev, ino, gen = max(by_file, key=lambda f: by_file[f])
+        return {"write_open_path": self.files.get(dev, ino, gen, pid).path,
+                "write_open_ns": sum(by_file.values())}
+
     def forget(self, raw_keys: list[bytes], tids: Iterable[int] = ()) -> None:
         """Drops keys deleted from the kernel maps (processes gone)."""
         for k in raw_keys:
             self.prev.pop(k, None)
         for tid in tids:
             self.prev_threads.pop(tid, None)
+            self.spans.forget(tid)
 
     def _file_rows(self, files: np.ndarray, folders: np.ndarray, ts_ns: int) -> list[FileRow]:
         """This interval's per-file rows, the files past rollup.KEEP_FILES per (process, op)

@@ -382,7 +382,8 @@ class Session:
         # done here and counted in them at the next reading (the diagnosis allows for both).
         mains = [p.pid for p in self.processes.alive() if p.role in LOOP_ROLES]
         return Reading(hists, files, folders, threads, time.monotonic_ns(),
-                       maps.syscalls_in_flight(mains), maps.read_block_users())
+                       maps.syscalls_in_flight(mains), maps.read_block_users(),
+                       maps.write_spans(mains))
 
     def _cannot_write(self, error: OSError) -> None:
         """The trace sink could not write a segment (a full disk) and writes nothing more: stop

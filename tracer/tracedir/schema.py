@@ -178,6 +178,8 @@ TABLES: dict[str, pa.Schema] = {
         _field("syscall_op", DICT_STRING, nullable=True),
         _field("syscall_path", DICT_STRING, nullable=True),
         _field("syscall_since", TIMESTAMP, nullable=True),
+        _field("write_open_path", DICT_STRING, nullable=True),
+        _field("write_open_ns", NS, nullable=True),
     ),
     # The training loop's time per interval, classified (tracer.core.diagnosis.split has the
     # rules).
