@@ -63,6 +63,8 @@ class IntervalEvidence:
     other_parts: dict[int, tuple[int, int, int]]  # main -> other's (runnable, own, timers) ns
     memory: dict[int, MemoryRow] = field(default_factory=dict)  # main -> its memory row
     disk_reads: dict[str, DiskReads] = field(default_factory=dict)  # disk -> its reads, by whom
+    # main -> (its loop's time in saves charged here, its time writing checkpoints), saves.py
+    saves: dict[int, tuple[int, int]] = field(default_factory=dict)
 
 
 @dataclass

@@ -30,6 +30,7 @@ from tracer.core.diagnosis.evidence import Background, IntervalEvidence, disk_re
 from tracer.core.diagnosis.finding import STATES, LoopInterval
 from tracer.core.diagnosis.input import IntervalInput, Rank
 from tracer.core.diagnosis.reads import NO_COUNTS, Reads, folder_files_of, is_library
+from tracer.core.diagnosis.saves import SaveState, settle_owed, span_checkpoint_ns
 from tracer.core.diagnosis.thresholds import MAX_READ_AHEAD, Thresholds
 from tracer.core.model import FileRow, LatencyRow, ThreadRow
 from tracer.core.units import MAX_SLOTS, slot_of
@@ -64,6 +65,7 @@ class SplitState:
     background_savers: set[int] = field(default_factory=set)  # mains saving off the loop
     # (pid, path) -> bytes brought in by readahead that no read has used yet
     read_ahead: dict[tuple[int, str], int] = field(default_factory=dict)
+    saves: SaveState = field(default_factory=SaveState)  # saves as spans (saves.py)
 
 
 @dataclass
@@ -108,6 +110,7 @@ class _LoopCharges:
     ckpt: dict[int, int] = field(default_factory=lambda: defaultdict(int))
     writes: dict[int, int] = field(default_factory=lambda: defaultdict(int))
     saver_bytes: dict[int, int] = field(default_factory=lambda: defaultdict(int))
+    span: dict[int, int] = field(default_factory=lambda: defaultdict(int))  # in saves (saves.py)
 
 
 def split(state: SplitState, inp: IntervalInput, t: Thresholds, page_size: int,
@@ -124,12 +127,15 @@ def split(state: SplitState, inp: IntervalInput, t: Thresholds, page_size: int,
         charges.ckpt[pid], charges.writes[pid], ft.own_read[pid] = _as_it_passes(
             state, t, pid, th, ts_ns, interval_ns, charges.ckpt[pid], charges.writes[pid],
             ft.own_read[pid])
+        charges.span[pid] = span_checkpoint_ns(state.saves, state.written_total, t, pid, th)
     for pid in set(state.in_flight) - set(tt.loops):  # no row: the loop is gone
         _ended(state, pid)
-    loops, background, other_parts = {}, {}, {}
+    loops, background, other_parts, saves = {}, {}, {}, {}
     for pid, th in tt.loops.items():
-        ns, background_save, other_parts[pid] = _split_loop(state, t, pid, th, ft, tt, net,
-                                                            charges)
+        ns, background_save, parts = _split_loop(state, t, pid, th, ft, tt, net, charges)
+        moved, other_parts[pid] = settle_owed(state.saves, pid, ns, parts)
+        if charges.span[pid] or moved:
+            saves[pid] = (min(charges.span[pid], ns["checkpoint"]) + moved, charges.ckpt[pid])
         if background_save is not None:
             background[pid] = background_save
         loops[pid] = LoopInterval(ts_ns, pid, interval_ns, ns,
@@ -148,7 +154,8 @@ def split(state: SplitState, inp: IntervalInput, t: Thresholds, page_size: int,
         device_util={d["device"]: d["util_pct"] for d in inp.devices},
         worker_net_ns=dict(net.worker), net_counts=net.counts, net_bytes=net.bytes,
         small_writes=dict(ft.small), background=background, other_parts=other_parts,
-        memory={m["pid"]: m for m in inp.memory}, disk_reads=disk_reads(inp.device_users))
+        memory={m["pid"]: m for m in inp.memory}, disk_reads=disk_reads(inp.device_users),
+        saves=saves)
 
 
 def _file_times(state: SplitState, t: Thresholds, files: list[FileRow],
@@ -315,7 +322,7 @@ def _split_loop(state: SplitState, t: Thresholds, pid: int, th: ThreadRow, ft: _
     what its `other` time was."""
     total = th["oncpu_ns"] + th["runnable_ns"] + th["sleep_ns"] + th["iowait_ns"]
     ns = dict.fromkeys(STATES, 0)
-    ns["checkpoint"] = min(charges.ckpt[pid], total)
+    ns["checkpoint"] = min(max(charges.ckpt[pid], charges.span[pid]), total)
     left = total - ns["checkpoint"]
     ns["sync_writes"] = min(charges.writes[pid], left)
     left -= ns["sync_writes"]

@@ -109,6 +109,16 @@ def checkpoint_stall(pct: float, total_ns: int, nbytes: int, rate: float,
             + (f" to {first}" if first else "") + ".")
 
 
+def checkpoint_saves(pct: float, total_ns: int, span_ns: int, write_ns: int, nbytes: int,
+                     rate: float, first: str | None) -> str:
+    return (f"The training loop spent {pct:.0f} % of {format_ns(total_ns)} saving checkpoints: "
+            f"{format_ns(span_ns)} from opening each checkpoint file for writing to closing it, "
+            f"of which {format_ns(write_ns)} writing and fsyncing {format_bytes(nbytes)}"
+            + (f" at {format_bytes(rate)}/s" if write_ns else "")
+            + (f" to {first}" if first else "")
+            + "; the rest is the save's own work (pickling, copying tensors off the device).")
+
+
 def checkpoint_background(child: bool, pct: float, total_ns: int, waited_ns: int,
                           blocked_ns: int, nbytes: int, own_ns: int, timers_ns: int) -> str:
     saver = "a child process" if child else "another thread"

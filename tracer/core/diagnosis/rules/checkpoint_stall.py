@@ -3,7 +3,8 @@ saver (another thread, a child process) blocked writing one.
 
 Thresholds: checkpoint_share (of the loop's training time in `checkpoint`); a file is a
 checkpoint from checkpoint_file_bytes written (the split, split.py). The background form when
-the loop's waits for a saver are at least half its checkpoint time."""
+the loop's waits for a saver are at least half its checkpoint time; the saves form when the loop
+saved itself in spans (open for writing to close, saves.py): it says what the saves' time was."""
 
 from __future__ import annotations
 
@@ -25,6 +26,9 @@ def judge(ctx: Context) -> list[Finding]:
     rate = nbytes / (ckpt_ns / 1e9) if ckpt_ns else 0
     ckpts = sorted({path for (p, path), n in ctx.window.state.written_total.items()
                     if p == pid and n >= t.checkpoint_file_bytes})
+    span_ns = sum(iv.saves[pid][0] for iv in ctx.ivs if pid in iv.saves)
+    if span_ns:
+        return [_spans(ctx, span_ns, nbytes, ckpts)]
     return [Finding(
         "checkpoint_stall", severity(loop.share["checkpoint"]), pid,
         words.checkpoint_stall(loop.pct["checkpoint"], loop.total, nbytes, rate,
@@ -49,3 +53,17 @@ def _background(ctx: Context, bg: list[Background]) -> Finding:
          "saver": "process" if child else "thread",
          "loop_waited_ns": waited, "saver_blocked_ns": blocked, "bytes_written": nbytes,
          "loop_woken_by_own_ns": own, "loop_woken_by_timers_ns": timers})
+
+
+def _spans(ctx: Context, span_ns: int, nbytes: int, ckpts: list[str]) -> Finding:
+    """The loop saved in spans (saves.py): what its saves' time was, writing and the rest."""
+    loop, pid = ctx.loop, ctx.pid
+    write_ns = sum(iv.saves[pid][1] for iv in ctx.ivs if pid in iv.saves)
+    rate = nbytes / (write_ns / 1e9) if write_ns else 0
+    return Finding(
+        "checkpoint_stall", severity(loop.share["checkpoint"]), pid,
+        words.checkpoint_saves(loop.pct["checkpoint"], loop.total, span_ns, write_ns, nbytes,
+                               rate, ckpts[0] if ckpts else None),
+        {"loop_shares_pct": loop.pct, "seconds": round(loop.total / 1e9, 1),
+         "bytes_written": nbytes, "write_bytes_per_s": round(rate), "files": ckpts[:5],
+         "save_ns": span_ns, "write_ns": write_ns})
