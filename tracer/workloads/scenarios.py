@@ -203,6 +203,38 @@ SPECS: dict[str, Spec] = {
             ),
         ),
         Spec(
+            name="checkpoint_pickle",
+            finding="checkpoint_stall",
+            summary="torch.save of 40 000 small tensors (10 MB) + fsync every 10 steps; data warm: "
+            "each save ~1.5 s, nearly all of it pickling, ~20 ms of it writes",
+            expect="checkpoint steps take ~1.5 s with the main thread on CPU (R); other steps ms",
+            n_files=64,
+            file_kib=192,
+            cache="warm",
+            checkpoints=True,
+            train_args=(
+                "--num-workers", "2", "--persistent-workers", "--batch-size", "8", "--epochs", "8",
+                "--checkpoint-every", "10", "--checkpoint-mb", "10",
+                "--checkpoint-tensors", "40000",
+            ),
+        ),
+        Spec(
+            name="checkpoint_pickle_file",
+            finding="checkpoint_stall",
+            summary="checkpoint_pickle saved through a file object: with open(p, 'wb') as f: "
+            "torch.save(state, f), fsynced before it is closed",
+            expect="as checkpoint_pickle",
+            n_files=64,
+            file_kib=192,
+            cache="warm",
+            checkpoints=True,
+            train_args=(
+                "--num-workers", "2", "--persistent-workers", "--batch-size", "8", "--epochs", "8",
+                "--checkpoint-every", "10", "--checkpoint-mb", "10",
+                "--checkpoint-tensors", "40000", "--checkpoint-via", "file",
+            ),
+        ),
+        Spec(
             name="cold_cache",
             finding="cold_cache",
             summary="epoch 1 reads 64 cold 1 MiB files at 12 MB/s; epochs 2-8 hit the page cache",

@@ -22,6 +22,9 @@ then the previous checkpoint is removed. `--checkpoint-in thread` saves in a bac
 the process instead, `fork` in a forked child (the child's copy of memory, as fork-based async
 savers do); the loop goes on training and waits only for the previous save before it starts the
 next one.
+`--checkpoint-tensors N` makes the ballast N small tensors instead of 16 MB ones (a save then
+spends its time pickling, not writing); `--checkpoint-via file` saves through a file object
+(`with open(p, "wb") as f: torch.save(state, f)`, fsynced before it is closed) instead of a path.
 
 --data-url URL: the samples come over HTTP instead of from files (streaming data sets): sample i
 is `GET URL/i` (`tracer.workloads.slow_http` serves a directory so), read with urllib on a
@@ -158,8 +161,14 @@ def worker_init(_worker_id: int) -> None:
     torch.set_num_threads(1)  # torch does this in workers too; said here so nobody changes it
 
 
-def ballast(total_mb: int, model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, torch.Tensor]:
-    """Tensors that bring the checkpoint to about `total_mb` MB (a stand-in for a large model)."""
+def ballast(total_mb: int, model: nn.Module, optimizer: torch.optim.Optimizer,
+            tensors: int = 0) -> dict[str, torch.Tensor]:
+    """Tensors that bring the checkpoint to about `total_mb` MB (a stand-in for a large model);
+    `tensors` > 0: that many small ones (many small layers, or a sharded optimizer's state)."""
+    if tensors:
+        n = max(1, total_mb * 1_000_000 // 4 // tensors)
+        g = torch.Generator().manual_seed(1)
+        return {f"small{i:06d}": torch.rand(n, generator=g) for i in range(tensors)}
     have = sum(t.numel() * t.element_size() for t in model.state_dict().values())
     for st in optimizer.state_dict()["state"].values():
         have += sum(t.numel() * t.element_size() for t in st.values() if torch.is_tensor(t))
@@ -189,17 +198,25 @@ def warm_up(model: nn.Module, dataset: FileDataset) -> None:
 
 
 def save_checkpoint(
-    directory: Path, step: int, state: dict[str, object], previous: Path | None
+    directory: Path, step: int, state: dict[str, object], previous: Path | None,
+    via: str = "path",
 ) -> tuple[Path, int, float, float]:
     path = directory / f"ckpt-{step:07d}.pt"
     t0 = time.perf_counter()
-    torch.save(state, path)
-    t1 = time.perf_counter()
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    if via == "file":
+        with open(path, "wb") as f:
+            torch.save(state, f)
+            t1 = time.perf_counter()
+            f.flush()
+            os.fsync(f.fileno())
+    else:
+        torch.save(state, path)
+        t1 = time.perf_counter()
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
     t2 = time.perf_counter()
     if previous is not None and previous != path:
         previous.unlink(missing_ok=True)
@@ -215,8 +232,8 @@ class Saver:
     """Saves checkpoints in the loop, in a background thread or in a forked child; a new save
     first waits for the one before (as async checkpointing does)."""
 
-    def __init__(self, directory: Path | None, where: str) -> None:
-        self.directory, self.where = directory, where
+    def __init__(self, directory: Path | None, where: str, via: str = "path") -> None:
+        self.directory, self.where, self.via = directory, where, via
         self.previous: Path | None = None
         self.thread: threading.Thread | None = None
         self.child = 0
@@ -244,7 +261,8 @@ class Saver:
     def _save(self, step: int, state: dict[str, object], c0: float) -> None:
         assert self.directory is not None
         previous = self.previous if self.where != "fork" else None
-        path, size, save_s, fsync_s = save_checkpoint(self.directory, step, state, previous)
+        path, size, save_s, fsync_s = save_checkpoint(self.directory, step, state, previous,
+                                                      self.via)
         self.previous = path
         _report(step, size, save_s, fsync_s, time.perf_counter() - c0)
 
@@ -284,6 +302,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--checkpoint-dir", default=None)
     p.add_argument("--checkpoint-in", choices=["loop", "thread", "fork"], default="loop",
                    help="who writes the checkpoint: the loop itself, a background thread, a forked child")
+    p.add_argument("--checkpoint-tensors", type=int, default=0, metavar="N",
+                   help="the ballast as N small tensors (0: 16 MB ones)")
+    p.add_argument("--checkpoint-via", choices=["path", "file"], default="path",
+                   help="torch.save to the path, or through a file object fsynced before close")
     p.add_argument("--data-url", default=None, help="fetch sample i as GET URL/i (see the module's doc)")
     p.add_argument("--log-fsync", default=None, metavar="PATH",
                    help="append a metrics line to PATH and fsync it every step")
@@ -335,7 +357,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.checkpoint_every:
         assert ckpt_dir is not None
         ckpt_dir.mkdir(parents=True, exist_ok=True)
-        extra = ballast(args.checkpoint_mb, model, optimizer)
+        extra = ballast(args.checkpoint_mb, model, optimizer, args.checkpoint_tensors)
 
     warm_up(model, dataset)
 
@@ -411,7 +433,7 @@ def train(
     loss_fn = nn.CrossEntropyLoss()
     rounds = args.compute_rounds if args.compute == "heavy" else 1
     step = 0
-    saver = Saver(ckpt_dir, args.checkpoint_in)
+    saver = Saver(ckpt_dir, args.checkpoint_in, args.checkpoint_via)
     log = open(args.log_fsync, "a") if args.log_fsync else None  # noqa: SIM115 (closed below)
     for epoch in range(1, args.epochs + 1):
         t0 = time.perf_counter()
