@@ -171,6 +171,8 @@ def lib() -> ctypes.CDLL:
     _sig(so.bpf_program__autoload, ctypes.c_bool, vp)
     _sig(so.bpf_program__attach, vp, vp)
     _sig(so.bpf_program__attach_tracepoint, vp, vp, cp, cp)
+    _sig(so.bpf_program__attach_uprobe_opts, vp, vp, i, cp, ctypes.c_size_t,
+         ctypes.POINTER(UprobeOpts))
     _sig(so.bpf_program__fd, i, vp)
     _sig(so.bpf_prog_test_run_opts, i, i, ctypes.POINTER(TestRunOpts))
     _sig(so.bpf_map__set_max_entries, i, vp, u32)
@@ -256,6 +258,14 @@ class TestRunOpts(ctypes.Structure):
                 ("batch_size", ctypes.c_uint32)]
 
 
+class UprobeOpts(ctypes.Structure):
+    """struct bpf_uprobe_opts (libbpf.h), as libbpf 1.1 has it (1.2 adds fields after these)."""
+
+    _fields_ = [("sz", ctypes.c_size_t), ("ref_ctr_offset", ctypes.c_size_t),
+                ("bpf_cookie", ctypes.c_uint64), ("retprobe", ctypes.c_bool),
+                ("func_name", ctypes.c_char_p)]
+
+
 class Program:
     """A program of a BpfObject (owned by it)."""
 
@@ -305,6 +315,17 @@ class Program:
         id in tracefs); one program may be attached to several."""
         ptr = lib().bpf_program__attach_tracepoint(self._ptr, category.encode(), name.encode())
         return Link(_check_ptr(ptr, f"attach {self.name} to {category}:{name}"))
+
+
+    def attach_uprobe(self, path: str, func_name: str, cookie: int, retprobe: bool) -> Link:
+        """Attaches a SEC("uprobe") (`retprobe`: SEC("uretprobe")) program to the entry (return)
+        of function `func_name` of the ELF file at `path`, for every process that maps it (pid
+        -1); `cookie` is what bpf_get_attach_cookie() gives the program there."""
+        opts = UprobeOpts(sz=ctypes.sizeof(UprobeOpts), bpf_cookie=cookie, retprobe=retprobe,
+                          func_name=func_name.encode())
+        ptr = lib().bpf_program__attach_uprobe_opts(self._ptr, -1, path.encode(), 0,
+                                                    ctypes.byref(opts))
+        return Link(_check_ptr(ptr, f"attach {self.name} to {func_name} in {path}"))
 
 
 class Link:
