@@ -367,6 +367,38 @@ enum iot_map {
 	IOT_MAPS = 7,
 };
 
+/* CUDA driver calls (cuda.bpf.c): the kind of call each uprobe on the driver library counts,
+ * given to it as its attach cookie (tracer/kernel/uprobes.py attaches one per exported name).
+ * The copies' byte count is their third argument, in all of them. */
+enum iot_cuda_call {
+	IOT_CUDA_STREAM_SYNC = 0, /* cuStreamSynchronize */
+	IOT_CUDA_CTX_SYNC = 1,    /* cuCtxSynchronize */
+	IOT_CUDA_EVENT_SYNC = 2,  /* cuEventSynchronize */
+	IOT_CUDA_DTOH = 3,        /* cuMemcpyDtoH_v2: a synchronous copy, device to host */
+	IOT_CUDA_HTOD = 4,        /* cuMemcpyHtoD_v2 */
+	IOT_CUDA_DTOD = 5,        /* cuMemcpyDtoD_v2 */
+	IOT_CUDA_COPY = 6,        /* cuMemcpy: unified addresses, the direction is not known */
+	IOT_CUDA_DTOH_ASYNC = 7,  /* cuMemcpyDtoHAsync_v2: the time is the call's, not the copy's */
+	IOT_CUDA_HTOD_ASYNC = 8,  /* cuMemcpyHtoDAsync_v2 */
+	IOT_CUDA_DTOD_ASYNC = 9,  /* cuMemcpyDtoDAsync_v2 */
+	IOT_CUDA_COPY_ASYNC = 10, /* cuMemcpyAsync */
+	IOT_CUDA_LAUNCH = 11,     /* cuLaunchKernel: counted at entry only, no time (opt-in) */
+	IOT_CUDA_CALLS = 12,
+};
+
+/* Value of cuda.bpf.c's `cuda_threads` map, by thread id: the thread's driver calls by enum
+ * iot_cuda_call, cumulative, and the call it is in now (user space reads it as it reads the
+ * syscall in flight: a synchronisation lasting seconds counts in the intervals it spans). */
+struct cuda_thread {
+	__u32 tgid;
+	__u32 call; /* the call in flight (when start_ns is not 0) */
+	__u64 start_ns; /* when it began (bpf_ktime_get_ns), 0: none in flight */
+	__u64 start_bytes; /* its byte count (copies) */
+	__u64 calls[IOT_CUDA_CALLS];
+	__u64 ns[IOT_CUDA_CALLS];
+	__u64 bytes[IOT_CUDA_CALLS];
+};
+
 /* Every type of this ABI: maps.bpf.c defines one of these, read by no program. The compiler
  * puts in an object's BTF only the types of its variables and functions, and of a struct that
  * is only pointed to only its name, so records that programs fill through a pointer (ring-buffer
@@ -397,6 +429,7 @@ struct iot_abi {
 		struct iot_file_event file_event;
 		struct iot_slow_event slow_event;
 		struct iot_proc_event proc_event;
+		struct cuda_thread cuda_thread;
 	} records;
 	enum iot_limits *limits;
 	enum iot_layer *layer;
@@ -410,6 +443,7 @@ struct iot_abi {
 	enum iot_waker *waker;
 	enum iot_file_flags *file_flags;
 	enum iot_map *map;
+	enum iot_cuda_call *cuda_call;
 };
 
 #endif /* IOTRACE_H */

@@ -38,6 +38,7 @@ FORMATS = {
     "FREE_SLOT_REQUEST": ("free_slot_request", (), None),
     "FILE_EVENT_HEAD": ("iot_file_event", (), "names"),
     "SLOW_EVENT": ("iot_slow_event", (), None),
+    "CUDA_THREAD": ("cuda_thread", (), None),
 }
 
 
@@ -146,6 +147,9 @@ def test_names_are_the_enums():
                                 (abi.THREAD_STATES, "iot_thread_state", "IOT_THREAD_")):
         assert {ENUMS[enum][prefix + (n or "none").upper()]: n for n in names.values()} == names
     assert [ENUMS["iot_waker"]["IOT_WAKER_" + w.upper()] for w in abi.WAKERS] == [0, 1, 2, 3]
+    assert {ENUMS["iot_cuda_call"]["IOT_CUDA_" + n.upper()]: n for n in abi.CUDA_CALLS.values()} \
+        == abi.CUDA_CALLS
+    assert len(abi.CUDA_CALLS) == ENUMS["iot_cuda_call"]["IOT_CUDA_CALLS"]
     assert len(abi.WAKERS) == ENUMS["iot_waker"]["IOT_WAKERS"]
     assert abi.MAX_SLOTS == ENUMS["iot_limits"]["IOT_MAX_SLOTS"] == 40
 

@@ -6,7 +6,7 @@ import pytest
 from tracer.kernel.elf import function_files
 from tracer.kernel.loader import BPF_DIR, OBJECT
 
-STAGES = {"proc", "syscall", "pagecache", "block", "sched"}
+STAGES = {"proc", "syscall", "pagecache", "block", "sched", "cuda"}
 
 
 @pytest.fixture
@@ -28,3 +28,4 @@ def test_every_program_has_its_stage(built):
     assert stages["add_page_raw"] == "pagecache"
     assert stages["rq_issue_raw"] == "block" and stages["io_start_raw"] == "block"
     assert stages["switch_btf"] == "sched"
+    assert stages["cuda_enter"] == stages["cuda_exit"] == "cuda"

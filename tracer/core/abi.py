@@ -452,3 +452,40 @@ def decode_rq_start(raw: bytes) -> HeldRequest:
 def decode_block_user(raw: bytes) -> tuple[int, int, int]:
     """A raw struct block_user: (requests, bytes, service_ns)."""
     return BLOCK_USER.unpack(raw)
+
+
+# -- CUDA driver calls (bpf/cuda.bpf.c): enum iot_cuda_call's names by value ("stream_sync",
+# "dtoh", ...), without the count IOT_CUDA_CALLS; and the `cuda_threads` map's values.
+CUDA_CALLS = {v: n for v, n in layout.enum_names("iot_cuda_call", "IOT_CUDA_").items()
+              if v < layout.enum_value("iot_cuda_call", "IOT_CUDA_CALLS")}
+CUDA_CALL = {n: v for v, n in CUDA_CALLS.items()}  # name -> the cookie of its uprobes
+CUDA_THREAD = struct.Struct(layout.struct_format("cuda_thread"))
+
+
+@dataclass(frozen=True)
+class CudaThread:
+    """One thread's CUDA driver calls, cumulative: per call kind (CUDA_CALLS' names), how many
+    returned, the ns spent in them and the bytes they copied; and the call it is in now."""
+
+    pid: int
+    tid: int
+    calls: dict[str, int]
+    ns: dict[str, int]  # with the call in flight's time so far (decode_cuda_thread's now_ns)
+    bytes: dict[str, int]
+    in_flight: str | None = None  # the call kind the thread is in, None: none
+    in_flight_since_ns: int = 0  # CLOCK_MONOTONIC
+
+
+def decode_cuda_thread(tid: int, raw: bytes, now_ns: int = 0) -> CudaThread:
+    """A raw struct cuda_thread. With `now_ns`, the call in flight's time up to then is in its
+    kind's ns (not in its count, which its return adds), as decode_thread_time adds the open
+    state's: the deltas between two reads are then exact, a wait of seconds included."""
+    n = len(CUDA_CALLS)
+    tgid, call, start_ns, _start_bytes, *rest = CUDA_THREAD.unpack(raw)
+    names = [CUDA_CALLS[i] for i in range(n)]
+    ns = dict(zip(names, rest[n:2 * n], strict=True))
+    flying = CUDA_CALLS.get(call) if start_ns else None
+    if flying is not None and now_ns > start_ns:
+        ns[flying] += now_ns - start_ns
+    return CudaThread(tgid, tid, dict(zip(names, rest[:n], strict=True)), ns,
+                      dict(zip(names, rest[2 * n:], strict=True)), flying, start_ns if flying else 0)

@@ -81,6 +81,8 @@ CLASSIC_SYSCALLS = {"sys_enter_tp": ("enter", _BY_FD),
 # Where libbpf 1.1 looks for a classic tracepoint's id, in its order: classic tracepoints need
 # tracefs mounted (raw_tp and tp_btf programs do not).
 TRACEFS_DIRS = ("/sys/kernel/debug/tracing", "/sys/kernel/tracing")
+# Programs attached to a library's functions, once per library file, by tracer/kernel/uprobes.py
+UPROBE_SECTIONS = frozenset({"uprobe", "uretprobe"})
 # Test and debugging knob: "MAP=N[,MAP=N]" sizes maps of abi.MAP_FULL_MAPS (max_entries), e.g.
 # "file_stats=1" to see refused inserts counted as map-full drops.
 MAP_SIZES_ENV = "IOTRACE_MAP_SIZES"
@@ -293,6 +295,8 @@ class Loader:
         try:
             for prog in self.obj.programs():
                 if not prog.autoload or prog.section == "syscall":  # run, not attached
+                    continue
+                if prog.section in UPROBE_SECTIONS:  # per library file: kernel/uprobes.py
                     continue
                 if prog.name in CLASSIC_SYSCALLS:  # on each of its syscalls' tracepoints
                     way, names = CLASSIC_SYSCALLS[prog.name]
