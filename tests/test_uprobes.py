@@ -1,0 +1,43 @@
+"""Finding the CUDA driver library in a process's maps, and decoding its per-thread counters
+(tracer/kernel/uprobes.py, tracer/core/abi.py): no privileges, no kernel."""
+
+from tracer.core import abi
+from tracer.kernel.uprobes import LIBRARY_NAME, Mapping, library_mappings
+
+MAPS = """\
+55d0c0a00000-55d0c0a01000 r--p 00000000 fd:01 1234 /usr/bin/python3.11
+7f0000000000-7f0000100000 r--p 00000000 00:00 0
+7f1000000000-7f1000200000 r--p 00000000 08:02 42 /usr/lib/x86_64-linux-gnu/libcuda.so.580.82.07
+7f1000200000-7f1000900000 r-xp 00200000 08:02 42 /usr/lib/x86_64-linux-gnu/libcuda.so.580.82.07
+7f2000000000-7f2000001000 r-xp 00000000 00:2f 7 /opt/fake/libcuda.so.1 (deleted)
+7f3000000000-7f3000001000 r-xp 00000000 08:02 43 /usr/lib/libcudart.so.12
+7f4000000000-7f4000001000 r-xp 00000000 08:02 44 /usr/lib/libcuda.so
+7ffd00000000-7ffd00021000 rw-p 00000000 00:00 0 [stack]
+"""
+
+
+def test_library_mappings_one_per_file():
+    assert library_mappings(MAPS) == [
+        Mapping(8 << 20 | 2, 42, "/usr/lib/x86_64-linux-gnu/libcuda.so.580.82.07",
+                "7f1000000000-7f1000200000"),
+        Mapping(0x2f, 7, "/opt/fake/libcuda.so.1", "7f2000000000-7f2000001000"),
+        Mapping(8 << 20 | 2, 44, "/usr/lib/libcuda.so", "7f4000000000-7f4000001000"),
+    ]
+
+
+def test_library_name():
+    assert LIBRARY_NAME.search("libcuda.so.1") and LIBRARY_NAME.search("libcuda.so.580.82.07")
+    assert not LIBRARY_NAME.search("libcudart.so.12") and not LIBRARY_NAME.search("libcuda.so.1.bak")
+
+
+def test_decode_cuda_thread_adds_the_call_in_flight():
+    n = len(abi.CUDA_CALLS)
+    calls, ns, nbytes = list(range(n)), [1000 * i for i in range(n)], [10 * i for i in range(n)]
+    dtoh = abi.CUDA_CALL["dtoh"]
+    raw = abi.CUDA_THREAD.pack(7, dtoh, 5_000, 4096, *calls, *ns, *nbytes)
+    t = abi.decode_cuda_thread(9, raw, now_ns=8_000)
+    assert (t.pid, t.tid, t.in_flight, t.in_flight_since_ns) == (7, 9, "dtoh", 5_000)
+    assert t.calls["dtoh"] == dtoh and t.bytes["dtoh"] == 10 * dtoh  # the return adds those
+    assert t.ns["dtoh"] == 1000 * dtoh + 3_000 and t.ns["htod"] == 1000 * abi.CUDA_CALL["htod"]
+    idle = abi.decode_cuda_thread(9, abi.CUDA_THREAD.pack(7, dtoh, 0, 0, *calls, *ns, *nbytes), 8_000)
+    assert idle.in_flight is None and idle.ns["dtoh"] == 1000 * dtoh
