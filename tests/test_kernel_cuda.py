@@ -238,3 +238,28 @@ def test_a_long_call_in_flight_counts_its_time_so_far(probes, cuda, fake_cuda):
     assert t.ns["stream_sync"] >= 600_000_000
     cuda.delete_threads([c.pid])
     assert c.pid not in cuda.read()
+
+
+def test_self_cost_lists_the_uprobes_once_they_ran(fake_cuda):
+    """The loaded but unattached uprobe programs are not in the self-cost table (a job without
+    the CUDA driver reads as before); once they ran, they are, under their stage."""
+    p = Probes(map_sizes={})
+    p.load()
+    cuda = CudaProbes(p.loader.obj)
+    try:
+        assert p.stats.enable() is None
+
+        def listed():
+            return {(stage, name) for stage, name, _, _ in p.stats.program_stats()}
+
+        assert not {name for _, name in listed()} & {"cuda_enter", "cuda_exit"}
+        c = Caller(fake_cuda, "open", "wait", "ctx_sync:2:0:0")
+        p.loader.track(c.pid)
+        c.until_waiting()
+        cuda.scan([c.pid])
+        c.go()
+        c.finish()
+        assert {("cuda", "cuda_enter"), ("cuda", "cuda_exit")} <= listed()
+    finally:
+        cuda.close()
+        p.close()

@@ -10,7 +10,7 @@ import time
 
 from tracer.kernel import libbpf as _libbpf
 from tracer.kernel.libbpf import LibbpfError, LibbpfMissing, ProgStats
-from tracer.kernel.loader import Loader
+from tracer.kernel.loader import UPROBE_SECTIONS, Loader
 
 STATS_SYSCTL = "/proc/sys/kernel/bpf_stats_enabled"
 
@@ -74,6 +74,7 @@ class BpfStats:
         obj = self._loader.obj
         if obj is None:
             return []
-        return [(self._loader.stages.get(prog.name, "iotrace"), prog.name, prog.section,
-                 _libbpf.prog_stats(prog.fd))
-                for prog in obj.programs() if prog.autoload]
+        out = [(self._loader.stages.get(prog.name, "iotrace"), prog.name, prog.section,
+                _libbpf.prog_stats(prog.fd)) for prog in obj.programs() if prog.autoload]
+        # the CUDA uprobes once they ran: a job that maps no CUDA driver reads as before
+        return [p for p in out if p[2] not in UPROBE_SECTIONS or p[3].run_cnt]
