@@ -4,6 +4,8 @@ training or once the DataLoader workers run."""
 
 from __future__ import annotations
 
+import contextlib
+import shlex
 import signal
 import subprocess
 import time
@@ -109,6 +111,64 @@ def attached(sc: Scenario, out: Path, *, after_workers: bool = False, extra: Seq
             tracer.send_signal(signal.SIGINT)
             tracer.communicate(timeout=60)
     return Traced(out, job, stdout, line + stderr, started)
+
+
+def launched_and_attached(sc: Scenario, launch_out: Path, attach_out: Path, *,
+                          extra: Sequence[str] = (),
+                          pids_of: Callable[[int, list[int]], list[int]] | None = None,
+                          others: Sequence[int] = ()) -> tuple[Traced, Traced]:
+    """One run traced both ways at once: `iotrace -o LAUNCH_OUT -- CMD` from its first
+    instruction, and `iotrace --pid PID -o ATTACH_OUT` once its DataLoader workers run
+    (`pids_of`, `others`: as `attached`). Two runs one after the other meet different loads on
+    the machine, and the loop's split follows the load; one run gives both tracers the same."""
+    sc.prepare_cache()
+    # files, not pipes: nobody reads the launch tracer's output until the job ends
+    logs = [launch_out.with_name(launch_out.name + suffix) for suffix in (".stdout", ".stderr")]
+    with open(logs[0], "w") as stdout, open(logs[1], "w") as stderr:
+        launch = subprocess.Popen([*IOTRACE, "-o", str(launch_out), "--", *sc.argv, *extra],
+                                  cwd=ROOT, env=sc.env, stdout=stdout, stderr=stderr, text=True)
+    tracer = None
+    try:
+        job = _launched_job(launch, [*sc.argv, *extra])
+        workers, started = wait_for_workers(job)
+        time.sleep(0.5)  # they read by now
+        pids = pids_of(job, workers) if pids_of is not None else [job]
+        tracer = subprocess.Popen([*IOTRACE, "--pid", *map(str, [*pids, *others]),
+                                   "-o", str(attach_out)], cwd=ROOT, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True)
+        line = tracer.stderr.readline()
+        assert line.startswith("Tracing"), line + tracer.stderr.read()
+        assert launch.wait(timeout=300) == 0, logs[1].read_text()[-2000:]
+        if others:
+            time.sleep(1.5)
+            tracer.send_signal(signal.SIGINT)
+        stdout, stderr = tracer.communicate(timeout=60)  # ends with its targets
+        assert tracer.returncode == 0, stderr
+    finally:
+        for p in (launch, tracer):
+            if p is not None and p.poll() is None:
+                p.send_signal(signal.SIGINT)
+                p.communicate(timeout=60)
+    launch_stdout, launch_stderr = (log.read_text() for log in logs)
+    # without a terminal the job's output is the launch tracer's own: parse it there
+    out = parse_output(0, launch_stdout, launch_stderr)
+    return (Traced(launch_out, out, launch_stdout, launch_stderr),
+            Traced(attach_out, out, stdout, line + stderr, started))
+
+
+def _launched_job(tracer: subprocess.Popen, argv: Sequence[str], timeout: float = 60) -> int:
+    """The PID of the command `iotrace -- ARGV` runs, once it runs ARGV (the tracer forks it
+    and holds it until the trace starts)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for child in psutil.Process(tracer.pid).children():
+            with contextlib.suppress(psutil.NoSuchProcess):
+                if child.cmdline() == list(argv):
+                    return child.pid
+        if tracer.poll() is not None:
+            raise AssertionError(f"iotrace exited ({tracer.returncode}) before the job ran")
+        time.sleep(0.05)
+    raise AssertionError(f"iotrace ran no {shlex.join(argv)} in {timeout} s")
 
 
 def trace(name: str, mode: str, workdir: Path, tmp_path: Path) -> tuple[Traced, Scenario]:
