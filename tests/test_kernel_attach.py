@@ -16,7 +16,7 @@ from tracer.core.diagnosis import STATES
 torch = pytest.importorskip("torch", reason="the PyTorch scenarios need torch (pip install torch)")
 from scenario_trace import Traced, attached, launched_and_attached  # noqa: E402
 
-from tracer.workloads.scenarios import prepare  # noqa: E402
+from tracer.workloads.scenarios import MB, prepare  # noqa: E402
 
 pytestmark = [needs_root, pytest.mark.kernel]
 
@@ -43,7 +43,7 @@ def main_pid(t: Traced) -> int:
 
 
 def steady_window(t: Traced, pid: int, workers: pd.Series) -> tuple[pd.Timestamp, pd.Timestamp]:
-    """The steady state of the job's first epoch (~10 s of reads) as `t` saw it: from 1 s after
+    """The steady state of the job's first epoch (~14 s of reads) as `t` saw it: from 1 s after
     a batch first woke the loop until 2 s before the first interval in which the workers read
     less than half as much from disk as at their most: there the epoch's tail begins (the loop
     takes the last batches, then the second epoch reads what the page cache kept). Traced from
@@ -70,7 +70,11 @@ def test_attached_while_workers_run_gives_the_launch_verdict(workers, tmp_path, 
     (its workers runnable up to 2.2 s a second, against 0.2 s). With persistent workers the
     PIDs are given as `$(pgrep python)` would: workers (first) and an unrelated python process
     beside the trainer; with per-epoch workers, the second epoch's start after the attach."""
-    extra = ["--epochs", "2"] + (["--persistent-workers"] if workers == "persistent" else [])
+    # At 12 MB/s rather than the scenario's 16 (the last --throttle-read-bps counts), the first
+    # epoch's reads take ~14 s rather than ~10.5: under load the attach's first interval came
+    # up to ~5 s after the workers started, which left under 4 s of steady state before the tail.
+    extra = ["--epochs", "2", "--throttle-read-bps", str(12 * MB)]
+    extra += ["--persistent-workers"] if workers == "persistent" else []
     sc = prepare("dataloader_io_bound", workdir)
     unrelated = None
     try:
