@@ -43,15 +43,20 @@ def main_pid(t: Traced) -> int:
 
 
 def steady_window(t: Traced, pid: int, workers: pd.Series) -> tuple[pd.Timestamp, pd.Timestamp]:
-    """The steady state of the job's first epoch (~14 s of reads) as `t` saw it: from 1 s after
-    a batch first woke the loop until 2 s before the first interval in which the workers read
+    """The steady state of the job's first epoch (~14 s of reads) as `t` saw it: from the
+    second interval after the first in which the loop waited 0.5 s or more for its workers
+    (sleeps that they ended), until 2 s before the first interval in which the workers read
     less than half as much from disk as at their most: there the epoch's tail begins (the loop
-    takes the last batches, then the second epoch reads what the page cache kept). Traced from
-    the start, the wait for the first batch is not the workers' until one ends it; attached,
-    the trace starts a few seconds into the epoch, as late as the machine's load makes it."""
+    takes the last batches, then the second epoch reads what the page cache kept). Before the
+    first batches the loop's wait is not the workers' (it starts up, blocked in reads of its
+    own), and the time of a sleep still going on at an interval's end is split as the sleeps
+    of its last 5 intervals ended, which an attach made then has not all seen. (A window that
+    began at a 0.27 ms wake-up by a worker in the attach's first interval gave splits 17
+    points apart.)"""
     threads = t.table("threads")
     loop_thread = threads[threads.tid == pid]
-    since = loop_thread.ts[loop_thread.woken_by_worker_ns > 0].min() + pd.Timedelta(seconds=1)
+    waited = loop_thread.ts[loop_thread.woken_by_worker_ns >= 500_000_000]
+    since = waited.min() + pd.Timedelta(seconds=1.5)
     files = t.table("files")
     missed = files[files.pid.isin(workers)].groupby("ts").pages_missed.sum()
     missed = missed[missed.index > since]
