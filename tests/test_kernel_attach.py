@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -19,6 +20,7 @@ from scenario_trace import Traced, attached, launched_and_attached  # noqa: E402
 from tracer.workloads.scenarios import MB, prepare  # noqa: E402
 
 pytestmark = [needs_root, pytest.mark.kernel]
+MiB = 1 << 20
 
 
 @pytest.fixture(scope="module")
@@ -27,10 +29,16 @@ def workdir(tmp_path_factory):
 
 
 def loop_split(t: Traced, pid: int, since, until) -> dict[str, float]:
-    """The loop's time by state, in % of the intervals that end in (since, until]."""
+    """The loop's time by state, in % of its time from `since` to `until`. An interval that
+    straddles either counts for its part inside: two tracers' intervals end at different
+    times, and a window that takes whole intervals gave one trace an interval more (5 points
+    of a 5 s window)."""
     loop = t.table("loop")
-    loop = loop[(loop.pid == pid) & (loop.ts > since) & (loop.ts <= until)]
-    ns = {s: int(loop[f"{s}_ns"].sum()) for s in STATES}
+    loop = loop[loop.pid == pid]
+    start = loop.ts - pd.to_timedelta(loop.interval_ns, unit="ns")
+    inside = (loop.ts.clip(upper=until) - start.clip(lower=since)).dt.total_seconds().clip(lower=0)
+    share = inside / (loop.interval_ns / 1e9)
+    ns = {s: float((loop[f"{s}_ns"] * share).sum()) for s in STATES}
     total = sum(ns.values())
     assert total > 0, loop.to_string()
     return {s: 100 * n / total for s, n in ns.items()}
@@ -42,27 +50,30 @@ def main_pid(t: Traced) -> int:
     return int(workers.ppid.iloc[0])
 
 
-def steady_window(t: Traced, pid: int, workers: pd.Series) -> tuple[pd.Timestamp, pd.Timestamp]:
-    """The steady state of the job's first epoch (~14 s of reads) as `t` saw it: from the
-    second interval after the first in which the loop waited 0.5 s or more for its workers
-    (sleeps that they ended), until 2 s before the first interval in which the workers read
-    less than half as much from disk as at their most: there the epoch's tail begins (the loop
-    takes the last batches, then the second epoch reads what the page cache kept). Before the
-    first batches the loop's wait is not the workers' (it starts up, blocked in reads of its
-    own), and the time of a sleep still going on at an interval's end is split as the sleeps
-    of its last 5 intervals ended, which an attach made then has not all seen. (A window that
-    began at a 0.27 ms wake-up by a worker in the attach's first interval gave splits 17
-    points apart.)"""
+def batches_since(t: Traced, pid: int) -> pd.Timestamp:
+    """1 s after the first interval in which the loop waited 0.5 s or more for its workers
+    (sleeps that they ended). Before the first batches the loop's wait is not the workers' (it
+    starts up, blocked in reads of its own), and the time of a sleep still going on at an
+    interval's end is split as the sleeps of its last 5 intervals ended, which an attach made
+    then has not all seen. (A window from 1 s after a 0.27 ms wake-up by a worker, in the
+    attach's first interval, gave splits 17 points apart.)"""
     threads = t.table("threads")
     loop_thread = threads[threads.tid == pid]
     waited = loop_thread.ts[loop_thread.woken_by_worker_ns >= 500_000_000]
-    since = waited.min() + pd.Timedelta(seconds=1.5)
+    return waited.min() + pd.Timedelta(seconds=1)
+
+
+def epoch_tail(t: Traced, workers: pd.Series, data: Path, epoch_bytes: int) -> pd.Timestamp:
+    """When the workers had read all but the last 16 MiB (two batches) of the first epoch's
+    data: the epoch's tail begins (workers with no batch left, the loop taking the last ones
+    without a wait). Counted in bytes read, not per interval: under load an interval can last
+    20 ms, and one that read less than half as much as the most (the rule before) ended a
+    window before it began."""
     files = t.table("files")
-    missed = files[files.pid.isin(workers)].groupby("ts").pages_missed.sum()
-    missed = missed[missed.index > since]
-    slower = missed.index[missed < missed.max() / 2]
-    until = (slower.min() if len(slower) else missed.index.max()) - pd.Timedelta(seconds=2)
-    return since, until
+    reads = files[files.pid.isin(workers) & (files.op == "read")
+                  & files.path.astype(str).str.startswith(f"{data}/")]
+    read = reads.groupby("ts").bytes.sum().cumsum()
+    return read.index[read >= epoch_bytes - 16 * MiB].min()
 
 
 @pytest.mark.parametrize("workers", ["persistent", "per_epoch"])
@@ -81,6 +92,7 @@ def test_attached_while_workers_run_gives_the_launch_verdict(workers, tmp_path, 
     extra = ["--epochs", "2", "--throttle-read-bps", str(12 * MB)]
     extra += ["--persistent-workers"] if workers == "persistent" else []
     sc = prepare("dataloader_io_bound", workdir)
+    epoch_bytes = sc.spec.n_files * sc.spec.file_kib * 1024
     unrelated = None
     try:
         if workers == "persistent":
@@ -96,7 +108,7 @@ def test_attached_while_workers_run_gives_the_launch_verdict(workers, tmp_path, 
             unrelated.kill()
             unrelated.wait()
         sc.cleanup()
-    windows = []
+    since = []
     for t in (launch, attach):
         procs = t.table("processes")
         pid = main_pid(t)
@@ -108,19 +120,21 @@ def test_attached_while_workers_run_gives_the_launch_verdict(workers, tmp_path, 
         assert mine.kind.iloc[0] == "dataloader_io_bound", final[["kind", "summary"]].to_string()
         wrong = {"sync_loading", "dataloader_cpu_bound", "checkpoint_stall", "not_io_bound"}
         assert not wrong & set(mine.kind), final[["kind", "summary"]].to_string()
-        windows.append(steady_window(t, pid, ours.pid))
+        since.append(batches_since(t, pid))
+        if t is launch:  # (it saw the epoch's reads from the first)
+            tail = epoch_tail(t, ours.pid, sc.data, epoch_bytes)
         # the kernel knew the workers: the loop's sleeps ended by them were counted
         first_worker = t.workers_started or ours.first_seen.min()
         loop_thread = t.table("threads").query("tid == @pid")
         assert loop_thread[loop_thread.ts > first_worker].woken_by_worker_ns.sum() > 0
-    # The same phase of the same run in both traces: where both saw the steady state.
-    since, until = max(w[0] for w in windows), min(w[1] for w in windows)
-    assert until - since >= pd.Timedelta(seconds=4), windows
+    # The same phase of the same run in both traces, the steady state of its first epoch's
+    # reads: from when both saw the workers' batches until 1 s before the epoch's tail.
+    since, until = max(since), tail - pd.Timedelta(seconds=1)
+    assert until - since >= pd.Timedelta(seconds=4), (since, until)
     splits = [loop_split(t, main_pid(t), since, until) for t in (launch, attach)]
-    # The loop's wait on its workers within 5 points. How that wait divides into their reads
-    # (in D) and their CPU (running or runnable) moves with the load on the two vCPUs, by a
-    # few points either way while the sum stays put; so each state within 8: an attach that
-    # missed the workers moves tens of points.
+    # The loop's wait on its workers within 5 points, each state within 8 (two runs apart
+    # differed by up to 11 points with the load; one run traced both ways, by 2 at most): an
+    # attach that missed the workers moves tens of points.
     wait = [split["data_wait_io"] + split["data_wait_cpu"] for split in splits]
     shown = f"launched, attached in % from {since} to {until}: " + ", ".join(
         f"{s} {splits[0][s]:.1f} {splits[1][s]:.1f}" for s in STATES if splits[0][s] or splits[1][s])
