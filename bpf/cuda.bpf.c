@@ -75,8 +75,13 @@ int BPF_KPROBE(cuda_enter)
 		t->calls[IOT_CUDA_LAUNCH] += 1;
 		return 0;
 	}
+	if (call <= IOT_CUDA_EVENT_SYNC) { /* a wait: for the copies queued before it? */
+		if (t->queued_bytes >= IOT_CUDA_COPY_WAIT_BYTES)
+			call = IOT_CUDA_COPY_WAIT;
+		t->queued_bytes = 0;
+	}
 	t->call = call;
-	t->start_bytes = call >= IOT_CUDA_DTOH ? PT_REGS_PARM3(ctx) : 0;
+	t->start_bytes = call >= IOT_CUDA_DTOH && call <= IOT_CUDA_COPY_ASYNC ? PT_REGS_PARM3(ctx) : 0;
 	t->start_ns = bpf_ktime_get_ns(); /* last: the call's time starts after the probe's */
 	return 0;
 }
@@ -96,6 +101,8 @@ int BPF_KRETPROBE(cuda_exit)
 		t->calls[call] += 1;
 		t->ns[call] += now - t->start_ns;
 		t->bytes[call] += t->start_bytes;
+		if (call >= IOT_CUDA_DTOH_ASYNC && call <= IOT_CUDA_COPY_ASYNC)
+			t->queued_bytes += t->start_bytes;
 	}
 	t->start_ns = 0;
 	return 0;

@@ -34,10 +34,10 @@ def test_decode_cuda_thread_adds_the_call_in_flight():
     n = len(abi.CUDA_CALLS)
     calls, ns, nbytes = list(range(n)), [1000 * i for i in range(n)], [10 * i for i in range(n)]
     dtoh = abi.CUDA_CALL["dtoh"]
-    raw = abi.CUDA_THREAD.pack(7, dtoh, 5_000, 4096, *calls, *ns, *nbytes)
+    raw = abi.CUDA_THREAD.pack(7, dtoh, 5_000, 4096, 0, *calls, *ns, *nbytes)
     t = abi.decode_cuda_thread(9, raw, now_ns=8_000)
     assert (t.pid, t.tid, t.in_flight, t.in_flight_since_ns) == (7, 9, "dtoh", 5_000)
     assert t.calls["dtoh"] == dtoh and t.bytes["dtoh"] == 10 * dtoh  # the return adds those
     assert t.ns["dtoh"] == 1000 * dtoh + 3_000 and t.ns["htod"] == 1000 * abi.CUDA_CALL["htod"]
-    idle = abi.decode_cuda_thread(9, abi.CUDA_THREAD.pack(7, dtoh, 0, 0, *calls, *ns, *nbytes), 8_000)
+    idle = abi.decode_cuda_thread(9, abi.CUDA_THREAD.pack(7, dtoh, 0, 0, 0, *calls, *ns, *nbytes), 8_000)
     assert idle.in_flight is None and idle.ns["dtoh"] == 1000 * dtoh

@@ -460,6 +460,9 @@ CUDA_CALLS = {v: n for v, n in layout.enum_names("iot_cuda_call", "IOT_CUDA_").i
               if v < layout.enum_value("iot_cuda_call", "IOT_CUDA_CALLS")}
 CUDA_CALL = {n: v for v, n in CUDA_CALLS.items()}  # name -> the cookie of its uprobes
 CUDA_THREAD = struct.Struct(layout.struct_format("cuda_thread"))
+# A synchronisation after at least this many bytes of async copies on its thread is counted as
+# "copy_wait" (the copies' time), not as the wait it named (bpf/iotrace.h)
+CUDA_COPY_WAIT_BYTES = layout.enum_value("iot_cuda_call", "IOT_CUDA_COPY_WAIT_BYTES")
 
 
 @dataclass(frozen=True)
@@ -481,7 +484,7 @@ def decode_cuda_thread(tid: int, raw: bytes, now_ns: int = 0) -> CudaThread:
     kind's ns (not in its count, which its return adds), as decode_thread_time adds the open
     state's: the deltas between two reads are then exact, a wait of seconds included."""
     n = len(CUDA_CALLS)
-    tgid, call, start_ns, _start_bytes, *rest = CUDA_THREAD.unpack(raw)
+    tgid, call, start_ns, _start_bytes, _queued, *rest = CUDA_THREAD.unpack(raw)
     names = [CUDA_CALLS[i] for i in range(n)]
     ns = dict(zip(names, rest[n:2 * n], strict=True))
     flying = CUDA_CALLS.get(call) if start_ns else None

@@ -23,14 +23,15 @@ STRUCTS = {
         ('cgroup', 8, 8, 'u64'),
         ('comm', 16, 16, 'char[16]'),
     )),
-    'cuda_thread': (312, (
+    'cuda_thread': (344, (
         ('tgid', 0, 4, 'u32'),
         ('call', 4, 4, 'u32'),
         ('start_ns', 8, 8, 'u64'),
         ('start_bytes', 16, 8, 'u64'),
-        ('calls', 24, 96, 'u64[12]'),
-        ('ns', 120, 96, 'u64[12]'),
-        ('bytes', 216, 96, 'u64[12]'),
+        ('queued_bytes', 24, 8, 'u64'),
+        ('calls', 32, 104, 'u64[13]'),
+        ('ns', 136, 104, 'u64[13]'),
+        ('bytes', 240, 104, 'u64[13]'),
     )),
     'file_id': (16, (
         ('dev', 0, 4, 'u32'),
@@ -222,7 +223,9 @@ ENUMS = {
         'IOT_CUDA_DTOD_ASYNC': 9,
         'IOT_CUDA_COPY_ASYNC': 10,
         'IOT_CUDA_LAUNCH': 11,
-        'IOT_CUDA_CALLS': 12,
+        'IOT_CUDA_COPY_WAIT': 12,
+        'IOT_CUDA_CALLS': 13,
+        'IOT_CUDA_COPY_WAIT_BYTES': 1048576,
     },
     'iot_event_kind': {
         'IOT_EVENT_FORK': 1,
