@@ -529,7 +529,7 @@ def test_meta_json(tmp_path: Path) -> None:
     w = TraceWriter(tmp_path, meta)
     on_disk = json.loads((tmp_path / "meta.json").read_text())
     assert on_disk == {**meta, "schema_version": SCHEMA_VERSION, "tool_version": tracer.__version__}
-    assert on_disk["schema_version"] == 2 and tracer.__version__ == "0.1.0"
+    assert on_disk["schema_version"] == 3 and tracer.__version__ == "0.1.0"
     w.update_meta(events_lost=0, stop=None)
     w.update_meta(events_lost=3)
     assert json.loads((tmp_path / "meta.json").read_text())["events_lost"] == 3
@@ -696,8 +696,8 @@ def test_load_newer_schema_version(tmp_path: Path) -> None:
 
 
 def test_load_older_schema_version(tmp_path: Path) -> None:
-    _rewrite_meta(_trace(tmp_path), schema_version=SCHEMA_VERSION - 1, tool_version="0.0.1")
-    older = rf"schema version {SCHEMA_VERSION - 1}.*older iotrace 0\.0\.1.*read it with"
+    _rewrite_meta(_trace(tmp_path), schema_version=1, tool_version="0.0.1")
+    older = rf"schema version {1}.*older iotrace 0\.0\.1.*read it with"
     with pytest.raises(TraceError, match=older):
         load(tmp_path)
 

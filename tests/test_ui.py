@@ -127,7 +127,8 @@ def test_process_pane(state):
     assert " ".join(lines[9:11]).split() == [  # the legend, wrapped at 100 columns
                                 "I", "data", "wait", "I/O,", "C", "data", "wait", "CPU,", "N",
                                 "data", "wait", "network,", "L", "sync", "loading,", "W", "sync",
-                                "writes,", "K", "checkpoint,", "R", "collective", "wait,", "=",
+                                "writes,", "K", "checkpoint,", "R", "collective", "wait,", "G", "GPU",
+                                "wait,", "D", "device", "copy,", "=",
                                 "compute,", ".", "other"]
 
 
@@ -282,17 +283,18 @@ def test_interval_line():
     # file reads of interval 1: child 3 (slot 10), main 5 (slot 12), workers 151 (slot 20) and
     # 2 (slot 22): 161/s, p99 rank 159.39 -> 4 Mi ns * (1 + 0.39/2) = 5.01 ms.
     assert header_line().splitlines() == [
-        "--time-- ---cpu %--- -disk MB/s- --file reads-- ---------------------loop %-------------------- "
-        "---finding---",
-        "    time|usr sys wai| read  writ|  ops/s    p99|dwio dwcpu dwnet load  wrt ckpt coll comp other|"
-        "kind",
+        "--time-- ---cpu %--- -disk MB/s- --file reads-- --------------------------loop %------------"
+        "------------- ---finding---",
+        "    time|usr sys wai| read  writ|  ops/s    p99|dwio dwcpu dwnet load  wrt ckpt coll  gpu dcpy "
+        "comp other|kind",
     ]
     assert interval_line(snapshot(1), loop_rows(1), findings()) == (
-        "22:13:22| 35   8  22|  150  10.0|    161 5.01ms|  45    10     0    0    0    0    0   40     5|"
-        "dataloader_io_bound")
+        "22:13:22| 35   8  22|  150  10.0|    161 5.01ms|  45    10     0    0    0    0    0    0    0"
+        "   40     5|dataloader_io_bound")
     bare = Snapshot(snapshot(1).ts_ns, 2 * SEC)
     assert interval_line(bare) == (
-        "22:13:22|  -   -   -|    -     -|      0      -|   -     -     -    -    -    -    -    -     -|-")
+        "22:13:22|  -   -   -|    -     -|      0      -|   -     -     -    -    -    -    -    -    -    -"
+        "     -|-")
 
 
 def test_line_printer_repeats_the_header():
@@ -328,7 +330,8 @@ def test_csv_sink(tmp_path):
           for c in role),
         "loop_data_wait_io_pct", "loop_data_wait_cpu_pct", "loop_data_wait_network_pct",
         "loop_sync_loading_pct", "loop_sync_writes_pct", "loop_checkpoint_pct",
-        "loop_collective_wait_pct", "loop_compute_pct", "loop_other_pct"]
+        "loop_collective_wait_pct", "loop_gpu_wait_pct", "loop_device_copy_pct",
+            "loop_compute_pct", "loop_other_pct"]
     system = ("35.200,8.400,34.800,21.600,6979321856.000,1342177280.000,1500.000,0.000,"
               "157286400.000,10493952.000,")
     devices = ("150.000,10.000,153600.000,10240.000,0.610,2.500,0.120,93.500,"
@@ -342,14 +345,14 @@ def test_csv_sink(tmp_path):
                      + "0,0.000,0.000,0.000,,," * 2  # no ranks, no agent
                      + "2,157286400.000,0.000,152.000,5200937,45.000,"
                      + "1,300.000,0.000,3.000,2038,0.000,"
-                     + "45.000,10.000,0.000,0.000,0.000,0.000,0.000,40.000,5.000")
+                     + "45.000,10.000,0.000,0.000,0.000,0.000,0.000,0.000,0.000,40.000,5.000")
     # interval 1 lasted 2 s: rates halve, D state shares halve, no loop rows.
     assert second == ("2023-11-14T22:13:22.000Z,2.000," + system + devices
                       + "1,10240.000,5242880.000,8.000,8151,0.000,"
                       + "0,0.000,0.000,0.000,,," * 2
                       + "2,79167488.000,0.000,76.500,5179965,22.500,"
                       + "1,150.000,0.000,1.500,2038,0.000,"
-                      + ",,,,,,,,")
+                      + ",,,,,,,,,,")
 
 
 def test_csv_sink_keeps_the_first_devices(tmp_path):

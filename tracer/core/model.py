@@ -115,6 +115,14 @@ class ThreadRow(TypedDict):
     syscall_since: int | None
     write_open_path: str | None
     write_open_ns: int | None
+    gpu_wait_ns: int | None
+    device_copy_ns: int | None
+    cuda_syncs: int | None
+    cuda_copies: int | None
+    cuda_launches: int | None
+    copy_dtoh_bytes: int | None
+    copy_htod_bytes: int | None
+    copy_other_bytes: int | None
 
 
 class LoopRow(TypedDict):
@@ -129,6 +137,8 @@ class LoopRow(TypedDict):
     sync_writes_ns: int
     checkpoint_ns: int
     collective_wait_ns: int | None
+    gpu_wait_ns: int | None
+    device_copy_ns: int | None
     compute_ns: int
     other_ns: int
     state: str
@@ -213,6 +223,8 @@ class GpuIdleRow(TypedDict):
     sync_writes_frac: float
     checkpoint_frac: float
     collective_wait_frac: float | None
+    gpu_wait_frac: float | None
+    device_copy_frac: float | None
     compute_frac: float
     other_frac: float
     coverage: float

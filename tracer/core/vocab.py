@@ -9,6 +9,8 @@ tables' columns themselves are in `tracer.tracedir.schema`; how processes get th
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 # `role` of processes (and of every row about one)
 MAIN = "main"  # a process the user asked to trace
 RANK = "rank"  # a rank of a distributed job (RANK and WORLD_SIZE in its environment)
@@ -22,7 +24,15 @@ LOOP_ROLES = (MAIN, RANK)
 
 # `loop.state`, the `loop.<state>_ns` columns and the `gpu_idle.<state>_frac` ones, in this order
 LOOP_STATES = ("data_wait_io", "data_wait_cpu", "data_wait_network", "sync_loading", "sync_writes",
-               "checkpoint", "collective_wait", "compute", "other")
+               "checkpoint", "collective_wait", "gpu_wait", "device_copy", "compute", "other")
+# The states a trace of schema version 2 lacks (null columns: its `compute` holds them)
+CUDA_STATES = ("gpu_wait", "device_copy")
+
+
+def shown_states(ns: Mapping[str, float]) -> tuple[str, ...]:
+    """The loop states a summary shows, given each one's time: the CUDA states only where the
+    loop had them, so that a job without libcuda, or a trace from before them, reads as before."""
+    return tuple(s for s in LOOP_STATES if s not in CUDA_STATES or (ns.get(s) or 0) > 0)
 
 # `gpu_idle.cause`: a loop state, or these
 GPU_STARTUP = "startup"  # before the loop's start-up ended (launch mode): imports, CUDA init, ...

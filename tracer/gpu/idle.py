@@ -11,7 +11,7 @@ from itertools import pairwise
 from typing import TYPE_CHECKING, Any, Protocol
 
 from tracer.core.model import GpuIdleRow, GpuRow
-from tracer.core.vocab import GPU_STARTUP, GPU_UNKNOWN, LOOP_STATES
+from tracer.core.vocab import CUDA_STATES, GPU_STARTUP, GPU_UNKNOWN, LOOP_STATES
 from tracer.gpu.words import gpu_sentence as gpu_sentence  # where the sentences were
 from tracer.gpu.words import gpu_sentences
 
@@ -400,6 +400,9 @@ def gpu_evidence(idle_rows: Iterable[Mapping[str, Any]], gpu_rows: Iterable[Mapp
     for gpu in sorted(set(bounds) | set(idle)):
         observed = bounds[gpu][1] - bounds[gpu][0] if gpu in bounds else 0
         by = idle.get(gpu, dict.fromkeys((*STATES, UNKNOWN), 0.0))
+        # the CUDA states only where the loop had them: a trace of a job without libcuda, or
+        # from before them, says what it said
+        by = {c: v for c, v in by.items() if v or c not in CUDA_STATES}
         idle_ns = sum(by.values())
         share = {c: (100.0 * v / idle_ns if idle_ns else 0.0) for c, v in by.items()}
         top = max(by, key=lambda c: by[c]) if idle_ns else None

@@ -19,6 +19,8 @@ PART_WORDS = {
     "sync_writes": "the loop writing logs and other small files",
     "checkpoint": "writing a checkpoint",
     "collective_wait": "waiting for peers in a collective",
+    "gpu_wait": "the loop waiting for the GPU",
+    "device_copy": "the loop copying between host and device",
     "compute": "the loop busy on the CPU",
     "other": "the loop doing something else",
     GPU_UNKNOWN: "no record of the loop",

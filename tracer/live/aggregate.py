@@ -38,6 +38,7 @@ from tracer.core.roles import CHILD
 from tracer.core.selfcost import SelfCost
 from tracer.core.units import PAGE_SIZE, slot_bounds_ns
 from tracer.live.cgroups import CgroupNames, describe
+from tracer.live.cuda import CudaDeltas
 from tracer.live.devices import device_name
 from tracer.live.files import FileTable
 from tracer.live.processes import Process, ProcessTable
@@ -86,6 +87,8 @@ class Reading:
     block_users: dict[bytes, bytes] = field(default_factory=dict)
     # Each main process's main thread's write spans, by pid (kernel.maps.Maps.write_spans)
     write_spans: dict[int, bytes] = field(default_factory=dict)
+    # Each thread's CUDA driver calls, cumulative (kernel.uprobes.CudaProbes.read), by thread id
+    cuda: dict[int, abi.CudaThread] = field(default_factory=dict)
 
 
 class Aggregator:
@@ -107,6 +110,7 @@ class Aggregator:
         self.pending_events: list[EventRow] = []
         self.rereads = Rereads(self._size_of)
         self.spans = SpanClock()
+        self.cuda = CudaDeltas()
 
     def interval(self, reading: Reading, ts_ns: int, *, devices: list[DeviceRow] | None = None,
                  system: SystemRow | None = None, gpu: list[GpuRow] | None = None,
@@ -130,7 +134,7 @@ class Aggregator:
             rows.extend(self._rows(series, delta, ts_ns))
         file_rows = self._file_rows(reading.files, reading.folders, ts_ns)
         thread_rows = self._thread_rows(reading.threads, reading.monotonic_ns, ts_ns,
-                                        reading.in_flight, reading.write_spans)
+                                        reading.in_flight, reading.write_spans, reading.cuda)
         interval_ns = ts_ns - self.last_ts_ns if self.last_ts_ns else 0
         self.last_ts_ns = ts_ns
         events, self.pending_events = self.pending_events, []
@@ -198,7 +202,8 @@ class Aggregator:
 
     def _thread_rows(self, threads: dict[int, bytes], mono_ns: int, ts_ns: int,
                      in_flight: dict[int, tuple[int, int, int, int, int, int]],
-                     spans: dict[int, bytes] | None = None) -> list[ThreadRow]:
+                     spans: dict[int, bytes] | None = None,
+                     cuda: dict[int, abi.CudaThread] | None = None) -> list[ThreadRow]:
         rows: list[ThreadRow] = []
         for tid, raw in threads.items():
             t = abi.decode_thread_time(tid, raw, mono_ns)
@@ -227,6 +232,7 @@ class Aggregator:
                 "woken_by_own_ns": woken["own"], "woken_by_other_ns": woken["other"],
                 **self._syscall_columns(in_flight.get(tid), t.pid, mono_ns, ts_ns),
                 **self._span_columns((spans or {}).get(tid), t.pid, mono_ns),
+                **self.cuda.columns((cuda or {}).get(tid)),
             })
         return rows
 
@@ -262,9 +268,11 @@ class Aggregator:
         """Drops keys deleted from the kernel maps (processes gone)."""
         for k in raw_keys:
             self.prev.pop(k, None)
+        tids = list(tids)
         for tid in tids:
             self.prev_threads.pop(tid, None)
             self.spans.forget(tid)
+        self.cuda.forget(tids)
 
     def _file_rows(self, files: np.ndarray, folders: np.ndarray, ts_ns: int) -> list[FileRow]:
         """This interval's per-file rows, the files past rollup.KEEP_FILES per (process, op)

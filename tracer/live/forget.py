@@ -28,6 +28,11 @@ class Forgetter:
                           if abi.thread_time_tgid(raw) in dead]
             self.probes.maps.delete_hists(stale)
             self.probes.maps.delete_threads(stale_tids)
+            if self.probes.cuda is not None:
+                cuda_tids = [tid for tid, t in reading.cuda.items() if t.pid in dead]
+                self.probes.cuda.delete_threads(cuda_tids)
+                self.probes.cuda.forget(dead)
+                stale_tids += [tid for tid in cuda_tids if tid not in reading.threads]
             aggregator.forget(stale, stale_tids)
             self.probes.loader.forget_pidfds(dead)
             for pid in dead:

@@ -124,6 +124,10 @@ class Session:
             self.probes = Probes(slow_ns=int(opts.slow_ms * 1e6), auto_discover=opts.auto)
         except BadSetting as e:
             raise TraceFailure(str(e), EXIT_USAGE) from None
+        # Kernel launches are counted only when asked (IOTRACE_CUDA_LAUNCHES=1): a uprobe per
+        # launch costs a launch-bound loop more than iotrace may (docs/diagnosis.md, host_bound)
+        self.probes.cuda_launches = os.environ.get("IOTRACE_CUDA_LAUNCHES") == "1"
+        self.probes.cuda_note = lambda text: print(f"iotrace: {text}", file=err, flush=True)
         self.no_pandas = NoPandas()
         self.cost = CostReader(self.probes, opts.bpf_stats, opts.interval_s)
         self.discovery = Discovery(self.processes, self.probes, self.redact, err, opts.match)
@@ -222,6 +226,7 @@ class Session:
 
         self.cost.start_meter()
         aggregator = Aggregator(self.processes, self.files, CgroupNames())
+        aggregator.cuda.launches = self.probes.cuda_launches
         # A command traced from its first instruction has a start-up (imports, set-up) that the
         # verdicts leave out; a job attached to is usually past it.
         diagnosis = Diagnosis(startup=bool(self.opts.command))
@@ -381,9 +386,19 @@ class Session:
         # After the per-file counters: a syscall that returned since they were read is seen
         # done here and counted in them at the next reading (the diagnosis allows for both).
         mains = [p.pid for p in self.processes.alive() if p.role in LOOP_ROLES]
-        return Reading(hists, files, folders, threads, time.monotonic_ns(),
+        now = time.monotonic_ns()
+        return Reading(hists, files, folders, threads, now,
                        maps.syscalls_in_flight(mains), maps.read_block_users(),
-                       maps.write_spans(mains))
+                       maps.write_spans(mains), self._read_cuda(now))
+
+    def _read_cuda(self, now_ns: int) -> dict:
+        """The CUDA driver calls of every thread, cumulative; first, the driver libraries that
+        traced processes mapped since the last reading are probed (cheap for those seen)."""
+        cuda = self.probes.cuda
+        if cuda is None:
+            return {}
+        cuda.scan([p.pid for p in self.processes.alive()])
+        return cuda.read(now_ns) if cuda.libraries else {}
 
     def _cannot_write(self, error: OSError) -> None:
         """The trace sink could not write a segment (a full disk) and writes nothing more: stop

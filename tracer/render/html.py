@@ -38,7 +38,7 @@ import numpy as np
 import pandas as pd
 
 from tracer.core.units import slot_bounds_ns, slot_of
-from tracer.core.vocab import LATENCY_LAYERS, LOOP_STATES, MAIN
+from tracer.core.vocab import CUDA_STATES, LATENCY_LAYERS, LOOP_STATES, MAIN, shown_states
 from tracer.render.overview import overview_html, series_label
 from tracer.tracedir.private import open_private
 from tracer.tracedir.reader import TraceReader, describe_targets, role_counts
@@ -54,7 +54,9 @@ STATE_COLOURS = {
     "sync_writes": "#e377c2",  # pink: the loop writes/fsyncs logs and other small files
     "checkpoint": "#8c564b",  # brown: the loop writes checkpoints
     "collective_wait": "#bcbd22",  # olive: a rank waits for its peers in a collective
-    "compute": "#2ca02c",  # green: computing or waiting on the GPU
+    "gpu_wait": "#98df8a",  # pale green: the loop waits for its GPU (a CUDA synchronisation)
+    "device_copy": "#aec7e8",  # pale blue-grey: copies between host and device
+    "compute": "#2ca02c",  # green: the loop works on the host (Python, launches, CPU ops)
     "other": "#c7c7c7",  # grey
 }
 STARTUP_COLOUR = "#bcd4e6"  # pale blue: imports and set-up before training, not judged
@@ -420,7 +422,9 @@ def gpu_idle_json(trace: TraceReader) -> list[dict]:
     spans = trace["gpu_idle"].astype({"cause": object})
     out = []
     for r in spans.to_dict("records"):
-        row = {k: _plain(v) for k, v in r.items()}
+        # the CUDA states' shares only where the loop had them (as shown_states)
+        row = {k: _plain(v) for k, v in r.items()
+               if k.removesuffix("_frac") not in CUDA_STATES or _plain(v)}
         row.update(start=int(r["start"].value), end=int(r["end"].value),
                    duration_ns=int(r["duration_ns"]), gpu=int(r["gpu"]), pid=_int(r["pid"]))
         out.append(row)
@@ -465,10 +469,11 @@ def summary_json(trace: TraceReader, top: int = 10) -> dict:
         cols = [f"{s}_ns" for s in LOOP_STATES]
         for pid, ns in trace.loop.groupby("pid")[cols].sum().iterrows():
             total = int(ns.sum())
+            shown = shown_states({s: ns[f"{s}_ns"] for s in LOOP_STATES})
             loop.append({"pid": pid, "seconds": total / 1e9,
-                         "state_ns": {s: int(ns[f"{s}_ns"]) for s in LOOP_STATES},
+                         "state_ns": {s: int(ns[f"{s}_ns"]) for s in shown},
                          "state_pct": {s: (100 * ns[f"{s}_ns"] / total if total else None)
-                                       for s in LOOP_STATES}})
+                                       for s in shown}})
     procs = trace.processes.drop_duplicates("pid", keep="last").sort_values("pid")
     processes = [{k: _int(r.get(k)) if k in ("rank", "local_rank", "world_size") else r.get(k)
                   for k in ("pid", "ppid", "comm", "role", "cmdline", "exit_code", "exit_signal",

@@ -11,7 +11,7 @@ import pandas as pd
 
 from tracer.core.histogram import format_bytes, format_ns
 from tracer.core.selfcost import SelfCost, render_self_cost
-from tracer.core.vocab import LATENCY_LAYERS, LOOP_STATES
+from tracer.core.vocab import LATENCY_LAYERS, LOOP_STATES, shown_states
 from tracer.tracedir.reader import TraceReader, describe_targets, role_counts
 
 
@@ -98,12 +98,13 @@ def _loop_html(trace: TraceReader, training_since: Mapping[int, int] | None) -> 
     if split.empty:
         parts.append("<p>No training loop was traced.</p>")
     else:
+        states = shown_states({s: split[f"{s}_pct"].max() for s in LOOP_STATES})
         parts.append(_html_table(
-            ["pid", "training", "start-up", *(s.replace("_", " ") for s in LOOP_STATES)],
+            ["pid", "training", "start-up", *(s.replace("_", " ") for s in states)],
             ((pid, f"{r.seconds:.1f} s", f"{r.startup_s:.1f} s",
               *("-" if pd.isna(r[f"{s}_pct"]) else f"{r[f'{s}_pct']:.0f} %"
-                for s in LOOP_STATES)) for pid, r in split.iterrows()),
-            right=tuple(range(1, 3 + len(LOOP_STATES)))))
+                for s in states)) for pid, r in split.iterrows()),
+            right=tuple(range(1, 3 + len(states)))))
     return parts
 
 

@@ -58,7 +58,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from tracer.core.vocab import AGENT, CHILD, DATALOADER_WORKER, LOOP_STATES, MAIN, RANK
+from tracer.core.vocab import AGENT, CHILD, CUDA_STATES, DATALOADER_WORKER, LOOP_STATES, MAIN, RANK
 from tracer.tracedir.private import open_private
 from tracer.tracedir.reader import TraceError, TraceReader, load
 from tracer.tracedir.segments import _first_line, segment_problems
@@ -470,6 +470,7 @@ def _loop_slices(loop: pd.DataFrame, timeline: _Timeline) -> None:
         return
     frame = loop.assign(end_ns=_ns(loop["ts"])).dropna(subset=["end_ns"])
     state_cols = [f"{s}_ns" for s in LOOP_STATES]
+    cuda_cols = {f"{s}_ns" for s in CUDA_STATES}
     for pid, rows in frame.groupby("pid", sort=True):
         runs: list[dict] = []
         prev_end: int | None = None
@@ -481,11 +482,14 @@ def _loop_slices(loop: pd.DataFrame, timeline: _Timeline) -> None:
             if end <= start:
                 continue
             state = _text(r.state) or "unknown"
-            spent = {c: int(getattr(r, c)) for c in state_cols}
+            # the CUDA states only where the loop had them (null in older traces)
+            spent = {c: int(v) for c in state_cols if not pd.isna(v := getattr(r, c))
+                     and (v or c not in cuda_cols)}
             run = runs[-1] if runs else None
             if run is not None and run["state"] == state and run["end"] == start:
                 run["end"], run["n"] = end, run["n"] + 1
-                run["ns"] = {c: run["ns"][c] + spent[c] for c in state_cols}
+                run["ns"] = {c: run["ns"].get(c, 0) + spent.get(c, 0) for c in state_cols
+                             if c in run["ns"] or c in spent}
             else:
                 runs.append({"state": state, "start": start, "end": end, "n": 1, "ns": spent})
             prev_end = end
@@ -598,7 +602,8 @@ def _gpu(gpu: pd.DataFrame, gpu_idle: pd.DataFrame, timeline: _Timeline) -> None
                     "gpu": int(index), "cause": cause, "pid": _int(r.pid),
                     "duration_ns": _int(r.duration_ns), "coverage": _num(r.coverage),
                     "confidence": _num(r.confidence),
-                    **{f"{s}_frac": _num(getattr(r, f"{s}_frac")) for s in LOOP_STATES}}))
+                    **{f"{s}_frac": _num(getattr(r, f"{s}_frac")) for s in LOOP_STATES
+                       if s not in CUDA_STATES or _num(getattr(r, f"{s}_frac"))}}))
             timeline.lanes("gpu", f"GPU {int(index)} idle", 100 * (int(index) + 1), spans)
 
 

@@ -29,7 +29,7 @@ dsk_read_bytes_s, dsk_writ_bytes_s
                         definitions are tracer.ui.stats's
 loop_data_wait_io_pct, loop_data_wait_cpu_pct, loop_data_wait_network_pct,
 loop_sync_loading_pct, loop_sync_writes_pct, loop_checkpoint_pct, loop_collective_wait_pct,
-loop_compute_pct, loop_other_pct
+loop_gpu_wait_pct, loop_device_copy_pct, loop_compute_pct, loop_other_pct
                         the training loop's time by state, percent, over the main processes
                         and ranks (the `loop` rows of the interval); empty when no loop ran
 

@@ -24,7 +24,7 @@ import pyarrow as pa
 from tracer.core.abi import ATTRIBUTIONS, LAYERS, OPS, TARGETS
 from tracer.core.histogram import MaxSeen, interpolate
 from tracer.core.units import PAGE_SIZE
-from tracer.tracedir.schema import META_FILE, SCHEMA_VERSION, TABLES
+from tracer.tracedir.schema import META_FILE, READ_VERSIONS, SCHEMA_VERSION, TABLES
 
 _SEGMENT_GLOB = "part-*.parquet"
 _KNOWN_VALUES = {
@@ -441,7 +441,7 @@ def _check_version(meta_path: Path, meta: dict[str, object]) -> None:
             f"{written_by}; this iotrace reads version {SCHEMA_VERSION} only: upgrade iotrace "
             f"(pip install -U iotrace) to read it"
         )
-    if version < SCHEMA_VERSION:
+    if version not in READ_VERSIONS:
         raise TraceError(
             f"trace {str(meta_path.parent)!r} uses schema version {version}, written by the older "
             f"{written_by}; this iotrace reads version {SCHEMA_VERSION} only: read it with "

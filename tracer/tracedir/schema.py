@@ -24,8 +24,13 @@ from itertools import repeat
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 2
-"""Version of the trace directory layout and of every table below."""
+SCHEMA_VERSION = 3
+"""Version of the trace directory layout and of every table below. Version 3 split the loop's
+`compute` into gpu_wait, device_copy and compute (the host's part); a version 2 trace reads as
+before, its gpu_wait and device_copy null (its compute holds them)."""
+
+READ_VERSIONS = (2, 3)
+"""The versions this iotrace reads."""
 
 MAX_DEVICE_USERS = 8
 """Untraced users a `device_users` interval names per disk and op; the others are one row."""
@@ -180,6 +185,19 @@ TABLES: dict[str, pa.Schema] = {
         _field("syscall_since", TIMESTAMP, nullable=True),
         _field("write_open_path", DICT_STRING, nullable=True),
         _field("write_open_ns", NS, nullable=True),
+        # Its CUDA driver calls in the interval (uprobes on libcuda, tracer.live.cuda); null:
+        # none ever (no driver library, or not a thread that calls it). gpu_wait_ns: in the
+        # synchronisations (stream, context, event): waiting for its GPU's queued work.
+        # device_copy_ns: in the synchronous copies and in the synchronisations that waited for
+        # an async copy of at least 1 MiB (how PyTorch copies).
+        _field("gpu_wait_ns", NS, nullable=True),
+        _field("device_copy_ns", NS, nullable=True),
+        _field("cuda_syncs", pa.int64(), nullable=True),  # synchronisation calls
+        _field("cuda_copies", pa.int64(), nullable=True),  # copy calls, sync and async
+        _field("cuda_launches", pa.int64(), nullable=True),  # kernel launches; null: not counted
+        _field("copy_dtoh_bytes", pa.int64(), nullable=True),  # device to host
+        _field("copy_htod_bytes", pa.int64(), nullable=True),  # host to device
+        _field("copy_other_bytes", pa.int64(), nullable=True),  # device to device, unified
     ),
     # The training loop's time per interval, classified (tracer.core.diagnosis.split has the
     # rules).
@@ -195,7 +213,10 @@ TABLES: dict[str, pa.Schema] = {
         _field("sync_writes_ns", NS),
         _field("checkpoint_ns", NS),
         _field("collective_wait_ns", NS, nullable=True),  # null in traces from before it
-        _field("compute_ns", NS),
+        # null in traces of schema version 2, whose compute_ns holds them
+        _field("gpu_wait_ns", NS, nullable=True),
+        _field("device_copy_ns", NS, nullable=True),
+        _field("compute_ns", NS),  # from version 3, on the host only (not the two above)
         _field("other_ns", NS),
         _field("state", DICT_STRING),  # the largest of them
     ),
@@ -293,6 +314,8 @@ TABLES: dict[str, pa.Schema] = {
         _field("sync_writes_frac", pa.float64()),
         _field("checkpoint_frac", pa.float64()),
         _field("collective_wait_frac", pa.float64(), nullable=True),  # null: from before it
+        _field("gpu_wait_frac", pa.float64(), nullable=True),  # null: from before version 3
+        _field("device_copy_frac", pa.float64(), nullable=True),
         _field("compute_frac", pa.float64()),
         _field("other_frac", pa.float64()),
         _field("coverage", pa.float64()),  # share of the span covered by loop intervals

@@ -16,7 +16,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tracer.tracedir.schema import SCHEMA_VERSION, SCHEMA_VERSION_KEY, TABLES
+from tracer.tracedir.schema import READ_VERSIONS, SCHEMA_VERSION, SCHEMA_VERSION_KEY, TABLES
 
 COVERS_KEY = b"iotrace.covers"
 """Parquet metadata of a merged segment (sinks/parquet.MERGE_SEGMENTS): the numbers of the first
@@ -73,7 +73,8 @@ def _segment_problem(path: Path, wanted: list[pa.Field], read_data: bool) -> str
             return f"cannot open: {e.strerror}"
         return _not_parquet(path, e)
     version = (found.metadata or {}).get(SCHEMA_VERSION_KEY)
-    if version is not None and version != str(SCHEMA_VERSION).encode():
+    # a version it reads: an older one's missing columns are null (conform)
+    if version is not None and version not in {str(v).encode() for v in READ_VERSIONS}:
         return (f"written with schema version {version.decode(errors='replace')}, "
                 f"not {SCHEMA_VERSION}")
     missing = [f.name for f in wanted if f.name not in found.names and not f.nullable]

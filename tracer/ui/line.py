@@ -36,7 +36,7 @@ COLUMNS = (
     ("disk MB/s", [("read", 5), ("writ", 5)]),
     ("file reads", [("ops/s", 7), ("p99", 6)]),
     ("loop %", [("dwio", 4), ("dwcpu", 5), ("dwnet", 5), ("load", 4), ("wrt", 4), ("ckpt", 4),
-                ("coll", 4), ("comp", 4), ("other", 5)]),  # in LOOP_STATES order
+                ("coll", 4), ("gpu", 4), ("dcpy", 4), ("comp", 4), ("other", 5)]),  # in LOOP_STATES order
 )
 
 

@@ -58,14 +58,16 @@ ROLE_STYLE = {MAIN: "bold", RANK: "bold", AGENT: "dim", DATALOADER_WORKER: "cyan
 STATE_LABEL = {"data_wait_io": "data wait I/O", "data_wait_cpu": "data wait CPU",
                "data_wait_network": "data wait network", "sync_loading": "sync loading",
                "sync_writes": "sync writes", "checkpoint": "checkpoint",
-               "collective_wait": "collective wait", "compute": "compute", "other": "other"}
+               "collective_wait": "collective wait", "gpu_wait": "GPU wait",
+               "device_copy": "device copy", "compute": "compute", "other": "other"}
 STATE_GLYPH = {"data_wait_io": "I", "data_wait_cpu": "C", "data_wait_network": "N",
                "sync_loading": "L", "sync_writes": "W", "checkpoint": "K", "collective_wait": "R",
-               "compute": "=",
+               "gpu_wait": "G", "device_copy": "D", "compute": "=",
                "other": "."}  # without colour
 STATE_STYLE = {"data_wait_io": "red", "data_wait_cpu": "yellow", "data_wait_network": "cyan",
                "sync_loading": "magenta", "sync_writes": "bright_magenta", "checkpoint": "blue",
-               "collective_wait": "bright_yellow", "compute": "green", "other": "bright_black"}
+               "collective_wait": "bright_yellow", "gpu_wait": "bright_green",
+               "device_copy": "bright_cyan", "compute": "green", "other": "bright_black"}
 LAYER_TITLE = {"syscall": "file syscalls", "block": "block service (issue->complete)",
                "block_queue": "block queue (insert->issue)"}
 

@@ -9,9 +9,10 @@ already wrote a checkpoint is a save from its start, charged as it passes (a sma
 there, a save's metadata or marker such as torch.distributed.checkpoint's .metadata, is part of
 the save). Before the first checkpoint of a folder is known, a span's time is kept aside
 (pending) and, once its file turns out to be a checkpoint, moved to `checkpoint` from the loop's
-`compute` and `other` time of that interval and the next ones (owed): the run's totals are then
-right, while the split of those intervals lags that first save by up to its length. A span whose
-file never becomes a checkpoint, in a folder without one (a log, a small file), changes nothing.
+`compute`, `device_copy`, `gpu_wait` and `other` time of that interval and the next ones
+(owed): the run's totals are then right, while the split of those intervals lags that first
+save by up to its length. A span whose file never becomes a checkpoint, in a folder without
+one (a log, a small file), changes nothing.
 Files are judged one by one: a save that writes several large files (torch.distributed.checkpoint's
 .distcp per rank, safetensors shards) is a save by each of them.
 """
@@ -74,25 +75,31 @@ def _folder(path: str) -> str:
 def settle_owed(saves: SaveState, pid: int, ns: dict[str, int],
                 parts: tuple[int, int, int]) -> tuple[int, tuple[int, int, int]]:
     """Moves what is owed of loop `pid`'s saves to `checkpoint` from this interval's `compute`,
-    then `other` (`parts`: what `other` was, taken from timers/others, then own, then runnable
-    first); returns the time moved and the new parts."""
+    `device_copy`, `gpu_wait`, then `other` (`parts`: what `other` was, taken from
+    timers/others, then own, then runnable first); returns the time moved and the new parts."""
     owed = saves.owed.pop(pid, 0)
     if not owed:
         return 0, parts
-    from_compute = min(owed, ns["compute"])
-    from_other = min(owed - from_compute, ns["other"])
-    ns["compute"] -= from_compute
+    # the loop's host time, then its device copies and GPU waits (a save copies tensors off
+    # the device), then `other`
+    moved = 0
+    for state in ("compute", "device_copy", "gpu_wait"):
+        cut = min(owed - moved, ns[state])
+        ns[state] -= cut
+        moved += cut
+    from_other = min(owed - moved, ns["other"])
     ns["other"] -= from_other
-    ns["checkpoint"] += from_compute + from_other
-    if owed > from_compute + from_other:
-        saves.owed[pid] = owed - from_compute - from_other
+    moved += from_other
+    ns["checkpoint"] += moved
+    if owed > moved:
+        saves.owed[pid] = owed - moved
     left = list(parts)
     take = from_other
     for i in (2, 1, 0):
         cut = min(take, left[i])
         left[i] -= cut
         take -= cut
-    return from_compute + from_other, (left[0], left[1], left[2])
+    return moved, (left[0], left[1], left[2])
 
 
 def forget(saves: SaveState, pid: int) -> None:

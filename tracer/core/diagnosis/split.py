@@ -12,7 +12,10 @@ interval is split, in this order, into:
                 (blocked in D state on reads/page faults, on CPU, in socket reads); without
                 workers, its own socket reads are data_wait_network
   collective_wait  a rank running gloo collectives sleeps, woken by its own threads
-  compute       on CPU otherwise (or waiting on the GPU: a spinning CUDA sync is on CPU)
+  device_copy   it is in a CUDA copy (a synchronous one, or a synchronisation that waited for a
+                large async copy: `threads.device_copy_ns`), outside a save
+  gpu_wait      it is in a CUDA synchronisation (`threads.gpu_wait_ns`): waits for its GPU
+  compute       on CPU otherwise: the host's work (Python, kernel launches, CPU ops)
   other         the rest: runnable without a CPU, sleeps ended by anything else
 
 What one interval's split needs of the ones before (bytes written per file, who woke the loop
@@ -354,6 +357,7 @@ def _split_loop(state: SplitState, t: Thresholds, pid: int, th: ThreadRow, ft: _
     if state.collective.get(pid) == "gloo":
         ns["collective_wait"] = min(round(sleep * own_share), left)
         left -= ns["collective_wait"]
+    left = _cuda_calls(ns, th, left, charges.span[pid])
     ns["compute"] = min(th["oncpu_ns"], left)
     ns["other"] = left - ns["compute"]
     # what `other` was: runnable without a CPU, then sleeps by who ended them
@@ -363,6 +367,22 @@ def _split_loop(state: SplitState, t: Thresholds, pid: int, th: ThreadRow, ft: _
     own_part = round(rest * own_woken / (own_woken + timer_woken)) if (
         own_woken + timer_woken) else 0
     return ns, background, (runnable, own_part, rest - own_part)
+
+
+def _cuda_calls(ns: dict[str, int], th: ThreadRow, left: int, in_save: int) -> int:
+    """Charges the loop's time in CUDA driver calls (its `threads` row: spinning or asleep,
+    whichever way the driver waits) to device_copy and gpu_wait, at most `left`; returns what
+    is left. A save's span holds its device copies (checkpoint time, charged already): up to
+    the span's time in this interval (`in_save`) is taken out first, copies before waits. A
+    thread without driver calls (null columns: no libcuda, a trace from before) has none."""
+    copy, wait = th.get("device_copy_ns") or 0, th.get("gpu_wait_ns") or 0
+    saved = min(in_save, copy + wait)
+    copy_saved = min(copy, saved)
+    copy, wait = copy - copy_saved, wait - (saved - copy_saved)
+    ns["device_copy"] = min(copy, left)
+    left -= ns["device_copy"]
+    ns["gpu_wait"] = min(wait, left)
+    return left - ns["gpu_wait"]
 
 
 def _data_wait(ns: dict[str, int], left: int, wait: int, speaks: bool, pid: int,
