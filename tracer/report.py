@@ -389,6 +389,8 @@ def summary_text(trace: TraceReader, name: str | None = None, write_gpu_idle: bo
     gpu = recompute_gpu(trace, write=write_gpu_idle, diagnosis=diagnosis)
     if gpu is not None:
         idle.add_gpu_evidence(findings, *gpu)
+    else:
+        idle.confirm_host_bound(findings, None)  # no GPU samples: nothing says the GPU waited
     lost = trace.meta.get("events_lost", 0)
     how = trace.meta.get("stop_reason")
     last_ns = None

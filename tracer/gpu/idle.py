@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from itertools import pairwise
 from typing import TYPE_CHECKING, Any, Protocol
 
+from tracer.core.diagnosis.thresholds import THRESHOLDS
 from tracer.core.model import GpuIdleRow, GpuRow
 from tracer.core.vocab import CUDA_STATES, GPU_STARTUP, GPU_UNKNOWN, LOOP_STATES
 from tracer.gpu.words import gpu_sentence as gpu_sentence  # where the sentences were
@@ -428,10 +429,26 @@ def add_gpu_evidence(findings: list[Finding], idle_rows: list[GpuIdleRow], gpu_r
     while doing what ("GPU 0 idle 62 % of the time; 85 % of that while the loop waited on
     DataLoader reads")."""
     if not gpu_rows:
+        confirm_host_bound(findings, None)
         return
     ev = gpu_evidence(idle_rows, gpu_rows)
+    confirm_host_bound(findings, ev)
     sentences = gpu_sentences(ev)
     for f in findings:
         f.evidence["gpu"] = ev["gpus"]
         if sentences:
             f.summary += " " + "; ".join(sentences) + "."
+
+
+def confirm_host_bound(findings: list[Finding], ev: dict | None,
+                       min_idle_pct: float = THRESHOLDS.host_gpu_idle_pct) -> None:
+    """Keeps a host_bound finding only where NVML saw the loop's GPU idle at least
+    `min_idle_pct` % of the time (the loop's own GPU when known, else any): a loop on the
+    host whose GPU is busy (a deep queue of long kernels) is not host-bound. Without GPU
+    samples (`ev` None) nothing says the GPU waited: the finding goes."""
+    def idle(f: Finding) -> bool:
+        if ev is None:
+            return False
+        gpus = [g for g in ev["gpus"] if g["pid"] == f.pid] or ev["gpus"]
+        return any(g["idle_pct"] >= min_idle_pct for g in gpus)
+    findings[:] = [f for f in findings if f.kind != "host_bound" or idle(f)]

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from tracer.core.diagnosis.feed import TABLES, feed, interval_input
 from tracer.core.interval import Interval
-from tracer.gpu.idle import add_gpu_evidence
+from tracer.gpu.idle import add_gpu_evidence, confirm_host_bound
 
 if TYPE_CHECKING:
     from tracer.core.diagnosis import Diagnosis
@@ -84,6 +84,8 @@ class Step:
                 self.gpu_idle.extend(last)
                 add_gpu_evidence(run_findings, self.gpu_idle, list(self.gpu_rows))
                 meta["gpu"] = self.gpu.meta()
+            else:  # no GPU samples: nothing says the GPU waited (as a replay decides)
+                confirm_host_bound(run_findings, None)
             rows = [f.row(snap.ts_ns) for f in run_findings]
             assert snap.cost is not None
             # where the first interval began: a replay of the trace gives it the same length

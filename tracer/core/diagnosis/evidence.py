@@ -65,6 +65,9 @@ class IntervalEvidence:
     disk_reads: dict[str, DiskReads] = field(default_factory=dict)  # disk -> its reads, by whom
     # main -> (its loop's time in saves charged here, its time writing checkpoints), saves.py
     saves: dict[int, tuple[int, int]] = field(default_factory=dict)
+    # main -> its loop's CUDA driver calls here: (synchronisations, copies, launches; -1: not
+    # counted); absent: none (no libcuda)
+    cuda: dict[int, tuple[int, int, int]] = field(default_factory=dict)
 
 
 @dataclass

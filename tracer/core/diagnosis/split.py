@@ -158,7 +158,7 @@ def split(state: SplitState, inp: IntervalInput, t: Thresholds, page_size: int,
         worker_net_ns=dict(net.worker), net_counts=net.counts, net_bytes=net.bytes,
         small_writes=dict(ft.small), background=background, other_parts=other_parts,
         memory={m["pid"]: m for m in inp.memory}, disk_reads=disk_reads(inp.device_users),
-        saves=saves)
+        saves=saves, cuda=cuda_calls(tt.loops))
 
 
 def _file_times(state: SplitState, t: Thresholds, files: list[FileRow],
@@ -383,6 +383,18 @@ def _cuda_calls(ns: dict[str, int], th: ThreadRow, left: int, in_save: int) -> i
     left -= ns["device_copy"]
     ns["gpu_wait"] = min(wait, left)
     return left - ns["gpu_wait"]
+
+
+def cuda_calls(loops: Mapping[int, ThreadRow]) -> dict[int, tuple[int, int, int]]:
+    """Per main: its loop's CUDA driver calls in the interval (synchronisations, copies,
+    launches, -1 when launches are not counted), for the loops that have the columns."""
+    out = {}
+    for pid, th in loops.items():
+        if th.get("cuda_syncs") is not None:
+            launches = th.get("cuda_launches")
+            out[pid] = (th["cuda_syncs"], th.get("cuda_copies") or 0,
+                        -1 if launches is None else launches)
+    return out
 
 
 def _data_wait(ns: dict[str, int], left: int, wait: int, speaks: bool, pid: int,

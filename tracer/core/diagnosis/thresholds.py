@@ -46,6 +46,12 @@ class Thresholds:
     straggler_share: float = 0.35
     straggler_ratio: float = 0.5
     other_line_share: float = 0.10  # the summary says what `other` was from this share on
+    # host_bound: a loop that calls the CUDA driver spends at least `host_share` of its time on
+    # the host (`compute`) and at most `host_gpu_wait_share` waiting for its GPU, and (with
+    # NVML) its GPU idles at least `host_gpu_idle_pct` % of the time
+    host_share: float = 0.5
+    host_gpu_wait_share: float = 0.2
+    host_gpu_idle_pct: float = 30.0
 
 
 THRESHOLDS = Thresholds()

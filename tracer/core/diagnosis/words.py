@@ -14,6 +14,10 @@ ADVICE = {
     "dataloader_io_bound": "The workers wait on storage: put the dataset on local SSD or tmpfs "
                            "(or in the page cache), use fewer, larger files (shards), raise "
                            "num_workers and prefetch_factor to keep more reads in flight.",
+    "host_bound": "The GPU waits for the host: launch fewer, larger kernels (CUDA graphs, "
+                  "torch.compile with mode=\"reduce-overhead\"), use larger batches so each "
+                  "launch does more work, and sync with the host less often (no .item(), "
+                  ".cpu() or print of a GPU tensor every step).",
     "dataloader_cpu_bound": "The workers are busy decoding/augmenting: raise num_workers up to "
                             "the free cores, move augmentation to the GPU, or pre-process the "
                             "dataset once; storage is not the problem.",
@@ -79,6 +83,16 @@ def dataloader_cpu_bound(wait_pct: float, total_ns: int, oncpu_pct: float) -> st
     return (f"The training loop waited for batches {wait_pct:.0f} % of {format_ns(total_ns)} "
             f"while the DataLoader workers were on CPU {oncpu_pct:.0f} % of their busy time "
             "(decoding/augmenting), not on I/O.")
+
+
+def host_bound(host_pct: float, gpu_wait_pct: float, total_ns: int, launches: float | None,
+               syncs: float) -> str:
+    """`launches`: kernel launches per second; None: not counted."""
+    rate = f", launching {launches:,.0f} kernels a second" if launches is not None else ""
+    return (f"The training loop worked on the host {host_pct:.0f} % of {format_ns(total_ns)} "
+            f"(Python, kernel launches, CPU ops){rate} and waited for its GPU "
+            f"{gpu_wait_pct:.0f} % ({syncs:,.0f} synchronisations a second): the GPU waits for "
+            "the host, not for data, a save or itself.")
 
 
 def dataloader_network_bound(pct: float, total_ns: int, workers_pct: float | None,
@@ -219,6 +233,12 @@ def not_io_bound(shares: dict[str, float] | None) -> str:
     if shares is None:
         return ("No I/O finding: the traced main thread(s) hardly ran, and nothing they did "
                 "waited on storage.")
+    if shares.get("gpu_wait", 0) > 0:  # a loop seen waiting for its GPU (uprobes on libcuda)
+        return (f"I/O is not what holds the job back: the training loop waited for its GPU "
+                f"{shares['gpu_wait']:.0f} % of the time, copied between host and device "
+                f"{shares.get('device_copy', 0):.0f} %, worked on the host "
+                f"{shares['compute']:.0f} %, waited on its own reads "
+                f"{shares['sync_loading']:.0f} % and on checkpoints {shares['checkpoint']:.0f} %.")
     return (f"I/O is not what holds the job back: the training loop computed "
             f"{shares['compute']:.0f} % of the time, waited on its own reads "
             f"{shares['sync_loading']:.0f} % and on checkpoints {shares['checkpoint']:.0f} %.")

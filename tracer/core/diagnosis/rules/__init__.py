@@ -22,6 +22,7 @@ from tracer.core.diagnosis.rules import (
     dataset_exceeds_cache,
     device_contended,
     device_saturated,
+    host_bound,
     not_io_bound,
     slow_filesystem,
     small_files,
@@ -32,7 +33,7 @@ from tracer.core.diagnosis.rules import (
 from tracer.core.diagnosis.rules.context import Context
 
 LOOP_RULES = (sync_loading, dataloader_io_bound, dataloader_cpu_bound, dataloader_network_bound,
-              sync_writes, checkpoint_stall)
+              sync_writes, checkpoint_stall, host_bound)
 # dataset_exceeds_cache before cold_cache: later passes that miss again say there was no cold
 # first pass to discount
 WINDOW_RULES = (dataset_exceeds_cache, cold_cache, small_files, slow_filesystem,
