@@ -442,13 +442,16 @@ def add_gpu_evidence(findings: list[Finding], idle_rows: list[GpuIdleRow], gpu_r
 
 def confirm_host_bound(findings: list[Finding], ev: dict | None,
                        min_idle_pct: float = THRESHOLDS.host_gpu_idle_pct) -> None:
-    """Keeps a host_bound finding only where NVML saw the loop's GPU idle at least
-    `min_idle_pct` % of the time (the loop's own GPU when known, else any): a loop on the
+    """Keeps a host_bound finding only where NVML saw the loop's GPU idle (in idle spans, or
+    by its utilisation) at least `min_idle_pct` % of the time (the loop's own GPU when known, else any): a loop on the
     host whose GPU is busy (a deep queue of long kernels) is not host-bound. Without GPU
     samples (`ev` None) nothing says the GPU waited: the finding goes."""
     def idle(f: Finding) -> bool:
         if ev is None:
             return False
         gpus = [g for g in ev["gpus"] if g["pid"] == f.pid] or ev["gpus"]
-        return any(g["idle_pct"] >= min_idle_pct for g in gpus)
+        # hard idle spans, or NVML's utilisation below 100 % (tiny kernels keep the GPU busy
+        # a few microseconds between launches: not an idle span, idle most of the time)
+        return any(max(g["idle_pct"], g.get("soft_idle_pct", 0.0)) >= min_idle_pct
+                   for g in gpus)
     findings[:] = [f for f in findings if f.kind != "host_bound" or idle(f)]

@@ -22,6 +22,8 @@ then the previous checkpoint is removed. `--checkpoint-in thread` saves in a bac
 the process instead, `fork` in a forked child (the child's copy of memory, as fork-based async
 savers do); the loop goes on training and waits only for the previous save before it starts the
 next one.
+`--checkpoint-device cuda` keeps the ballast on the GPU as bf16 tensors (a large model's
+weights): a save then copies it off the device first.
 `--checkpoint-tensors N` makes the ballast N small tensors instead of 16 MB ones (a save then
 spends its time pickling, not writing); `--checkpoint-via file` saves through a file object
 (`with open(p, "wb") as f: torch.save(state, f)`, fsynced before it is closed) instead of a path.
@@ -29,6 +31,12 @@ spends its time pickling, not writing); `--checkpoint-via file` saves through a 
 --data-url URL: the samples come over HTTP instead of from files (streaming data sets): sample i
 is `GET URL/i` (`tracer.workloads.slow_http` serves a directory so), read with urllib on a
 blocking socket. --data then only gives the number of samples (its files).
+
+--gpu-work matmul|tiny (with --device cuda): GPU work each step after the model's, then a host
+sync (the loss's `.item()`, as loops that log it do): `matmul` runs --gpu-rounds products of two
+8192 x 8192 bf16 matrices (the loop waits for a busy GPU: GPU-bound), `tiny` --gpu-rounds
+elementwise ops on 256 floats (each kernel lasts microseconds, launching it longer: the GPU
+waits for the host, launch-bound).
 
 --log-fsync PATH: every step appends a metrics line to PATH and fsyncs it (a training log).
 
@@ -162,9 +170,14 @@ def worker_init(_worker_id: int) -> None:
 
 
 def ballast(total_mb: int, model: nn.Module, optimizer: torch.optim.Optimizer,
-            tensors: int = 0) -> dict[str, torch.Tensor]:
+            tensors: int = 0, device: str = "cpu") -> dict[str, torch.Tensor]:
     """Tensors that bring the checkpoint to about `total_mb` MB (a stand-in for a large model);
-    `tensors` > 0: that many small ones (many small layers, or a sharded optimizer's state)."""
+    `tensors` > 0: that many small ones (many small layers, or a sharded optimizer's state);
+    `device` "cuda": bf16 tensors of 16 MB on the GPU."""
+    if device == "cuda":
+        n = 8 * 1024 * 1024  # bf16 elements of 16 MB
+        return {f"layer{i:03d}.weight": torch.empty(n, dtype=torch.bfloat16, device="cuda").uniform_()
+                for i in range(max(1, total_mb * 1_000_000 // (2 * n)))}
     if tensors:
         n = max(1, total_mb * 1_000_000 // 4 // tensors)
         g = torch.Generator().manual_seed(1)
@@ -278,6 +291,30 @@ class Saver:
             self.previous = self.pending
 
 
+class GpuWork:
+    """--gpu-work: GPU work after each step's model, then the loss's .item() (a host sync)."""
+
+    def __init__(self, kind: str, rounds: int, device: str) -> None:
+        self.kind, self.rounds = kind, rounds
+        if kind == "matmul":
+            self.a = torch.randn(8192, 8192, device=device, dtype=torch.bfloat16)
+            self.b = torch.randn(8192, 8192, device=device, dtype=torch.bfloat16)
+        elif kind == "tiny":
+            self.t = torch.rand(256, device=device)
+
+    def step(self, loss: torch.Tensor) -> None:
+        if self.kind == "matmul":
+            for _ in range(self.rounds):
+                self.a @ self.b
+        elif self.kind == "tiny":
+            t = self.t
+            for _ in range(self.rounds):
+                t = t * 0.999 + 0.001
+            self.t = t
+        if self.kind != "none":
+            loss.item()
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m tracer.workloads.train", description=__doc__.split("\n")[0])
     p.add_argument("--data", required=True, help="directory of sample files (one sample per file)")
@@ -304,6 +341,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="who writes the checkpoint: the loop itself, a background thread, a forked child")
     p.add_argument("--checkpoint-tensors", type=int, default=0, metavar="N",
                    help="the ballast as N small tensors (0: 16 MB ones)")
+    p.add_argument("--checkpoint-device", choices=["cpu", "cuda"], default="cpu",
+                   help="where the ballast lives (cuda: bf16 tensors on the GPU)")
+    p.add_argument("--gpu-work", choices=["none", "matmul", "tiny"], default="none",
+                   help="GPU work each step, then a host sync (see the module's doc)")
+    p.add_argument("--gpu-rounds", type=int, default=10, help="matmuls or tiny ops per step")
     p.add_argument("--checkpoint-via", choices=["path", "file"], default="path",
                    help="torch.save to the path, or through a file object fsynced before close")
     p.add_argument("--data-url", default=None, help="fetch sample i as GET URL/i (see the module's doc)")
@@ -357,7 +399,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.checkpoint_every:
         assert ckpt_dir is not None
         ckpt_dir.mkdir(parents=True, exist_ok=True)
-        extra = ballast(args.checkpoint_mb, model, optimizer, args.checkpoint_tensors)
+        extra = ballast(args.checkpoint_mb, model, optimizer, args.checkpoint_tensors,
+                        args.checkpoint_device)
 
     warm_up(model, dataset)
 
@@ -434,6 +477,7 @@ def train(
     rounds = args.compute_rounds if args.compute == "heavy" else 1
     step = 0
     saver = Saver(ckpt_dir, args.checkpoint_in, args.checkpoint_via)
+    gpu_work = GpuWork(args.gpu_work, args.gpu_rounds, args.device)
     log = open(args.log_fsync, "a") if args.log_fsync else None  # noqa: SIM115 (closed below)
     for epoch in range(1, args.epochs + 1):
         t0 = time.perf_counter()
@@ -445,6 +489,7 @@ def train(
                 loss = loss_fn(model(x), y)
                 loss.backward()
                 optimizer.step()
+            gpu_work.step(loss)
             n += 1
             step += 1
             if args.checkpoint_every and step % args.checkpoint_every == 0:
