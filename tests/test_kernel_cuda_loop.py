@@ -65,7 +65,8 @@ def check(out: Path, printed: str) -> None:
         assert want - calls * PROBE_COST_NS <= got <= want, (got, want)
     assert threads.copy_dtoh_bytes.sum() == 4 * 1048576 + 4194304
     assert threads.copy_htod_bytes.sum() == 12
-    assert threads.cuda_launches.isna().all()  # not counted by default
+    # launches: counted in a slice of each interval (none here), null before the first slice
+    assert (threads.cuda_launches.fillna(0) == 0).all()
     # the loop: all of it in its main thread, all of it charged (but what a reading's clock
     # cut: a call that returned between the thread times' reading and the calls')
     for col in ("gpu_wait_ns", "device_copy_ns"):
@@ -118,3 +119,19 @@ def test_attached_loop_splits_gpu_waits_and_copies(fake_cuda, tmp_path):  # noqa
 
 def test_copy_wait_threshold_is_the_headers():
     assert abi.CUDA_COPY_WAIT_BYTES == 1 << 20
+
+
+def test_launches_are_counted_in_slices_and_scaled(fake_cuda, tmp_path):  # noqa: F811
+    """cuLaunchKernel's uprobe is attached for 2 % of each interval only (its cost); the
+    `threads` rows' launches are the slices' counts scaled to the interval: about the
+    program's own, a sample's error aside."""
+    lib, caller = fake_cuda
+    out = tmp_path / "trace"
+    done = subprocess.run([*IOTRACE, "-i", "0.2", "--gpu", "off", "-o", str(out), "--",
+                           str(caller), str(lib), "open", PREROLL, "launch:6000:0:500"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    printed = parse(done.stdout)["launch"]
+    threads = pd.read_parquet(out / "threads")
+    counted = threads.cuda_launches.sum()
+    assert 0.6 * printed[0] <= counted <= 1.4 * printed[0], (counted, printed)

@@ -443,8 +443,9 @@ def add_gpu_evidence(findings: list[Finding], idle_rows: list[GpuIdleRow], gpu_r
 def confirm_host_bound(findings: list[Finding], ev: dict | None,
                        min_idle_pct: float = THRESHOLDS.host_gpu_idle_pct) -> None:
     """Keeps a host_bound finding only where NVML saw the loop's GPU idle (in idle spans, or
-    by its utilisation) at least `min_idle_pct` % of the time (the loop's own GPU when known, else any): a loop on the
-    host whose GPU is busy (a deep queue of long kernels) is not host-bound. Without GPU
+    by its utilisation) at least `min_idle_pct` % of the time (the loop's own GPU when known,
+    else any): a loop on the host whose GPU is busy (a deep queue of long kernels) is not
+    host-bound. Without GPU
     samples (`ev` None) nothing says the GPU waited: the finding goes."""
     def idle(f: Finding) -> bool:
         if ev is None:

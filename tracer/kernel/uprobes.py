@@ -69,6 +69,8 @@ class Library:
     returns: list[Link] = field(default_factory=list)  # and the uretprobes
     attached: list[str] = field(default_factory=list)  # exported names probed
     missing: list[str] = field(default_factory=list)  # names of the table it does not export
+    opened: str | None = None  # the path its uprobes were attached by (None: could not open)
+    launch_links: list[Link] = field(default_factory=list)  # sampled launches (set_launches)
 
 
 @dataclass(frozen=True)
@@ -140,6 +142,7 @@ class CudaProbes:
         self.libraries: dict[tuple[int, int], Library] = {}
         self._with: set[int] = set()  # processes seen mapping a driver library: not read again
         self._without: dict[int, int] = {}  # the others, by the virtual size they had then
+        self.launching = False  # the launches' uprobes attached for a sample (set_launches)
 
     def _say(self, text: str) -> None:
         self.notes.append(text)
@@ -182,6 +185,7 @@ class CudaProbes:
         if path is None:
             self._say(f"{m.path} (pid {pid}): cannot open the driver library to probe it")
             return lib
+        lib.opened = path
         for sym, call in self.symbols.items():
             cookie, ret = abi.CUDA_CALL[call], None
             try:
@@ -202,14 +206,48 @@ class CudaProbes:
             lib.attached.append(sym)
         if lib.missing:
             self._say(f"{m.path}: exports no {', '.join(lib.missing)}: those calls are not counted")
+        if self.launching:
+            self._attach_launches(lib)
         return lib
+
+    # -- launches, sampled -----------------------------------------------------------------------
+    def set_launches(self, on: bool) -> None:
+        """Counts kernel launches (on) or stops (off): attaches or detaches the cuLaunchKernel
+        uprobes of every library. Sampled counting turns them on for a slice of each interval
+        (tracer.live.cuda.LaunchSampler): a launch-bound loop pays their cost in that slice
+        only. Without `launches` at construction; a library whose file can no longer be
+        opened (its first process gone) is counted no more."""
+        if on == self.launching or LAUNCH_SYMBOLS.keys() <= self.symbols.keys():
+            return
+        self.launching = on
+        for lib in self.libraries.values():
+            if on:
+                self._attach_launches(lib)
+            else:
+                for link in lib.launch_links:
+                    link.destroy()
+                lib.launch_links.clear()
+
+    def _attach_launches(self, lib: Library) -> None:
+        if lib.opened is None:
+            return
+        for sym, call in LAUNCH_SYMBOLS.items():
+            try:
+                lib.launch_links.append(self._enter.attach_uprobe(
+                    lib.opened, sym, abi.CUDA_CALL[call], False))
+            except LibbpfError as e:
+                if e.errno != errno.ENOENT and not sym.endswith(OPTIONAL_SUFFIXES):
+                    self._say(f"{lib.path}: cannot probe {sym}: {e}")
+                    lib.opened = None  # said once: not tried again
+                    return
 
     def close(self) -> None:
         """Detaches every library, the uprobes before the uretprobes: a call that entered with
         its uprobe there has its return seen."""
         for lib in self.libraries.values():
-            for link in lib.links + lib.returns:
+            for link in lib.launch_links + lib.links + lib.returns:
                 link.destroy()
+            lib.launch_links.clear()
             lib.links.clear()
             lib.returns.clear()
 

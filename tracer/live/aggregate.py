@@ -89,6 +89,8 @@ class Reading:
     write_spans: dict[int, bytes] = field(default_factory=dict)
     # Each thread's CUDA driver calls, cumulative (kernel.uprobes.CudaProbes.read), by thread id
     cuda: dict[int, abi.CudaThread] = field(default_factory=dict)
+    # the share of the time since the last reading in which launches were counted (live.cuda)
+    launch_share: float | None = None
 
 
 class Aggregator:
@@ -133,6 +135,7 @@ class Aggregator:
             self.totals[series] = delta.copy() if total is None else total + delta
             rows.extend(self._rows(series, delta, ts_ns))
         file_rows = self._file_rows(reading.files, reading.folders, ts_ns)
+        self.cuda.launch_share = reading.launch_share
         thread_rows = self._thread_rows(reading.threads, reading.monotonic_ns, ts_ns,
                                         reading.in_flight, reading.write_spans, reading.cuda)
         interval_ns = ts_ns - self.last_ts_ns if self.last_ts_ns else 0

@@ -7,7 +7,10 @@ The calls are grouped as the training loop's split reads them (tracer.core.diagn
   device_copy_ns   in the synchronous copies, and in the synchronisations that waited for a
                    large async copy (the kernel's "copy_wait": PyTorch's .cpu() and .cuda()
                    copy with the async calls, then synchronise)
-  cuda_syncs, cuda_copies, cuda_launches  the calls (launches: null unless counted)
+  cuda_syncs, cuda_copies  the calls
+  cuda_launches    kernel launches, counted in a slice of each interval and scaled to it
+                   (LaunchSampler), or all of them (IOTRACE_CUDA_LAUNCHES=1); null: none
+                   counted
   copy_dtoh_bytes, copy_htod_bytes, copy_other_bytes  bytes copied by direction (other:
                    device to device, and cuMemcpy's unified addresses, whose direction the
                    call does not say)
@@ -16,9 +19,14 @@ A thread without driver calls has them all null.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from tracer.core import abi
+
+if TYPE_CHECKING:
+    from tracer.kernel.uprobes import CudaProbes
 
 SYNCS = ("stream_sync", "ctx_sync", "event_sync")
 COPIES = ("dtoh", "htod", "dtod", "copy")
@@ -41,8 +49,10 @@ def _sums(t: abi.CudaThread) -> tuple[int, ...]:
 class CudaDeltas:
     """Per thread, what its counters were at the last reading: the columns are the deltas."""
 
-    def __init__(self, launches: bool = False):
-        self.launches = launches  # cuLaunchKernel counted (else cuda_launches is null)
+    def __init__(self) -> None:
+        # the share of the time since the last reading in which cuLaunchKernel was counted
+        # (1.0: always; None: not counted, cuda_launches is null): the launches are scaled by it
+        self.launch_share: float | None = None
         self._prev: dict[int, tuple[int, tuple[int, ...]]] = {}  # tid -> (pid, sums)
 
     def columns(self, t: abi.CudaThread | None) -> dict[str, int | None]:
@@ -60,10 +70,58 @@ class CudaDeltas:
             delta = tuple(s - p for s, p in zip(seen, prev[1], strict=True))
         self._prev[t.tid] = (t.pid, seen)
         out: dict[str, int | None] = dict(zip(CUDA_COLUMNS, delta, strict=True))
-        if not self.launches:
-            out["cuda_launches"] = None
+        share = self.launch_share
+        out["cuda_launches"] = None if not share else round(delta[4] / share)
         return out
 
     def forget(self, tids: Iterable[int]) -> None:
         for tid in tids:
             self._prev.pop(tid, None)
+
+
+LAUNCH_SHARE = 0.02  # of each interval, kernel launches are counted (LaunchSampler)
+
+
+class LaunchSampler:
+    """Kernel launches, counted during LAUNCH_SHARE of each interval and scaled: a uprobe on
+    cuLaunchKernel costs a launch-bound loop (10^5 launches a second) about 5 % of its time
+    (docs/benchmarks.md), so the uprobes are attached at the start of each interval and
+    detached after its slice; a reading's launch counts are then those of the slices since
+    the last reading, and `take` says which share of that time they cover."""
+
+    def __init__(self, interval_s: float, share: float = LAUNCH_SHARE):
+        self.interval_s, self.share = interval_s, share
+        self.off_at: float | None = None  # monotonic seconds: when the slice under way ends
+        self._on_at = 0.0
+        self._sampled_s = 0.0  # slices' time since the last reading
+        self._read_at: float | None = None  # the last reading
+
+    def start(self, cuda: CudaProbes | None) -> None:
+        """An interval starts: the launches are counted from now, for its slice (from when
+        the uprobes are in: attaching one resolves its name in the library, milliseconds)."""
+        if cuda is None or not cuda.libraries or self.off_at is not None:
+            return
+        cuda.set_launches(True)
+        if cuda.launching:
+            self._on_at = time.monotonic()
+            self.off_at = self._on_at + self.share * self.interval_s
+
+    def stop_if_due(self, cuda: CudaProbes | None, now: float) -> None:
+        if cuda is not None and self.off_at is not None and now >= self.off_at:
+            # until the detach starts: it removes the breakpoints first, then waits for the
+            # kernel's grace periods (tens of milliseconds, measured)
+            self._sampled_s += now - self._on_at
+            cuda.set_launches(False)
+            self.off_at = None
+
+    def take(self, now: float) -> float | None:
+        """The share of the time since the last reading in which launches were counted; None:
+        none (no slice, or the first reading)."""
+        sampled = self._sampled_s + (now - self._on_at if self.off_at is not None else 0.0)
+        if self.off_at is not None:
+            self._on_at = now
+        self._sampled_s = 0.0
+        last, self._read_at = self._read_at, now
+        if last is None or now <= last or sampled <= 0:
+            return None
+        return min(1.0, sampled / (now - last))

@@ -42,6 +42,7 @@ from tracer.kernel.probes import Probes
 from tracer.live.child import STOP_SIGNALS, HeldChild
 from tracer.live.clock import Clock
 from tracer.live.cost import CostReader
+from tracer.live.cuda import LaunchSampler
 from tracer.live.discovery import Discovery, gone
 from tracer.live.files import FileTable
 from tracer.live.forget import Forgetter
@@ -124,10 +125,12 @@ class Session:
             self.probes = Probes(slow_ns=int(opts.slow_ms * 1e6), auto_discover=opts.auto)
         except BadSetting as e:
             raise TraceFailure(str(e), EXIT_USAGE) from None
-        # Kernel launches are counted only when asked (IOTRACE_CUDA_LAUNCHES=1): a uprobe per
-        # launch costs a launch-bound loop more than iotrace may (docs/diagnosis.md, host_bound)
+        # Kernel launches are counted in a slice of each interval (LaunchSampler), or all of
+        # them when asked (IOTRACE_CUDA_LAUNCHES=1): a uprobe per launch costs a launch-bound
+        # loop more than iotrace may (docs/diagnosis.md, host_bound)
         self.probes.cuda_launches = os.environ.get("IOTRACE_CUDA_LAUNCHES") == "1"
         self.probes.cuda_note = lambda text: print(f"iotrace: {text}", file=err, flush=True)
+        self.launches = LaunchSampler(opts.interval_s)  # kernel launches, sampled
         self.no_pandas = NoPandas()
         self.cost = CostReader(self.probes, opts.bpf_stats, opts.interval_s)
         self.discovery = Discovery(self.processes, self.probes, self.redact, err, opts.match)
@@ -226,7 +229,6 @@ class Session:
 
         self.cost.start_meter()
         aggregator = Aggregator(self.processes, self.files, CgroupNames())
-        aggregator.cuda.launches = self.probes.cuda_launches
         # A command traced from its first instruction has a start-up (imports, set-up) that the
         # verdicts leave out; a job attached to is usually past it.
         diagnosis = Diagnosis(startup=bool(self.opts.command))
@@ -298,11 +300,13 @@ class Session:
         self.cost.sample(started)
         while not self.stop_reason:
             now = time.monotonic()
-            until = min(next_tick, self.cost.off_at or next_tick)
+            until = min(next_tick, self.cost.off_at or next_tick,
+                        self.launches.off_at or next_tick)
             wait_ms = int(max(0.0, min(until - now, POLL_MS / 1000)) * 1000)
             self.probes.ring.poll(wait_ms)
             now = time.monotonic()
             self.cost.pause_if_due(now)
+            self.launches.stop_if_due(self.probes.cuda, now)
             if self.opts.duration_s is not None and now - started >= self.opts.duration_s:
                 self.request_stop("duration")
             if now >= next_tick:
@@ -310,6 +314,7 @@ class Session:
                 # from here, once the tick's own work is done: started at the reading, the
                 # counting lasted as long as the tick, and every program run paid for it
                 self.cost.sample(time.monotonic())
+                self.launches.start(self.probes.cuda)
                 next_tick = max(next_tick + self.opts.interval_s, now)
             if self.child and self.child.reap():
                 self.processes.mark_gone(self.child.pid)
@@ -389,7 +394,7 @@ class Session:
         now = time.monotonic_ns()
         return Reading(hists, files, folders, threads, now,
                        maps.syscalls_in_flight(mains), maps.read_block_users(),
-                       maps.write_spans(mains), self._read_cuda(now))
+                       maps.write_spans(mains), self._read_cuda(now), self._launch_share())
 
     def _read_cuda(self, now_ns: int) -> dict:
         """The CUDA driver calls of every thread, cumulative; first, the driver libraries that
@@ -399,6 +404,11 @@ class Session:
             return {}
         cuda.scan([p.pid for p in self.processes.alive()])
         return cuda.read(now_ns) if cuda.libraries else {}
+
+    def _launch_share(self) -> float | None:
+        """The share of the time since the last reading in which launches were counted."""
+        share = self.launches.take(time.monotonic())
+        return 1.0 if self.probes.cuda_launches else share
 
     def _cannot_write(self, error: OSError) -> None:
         """The trace sink could not write a segment (a full disk) and writes nothing more: stop

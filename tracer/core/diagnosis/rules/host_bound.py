@@ -5,8 +5,8 @@ nor the GPU holds it back: launch-bound loops of tiny kernels, or host work betw
 
 Whether the GPU idled meanwhile is NVML's to say: tracer.gpu.idle.confirm_host_bound keeps
 the finding only where the GPU samples show it idle (at the run's end, live and in `iotrace
-report`), and drops it without GPU samples. With kernel launches counted
-(IOTRACE_CUDA_LAUNCHES=1) the evidence has the launch rate.
+report`), and drops it without GPU samples. The evidence has the launch rate: launches
+are counted in a slice of each interval and scaled (tracer.live.cuda.LaunchSampler).
 
 Thresholds: host_share, host_gpu_wait_share (and host_gpu_idle_pct, the GPU's side)."""
 
