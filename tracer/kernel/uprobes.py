@@ -53,8 +53,11 @@ SYNC_SYMBOLS = {
 # Kernel launches: an entry uprobe only, and only when asked for. A launch-bound loop calls
 # cuLaunchKernel 10^5 times a second; each hit is a breakpoint trap into the kernel
 # (docs/benchmarks.md measures it), more than the 1 % a tracer may cost such a loop.
-LAUNCH_SYMBOLS = {"cuLaunchKernel": "launch", "cuLaunchKernel_ptsz": "launch"}
-OPTIONAL_SUFFIXES = ("_ptsz", "_ptds")
+# cuLaunchKernelEx: the launch with attributes (clusters, ...), which CUDA 12's runtime may call
+# instead; older drivers lack it, which is not worth a note.
+LAUNCH_SYMBOLS = {"cuLaunchKernel": "launch", "cuLaunchKernel_ptsz": "launch",
+                  "cuLaunchKernelEx": "launch", "cuLaunchKernelEx_ptsz": "launch"}
+OPTIONAL_SUFFIXES = ("_ptsz", "_ptds", "KernelEx")
 
 
 @dataclass
@@ -198,7 +201,7 @@ class CudaProbes:
                     ret.destroy()
                 if e.errno != errno.ENOENT:
                     self._say(f"{m.path}: cannot probe {sym}: {e}")
-                elif not sym.endswith(OPTIONAL_SUFFIXES):
+                elif not sym.endswith(OPTIONAL_SUFFIXES):  # (cuLaunchKernelEx too)
                     lib.missing.append(sym)
                 continue
             if ret is not None:
