@@ -17,8 +17,10 @@
 #    not_io_bound says so, the GPU idles little;
 # 4. launch_bound: thousands of tiny kernels each step: host_bound, compute (host) leads;
 # 5. startup: in each run, the GPU's idle time before the first batch is `startup`.
-# Prints PASS/FAIL per case with its numbers; exits 1 if any failed. The traces go under
-# $OUT/traces (and $OUT/traces.tar.gz) when OUT is set, else a temporary folder.
+# Prints PASS/FAIL per case with its numbers; exits 1 if any failed. With OUT set (the device
+# tool's folder), the traces and the jobs' output come back as one file, $OUT/traces.tar.gz
+# (the tool returns 8 files at most, 2 folders deep: a trace directory is more), and the
+# script's output as $OUT/gpu_check.log.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
@@ -26,9 +28,9 @@ export CUDA_DEVICE_ORDER=PCI_BUS_ID   # CUDA's device numbering = NVML's
 PY=${PYTHON:-python3}
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
-TRACES=${OUT:+$OUT/traces}
-TRACES=${TRACES:-$WORK/traces}
+TRACES=$WORK/traces
 mkdir -p "$TRACES"
+[ -n "${OUT:-}" ] && exec > >(tee "$OUT/gpu_check.log") 2>&1
 fail=0
 started=$(date +%s)
 
@@ -74,7 +76,7 @@ run_case launch_bound 75 --num-workers 2 --persistent-workers --epochs 3 \
     --gpu-work tiny --gpu-rounds 20000
 
 if [ -n "${OUT:-}" ]; then
-    tar -czf "$OUT/traces.tar.gz" -C "$OUT" traces 2>/dev/null \
+    tar -czf "$OUT/traces.tar.gz" -C "$WORK" traces 2>/dev/null \
         && [ "$(stat -c %s "$OUT/traces.tar.gz")" -gt $((15 << 20)) ] \
         && { rm -f "$OUT/traces.tar.gz"; echo "note: traces.tar.gz over 15 MiB, left out"; }
 fi
