@@ -101,7 +101,7 @@ int BPF_KRETPROBE(cuda_exit)
 		t->calls[call] += 1;
 		t->ns[call] += now - t->start_ns;
 		t->bytes[call] += t->start_bytes;
-		if (call >= IOT_CUDA_DTOH_ASYNC && call <= IOT_CUDA_COPY_ASYNC)
+		if (call == IOT_CUDA_DTOH_ASYNC)
 			t->queued_bytes += t->start_bytes;
 	}
 	t->start_ns = 0;

@@ -384,10 +384,12 @@ enum iot_cuda_call {
 	IOT_CUDA_COPY_ASYNC = 10, /* cuMemcpyAsync */
 	IOT_CUDA_LAUNCH = 11,     /* cuLaunchKernel: counted at entry only, no time (opt-in) */
 	/* Not a name of its own: a synchronisation (any of the three above) that followed async
-	 * copies of at least IOT_CUDA_COPY_WAIT_BYTES on its thread since the thread's last one.
-	 * PyTorch copies with the async calls and then waits in cuStreamSynchronize, so the
-	 * copy's time is in that wait; a wait after a few bytes (.item()) waits for the kernels
-	 * queued before it and stays a synchronisation. */
+	 * device-to-host copies of at least IOT_CUDA_COPY_WAIT_BYTES on its thread since the
+	 * thread's last one. PyTorch copies with the async calls and then waits in
+	 * cuStreamSynchronize, so a .cpu()'s time is in that wait; a wait after a few bytes
+	 * (.item()) waits for the kernels queued before it and stays a synchronisation, and so
+	 * does one after host-to-device copies (a batch sent up is queued before the step's
+	 * kernels, which the wait is for). */
 	IOT_CUDA_COPY_WAIT = 12,
 	IOT_CUDA_CALLS = 13,
 	IOT_CUDA_COPY_WAIT_BYTES = 1048576,
@@ -401,7 +403,7 @@ struct cuda_thread {
 	__u32 call; /* the call in flight (when start_ns is not 0) */
 	__u64 start_ns; /* when it began (bpf_ktime_get_ns), 0: none in flight */
 	__u64 start_bytes; /* its byte count (copies) */
-	__u64 queued_bytes; /* async copies' bytes since the thread's last synchronisation */
+	__u64 queued_bytes; /* async DtoH copies' bytes since the thread's last synchronisation */
 	__u64 calls[IOT_CUDA_CALLS];
 	__u64 ns[IOT_CUDA_CALLS];
 	__u64 bytes[IOT_CUDA_CALLS];

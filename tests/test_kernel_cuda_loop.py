@@ -28,7 +28,8 @@ PREROLL = "ctx_sync:1:0:1000000"
 STEPS = ("stream_sync:20:0:30000",  # 20 waits of 30 ms, asleep: gpu_wait
          "dtoh_async:1:4194304:0", "stream_sync:1:0:200000",  # a 4 MiB copy's wait: device_copy
          "dtoh:4:1048576:50000",  # synchronous copies of 50 ms: device_copy
-         "htod_async:3:4:0", "stream_sync:1:0:100000",  # after 12 bytes (.item()): gpu_wait
+         # a batch sent up (4 MiB) and .item()'s 4 bytes down, then the wait: gpu_wait
+         "htod_async:1:4194304:0", "dtoh_async:1:4:0", "stream_sync:1:0:100000",
          "stream_sync:10:0:20000:1:spin")  # spinning waits: gpu_wait, on CPU
 
 
@@ -63,8 +64,8 @@ def check(out: Path, printed: str) -> None:
     for got, want in ((threads.gpu_wait_ns.sum(), want_wait),
                       (threads.device_copy_ns.sum(), want_copy)):
         assert want - calls * PROBE_COST_NS <= got <= want, (got, want)
-    assert threads.copy_dtoh_bytes.sum() == 4 * 1048576 + 4194304
-    assert threads.copy_htod_bytes.sum() == 12
+    assert threads.copy_dtoh_bytes.sum() == 4 * 1048576 + 4194304 + 4
+    assert threads.copy_htod_bytes.sum() == 4194304
     # launches: counted in a slice of each interval (none here), null before the first slice
     assert (threads.cuda_launches.fillna(0) == 0).all()
     # the loop: all of it in its main thread, all of it charged (but what a reading's clock

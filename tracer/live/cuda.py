@@ -5,7 +5,7 @@ The calls are grouped as the training loop's split reads them (tracer.core.diagn
   gpu_wait_ns      in cuStreamSynchronize, cuCtxSynchronize, cuEventSynchronize: the thread
                    waited for the work queued on its GPU
   device_copy_ns   in the synchronous copies, and in the synchronisations that waited for a
-                   large async copy (the kernel's "copy_wait": PyTorch's .cpu() and .cuda()
+                   large async device-to-host copy (the kernel's "copy_wait": PyTorch's .cpu() and .cuda()
                    copy with the async calls, then synchronise)
   cuda_syncs, cuda_copies  the calls
   cuda_launches    kernel launches, counted in a slice of each interval and scaled to it
