@@ -163,6 +163,26 @@ struct block_user {
 	__u64 service_ns; /* issue -> complete, summed */
 };
 
+/* Key of the `cpu_waits` map (sched.bpf.c): who had the CPU while a traced thread waited for
+ * it. When a traced thread that was runnable gets a CPU, its wait is charged to the task that
+ * the CPU switches from: the last one it waited behind. Per traced process that waited, per
+ * taker (process, cgroup, name), so that user space tells the job's own threads from others. */
+struct cpu_wait_key {
+	__u32 tgid;   /* the traced process whose thread waited */
+	__u32 taker;  /* the tgid of the task that had the CPU (0: the CPU was idle) */
+	__u64 cgroup; /* the taker's cgroup v2 id (the kernfs inode number of its directory) */
+	__u8 traced;  /* 1: the taker is a traced process */
+	__u8 rest;    /* 1: the process's waits past the named keys (no taker, cgroup or name) */
+	__u8 pad[6];
+	char comm[IOT_COMM_LEN]; /* the taker's thread name */
+};
+
+/* Value of `cpu_waits`: cumulative since load. */
+struct cpu_wait {
+	__u64 waits;   /* times a waiting thread got the CPU from this taker */
+	__u64 wait_ns; /* runnable time of those waits, summed */
+};
+
 /* The syscall in flight of a thread (syscall.bpf.c, task storage `sys_starts`): user space
  * reads the training loop's through a pidfd each interval, so that a read or fsync lasting
  * seconds counts in the intervals it spans, not only in the one where it returns. */
@@ -427,6 +447,8 @@ struct iot_abi {
 		struct rq_start rq_start;
 		struct block_user_key block_user_key;
 		struct block_user block_user;
+		struct cpu_wait_key cpu_wait_key;
+		struct cpu_wait cpu_wait;
 		struct sys_start sys_start;
 		struct write_span write_span;
 		struct rq_slot rq_slot;

@@ -34,6 +34,8 @@ FORMATS = {
     "RQ_START": ("rq_start", (), None),
     "BLOCK_USER_KEY": ("block_user_key", (), None),
     "BLOCK_USER": ("block_user", (), None),
+    "CPU_WAIT_KEY": ("cpu_wait_key", (), None),
+    "CPU_WAIT": ("cpu_wait", (), None),
     "RQ_SLOT": ("rq_slot", ("s",), None),
     "FREE_SLOT_REQUEST": ("free_slot_request", (), None),
     "FILE_EVENT_HEAD": ("iot_file_event", (), "names"),

@@ -101,6 +101,9 @@ RQ_START = struct.Struct(layout.struct_format("rq_start"))
 # requests, bytes, service_ns
 BLOCK_USER_KEY = struct.Struct(layout.struct_format("block_user_key"))
 BLOCK_USER = struct.Struct(layout.struct_format("block_user"))
+# struct cpu_wait_key: tgid, taker, cgroup, traced, rest, comm; struct cpu_wait: waits, wait_ns
+CPU_WAIT_KEY = struct.Struct(layout.struct_format("cpu_wait_key"))
+CPU_WAIT = struct.Struct(layout.struct_format("cpu_wait"))
 RQ_SLOT = struct.Struct(layout.struct_format("rq_slot", whole={"s"}))
 # enum iot_slot_table
 HIST_SLOTS, FILE_SLOTS = (layout.enum_value("iot_slot_table", f"IOT_{k}_SLOTS") for k in ("HIST", "FILE"))
@@ -319,6 +322,28 @@ def decode_block_user_key(raw: bytes) -> BlockUserKey:
     dev, op, traced, kthread, rest, cgroup, comm = BLOCK_USER_KEY.unpack(raw)
     return BlockUserKey(dev, OPS.get(op, "other"), bool(traced), bool(kthread), bool(rest),
                         cgroup, _cstr(comm))
+
+
+class CpuWaitKey(NamedTuple):
+    """Who had a CPU while a thread of traced process `pid` waited for it (sched.bpf.c's
+    cpu_waits): process `taker` (0: the CPU was idle), traced or not, by cgroup and name."""
+
+    pid: int
+    taker: int
+    cgroup: int  # its cgroup v2 directory's inode number (kernfs id)
+    traced: bool
+    rest: bool  # the process's waits past the map's named keys: no taker, cgroup or name
+    comm: str
+
+
+def decode_cpu_wait_key(raw: bytes) -> CpuWaitKey:
+    pid, taker, cgroup, traced, rest, comm = CPU_WAIT_KEY.unpack(raw)
+    return CpuWaitKey(pid, taker, cgroup, bool(traced), bool(rest), _cstr(comm))
+
+
+def decode_cpu_wait(raw: bytes) -> tuple[int, int]:
+    """A raw struct cpu_wait: (waits, wait_ns)."""
+    return CPU_WAIT.unpack(raw)
 
 
 def decode_hist(raw: bytes) -> np.ndarray:

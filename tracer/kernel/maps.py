@@ -59,6 +59,7 @@ class Maps:
         self._sys_starts = Map(fd("sys_starts"), abi.TGID.size, abi.SYS_START.size)
         self._write_spans = Map(fd("write_spans"), abi.TGID.size, abi.WRITE_SPAN.size)
         self._block_users = Map(fd("block_users"), abi.BLOCK_USER_KEY.size, abi.BLOCK_USER.size)
+        self._cpu_waits = Map(fd("cpu_waits"), abi.CPU_WAIT_KEY.size, abi.CPU_WAIT.size)
         self._max_entries = loader.max_entries
 
     def close(self) -> None:
@@ -98,6 +99,11 @@ class Maps:
         (abi.decode_block_user_key; values abi.decode_block_user): the traced processes'
         requests and every other process's, by cgroup and name."""
         return dict(self._block_users.items())
+
+    def read_cpu_waits(self) -> dict[bytes, bytes]:
+        """Who had the CPUs while traced threads waited for one (sched.bpf.c's cpu_waits),
+        cumulative, by raw key (abi.decode_cpu_wait_key; values abi.decode_cpu_wait)."""
+        return dict(self._cpu_waits.items())
 
     def read_threads(self) -> dict[int, bytes]:
         """Per-thread time accounting by thread id (abi.decode_thread_time)."""
