@@ -172,6 +172,19 @@ class DeviceUserRow(TypedDict):
     service_ns: int
 
 
+class CpuWaitRow(TypedDict):
+    ts: int
+    pid: int
+    who: str
+    taker_pid: int | None
+    comm: str | None
+    cgroup: str | None
+    container_id: str | None
+    pod_uid: str | None
+    waits: int
+    wait_ns: int
+
+
 class SystemRow(TypedDict):
     ts: int
     cpu_user_pct: float
@@ -247,7 +260,7 @@ class FindingRow(TypedDict):
 ROW_TYPES: dict[str, type] = {
     "processes": ProcessRow, "latency": LatencyRow, "files": FileRow, "events": EventRow,
     "threads": ThreadRow, "loop": LoopRow, "devices": DeviceRow,
-    "device_users": DeviceUserRow, "system": SystemRow, "memory": MemoryRow,
+    "device_users": DeviceUserRow, "cpu_waits": CpuWaitRow, "system": SystemRow, "memory": MemoryRow,
     "gpu": GpuRow, "gpu_idle": GpuIdleRow, "findings": FindingRow,
 }
 """The row type of each table, by table name (the keys of `schema.TABLES`)."""
@@ -286,6 +299,7 @@ class Snapshot:
     cost: SelfCost | None = None  # iotrace's own cost so far (the session adds it)
     memory: list[MemoryRow] = field(default_factory=list)  # per main process: its memory cgroup
     device_users: list[DeviceUserRow] = field(default_factory=list)  # who used each disk
+    cpu_waits: list[CpuWaitRow] = field(default_factory=list)  # who had the CPUs traced threads waited for
 
 
 class FileTotals:

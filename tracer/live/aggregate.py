@@ -19,6 +19,7 @@ from tracer.core import abi, rollup
 from tracer.core.cgroup import container_of
 from tracer.core.model import (
     FOLDER_GEN,
+    CpuWaitRow,
     DeviceRow,
     DeviceUserRow,
     EventRow,
@@ -37,14 +38,14 @@ from tracer.core.model import (
 from tracer.core.roles import CHILD
 from tracer.core.selfcost import SelfCost
 from tracer.core.units import PAGE_SIZE, slot_bounds_ns
-from tracer.live.cgroups import CgroupNames, describe
+from tracer.live.cgroups import CgroupNames, describe, hierarchies
 from tracer.live.cuda import CudaDeltas
 from tracer.live.devices import device_name
 from tracer.live.files import FileTable
 from tracer.live.processes import Process, ProcessTable
 from tracer.live.rereads import Rereads, with_rereads
 from tracer.live.spans import SpanClock
-from tracer.tracedir.schema import MAX_DEVICE_USERS
+from tracer.tracedir.schema import MAX_CPU_TAKERS, MAX_DEVICE_USERS
 
 MAX_FILE_TOTALS = 2_000  # files the summary keeps totals of (the others: their folders')
 # Folders' totals past which those of exited processes go to their training loop's: DataLoader
@@ -91,6 +92,8 @@ class Reading:
     cuda: dict[int, abi.CudaThread] = field(default_factory=dict)
     # the share of the time since the last reading in which launches were counted (live.cuda)
     launch_share: float | None = None
+    # Who had the CPUs traced threads waited for, cumulative (kernel.maps.Maps.read_cpu_waits)
+    cpu_waits: dict[bytes, bytes] = field(default_factory=dict)
 
 
 class Aggregator:
@@ -99,6 +102,12 @@ class Aggregator:
         self.processes = processes
         self.cgroups = cgroups  # None: cgroups are not named (a replay, a test)
         self.prev_users: dict[bytes, tuple[int, int, int]] = {}
+        self.prev_waits: dict[bytes, tuple[int, int]] = {}
+        # The CPU programs read a task's cgroup on the v2 hierarchy only: named where it is
+        # mounted (a v1 host's ids would name directories of another hierarchy)
+        v2 = hierarchies("blkio")[1] if cgroups else None
+        self.cpu_cgroups = (cgroups if cgroups and cgroups.root == v2
+                            else CgroupNames(v2) if v2 else None)
         self.files = files or FileTable()
         self.prev: dict[bytes, np.ndarray] = {}
         self.prev_threads: dict[int, tuple[int, ...]] = {}  # (pid, *ThreadTime.as_tuple())
@@ -149,7 +158,45 @@ class Aggregator:
                                        folder_ops_kernel=r.kernel_ops)
         return Snapshot(ts_ns, interval_ns, rows, file_rows, events, thread_rows, devices or [],
                          system, gpu or [], cost, memory or [],
-                         self._device_user_rows(reading.block_users, ts_ns))
+                         self._device_user_rows(reading.block_users, ts_ns),
+                         self._cpu_wait_rows(reading.cpu_waits, ts_ns))
+
+    def _cpu_wait_rows(self, waits: dict[bytes, bytes], ts_ns: int) -> list[CpuWaitRow]:
+        """Who had the CPUs the traced processes' threads waited for in the interval: the
+        deltas of the kernel's counts, per waiting process at most MAX_CPU_TAKERS takers (by
+        wait), the rest added up."""
+        by_pid: dict[int, list[tuple[abi.CpuWaitKey, int, int]]] = {}
+        for raw, value in waits.items():
+            cur = abi.decode_cpu_wait(value)
+            prev = self.prev_waits.get(raw, (0, 0))
+            self.prev_waits[raw] = cur
+            n, ns = cur[0] - prev[0], cur[1] - prev[1]
+            if n <= 0 or ns < 0:
+                continue
+            key = abi.decode_cpu_wait_key(raw)
+            by_pid.setdefault(key.pid, []).append((key, n, ns))
+        rows: list[CpuWaitRow] = []
+        for pid, found in by_pid.items():
+            found.sort(key=lambda k: -k[2])
+            rest = [0, 0]
+            for i, (key, n, ns) in enumerate(found):
+                if key.rest or i >= MAX_CPU_TAKERS:
+                    rest = [rest[0] + n, rest[1] + ns]
+                    continue
+                who = "traced" if key.traced else "idle" if not key.taker else "other"
+                path = self.cpu_cgroups.path(key.cgroup) if self.cpu_cgroups and key.taker else None
+                c = container_of(path)
+                rows.append({"ts": ts_ns, "pid": pid, "who": who,
+                             "taker_pid": key.taker or None,
+                             "comm": self.files.redact.comm(key.comm),
+                             "cgroup": self.files.redact.path(path) if path else None,
+                             "container_id": c.container_id, "pod_uid": c.pod_uid,
+                             "waits": n, "wait_ns": ns})
+            if rest[0]:
+                rows.append({"ts": ts_ns, "pid": pid, "who": "rest", "taker_pid": None,
+                             "comm": None, "cgroup": None, "container_id": None,
+                             "pod_uid": None, "waits": rest[0], "wait_ns": rest[1]})
+        return rows
 
     def _device_user_rows(self, users: dict[bytes, bytes], ts_ns: int) -> list[DeviceUserRow]:
         """Who used each disk in the interval: the deltas of the kernel's counts, the traced

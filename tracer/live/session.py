@@ -394,7 +394,8 @@ class Session:
         now = time.monotonic_ns()
         return Reading(hists, files, folders, threads, now,
                        maps.syscalls_in_flight(mains), maps.read_block_users(),
-                       maps.write_spans(mains), self._read_cuda(now), self._launch_share())
+                       maps.write_spans(mains), self._read_cuda(now), self._launch_share(),
+                       maps.read_cpu_waits())
 
     def _read_cuda(self, now_ns: int) -> dict:
         """The CUDA driver calls of every thread, cumulative; first, the driver libraries that

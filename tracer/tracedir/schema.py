@@ -35,6 +35,9 @@ READ_VERSIONS = (2, 3)
 MAX_DEVICE_USERS = 8
 """Untraced users a `device_users` interval names per disk and op; the others are one row."""
 
+MAX_CPU_TAKERS = 10
+"""Takers a `cpu_waits` interval names per traced process that waited; the others are one row."""
+
 SCHEMA_VERSION_KEY = b"iotrace.schema_version"
 """Key of the schema version in each table schema's key-value metadata."""
 
@@ -253,6 +256,24 @@ TABLES: dict[str, pa.Schema] = {
         _field("requests", pa.int64()),  # completed in the interval
         _field("bytes", pa.int64()),
         _field("service_ns", NS),  # issue -> complete, summed over the requests
+    ),
+    # Per traced process and taker per interval: who had the CPU while the process's threads
+    # waited for one (sched.bpf.c's cpu_waits): a wait is charged to the task the CPU switched
+    # from when the thread got it. At most MAX_CPU_TAKERS takers per process (by wait), the
+    # others added up in a `rest` row.
+    "cpu_waits": _schema(
+        _field("ts", TIMESTAMP),  # end of the interval
+        _field("pid", pa.int32()),  # the traced process whose threads waited
+        # traced: a traced process (taker_pid); other: an untraced one; idle: the CPU was idle
+        # (a wake-up's or a migration's latency); rest: takers past the bound, added up
+        _field("who", DICT_STRING),
+        _field("taker_pid", pa.int32(), nullable=True),  # its tgid; null for idle and rest
+        _field("comm", DICT_STRING, nullable=True),  # the taker thread's name; null for rest
+        _field("cgroup", DICT_STRING, nullable=True),  # the taker's cgroup (v2) path
+        _field("container_id", DICT_STRING, nullable=True),  # from the path (tracer.core.cgroup)
+        _field("pod_uid", DICT_STRING, nullable=True),
+        _field("waits", pa.int64()),  # waits that ended with the taker giving up the CPU
+        _field("wait_ns", NS),  # runnable time of those waits, summed
     ),
     # Host-wide per interval, the columns of `dstat -cdnm` (tracer.live.procfs has the definitions).
     "system": _schema(

@@ -23,7 +23,8 @@ if TYPE_CHECKING:
     from tracer.core.diagnosis.diagnosis import Diagnosis
     from tracer.core.model import LoopRow
 
-TABLES = ("threads", "files", "latency", "devices", "memory", "device_users", "events", "gpu")
+TABLES = ("threads", "files", "latency", "devices", "memory", "device_users", "events", "gpu",
+          "cpu_waits")
 
 
 def loop_owners(parents: Mapping[int, tuple[int, str, bool]]) -> dict[int, int]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from tracer.core.model import (
+    CpuWaitRow,
     DeviceRow,
     DeviceUserRow,
     EventRow,
@@ -48,3 +49,5 @@ class IntervalInput:
     owners: dict[int, int] = field(default_factory=dict)  # traced pid -> its training loop's pid
     ranks: dict[int, Rank] = field(default_factory=dict)  # rank pid -> its place in its job
     peers: dict[int, list[str]] = field(default_factory=dict)  # loop pid -> TCP peers so far
+    # who had the CPUs the traced threads waited for
+    cpu_waits: list[CpuWaitRow] = field(default_factory=list)
