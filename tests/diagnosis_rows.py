@@ -36,14 +36,21 @@ def disk_use(who, nbytes, requests, comm=None, cgroup="/jobs", device="vda"):
             "service_ns": requests * MS}
 
 
+def cpu_wait(pid, who, taker, wait_ns, comm=None, cgroup="/"):
+    """A `cpu_waits` row: `pid`'s threads waited `wait_ns` while `taker` had the CPU."""
+    return {"pid": pid, "who": who, "taker_pid": taker, "comm": comm, "cgroup": cgroup,
+            "container_id": None, "pod_uid": None, "waits": 10, "wait_ns": wait_ns}
+
+
 def add_interval(d: Diagnosis, ts_ns, interval_ns, threads, files, latency=(), devices=(),
-                 owner=None, memory=(), device_users=(), ranks=None, peers=None) -> list:
+                 owner=None, memory=(), device_users=(), ranks=None, peers=None,
+                 cpu_waits=()) -> list:
     """One interval's rows into `d`; its `loop` rows."""
     return d.add(IntervalInput(
         ts_ns=ts_ns, interval_ns=interval_ns, threads=list(threads), files=list(files),
         latency=list(latency), devices=list(devices), memory=list(memory),
         device_users=list(device_users), owners=OWNER if owner is None else owner,
-        ranks=ranks or {}, peers=peers or {}))
+        ranks=ranks or {}, peers=peers or {}, cpu_waits=list(cpu_waits)))
 
 
 def run(intervals, **kw) -> Diagnosis:

@@ -3,13 +3,14 @@ last days, and an hour of intervals is kept), and a main process's start-up as d
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from tracer.core.diagnosis.finding import LoopInterval
 from tracer.core.diagnosis.reads import Reads
-from tracer.core.diagnosis.thresholds import MAX_DISK_USERS
-from tracer.core.model import DeviceUserRow, MemoryRow
+from tracer.core.diagnosis.thresholds import MAX_CPU_TAKERS, MAX_DISK_USERS
+from tracer.core.model import CpuWaitRow, DeviceUserRow, MemoryRow, ThreadRow
+from tracer.core.vocab import DATALOADER_WORKER, LOOP_ROLES
 
 # (comm, cgroup, container ID, pod UID): who else used a disk
 DiskUser = tuple[str, str, str | None, str | None]
@@ -22,6 +23,21 @@ class DiskReads:
     traced: list[int] = field(default_factory=lambda: [0, 0, 0])  # requests, bytes, service ns
     others: list[int] = field(default_factory=lambda: [0, 0, 0])
     by_user: dict[DiskUser, int] = field(default_factory=dict)  # -> bytes
+
+
+# (comm, pid, cgroup, container ID, pod UID): a process outside a job that had a CPU it waited for
+CpuTaker = tuple[str, int, str, str | None, str | None]
+
+
+@dataclass
+class CpuWaits:
+    """A job's (a main's processes') wait for CPUs in one interval, and who had them."""
+
+    loop: tuple[int, int] = (0, 0)  # its loop thread's (time, time runnable), ns
+    workers: tuple[int, int] = (0, 0)  # its DataLoader workers' main threads', summed
+    waited_ns: int = 0  # its threads' waits that ended (cpu_waits rows), whoever had the CPU
+    own_ns: int = 0  # ... charged to the job's own processes
+    others: dict[CpuTaker, int] = field(default_factory=dict)  # ... to processes outside it
 
 
 @dataclass
@@ -63,6 +79,7 @@ class IntervalEvidence:
     other_parts: dict[int, tuple[int, int, int]]  # main -> other's (runnable, own, timers) ns
     memory: dict[int, MemoryRow] = field(default_factory=dict)  # main -> its memory row
     disk_reads: dict[str, DiskReads] = field(default_factory=dict)  # disk -> its reads, by whom
+    cpu: dict[int, CpuWaits] = field(default_factory=dict)  # main -> its job's CPU waits
     # main -> (its loop's time in saves charged here, its time writing checkpoints), saves.py
     saves: dict[int, tuple[int, int]] = field(default_factory=dict)
     # main -> its loop's CUDA driver calls here: (synchronisations, copies, launches; -1: not
@@ -127,3 +144,37 @@ def others_share(traced: list[int], others: list[int]) -> tuple[float, float, fl
     if not traced[0] + others[0]:
         return None
     return tuple(o / (o + tr) if o + tr else 0.0 for o, tr in zip(others, traced, strict=True))
+
+
+def cpu_waits(rows: Iterable[CpuWaitRow], threads: Iterable[ThreadRow],
+              owner: Mapping[int, int]) -> dict[int, CpuWaits]:
+    """Per main, its loop's and its workers' time runnable in one interval (`threads` rows)
+    and who had the CPUs its processes waited for (`cpu_waits` rows): a traced process of the
+    same main is its own; another main's processes and untraced ones are outside it, at most
+    MAX_CPU_TAKERS of them kept (the largest); the CPU idle, or takers past the kernel's bound,
+    are neither."""
+    out: dict[int, CpuWaits] = {}
+    for th in threads:
+        if th["tid"] != th["pid"] or th["role"] not in (*LOOP_ROLES, DATALOADER_WORKER):
+            continue  # a worker's work is on its main thread, the loop is the main's
+        w = out.setdefault(owner.get(th["pid"], th["pid"]), CpuWaits())
+        ns = (th["oncpu_ns"] + th["runnable_ns"] + th["sleep_ns"] + th["iowait_ns"],
+              th["runnable_ns"])
+        if th["role"] == DATALOADER_WORKER:
+            w.workers = (w.workers[0] + ns[0], w.workers[1] + ns[1])
+        elif owner.get(th["pid"], th["pid"]) == th["pid"]:
+            w.loop = ns
+    for r in rows:
+        main = owner.get(r["pid"], r["pid"])
+        w = out.setdefault(main, CpuWaits())
+        w.waited_ns += r["wait_ns"]
+        taker = r["taker_pid"]
+        if r["who"] == "traced" and owner.get(taker, taker) == main:
+            w.own_ns += r["wait_ns"]
+        elif r["who"] in ("traced", "other"):
+            who = (r["comm"] or "?", taker, r["cgroup"] or "", r["container_id"], r["pod_uid"])
+            w.others[who] = w.others.get(who, 0) + r["wait_ns"]
+    for w in out.values():
+        if len(w.others) > MAX_CPU_TAKERS:
+            w.others = dict(sorted(w.others.items(), key=lambda kv: -kv[1])[:MAX_CPU_TAKERS])
+    return out

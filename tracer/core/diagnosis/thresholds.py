@@ -32,6 +32,12 @@ class Thresholds:
     slow_fs_read_share: float = 0.5  # share of read bytes on a slow file system
     contended_share: float = 0.5  # others did more than this share of the job's disk's read bytes
     contended_min_bytes: int = 1 << 20  # ... when they read at least this much of it
+    # cpu_contended: the loop's (or its workers') share of time runnable, times the share of the
+    # job's waits that processes outside it had the CPU for, above this; that wait at least this
+    # long. Measured on 2 CPUs: a job beside 4 spinners 0.51-0.59, alone on a host shared with
+    # other test runs 0.26-0.34 (docs/diagnosis.md)
+    cpu_contended_share: float = 0.3
+    cpu_contended_min_ns: int = 500_000_000
     window_s: float = 30.0  # findings during a run cover the last window_s seconds
     wake_window: int = 5  # intervals of wake-ups that say who ends the loop's sleeps
     # Without workers, training starts in the first interval that reads this much of the data
@@ -64,5 +70,6 @@ MAX_READ_PATHS = 32
 MAX_READ_FOLDERS = 32
 MAX_READ_AHEAD = 100_000  # files whose read-ahead pages are remembered (bounded memory)
 MAX_PEERS = 8  # TCP peers named per main process
+MAX_CPU_TAKERS = 8  # processes outside a job that had its CPUs, kept per interval and named
 MAX_DISK_USERS = 8  # other users of a disk kept per interval and named in a finding
 MAX_SHARED_KEYS = 65_536  # keys of the kept reads shared between intervals (reads.Sums)

@@ -52,6 +52,10 @@ ADVICE = {
                              "set smaller (compressed or lower-resolution samples), cache it on "
                              "a local NVMe disk, or read it as sequential shards once per epoch "
                              "(WebDataset/tar, Arrow) so that storage streams at full speed.",
+    "cpu_contended": "Other processes take the CPUs the job needs: give the job CPUs of its own "
+    "(a cpuset: taskset -c, the cgroup's cpuset.cpus, Kubernetes' static CPU manager with "
+    "integer CPU requests), cap the others (their cgroup's cpu.max) or lower their priority "
+    "(nice/renice), or run fewer DataLoader workers so the job's threads fit the CPUs left to it.",
     "device_contended": "Other processes take most of the disk the job reads from: move the "
                         "data set to a disk of its own (or local SSD, tmpfs), give the job its "
                         "own I/O limit or a higher weight than the neighbours (blkio/io.max, "
@@ -197,6 +201,32 @@ def device_contended(dev: str, pct: float, names: str, rates: tuple[float, float
            if rates else f"{format_bytes(others)} against the job's {format_bytes(job)}")
     return (f"Other processes did {pct:.0f} % of {dev}'s reads (bytes) while the job waited "
             f"on it ({names}; {how}).")
+
+
+def cpu_taker(comm: str, pids: list[int], cgroup: str, container_id: str | None,
+              pod_uid: str | None, pct: float) -> str:
+    """A group of processes of one name (and cgroup) that had the job's CPUs: `pct` of its
+    wait."""
+    shown = [p for p in pids if p][:4]
+    who = f"{len(pids)} x {comm}" if len(pids) > 1 else comm
+    ids = (f" (pid{'s' if len(shown) > 1 else ''} {', '.join(map(str, shown))}"
+           f"{', ...' if len(pids) > len(shown) else ''})") if shown else ""
+    where = f" in {short_name(cgroup, container_id, pod_uid)}" if cgroup not in ("", "/") else ""
+    return f"{who}{ids}{where} {pct:.0f} %"
+
+
+def cpu_contended(loop_pct: float | None, workers_pct: float | None, others_pct: float,
+                  ns: int, names: str) -> str:
+    """The loop's and the workers' time runnable without a CPU, in percent of their time (None:
+    none seen); `others_pct`: the share of the job's wait that processes outside it had the
+    CPU, `ns` long; `names`: who, each with their share of the wait."""
+    parts = []
+    if loop_pct is not None:
+        parts.append(f"the training loop {loop_pct:.0f} % of its time")
+    if workers_pct is not None:
+        parts.append(f"its DataLoader workers {workers_pct:.0f} % of theirs")
+    return (f"The job waited for a CPU ({' and '.join(parts)}); other processes had the CPU "
+            f"{others_pct:.0f} % of that wait ({format_ns(ns)}): {names}.")
 
 
 def device_saturated(dev: str, busy_pct: float, queue_ns: int, service_ns: int,

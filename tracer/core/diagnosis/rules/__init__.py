@@ -16,6 +16,7 @@ from tracer.core.diagnosis.finding import Finding
 from tracer.core.diagnosis.rules import (
     checkpoint_stall,
     cold_cache,
+    cpu_contended,
     dataloader_cpu_bound,
     dataloader_io_bound,
     dataloader_network_bound,
@@ -32,8 +33,8 @@ from tracer.core.diagnosis.rules import (
 )
 from tracer.core.diagnosis.rules.context import Context
 
-LOOP_RULES = (sync_loading, dataloader_io_bound, dataloader_cpu_bound, dataloader_network_bound,
-              sync_writes, checkpoint_stall, host_bound)
+LOOP_RULES = (sync_loading, dataloader_io_bound, dataloader_cpu_bound, cpu_contended,
+              dataloader_network_bound, sync_writes, checkpoint_stall, host_bound)
 # dataset_exceeds_cache before cold_cache: later passes that miss again say there was no cold
 # first pass to discount
 WINDOW_RULES = (dataset_exceeds_cache, cold_cache, small_files, slow_filesystem,
