@@ -20,6 +20,8 @@ import pytest
 
 from conftest import ROOT, needs_root
 from tracer.core.vocab import IO_KINDS
+from tracer.report import diagnose_trace
+from tracer.tracedir.reader import load
 
 pytestmark = [needs_root, pytest.mark.kernel]
 
@@ -108,6 +110,9 @@ def test_a_job_beside_cpu_bound_neighbours(mode, workdir, tmp_path):
     report = subprocess.run([sys.executable, "-m", "tracer.cli", "report", str(crowded.out)],
                             cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert "] cpu_contended:" in report.stdout, report.stdout  # again from the rows
+    again = [x for x in diagnose_trace(load(str(crowded.out))).findings()
+             if x.kind == "cpu_contended"]
+    assert [(x.summary, json.loads(json.dumps(x.evidence))) for x in again] == [(f.summary, ev)]
 
     # Alone: the job's waits behind its own processes are its own (never named as others);
     # a finding then can only be the other test runs sharing this machine, and less of one

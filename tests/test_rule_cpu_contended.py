@@ -104,3 +104,14 @@ def test_an_idle_cpu_a_short_wait_or_a_busy_loop_alone_is_not_contended():
     little = [cpu_wait(MAIN, "other", SPINNERS[0], 300 * MS, "cpu_spin")]
     assert judge(window([computing_loop(100)], little)) == []
     assert judge(window([computing_loop(600)], [])) == []  # no rows: an older trace
+
+
+def test_a_replay_reading_the_pids_as_floats_says_the_same():
+    """A trace's nullable taker_pid column reads as floats where an interval has a null (idle,
+    rest): the finding is the live run's, with the pids as ints."""
+    threads, waits = CROWDED
+    replayed = [{**w, "taker_pid": float(w["taker_pid"])} for w in waits]
+    replayed.append(cpu_wait(MAIN, "idle", None, 0, "swapper/0"))
+    (live,), (again,) = judge(window(threads, waits)), judge(window(threads, replayed))
+    assert (again.summary, again.evidence) == (live.summary, live.evidence)
+    assert "(pids 901, 902, 903, 904)" in again.summary

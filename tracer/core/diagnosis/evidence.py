@@ -168,7 +168,8 @@ def cpu_waits(rows: Iterable[CpuWaitRow], threads: Iterable[ThreadRow],
         main = owner.get(r["pid"], r["pid"])
         w = out.setdefault(main, CpuWaits())
         w.waited_ns += r["wait_ns"]
-        taker = r["taker_pid"]
+        # (a replay reads the nullable column as floats where a row has none)
+        taker = int(r["taker_pid"]) if r["taker_pid"] is not None else 0
         if r["who"] == "traced" and owner.get(taker, taker) == main:
             w.own_ns += r["wait_ns"]
         elif r["who"] in ("traced", "other"):
