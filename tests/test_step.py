@@ -10,6 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 from ui_snapshots import SEC, findings, loop_rows, snapshot
 
+from tracer.core import abi
 from tracer.core.diagnosis import Diagnosis
 from tracer.core.interval import Interval
 from tracer.core.selfcost import SelfCost, TracerCpu
@@ -18,6 +19,7 @@ from tracer.live.clock import Clock
 from tracer.live.processes import ProcessTable
 from tracer.live.step import FINDINGS_EVERY_S, Step
 from tracer.sinks.parquet import ParquetSink, TraceWriter
+from tracer.tracedir.schema import MAX_CPU_TAKERS
 from tracer.ui.line import LinePrinter, NotePrinter
 
 T0 = 1_700_000_000 * SEC
@@ -111,3 +113,34 @@ def test_note_printer():
     err = io.StringIO()
     NotePrinter(err).write(interval(0, notes=["GPU 0 lost"]))
     assert err.getvalue() == "iotrace: GPU 0 lost\n"
+
+
+def _wait_key(pid: int, taker: int, comm: str, traced: int = 0, rest: int = 0) -> bytes:
+    return abi.CPU_WAIT_KEY.pack(pid, taker, 0, traced, rest, comm.encode())
+
+
+def test_cpu_waits_rows_are_deltas_by_taker_and_the_table_says_who_is_traced():
+    """Who had the CPUs the job's threads waited for: the kernel's cumulative counts as each
+    interval's deltas; a taker the process table has is traced even where the kernel's key
+    says not (a worker found at attach, before it was in the kernel's set), the CPU idle is
+    `idle`, and past MAX_CPU_TAKERS per waiting process the rest is one row."""
+    procs = ProcessTable(Clock())
+    procs.add_started(100, 1, ["python"])
+    procs.add_started(200, 100, ["python"])
+    agg = Aggregator(procs)
+    first = {_wait_key(100, 900, "cpu_spin"): abi.CPU_WAIT.pack(2, 5 * SEC),
+             _wait_key(100, 200, "pt_data_worker"): abi.CPU_WAIT.pack(1, SEC),
+             _wait_key(100, 0, "swapper/0"): abi.CPU_WAIT.pack(1, SEC // 2)}
+    agg.interval(Reading({}, cpu_waits=first), T0)
+    later = {**first, _wait_key(100, 900, "cpu_spin"): abi.CPU_WAIT.pack(5, 8 * SEC),
+             **{_wait_key(100, 1000 + i, f"p{i}"): abi.CPU_WAIT.pack(1, (20 - i) * 10**6)
+                for i in range(MAX_CPU_TAKERS)}}
+    rows = agg.interval(Reading({}, cpu_waits=later), T0 + SEC).cpu_waits
+    by = {(r["who"], r["taker_pid"]): (r["waits"], r["wait_ns"]) for r in rows}
+    assert by[("other", 900)] == (3, 3 * SEC) and len(rows) == MAX_CPU_TAKERS + 1
+    assert by[("rest", None)] == (1, 20 * 10**6 - (MAX_CPU_TAKERS - 1) * 10**6)
+    first_rows = {(r["who"], r["taker_pid"]) for r in agg.interval(
+        Reading({}, cpu_waits={_wait_key(100, 200, "pt_data_worker"): abi.CPU_WAIT.pack(2, 2 * SEC),
+                               _wait_key(100, 0, "swapper/0"): abi.CPU_WAIT.pack(2, SEC)}),
+        T0 + 2 * SEC).cpu_waits}
+    assert first_rows == {("traced", 200), ("idle", None)}

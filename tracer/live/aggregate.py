@@ -183,7 +183,10 @@ class Aggregator:
                 if key.rest or i >= MAX_CPU_TAKERS:
                     rest = [rest[0] + n, rest[1] + ns]
                     continue
-                who = "traced" if key.traced else "idle" if not key.taker else "other"
+                # (a process being attached to is in the table before the kernel's set: its
+                # first waits' takers among its own processes are traced all the same)
+                traced = key.traced or key.taker in self.processes.by_pid
+                who = "traced" if traced else "idle" if not key.taker else "other"
                 path = self.cpu_cgroups.path(key.cgroup) if self.cpu_cgroups and key.taker else None
                 c = container_of(path)
                 rows.append({"ts": ts_ns, "pid": pid, "who": who,
