@@ -165,15 +165,17 @@ struct block_user {
 
 /* Key of the `cpu_waits` map (sched.bpf.c): who had the CPU while a traced thread waited for
  * it. When a traced thread that was runnable gets a CPU, its wait is charged to the task that
- * the CPU switches from: the last one it waited behind. Per traced process that waited, per
- * taker (process, cgroup, name), so that user space tells the job's own threads from others. */
+ * the CPU switches from, for as long as that task last ran (its time on the CPU since it last
+ * got it), the rest of the wait to `earlier`. Per traced process that waited, per taker
+ * (process, cgroup, name), so that user space tells the job's own threads from others. */
 struct cpu_wait_key {
 	__u32 tgid;   /* the traced process whose thread waited */
 	__u32 taker;  /* the tgid of the task that had the CPU (0: the CPU was idle) */
 	__u64 cgroup; /* the taker's cgroup v2 id (the kernfs inode number of its directory) */
 	__u8 traced;  /* 1: the taker is a traced process */
 	__u8 rest;    /* 1: the process's waits past the named keys (no taker, cgroup or name) */
-	__u8 pad[6];
+	__u8 earlier; /* 1: the waits' parts before the last taker ran (no taker, cgroup or name) */
+	__u8 pad[5];
 	char comm[IOT_COMM_LEN]; /* the taker's thread name */
 };
 

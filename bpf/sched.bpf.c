@@ -6,8 +6,9 @@
  * waits for batches from one that computes or reads by itself.
  *
  * And for the time a traced thread waited runnable, who had the CPU (`cpu_waits`): when the
- * thread gets a CPU, the wait is charged to the task that CPU switches from. That costs the
- * switches into traced threads that waited a lookup and two adds; other switches nothing more.
+ * thread gets a CPU, the wait is charged to the task that CPU switches from, as long as it last
+ * ran. That costs the switches into traced threads that waited a few reads, a lookup and two
+ * adds (twice when part of the wait was before that task ran); other switches nothing more.
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -63,31 +64,55 @@ struct {
 
 __u64 cpu_waits_used = 0;
 
-/* A thread of traced process `tgid` waited `d` ns for the CPU that `taker` (the current task:
- * sched_switch runs in the context of the task switched from) gives up now. */
-static __always_inline void cpu_wait_add(__u32 tgid, __u32 taker, bool traced, __u64 d)
+/* Adds `d` ns of a wait of a thread of traced process `tgid` to key `k`'s counts. */
+static __always_inline void cpu_wait_count(struct cpu_wait_key *k, __u32 tgid, __u64 d)
 {
-	struct cpu_wait_key k = {.tgid = tgid, .taker = taker, .traced = traced};
 	struct cpu_wait zero = {};
-	struct cpu_wait *w;
+	struct cpu_wait *w = bpf_map_lookup_elem(&cpu_waits, k);
 
-	k.cgroup = bpf_get_current_cgroup_id();
-	bpf_get_current_comm(k.comm, sizeof(k.comm));
-	w = bpf_map_lookup_elem(&cpu_waits, &k);
 	if (!w) {
 		if (cpu_waits_used >= CPU_WAITS_NAMED) { /* the process's rest key instead */
-			__builtin_memset(&k, 0, sizeof(k));
-			k.tgid = tgid;
-			k.rest = 1;
+			__builtin_memset(k, 0, sizeof(*k));
+			k->tgid = tgid;
+			k->rest = 1;
 		}
-		if (!bpf_map_update_elem(&cpu_waits, &k, &zero, BPF_NOEXIST))
+		if (!bpf_map_update_elem(&cpu_waits, k, &zero, BPF_NOEXIST))
 			__sync_fetch_and_add(&cpu_waits_used, 1);
-		w = bpf_map_lookup_elem(&cpu_waits, &k); /* (EEXIST: another CPU made it) */
+		w = bpf_map_lookup_elem(&cpu_waits, k); /* (EEXIST: another CPU made it) */
 		if (!w)
 			return;
 	}
 	__sync_fetch_and_add(&w->waits, 1);
 	__sync_fetch_and_add(&w->wait_ns, d);
+}
+
+/* A thread of traced process `tgid` waited `d` ns for the CPU that `prev` (the current task:
+ * sched_switch runs in the context of the task switched from; tgid `taker`) gives up now. It
+ * is charged with the time it last ran (CFS keeps its runtime when it last got the CPU: a task
+ * of another class, whose count is older, gets the whole wait), the rest goes to `earlier`: a
+ * short task that ran last (rcu_preempt, a kworker) is not charged with the wait behind the
+ * tasks before it. */
+static __always_inline void cpu_wait_add(__u32 tgid, struct task_struct *prev, __u32 taker,
+					 bool traced, __u64 d)
+{
+	struct cpu_wait_key k = {.tgid = tgid, .taker = taker, .traced = traced};
+	__u64 ran = d;
+
+	if (taker)
+		ran = BPF_CORE_READ(prev, se.sum_exec_runtime) -
+		      BPF_CORE_READ(prev, se.prev_sum_exec_runtime);
+	if (ran > d)
+		ran = d;
+	k.cgroup = bpf_get_current_cgroup_id();
+	bpf_get_current_comm(k.comm, sizeof(k.comm));
+	if (ran)
+		cpu_wait_count(&k, tgid, ran);
+	if (ran < d) {
+		__builtin_memset(&k, 0, sizeof(k));
+		k.tgid = tgid;
+		k.earlier = 1;
+		cpu_wait_count(&k, tgid, d - ran);
+	}
 }
 
 /* The thread's entry, created (in `state`, since now) on first sight. */
@@ -146,7 +171,8 @@ static __always_inline int handle_switch(bool preempt, struct task_struct *prev,
 		t = thread_of(next, next_tid, next_tgid, IOT_THREAD_ONCPU, now);
 		if (t) {
 			if (t->state == IOT_THREAD_RUNNABLE && now > t->since_ns)
-				cpu_wait_add(next_tgid, prev_tgid, prev_tracked, now - t->since_ns);
+				cpu_wait_add(next_tgid, prev, prev_tgid, prev_tracked,
+					     now - t->since_ns);
 			add_state_time(t, now - t->since_ns); /* runnable (or a wakeup we missed) */
 			t->state = IOT_THREAD_ONCPU;
 			t->since_ns = now;

@@ -93,19 +93,18 @@ def test_a_job_beside_cpu_bound_neighbours(mode, workdir, tmp_path):
     f = c[c.kind == "cpu_contended"].iloc[0]
     ev = json.loads(f.evidence)
     assert f.severity >= 30 and ev["others_pct"] >= 50, ev
-    # The spinners are named among the others, with all their processes. (Other test runs on
-    # this machine may have had more of the job's wait than they: at a load of 9, 4 % of it;
-    # the wait goes to the task that last had the CPU, docs/diagnosis.md)
+    # The spinners are named among the others, with all their processes and a good share of
+    # the wait behind a known task (77-82 % at a load of 5; other test runs on this machine
+    # may take more of it)
     spun = [o for o in ev["others"] if o["comm"] == "cpu_spin"]
     assert len(spun) == 1 and set(spun[0]["pids"]) == set(spin), ev
-    assert spun[0]["wait_s"] > 0, ev
+    assert spun[0]["wait_pct"] >= 20, ev
     assert not job_pids(crowded) & {p for o in ev["others"] for p in o["pids"]}, ev
     waits = crowded.table("cpu_waits")
     assert set(waits[waits.comm == "cpu_spin"].taker_pid) == set(spin)
     assert (waits[waits.comm == "cpu_spin"].who == "other").all()
     print(f"the spinners' share of the job's wait: "
           f"{waits[waits.comm == 'cpu_spin'].wait_ns.sum() / waits.wait_ns.sum():.2f}")
-    assert clock[1] > 1.3 * clock[0], clock
     assert "] cpu_contended:" in crowded.stdout
     report = subprocess.run([sys.executable, "-m", "tracer.cli", "report", str(crowded.out)],
                             cwd=ROOT, capture_output=True, text=True, timeout=120)
@@ -114,8 +113,9 @@ def test_a_job_beside_cpu_bound_neighbours(mode, workdir, tmp_path):
              if x.kind == "cpu_contended"]
     assert [(x.summary, json.loads(json.dumps(x.evidence))) for x in again] == [(f.summary, ev)]
 
-    # Alone: the job's waits behind its own processes are its own (never named as others);
-    # a finding then can only be the other test runs sharing this machine, and less of one
+    # Alone: the job's waits behind its own processes are its own (never named as others); a
+    # finding then can only be the other test runs sharing this machine (their load varies
+    # from run to run, as does the job's own clock: neither is compared with the crowded run)
     mine = alone.table("cpu_waits")
     own = mine[mine.who == "traced"]
     assert not own.empty and set(own.taker_pid) <= job_pids(alone), own.to_string()
@@ -123,4 +123,3 @@ def test_a_job_beside_cpu_bound_neighbours(mode, workdir, tmp_path):
         ev = json.loads(a[a.kind == "cpu_contended"].iloc[0].evidence)
         assert not job_pids(alone) & {p for o in ev["others"] for p in o["pids"]}, ev
         assert "cpu_spin" not in {o["comm"] for o in ev["others"]}
-        assert a[a.kind == "cpu_contended"].severity.iloc[0] < f.severity, ev

@@ -115,3 +115,14 @@ def test_a_replay_reading_the_pids_as_floats_says_the_same():
     (live,), (again,) = judge(window(threads, waits)), judge(window(threads, replayed))
     assert (again.summary, again.evidence) == (live.summary, live.evidence)
     assert "(pids 901, 902, 903, 904)" in again.summary
+
+
+def test_the_wait_before_the_last_taker_ran_is_not_charged_to_anyone():
+    """`earlier` (the part of a wait behind tasks before the one that ran last) and an idle CPU
+    are in no one's share: the shares are of the wait behind a known task."""
+    threads, waits = CROWDED
+    more = [*waits, cpu_wait(MAIN, "earlier", None, 1100 * MS), cpu_wait(MAIN, "idle", None, 0)]
+    (f,) = judge(window(threads, more))
+    (g,) = judge(window(threads, waits))
+    assert (f.severity, f.summary) == (g.severity, g.summary)
+    assert f.evidence["known_pct"] == 50.0 and g.evidence["known_pct"] == 100.0

@@ -116,7 +116,7 @@ def test_note_printer():
 
 
 def _wait_key(pid: int, taker: int, comm: str, traced: int = 0, rest: int = 0) -> bytes:
-    return abi.CPU_WAIT_KEY.pack(pid, taker, 0, traced, rest, comm.encode())
+    return abi.CPU_WAIT_KEY.pack(pid, taker, 0, traced, rest, 0, comm.encode())
 
 
 def test_cpu_waits_rows_are_deltas_by_taker_and_the_table_says_who_is_traced():

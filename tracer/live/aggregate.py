@@ -180,18 +180,20 @@ class Aggregator:
             found.sort(key=lambda k: -k[2])
             rest = [0, 0]
             for i, (key, n, ns) in enumerate(found):
-                if key.rest or i >= MAX_CPU_TAKERS:
+                if key.rest or (i >= MAX_CPU_TAKERS and not key.earlier):
                     rest = [rest[0] + n, rest[1] + ns]
                     continue
                 # (a process being attached to is in the table before the kernel's set: its
                 # first waits' takers among its own processes are traced all the same)
                 traced = key.traced or key.taker in self.processes.by_pid
-                who = "traced" if traced else "idle" if not key.taker else "other"
-                path = self.cpu_cgroups.path(key.cgroup) if self.cpu_cgroups and key.taker else None
+                who = ("earlier" if key.earlier else "traced" if traced
+                       else "idle" if not key.taker else "other")
+                path = (self.cpu_cgroups.path(key.cgroup) if self.cpu_cgroups and key.taker
+                        else None)
                 c = container_of(path)
                 rows.append({"ts": ts_ns, "pid": pid, "who": who,
                              "taker_pid": key.taker or None,
-                             "comm": self.files.redact.comm(key.comm),
+                             "comm": self.files.redact.comm(key.comm) if key.comm else None,
                              "cgroup": self.files.redact.path(path) if path else None,
                              "container_id": c.container_id, "pod_uid": c.pod_uid,
                              "waits": n, "wait_ns": ns})

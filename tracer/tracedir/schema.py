@@ -259,16 +259,17 @@ TABLES: dict[str, pa.Schema] = {
     ),
     # Per traced process and taker per interval: who had the CPU while the process's threads
     # waited for one (sched.bpf.c's cpu_waits): a wait is charged to the task the CPU switched
-    # from when the thread got it. At most MAX_CPU_TAKERS takers per process (by wait), the
-    # others added up in a `rest` row.
+    # from when the thread got it, for as long as that task last ran, the rest to `earlier`.
+    # At most MAX_CPU_TAKERS takers per process (by wait), the others added up in a `rest` row.
     "cpu_waits": _schema(
         _field("ts", TIMESTAMP),  # end of the interval
         _field("pid", pa.int32()),  # the traced process whose threads waited
         # traced: a traced process (taker_pid); other: an untraced one; idle: the CPU was idle
-        # (a wake-up's or a migration's latency); rest: takers past the bound, added up
+        # (a wake-up's or a migration's latency); earlier: the waits' parts before their last
+        # taker ran (whoever ran then); rest: takers past the bound, added up
         _field("who", DICT_STRING),
-        _field("taker_pid", pa.int32(), nullable=True),  # its tgid; null for idle and rest
-        _field("comm", DICT_STRING, nullable=True),  # the taker thread's name; null for rest
+        _field("taker_pid", pa.int32(), nullable=True),  # its tgid; null: idle, earlier, rest
+        _field("comm", DICT_STRING, nullable=True),  # the taker thread's name; null: earlier, rest
         _field("cgroup", DICT_STRING, nullable=True),  # the taker's cgroup (v2) path
         _field("container_id", DICT_STRING, nullable=True),  # from the path (tracer.core.cgroup)
         _field("pod_uid", DICT_STRING, nullable=True),

@@ -218,15 +218,16 @@ def cpu_taker(comm: str, pids: list[int], cgroup: str, container_id: str | None,
 def cpu_contended(loop_pct: float | None, workers_pct: float | None, others_pct: float,
                   ns: int, names: str) -> str:
     """The loop's and the workers' time runnable without a CPU, in percent of their time (None:
-    none seen); `others_pct`: the share of the job's wait that processes outside it had the
-    CPU, `ns` long; `names`: who, each with their share of the wait."""
+    none seen); `others_pct`: the share of the job's wait behind a known task that processes
+    outside it had the CPU, `ns` long; `names`: who, each with their share of that wait."""
     parts = []
     if loop_pct is not None:
         parts.append(f"the training loop {loop_pct:.0f} % of its time")
     if workers_pct is not None:
         parts.append(f"its DataLoader workers {workers_pct:.0f} % of theirs")
-    return (f"The job waited for a CPU ({' and '.join(parts)}); other processes had the CPU "
-            f"{others_pct:.0f} % of that wait ({format_ns(ns)}): {names}.")
+    return (f"The job waited for a CPU ({' and '.join(parts)}); other processes ran "
+            f"{others_pct:.0f} % of the time it waited behind a task ({format_ns(ns)}): "
+            f"{names}.")
 
 
 def device_saturated(dev: str, busy_pct: float, queue_ns: int, service_ns: int,
