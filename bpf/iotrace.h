@@ -166,7 +166,7 @@ struct block_user {
 /* Key of the `cpu_waits` map (sched.bpf.c): who had the CPU while a traced thread waited for
  * it. When a traced thread that was runnable gets a CPU, its wait is charged to the task that
  * the CPU switches from, for as long as that task last ran (its time on the CPU since it last
- * got it), the rest of the wait to `earlier`. Per traced process that waited, per taker
+ * got it), the rest of the wait to earlier_ns. Per traced process that waited, per taker
  * (process, cgroup, name), so that user space tells the job's own threads from others. */
 struct cpu_wait_key {
 	__u32 tgid;   /* the traced process whose thread waited */
@@ -174,15 +174,15 @@ struct cpu_wait_key {
 	__u64 cgroup; /* the taker's cgroup v2 id (the kernfs inode number of its directory) */
 	__u8 traced;  /* 1: the taker is a traced process */
 	__u8 rest;    /* 1: the process's waits past the named keys (no taker, cgroup or name) */
-	__u8 earlier; /* 1: the waits' parts before the last taker ran (no taker, cgroup or name) */
-	__u8 pad[5];
+	__u8 pad[6];
 	char comm[IOT_COMM_LEN]; /* the taker's thread name */
 };
 
 /* Value of `cpu_waits`: cumulative since load. */
 struct cpu_wait {
-	__u64 waits;   /* times a waiting thread got the CPU from this taker */
-	__u64 wait_ns; /* runnable time of those waits, summed */
+	__u64 waits;      /* times a waiting thread got the CPU from this taker */
+	__u64 wait_ns;    /* the part of those waits while this taker last ran, summed */
+	__u64 earlier_ns; /* the rest of them, before it ran (behind tasks not known) */
 };
 
 /* The syscall in flight of a thread (syscall.bpf.c, task storage `sys_starts`): user space

@@ -7,8 +7,8 @@
  *
  * And for the time a traced thread waited runnable, who had the CPU (`cpu_waits`): when the
  * thread gets a CPU, the wait is charged to the task that CPU switches from, as long as it last
- * ran. That costs the switches into traced threads that waited a few reads, a lookup and two
- * adds (twice when part of the wait was before that task ran); other switches nothing more.
+ * ran. That costs the switches into traced threads that waited two loads, a lookup and a few
+ * adds; other switches nothing more.
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -64,55 +64,48 @@ struct {
 
 __u64 cpu_waits_used = 0;
 
-/* Adds `d` ns of a wait of a thread of traced process `tgid` to key `k`'s counts. */
-static __always_inline void cpu_wait_count(struct cpu_wait_key *k, __u32 tgid, __u64 d)
+/* A thread of traced process `tgid` waited `d` ns for the CPU that the current task (sched_switch
+ * runs in the context of the task switched from; tgid `taker`) gives up now, having run `ran`
+ * ns since it last got it (CFS keeps that count; a task of another class, whose count is
+ * older, gets the whole wait). The taker is charged that much; the rest of the wait, behind
+ * tasks before it, is counted apart (earlier_ns): a short task that ran last (rcu_preempt, a
+ * kworker) is not charged with the wait behind the ones before it. */
+static __always_inline void cpu_wait_add(__u32 tgid, __u32 taker, bool traced, __u64 d, __u64 ran)
 {
+	struct cpu_wait_key k = {.tgid = tgid, .taker = taker, .traced = traced};
 	struct cpu_wait zero = {};
-	struct cpu_wait *w = bpf_map_lookup_elem(&cpu_waits, k);
+	struct cpu_wait *w;
 
+	if (!taker || ran > d)
+		ran = d;
+	k.cgroup = bpf_get_current_cgroup_id();
+	bpf_get_current_comm(k.comm, sizeof(k.comm));
+	w = bpf_map_lookup_elem(&cpu_waits, &k);
 	if (!w) {
 		if (cpu_waits_used >= CPU_WAITS_NAMED) { /* the process's rest key instead */
-			__builtin_memset(k, 0, sizeof(*k));
-			k->tgid = tgid;
-			k->rest = 1;
+			__builtin_memset(&k, 0, sizeof(k));
+			k.tgid = tgid;
+			k.rest = 1;
 		}
-		if (!bpf_map_update_elem(&cpu_waits, k, &zero, BPF_NOEXIST))
+		if (!bpf_map_update_elem(&cpu_waits, &k, &zero, BPF_NOEXIST))
 			__sync_fetch_and_add(&cpu_waits_used, 1);
-		w = bpf_map_lookup_elem(&cpu_waits, k); /* (EEXIST: another CPU made it) */
+		w = bpf_map_lookup_elem(&cpu_waits, &k); /* (EEXIST: another CPU made it) */
 		if (!w)
 			return;
 	}
 	__sync_fetch_and_add(&w->waits, 1);
-	__sync_fetch_and_add(&w->wait_ns, d);
+	__sync_fetch_and_add(&w->wait_ns, ran);
+	if (ran < d)
+		__sync_fetch_and_add(&w->earlier_ns, d - ran);
 }
 
-/* A thread of traced process `tgid` waited `d` ns for the CPU that `prev` (the current task:
- * sched_switch runs in the context of the task switched from; tgid `taker`) gives up now. It
- * is charged with the time it last ran (CFS keeps its runtime when it last got the CPU: a task
- * of another class, whose count is older, gets the whole wait), the rest goes to `earlier`: a
- * short task that ran last (rcu_preempt, a kworker) is not charged with the wait behind the
- * tasks before it. */
-static __always_inline void cpu_wait_add(__u32 tgid, struct task_struct *prev, __u32 taker,
-					 bool traced, __u64 d)
+/* How long `t` (switched from now) ran since CFS last gave it the CPU: plain loads in the
+ * tp_btf program, CO-RE probe reads in the raw_tp one (`btf` is a constant there). */
+static __always_inline __u64 ran_since_picked(bool btf, struct task_struct *t)
 {
-	struct cpu_wait_key k = {.tgid = tgid, .taker = taker, .traced = traced};
-	__u64 ran = d;
-
-	if (taker)
-		ran = BPF_CORE_READ(prev, se.sum_exec_runtime) -
-		      BPF_CORE_READ(prev, se.prev_sum_exec_runtime);
-	if (ran > d)
-		ran = d;
-	k.cgroup = bpf_get_current_cgroup_id();
-	bpf_get_current_comm(k.comm, sizeof(k.comm));
-	if (ran)
-		cpu_wait_count(&k, tgid, ran);
-	if (ran < d) {
-		__builtin_memset(&k, 0, sizeof(k));
-		k.tgid = tgid;
-		k.earlier = 1;
-		cpu_wait_count(&k, tgid, d - ran);
-	}
+	if (btf)
+		return t->se.sum_exec_runtime - t->se.prev_sum_exec_runtime;
+	return BPF_CORE_READ(t, se.sum_exec_runtime) - BPF_CORE_READ(t, se.prev_sum_exec_runtime);
 }
 
 /* The thread's entry, created (in `state`, since now) on first sight. */
@@ -135,8 +128,8 @@ static __always_inline struct thread_time *thread_of(struct task_struct *task, _
 /* One context switch. The ids and the state of `prev` come from the caller: plain loads in the
  * tp_btf program, CO-RE probe reads in the raw_tp one. This runs on every switch of the host,
  * so untraced ones cost at most two bit tests (is_tracked) and nothing else. */
-static __always_inline int handle_switch(bool preempt, struct task_struct *prev, __u32 prev_tgid,
-					 __u32 prev_tid, unsigned int state,
+static __always_inline int handle_switch(bool btf, bool preempt, struct task_struct *prev,
+					 __u32 prev_tgid, __u32 prev_tid, unsigned int state,
 					 struct task_struct *next, __u32 next_tgid, __u32 next_tid)
 {
 	__u64 now;
@@ -171,8 +164,8 @@ static __always_inline int handle_switch(bool preempt, struct task_struct *prev,
 		t = thread_of(next, next_tid, next_tgid, IOT_THREAD_ONCPU, now);
 		if (t) {
 			if (t->state == IOT_THREAD_RUNNABLE && now > t->since_ns)
-				cpu_wait_add(next_tgid, prev, prev_tgid, prev_tracked,
-					     now - t->since_ns);
+				cpu_wait_add(next_tgid, prev_tgid, prev_tracked, now - t->since_ns,
+					     ran_since_picked(btf, prev));
 			add_state_time(t, now - t->since_ns); /* runnable (or a wakeup we missed) */
 			t->state = IOT_THREAD_ONCPU;
 			t->since_ns = now;
@@ -229,14 +222,14 @@ int BPF_PROG(switch_btf, bool preempt, struct task_struct *prev, struct task_str
 	struct task_struct___old *old = (void *)prev;
 	unsigned int state = bpf_core_field_exists(prev->__state) ? prev->__state : old->state;
 
-	return handle_switch(preempt, prev, prev->tgid, prev->pid, state, next, next->tgid,
+	return handle_switch(true, preempt, prev, prev->tgid, prev->pid, state, next, next->tgid,
 			     next->pid);
 }
 
 SEC("raw_tp/sched_switch")
 int BPF_PROG(switch_raw, bool preempt, struct task_struct *prev, struct task_struct *next)
 {
-	return handle_switch(preempt, prev, BPF_CORE_READ(prev, tgid), BPF_CORE_READ(prev, pid),
+	return handle_switch(false, preempt, prev, BPF_CORE_READ(prev, tgid), BPF_CORE_READ(prev, pid),
 			     task_state(prev), next, BPF_CORE_READ(next, tgid),
 			     BPF_CORE_READ(next, pid));
 }

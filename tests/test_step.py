@@ -116,31 +116,33 @@ def test_note_printer():
 
 
 def _wait_key(pid: int, taker: int, comm: str, traced: int = 0, rest: int = 0) -> bytes:
-    return abi.CPU_WAIT_KEY.pack(pid, taker, 0, traced, rest, 0, comm.encode())
+    return abi.CPU_WAIT_KEY.pack(pid, taker, 0, traced, rest, comm.encode())
 
 
 def test_cpu_waits_rows_are_deltas_by_taker_and_the_table_says_who_is_traced():
     """Who had the CPUs the job's threads waited for: the kernel's cumulative counts as each
     interval's deltas; a taker the process table has is traced even where the kernel's key
     says not (a worker found at attach, before it was in the kernel's set), the CPU idle is
-    `idle`, and past MAX_CPU_TAKERS per waiting process the rest is one row."""
+    `idle`, past MAX_CPU_TAKERS per waiting process the rest is one row, and the waits' parts
+    before their last taker ran are one more (`earlier`)."""
     procs = ProcessTable(Clock())
     procs.add_started(100, 1, ["python"])
     procs.add_started(200, 100, ["python"])
     agg = Aggregator(procs)
-    first = {_wait_key(100, 900, "cpu_spin"): abi.CPU_WAIT.pack(2, 5 * SEC),
-             _wait_key(100, 200, "pt_data_worker"): abi.CPU_WAIT.pack(1, SEC),
-             _wait_key(100, 0, "swapper/0"): abi.CPU_WAIT.pack(1, SEC // 2)}
+    first = {_wait_key(100, 900, "cpu_spin"): abi.CPU_WAIT.pack(2, 5 * SEC, 0),
+             _wait_key(100, 200, "pt_data_worker"): abi.CPU_WAIT.pack(1, SEC, 0),
+             _wait_key(100, 0, "swapper/0"): abi.CPU_WAIT.pack(1, SEC // 2, 0)}
     agg.interval(Reading({}, cpu_waits=first), T0)
-    later = {**first, _wait_key(100, 900, "cpu_spin"): abi.CPU_WAIT.pack(5, 8 * SEC),
-             **{_wait_key(100, 1000 + i, f"p{i}"): abi.CPU_WAIT.pack(1, (20 - i) * 10**6)
+    later = {**first, _wait_key(100, 900, "cpu_spin"): abi.CPU_WAIT.pack(5, 8 * SEC, SEC),
+             **{_wait_key(100, 1000 + i, f"p{i}"): abi.CPU_WAIT.pack(1, (20 - i) * 10**6, 0)
                 for i in range(MAX_CPU_TAKERS)}}
     rows = agg.interval(Reading({}, cpu_waits=later), T0 + SEC).cpu_waits
     by = {(r["who"], r["taker_pid"]): (r["waits"], r["wait_ns"]) for r in rows}
-    assert by[("other", 900)] == (3, 3 * SEC) and len(rows) == MAX_CPU_TAKERS + 1
+    assert by[("other", 900)] == (3, 3 * SEC) and by[("earlier", None)] == (0, SEC)
+    assert len(rows) == MAX_CPU_TAKERS + 2
     assert by[("rest", None)] == (1, 20 * 10**6 - (MAX_CPU_TAKERS - 1) * 10**6)
     first_rows = {(r["who"], r["taker_pid"]) for r in agg.interval(
-        Reading({}, cpu_waits={_wait_key(100, 200, "pt_data_worker"): abi.CPU_WAIT.pack(2, 2 * SEC),
-                               _wait_key(100, 0, "swapper/0"): abi.CPU_WAIT.pack(2, SEC)}),
+        Reading({}, cpu_waits={_wait_key(100, 200, "pt_data_worker"): abi.CPU_WAIT.pack(2, 2 * SEC, 0),
+                               _wait_key(100, 0, "swapper/0"): abi.CPU_WAIT.pack(2, SEC, 0)}),
         T0 + 2 * SEC).cpu_waits}
     assert first_rows == {("traced", 200), ("idle", None)}

@@ -101,8 +101,8 @@ RQ_START = struct.Struct(layout.struct_format("rq_start"))
 # requests, bytes, service_ns
 BLOCK_USER_KEY = struct.Struct(layout.struct_format("block_user_key"))
 BLOCK_USER = struct.Struct(layout.struct_format("block_user"))
-# struct cpu_wait_key: tgid, taker, cgroup, traced, rest, earlier, comm; struct cpu_wait: waits,
-# wait_ns
+# struct cpu_wait_key: tgid, taker, cgroup, traced, rest, comm; struct cpu_wait: waits, wait_ns,
+# earlier_ns
 CPU_WAIT_KEY = struct.Struct(layout.struct_format("cpu_wait_key"))
 CPU_WAIT = struct.Struct(layout.struct_format("cpu_wait"))
 RQ_SLOT = struct.Struct(layout.struct_format("rq_slot", whole={"s"}))
@@ -334,17 +334,16 @@ class CpuWaitKey(NamedTuple):
     cgroup: int  # its cgroup v2 directory's inode number (kernfs id)
     traced: bool
     rest: bool  # the process's waits past the map's named keys: no taker, cgroup or name
-    earlier: bool  # the waits' parts before their last taker ran: no taker, cgroup or name
     comm: str
 
 
 def decode_cpu_wait_key(raw: bytes) -> CpuWaitKey:
-    pid, taker, cgroup, traced, rest, earlier, comm = CPU_WAIT_KEY.unpack(raw)
-    return CpuWaitKey(pid, taker, cgroup, bool(traced), bool(rest), bool(earlier), _cstr(comm))
+    pid, taker, cgroup, traced, rest, comm = CPU_WAIT_KEY.unpack(raw)
+    return CpuWaitKey(pid, taker, cgroup, bool(traced), bool(rest), _cstr(comm))
 
 
-def decode_cpu_wait(raw: bytes) -> tuple[int, int]:
-    """A raw struct cpu_wait: (waits, wait_ns)."""
+def decode_cpu_wait(raw: bytes) -> tuple[int, int, int]:
+    """A raw struct cpu_wait: (waits, wait_ns, earlier_ns)."""
     return CPU_WAIT.unpack(raw)
 
 

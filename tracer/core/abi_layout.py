@@ -23,9 +23,10 @@ STRUCTS = {
         ('cgroup', 8, 8, 'u64'),
         ('comm', 16, 16, 'char[16]'),
     )),
-    'cpu_wait': (16, (
+    'cpu_wait': (24, (
         ('waits', 0, 8, 'u64'),
         ('wait_ns', 8, 8, 'u64'),
+        ('earlier_ns', 16, 8, 'u64'),
     )),
     'cpu_wait_key': (40, (
         ('tgid', 0, 4, 'u32'),
@@ -33,8 +34,7 @@ STRUCTS = {
         ('cgroup', 8, 8, 'u64'),
         ('traced', 16, 1, 'u8'),
         ('rest', 17, 1, 'u8'),
-        ('earlier', 18, 1, 'u8'),
-        ('pad', 19, 5, 'u8[5]'),
+        ('pad', 18, 6, 'u8[6]'),
         ('comm', 24, 16, 'char[16]'),
     )),
     'cuda_thread': (344, (

@@ -102,7 +102,7 @@ class Aggregator:
         self.processes = processes
         self.cgroups = cgroups  # None: cgroups are not named (a replay, a test)
         self.prev_users: dict[bytes, tuple[int, int, int]] = {}
-        self.prev_waits: dict[bytes, tuple[int, int]] = {}
+        self.prev_waits: dict[bytes, tuple[int, int, int]] = {}
         # The CPU programs read a task's cgroup on the v2 hierarchy only: named where it is
         # mounted (a v1 host's ids would name directories of another hierarchy)
         v2 = hierarchies("blkio")[1] if cgroups else None
@@ -164,44 +164,47 @@ class Aggregator:
     def _cpu_wait_rows(self, waits: dict[bytes, bytes], ts_ns: int) -> list[CpuWaitRow]:
         """Who had the CPUs the traced processes' threads waited for in the interval: the
         deltas of the kernel's counts, per waiting process at most MAX_CPU_TAKERS takers (by
-        wait), the rest added up."""
+        wait), the rest added up, and the waits' parts before their last taker ran (`earlier`)."""
         by_pid: dict[int, list[tuple[abi.CpuWaitKey, int, int]]] = {}
+        earlier: dict[int, int] = {}
         for raw, value in waits.items():
             cur = abi.decode_cpu_wait(value)
-            prev = self.prev_waits.get(raw, (0, 0))
+            prev = self.prev_waits.get(raw, (0, 0, 0))
             self.prev_waits[raw] = cur
-            n, ns = cur[0] - prev[0], cur[1] - prev[1]
-            if n <= 0 or ns < 0:
+            n, ns, before = (c - p for c, p in zip(cur, prev, strict=True))
+            if n <= 0 or ns < 0 or before < 0:
                 continue
             key = abi.decode_cpu_wait_key(raw)
             by_pid.setdefault(key.pid, []).append((key, n, ns))
+            earlier[key.pid] = earlier.get(key.pid, 0) + before
         rows: list[CpuWaitRow] = []
         for pid, found in by_pid.items():
             found.sort(key=lambda k: -k[2])
             rest = [0, 0]
             for i, (key, n, ns) in enumerate(found):
-                if key.rest or (i >= MAX_CPU_TAKERS and not key.earlier):
+                if key.rest or i >= MAX_CPU_TAKERS:
                     rest = [rest[0] + n, rest[1] + ns]
                     continue
-                # (a process being attached to is in the table before the kernel's set: its
-                # first waits' takers among its own processes are traced all the same)
-                traced = key.traced or key.taker in self.processes.by_pid
-                who = ("earlier" if key.earlier else "traced" if traced
-                       else "idle" if not key.taker else "other")
-                path = (self.cpu_cgroups.path(key.cgroup) if self.cpu_cgroups and key.taker
-                        else None)
-                c = container_of(path)
-                rows.append({"ts": ts_ns, "pid": pid, "who": who,
-                             "taker_pid": key.taker or None,
-                             "comm": self.files.redact.comm(key.comm) if key.comm else None,
-                             "cgroup": self.files.redact.path(path) if path else None,
-                             "container_id": c.container_id, "pod_uid": c.pod_uid,
-                             "waits": n, "wait_ns": ns})
-            if rest[0]:
-                rows.append({"ts": ts_ns, "pid": pid, "who": "rest", "taker_pid": None,
-                             "comm": None, "cgroup": None, "container_id": None,
-                             "pod_uid": None, "waits": rest[0], "wait_ns": rest[1]})
+                rows.append(self._cpu_wait_row(ts_ns, pid, key, n, ns))
+            for who, (n, ns) in (("rest", rest), ("earlier", (0, earlier[pid]))):
+                if n or ns:
+                    rows.append({"ts": ts_ns, "pid": pid, "who": who, "taker_pid": None,
+                                 "comm": None, "cgroup": None, "container_id": None,
+                                 "pod_uid": None, "waits": n, "wait_ns": ns})
         return rows
+
+    def _cpu_wait_row(self, ts_ns: int, pid: int, key: abi.CpuWaitKey, n: int, ns: int
+                      ) -> CpuWaitRow:
+        # (a process being attached to is in the table before the kernel's set: its first
+        # waits' takers among its own processes are traced all the same)
+        traced = key.traced or key.taker in self.processes.by_pid
+        who = "traced" if traced else "idle" if not key.taker else "other"
+        path = self.cpu_cgroups.path(key.cgroup) if self.cpu_cgroups and key.taker else None
+        c = container_of(path)
+        return {"ts": ts_ns, "pid": pid, "who": who, "taker_pid": key.taker or None,
+                "comm": self.files.redact.comm(key.comm),
+                "cgroup": self.files.redact.path(path) if path else None,
+                "container_id": c.container_id, "pod_uid": c.pod_uid, "waits": n, "wait_ns": ns}
 
     def _device_user_rows(self, users: dict[bytes, bytes], ts_ns: int) -> list[DeviceUserRow]:
         """Who used each disk in the interval: the deltas of the kernel's counts, the traced

@@ -273,8 +273,8 @@ TABLES: dict[str, pa.Schema] = {
         _field("cgroup", DICT_STRING, nullable=True),  # the taker's cgroup (v2) path
         _field("container_id", DICT_STRING, nullable=True),  # from the path (tracer.core.cgroup)
         _field("pod_uid", DICT_STRING, nullable=True),
-        _field("waits", pa.int64()),  # waits that ended with the taker giving up the CPU
-        _field("wait_ns", NS),  # runnable time of those waits, summed
+        _field("waits", pa.int64()),  # waits ended by the taker giving up the CPU (earlier: 0)
+        _field("wait_ns", NS),  # runnable time of those waits charged to the taker, summed
     ),
     # Host-wide per interval, the columns of `dstat -cdnm` (tracer.live.procfs has the definitions).
     "system": _schema(
