@@ -34,8 +34,8 @@ class Thresholds:
     contended_min_bytes: int = 1 << 20  # ... when they read at least this much of it
     # cpu_contended: the loop's (or its workers') share of time runnable, times the share of the
     # job's waits that processes outside it had the CPU for, above this; that wait at least this
-    # long. Measured on 2 CPUs: a job beside 4 spinners 0.51-0.59, alone on a host shared with
-    # other test runs 0.26-0.34 (docs/diagnosis.md)
+    # long. Measured on 2 CPUs: a job beside 4 spinners 0.49-0.58; alone 0 in most runs, and
+    # 0.26-0.42 while other test runs loaded the host (docs/diagnosis.md)
     cpu_contended_share: float = 0.3
     cpu_contended_min_ns: int = 500_000_000
     window_s: float = 30.0  # findings during a run cover the last window_s seconds
