@@ -113,13 +113,9 @@ def test_a_job_beside_cpu_bound_neighbours(mode, workdir, tmp_path):
              if x.kind == "cpu_contended"]
     assert [(x.summary, json.loads(json.dumps(x.evidence))) for x in again] == [(f.summary, ev)]
 
-    # Alone: the job's waits behind its own processes are its own (never named as others); a
-    # finding then can only be the other test runs sharing this machine (their load varies
-    # from run to run, as does the job's own clock: neither is compared with the crowded run)
+    # Alone: the job's waits behind its own processes are its own, and no cpu_contended (a
+    # machine that other work loads would give one, rightly: the suite runs alone)
     mine = alone.table("cpu_waits")
     own = mine[mine.who == "traced"]
     assert not own.empty and set(own.taker_pid) <= job_pids(alone), own.to_string()
-    if "cpu_contended" in set(a.kind):
-        ev = json.loads(a[a.kind == "cpu_contended"].iloc[0].evidence)
-        assert not job_pids(alone) & {p for o in ev["others"] for p in o["pids"]}, ev
-        assert "cpu_spin" not in {o["comm"] for o in ev["others"]}
+    assert "cpu_contended" not in set(a.kind), a[["kind", "severity", "summary"]].to_string()
