@@ -41,7 +41,7 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from tracer.workloads import dataset as ds
@@ -72,6 +72,23 @@ class Spec:
     loop_mib: int = 0  # > 0: the data lives on an ext4 loop device of this size (throttled underneath)
     memory_mib: int = 0  # > 0: the job trains in a memory cgroup of this size (page cache included)
 
+
+_PICKLE = Spec(
+    name="checkpoint_pickle",
+    finding="checkpoint_stall",
+    summary="torch.save of 40 000 small tensors (10 MB) + fsync every 10 steps; data warm: "
+    "each save ~1.5 s, nearly all of it pickling, ~20 ms of it writes",
+    expect="checkpoint steps take ~1.5 s with the main thread on CPU (R); other steps ms",
+    n_files=64,
+    file_kib=192,
+    cache="warm",
+    checkpoints=True,
+    train_args=(
+        "--num-workers", "2", "--persistent-workers", "--batch-size", "8", "--epochs", "8",
+        "--checkpoint-every", "10", "--checkpoint-mb", "10",
+        "--checkpoint-tensors", "40000",
+    ),
+)
 
 SPECS: dict[str, Spec] = {
     s.name: s
@@ -203,38 +220,13 @@ SPECS: dict[str, Spec] = {
                 "--checkpoint-mb", "16", "--checkpoint-in", "fork",
             ),
         ),
-        Spec(
-            name="checkpoint_pickle",
-            finding="checkpoint_stall",
-            summary="torch.save of 40 000 small tensors (10 MB) + fsync every 10 steps; data warm: "
-            "each save ~1.5 s, nearly all of it pickling, ~20 ms of it writes",
-            expect="checkpoint steps take ~1.5 s with the main thread on CPU (R); other steps ms",
-            n_files=64,
-            file_kib=192,
-            cache="warm",
-            checkpoints=True,
-            train_args=(
-                "--num-workers", "2", "--persistent-workers", "--batch-size", "8", "--epochs", "8",
-                "--checkpoint-every", "10", "--checkpoint-mb", "10",
-                "--checkpoint-tensors", "40000",
-            ),
-        ),
-        Spec(
-            name="checkpoint_pickle_file",
-            finding="checkpoint_stall",
-            summary="checkpoint_pickle saved through a file object: with open(p, 'wb') as f: "
-            "torch.save(state, f), fsynced before it is closed",
-            expect="as checkpoint_pickle",
-            n_files=64,
-            file_kib=192,
-            cache="warm",
-            checkpoints=True,
-            train_args=(
-                "--num-workers", "2", "--persistent-workers", "--batch-size", "8", "--epochs", "8",
-                "--checkpoint-every", "10", "--checkpoint-mb", "10",
-                "--checkpoint-tensors", "40000", "--checkpoint-via", "file",
-            ),
-        ),
+        _PICKLE,
+        # the same saves through a file object
+        replace(_PICKLE, name="checkpoint_pickle_file",
+                summary="checkpoint_pickle saved through a file object: with open(p, 'wb') as f: "
+                "torch.save(state, f), fsynced before it is closed",
+                expect="as checkpoint_pickle",
+                train_args=(*_PICKLE.train_args, "--checkpoint-via", "file")),
         Spec(
             name="cold_cache",
             finding="cold_cache",
