@@ -30,7 +30,7 @@ class Thresholds:
     saturated_util_pct: float = 90.0
     saturated_queue_ratio: float = 4.0  # queue time / service time (block_queue vs block p50)
     slow_fs_read_share: float = 0.5  # share of read bytes on a slow file system
-    contended_share: float = 0.5  # others did more than this share of the job's disk's read bytes
+    contended_share: float = 0.3  # others did more than this share of the job's disk's read bytes
     contended_min_bytes: int = 1 << 20  # ... when they read at least this much of it
     # cpu_contended: the loop's (or its workers') share of time runnable, times the share of the
     # job's waits that processes outside it had the CPU for, above this; that wait at least this
