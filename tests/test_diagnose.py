@@ -64,6 +64,19 @@ def test_healthy_compute_bound_job_gets_no_io_finding():
     assert kinds(run([iv] * 10)) == ["not_io_bound"]
 
 
+def test_less_than_a_second_of_training_is_not_judged():
+    """A target that exits right after the attach: no verdict from 0.6 s, neither
+    `not_io_bound` nor one its few reads would give."""
+    waits = ([thread(MAIN, MAIN, "main", oncpu=100 * MS, sleep=500 * MS, by_worker=500 * MS),
+              thread(WORKER, WORKER, "dataloader_worker", iowait=600 * MS)],
+             [file_row(WORKER, "dataloader_worker", "read", 1 << 20, 600 * MS)])
+    d = Diagnosis()
+    add_interval(d, S, 600 * MS, *waits)
+    assert d.findings() == []
+    add_interval(d, 2 * S, 600 * MS, *waits)  # 1.2 s: judged
+    assert kinds(d.findings())[0] == "dataloader_io_bound"
+
+
 def test_checkpoint_stall_needs_a_large_file():
     small = ([thread(MAIN, MAIN, "main", oncpu=500 * MS, iowait=500 * MS)],
              [file_row(MAIN, "main", "write", 1 << 20, 500 * MS, path="/tmp/log.txt")])

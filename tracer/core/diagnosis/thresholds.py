@@ -13,6 +13,9 @@ from dataclasses import dataclass
 class Thresholds:
     """Every number the verdicts depend on, in one place (docs/diagnosis.md explains them)."""
 
+    # Less training-loop time than this (all loops, after their start-ups) is judged not at
+    # all: a target that exits right after the attach is no healthy job
+    judge_min_ns: int = 1_000_000_000
     loop_share: float = 0.25  # a data-wait or loading state is a finding above this share
     checkpoint_share: float = 0.10  # checkpoint writes above this share of the loop's time
     checkpoint_file_bytes: int = 8 << 20  # a written file this big (cumulative) is a checkpoint
