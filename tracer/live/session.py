@@ -535,6 +535,8 @@ def run_trace(opts: TraceOptions, out: TextIO = sys.stdout, err: TextIO = sys.st
         text = session.finish()  # every sink is closed: the live view has left the screen
         if session.command_log:
             text += f"\nThe command's output is in {session.command_log}"
+            if opts.redact_paths:  # its own words: nothing of iotrace's to hash
+                text += " (as the command wrote it: --redact-paths does not cover it)"
         if session.write_error is not None:
             _say(text, out)
             _say(f"iotrace: error: {cannot_write_message(session.write_error, opts.output)}", err)
