@@ -481,9 +481,14 @@ class Session:
 
     def judged_nothing(self) -> bool:
         """--pid targets that exited before the training loop was traced long enough to judge
-        (the summary says so): bad input, as a target that exits before the attach is."""
-        return (bool(self.opts.pids) and not self.opts.auto and not self.final_findings
-                and self.stop_reason == "targets exited")
+        (the summary says so) and read or wrote nothing: bad input, as a target that exits
+        before the attach is. A short job that did I/O is no error: its trace is exact."""
+        if not (self.opts.pids and not self.opts.auto and not self.final_findings
+                and self.stop_reason == "targets exited"):
+            return False
+        assert self.step is not None
+        return not any(acc[1] for totals in self.step.aggregator.file_totals.values()
+                       for acc in totals.by_op.values())
 
     def exit_code(self) -> int:
         """What iotrace exits with after a trace: the started command's status, as time(1) and
