@@ -17,7 +17,7 @@ def test_small_values():
 
 def test_first_fields_name_the_process():
     assert abi.hist_key_tgid(abi.HIST_KEY.pack(41, 2, 1, 0, 1, 0)) == 41
-    raw = abi.THREAD_TIME.pack(42, 1, 5, 1, 2, 3, 4, 0, 0, 0, 0, b"python")
+    raw = abi.THREAD_TIME.pack(42, 1, 5, 1, 2, 3, 4, 0, 0, 0, 0, 0, 0, 0, b"python")
     assert abi.thread_time_tgid(raw) == 42
 
 
