@@ -9,7 +9,10 @@
  *                                       memory.limit_in_bytes, v2 memory.max or memory.high)
  *
  * Reclaim does not nest (the reclaiming task has PF_MEMALLOC set, so its own allocations do not
- * reclaim again): one start per thread is enough. kswapd's reclaim runs in its own thread and is
+ * reclaim again): one start per thread is enough. The part of it spent blocked (D: waiting for
+ * pages under writeback, for a read) is the thread's iowait_ns at the end less at the start:
+ * sched.bpf.c closes each D sleep when the thread is woken, before it can run the end, so the
+ * scheduler's path pays nothing for it. kswapd's reclaim runs in its own thread and is
  * not the job's time. The programs run only when a thread reclaims, a slow path: their cost
  * is nothing while memory is plentiful.
  */
@@ -28,8 +31,10 @@ static __always_inline int reclaim_begin(void)
 	if (!is_tracked(id >> 32))
 		return 0;
 	t = bpf_map_lookup_elem(&threads, &tid); /* (not yet switched since tracking began: missed) */
-	if (t)
+	if (t) {
 		t->reclaim_since_ns = bpf_ktime_get_ns();
+		t->reclaim_iowait_at = t->iowait_ns;
+	}
 	return 0;
 }
 
@@ -48,6 +53,8 @@ static __always_inline int reclaim_end(void)
 	now = bpf_ktime_get_ns();
 	if (now > t->reclaim_since_ns)
 		t->reclaim_ns += now - t->reclaim_since_ns;
+	if (t->iowait_ns > t->reclaim_iowait_at)
+		t->reclaim_blocked_ns += t->iowait_ns - t->reclaim_iowait_at;
 	t->reclaims++;
 	t->reclaim_since_ns = 0;
 	return 0;

@@ -111,6 +111,7 @@ class ThreadRow(TypedDict):
     woken_by_own_ns: int
     woken_by_other_ns: int
     reclaim_ns: int | None
+    reclaim_blocked_ns: int | None
     reclaims: int | None
     syscall_op: str | None
     syscall_path: str | None

@@ -288,7 +288,7 @@ class Aggregator:
                 "runnable_ns": delta[1], "sleep_ns": delta[2], "iowait_ns": delta[3],
                 "woken_by_worker_ns": woken["worker"], "woken_by_pin_ns": woken["pin"],
                 "woken_by_own_ns": woken["own"], "woken_by_other_ns": woken["other"],
-                "reclaim_ns": delta[8], "reclaims": delta[9],
+                "reclaim_ns": delta[8], "reclaim_blocked_ns": delta[9], "reclaims": delta[10],
                 **self._syscall_columns(in_flight.get(tid), t.pid, mono_ns, ts_ns),
                 **self._span_columns((spans or {}).get(tid), t.pid, mono_ns),
                 **self.cuda.columns((cuda or {}).get(tid)),

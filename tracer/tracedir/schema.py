@@ -182,8 +182,10 @@ TABLES: dict[str, pa.Schema] = {
         _field("woken_by_other_ns", NS),
         # Memory reclaim the thread did itself (memory.bpf.c: direct reclaim, the host short of
         # memory; memcg reclaim, its memory cgroup at its limit), part of the four times above,
-        # and how many reclaims ended; null in traces from before them.
+        # of it blocked (D: waiting for writeback or a read), and how many reclaims ended; null
+        # in traces from before them.
         _field("reclaim_ns", NS, nullable=True),
+        _field("reclaim_blocked_ns", NS, nullable=True),
         _field("reclaims", pa.int64(), nullable=True),
         # The read/write/fsync of a regular file the thread was in when the interval ended
         # (main threads of `main` processes only), its file and when it started: a syscall
