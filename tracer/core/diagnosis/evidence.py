@@ -47,6 +47,7 @@ class Reclaim:
 
     loop: tuple[int, int] = (0, 0)  # its loop thread's (time, time in reclaim), ns
     workers: tuple[int, int] = (0, 0)  # its workers' main threads' (busy time: not asleep, ...)
+    workers_blocked_ns: int = 0  # ... of their reclaim, blocked (D): writeback, reads
     other_ns: int = 0  # its other threads' reclaim (pin-memory, savers, children)
     reclaims: int = 0  # reclaims that ended, all its threads
 
@@ -212,6 +213,7 @@ def reclaims(threads: Iterable[ThreadRow], owner: Mapping[int, int]) -> dict[int
         if th["tid"] == th["pid"] and th["role"] == DATALOADER_WORKER:
             busy = th["oncpu_ns"] + th["runnable_ns"] + th["iowait_ns"]
             r.workers = (r.workers[0] + busy, r.workers[1] + ns)
+            r.workers_blocked_ns += _n(th.get("reclaim_blocked_ns"))
         elif th["tid"] == th["pid"] == main and th["role"] in LOOP_ROLES:
             r.loop = (th["oncpu_ns"] + th["runnable_ns"] + th["sleep_ns"] + th["iowait_ns"], ns)
         else:
