@@ -61,7 +61,7 @@ that reclaim cannot help waits for memory to be freed instead of being killed.
 
 --decode-mib M: each sample is also decoded into M MiB of fresh memory, written and freed (a
 video clip's frames): the workers' working set. --spill-dir DIR: and kept in DIR (a local cache
-of decoded samples), its writeback started at once (sync_file_range). In a memory cgroup too
+of decoded samples), its writeback started at once (posix_fadvise). In a memory cgroup too
 small for both, the workers reclaim before they go on, waiting for those pages to be written.
 
 --join-cgroup DIR: the process moves itself into the existing cgroup DIR (its `cgroup.procs`) at
@@ -79,8 +79,6 @@ process is on CPU, and make the timings of the scenarios depend on scheduling no
 from __future__ import annotations
 
 import argparse
-import ctypes
-import functools
 import math
 import os
 import signal
@@ -102,11 +100,6 @@ from torch.utils.data import DataLoader, Dataset
 
 POOLED = 32  # every sample is pooled to 3 x POOLED x POOLED by the model
 CLASSES = 10
-
-
-@functools.cache
-def _libc() -> ctypes.CDLL:
-    return ctypes.CDLL(None, use_errno=True)
 
 
 class FileDataset(Dataset):
@@ -143,9 +136,10 @@ class FileDataset(Dataset):
             if self.spill_dir:  # kept on local disk, as a cache of decoded samples
                 with open(Path(self.spill_dir, Path(name).name + ".dec"), "wb") as f:
                     f.write(scratch.numpy().tobytes())
+                    f.flush()
                     # writeback started now (not in 30 s, by the flusher): pages that reclaim
                     # can wait for and free, where dirty ones would only fail it
-                    _libc().sync_file_range(f.fileno(), 0, 0, 2)  # SYNC_FILE_RANGE_WRITE
+                    os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
             del scratch
         if self.transform == "heavy":
             x = self._heavy(x)
@@ -408,6 +402,20 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def _limit_memory(args: argparse.Namespace) -> bool:
+    """Moves this process into a memory cgroup of --memory-limit-mib; whether it did."""
+    from tracer.workloads.dataset import limit_memory
+
+    done = limit_memory(os.getpid(), args.memory_limit_mib << 20, name=f"train-{os.getpid()}")
+    print(f"memory: {done or 'not possible here (no memory cgroup, or not root)'}",
+          file=sys.stderr)
+    if done is not None and args.no_oom_kill and "cgroup v1" in done:
+        # v1's memory.oom_control: a task at the limit that reclaim cannot help waits for
+        # memory to be freed (writeback ending) instead of being killed
+        Path(done.split()[3].rstrip(":"), "memory.oom_control").write_text("1\n")
+    return done is not None
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     # SIGTERM (a tracer's --duration, a test's cleanup) unwinds like an exception: the DataLoader
@@ -460,18 +468,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"throttle: {done or 'not possible here (no blkio/io cgroup, or not root)'}", file=sys.stderr)
         if done is None:
             throttle_name = None
-    if args.memory_limit_mib:
-        from tracer.workloads.dataset import limit_memory
-
-        done = limit_memory(os.getpid(), args.memory_limit_mib << 20, name=f"train-{os.getpid()}")
-        print(f"memory: {done or 'not possible here (no memory cgroup, or not root)'}",
-              file=sys.stderr)
-        if done is not None:
-            throttle_name = f"train-{os.getpid()}"
-            if args.no_oom_kill and "cgroup v1" in done:
-                # v1's memory.oom_control: a task at the limit that reclaim cannot help waits
-                # for memory to be freed (writeback ending) instead of being killed
-                Path(done.split()[3].rstrip(":"), "memory.oom_control").write_text("1\n")
+    if args.memory_limit_mib and _limit_memory(args):
+        throttle_name = f"train-{os.getpid()}"
     if args.join_cgroup:
         Path(args.join_cgroup, "cgroup.procs").write_text(f"{os.getpid()}\n")
 
