@@ -241,10 +241,10 @@ def memory_pressure(loop_pct: float | None, workers_pct: float | None, ns: int, 
     """The loop's share of its time and the workers' of their busy time in memory reclaim
     (None: none of it), `ns` in all over `reclaims` reclaims; `mem`: the memory row's numbers
     (the largest usage seen, its limit, the limit hits, PSI) or None."""
-    parts = []
-    if workers_pct is not None:
+    parts = []  # (a share that rounds to 0 % is left out of the sentence, not the evidence)
+    if workers_pct is not None and workers_pct >= 0.5:
         parts.append(f"the DataLoader workers {workers_pct:.0f} % of their busy time")
-    if loop_pct is not None:
+    if loop_pct is not None and loop_pct >= 0.5:
         parts.append(f"the training loop {loop_pct:.0f} % of its time")
     who = " and ".join(parts) or "its other threads"
     out = (f"The job reclaimed memory before it could go on ({who}; {format_ns(ns)} in "
