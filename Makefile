@@ -6,7 +6,7 @@ ARCH := $(shell uname -m | sed -e 's/x86_64/x86/' -e 's/aarch64/arm64/')
 # Every stage of bpf/ is compiled alone, then linked into the one object the loader opens.
 # The order of the link: the definitions of the shared maps first, then syscall.bpf.c before
 # the other stages that call kfuncs, since it declares them (bpf/core_fixes.bpf.h).
-BPF_STAGES := maps proc syscall pagecache block sched cuda
+BPF_STAGES := maps proc syscall pagecache block sched memory cuda
 BPF_SRC := $(patsubst %,bpf/%.bpf.c,$(BPF_STAGES))
 BPF_PARTS := $(patsubst bpf/%.bpf.c,build/bpf/%.bpf.o,$(BPF_SRC))
 BPF_OBJ := tracer/bpf/iotrace.bpf.o

@@ -317,6 +317,14 @@ struct thread_time {
 	__u64 sleep_ns;
 	__u64 iowait_ns;
 	__u64 woken_ns[IOT_WAKERS]; /* sleep (S and D) time by who ended it */
+	/* Memory reclaim done by the thread itself (memory.bpf.c): direct reclaim when the host
+	 * is short of memory, memcg reclaim when its memory cgroup is at its limit. That time is
+	 * also counted in the states above (on CPU scanning, in D writing back, ...). */
+	__u64 reclaim_since_ns; /* in reclaim since then; 0: not in reclaim */
+	__u64 reclaim_iowait_at; /* iowait_ns when the reclaim began */
+	__u64 reclaim_ns;
+	__u64 reclaim_blocked_ns; /* of reclaim_ns, blocked (D): waiting for writeback, I/O */
+	__u64 reclaims;
 	char comm[IOT_COMM_LEN];
 };
 

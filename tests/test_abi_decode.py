@@ -17,8 +17,18 @@ def test_small_values():
 
 def test_first_fields_name_the_process():
     assert abi.hist_key_tgid(abi.HIST_KEY.pack(41, 2, 1, 0, 1, 0)) == 41
-    raw = abi.THREAD_TIME.pack(42, 1, 5, 1, 2, 3, 4, 0, 0, 0, 0, b"python")
+    raw = abi.THREAD_TIME.pack(42, 1, 5, 1, 2, 3, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, b"python")
     assert abi.thread_time_tgid(raw) == 42
+
+
+def test_a_reclaim_in_progress_is_counted_up_to_the_read():
+    """A thread in reclaim since 100 ns (its iowait then 20 ns), blocked (D) since 150: by 200,
+    100 ns more of reclaim (5 before) and 50 more of it blocked (30 before)."""
+    iowait = 3
+    raw = abi.THREAD_TIME.pack(42, iowait, 150, 1, 2, 3, 20, 0, 0, 0, 0, 100, 20, 5, 30, 1,
+                               b"pt_data_worker")
+    t = abi.decode_thread_time(43, raw, 200)
+    assert (t.iowait_ns, t.reclaim_ns, t.reclaim_blocked_ns, t.reclaims) == (70, 105, 80, 1)
 
 
 def test_a_syscall_in_flight():

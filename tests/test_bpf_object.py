@@ -6,7 +6,7 @@ import pytest
 from tracer.kernel.elf import function_files
 from tracer.kernel.loader import BPF_DIR, OBJECT
 
-STAGES = {"proc", "syscall", "pagecache", "block", "sched", "cuda"}
+STAGES = {"proc", "syscall", "pagecache", "block", "sched", "memory", "cuda"}
 
 
 @pytest.fixture

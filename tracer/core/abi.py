@@ -45,6 +45,7 @@ EVENT_FORK, EVENT_EXEC, EVENT_EXIT, EVENT_FILE, EVENT_SLOW, EVENT_RENAME, EVENT_
 TRACKED_WORKER = layout.enum_value("iot_tracked_flags", "IOT_TRACKED_WORKER")
 # enum iot_thread_state
 THREAD_STATES = layout.enum_names("iot_thread_state", "IOT_THREAD_")
+THREAD_IOWAIT = layout.enum_value("iot_thread_state", "IOT_THREAD_IOWAIT")
 # enum iot_waker, in woken_ns order
 WAKERS = tuple(layout.enum_names("iot_waker", "IOT_WAKER_").values())
 # enum iot_file_flags
@@ -69,7 +70,8 @@ TGID = struct.Struct("<I")
 TRACKED_INFO = struct.Struct(layout.struct_format("tracked_info"))
 # struct track_request (proc.bpf.c's `track` program): tgid, root, flags
 TRACK_REQUEST = struct.Struct(layout.struct_format("track_request"))
-# struct thread_time: tgid, state, since_ns, oncpu, runnable, sleep, iowait, woken_ns[4], comm
+# struct thread_time: tgid, state, since_ns, oncpu, runnable, sleep, iowait, woken_ns[4],
+# reclaim_since_ns, reclaim_iowait_at, reclaim_ns, reclaim_blocked_ns, reclaims, comm
 THREAD_TIME = struct.Struct(layout.struct_format("thread_time"))
 # struct file_key: tgid, dev, ino, gen, op, buf
 FILE_KEY = struct.Struct(layout.struct_format("file_key"))
@@ -213,20 +215,28 @@ class ThreadTime:
     sleep_ns: int
     iowait_ns: int
     woken_ns: tuple[int, int, int, int]  # by WAKERS
+    reclaim_ns: int = 0  # in memory reclaim (memory.bpf.c), part of the four above
+    reclaim_blocked_ns: int = 0  # ... of it, blocked (D)
+    reclaims: int = 0
 
     def as_tuple(self) -> tuple[int, ...]:
-        return (self.oncpu_ns, self.runnable_ns, self.sleep_ns, self.iowait_ns, *self.woken_ns)
+        return (self.oncpu_ns, self.runnable_ns, self.sleep_ns, self.iowait_ns, *self.woken_ns,
+                self.reclaim_ns, self.reclaim_blocked_ns, self.reclaims)
 
 
 def decode_thread_time(tid: int, raw: bytes, now_ns: int) -> ThreadTime:
     """The kernel adds a state's time when the state ends; the open one is added here, so that
-    deltas between two reads are exact."""
-    tgid, state, since, oncpu, runnable, sleep, iowait, w0, w1, w2, w3, comm = (
-        THREAD_TIME.unpack_from(raw))
+    deltas between two reads are exact (a reclaim in progress likewise)."""
+    (tgid, state, since, oncpu, runnable, sleep, iowait, w0, w1, w2, w3, reclaim_since,
+     reclaim_iowait_at, reclaim, blocked, reclaims, comm) = THREAD_TIME.unpack_from(raw)
     times = [oncpu, runnable, sleep, iowait]
     if THREAD_STATES.get(state, "dead") != "dead" and now_ns > since:
         times[state] += now_ns - since
-    return ThreadTime(tgid, tid, _cstr(comm), *times, (w0, w1, w2, w3))
+    if reclaim_since and now_ns > reclaim_since:
+        reclaim += now_ns - reclaim_since
+        blocked += max(0, times[THREAD_IOWAIT] - reclaim_iowait_at)
+    return ThreadTime(tgid, tid, _cstr(comm), *times, (w0, w1, w2, w3), reclaim, blocked,
+                      reclaims)
 
 
 class FileKey(NamedTuple):  # (a tuple: made for every per-file row, a third of a dataclass's cost)

@@ -183,7 +183,7 @@ STRUCTS = {
         ('last_sent', 40, 16, 'struct file_id'),
         ('dir_ino', 56, 8, 'u64'),
     )),
-    'thread_time': (96, (
+    'thread_time': (136, (
         ('tgid', 0, 4, 'u32'),
         ('state', 4, 1, 'u8'),
         ('pad', 5, 3, 'u8[3]'),
@@ -193,7 +193,12 @@ STRUCTS = {
         ('sleep_ns', 32, 8, 'u64'),
         ('iowait_ns', 40, 8, 'u64'),
         ('woken_ns', 48, 32, 'u64[4]'),
-        ('comm', 80, 16, 'char[16]'),
+        ('reclaim_since_ns', 80, 8, 'u64'),
+        ('reclaim_iowait_at', 88, 8, 'u64'),
+        ('reclaim_ns', 96, 8, 'u64'),
+        ('reclaim_blocked_ns', 104, 8, 'u64'),
+        ('reclaims', 112, 8, 'u64'),
+        ('comm', 120, 16, 'char[16]'),
     )),
     'track_request': (12, (
         ('tgid', 0, 4, 'u32'),

@@ -110,6 +110,9 @@ class ThreadRow(TypedDict):
     woken_by_pin_ns: int
     woken_by_own_ns: int
     woken_by_other_ns: int
+    reclaim_ns: int | None
+    reclaim_blocked_ns: int | None
+    reclaims: int | None
     syscall_op: str | None
     syscall_path: str | None
     syscall_since: int | None
@@ -208,6 +211,14 @@ class MemoryRow(TypedDict):
     usage_bytes: int | None
     cache_bytes: int | None
     available_bytes: int
+    majfaults: int | None
+    limit_hits: int | None
+    swap_bytes: int | None
+    psi_source: str | None
+    psi_memory_some_ns: int | None
+    psi_memory_full_ns: int | None
+    psi_io_some_ns: int | None
+    psi_cpu_some_ns: int | None
 
 
 class GpuRow(TypedDict):

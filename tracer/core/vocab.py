@@ -44,7 +44,7 @@ IO_KINDS = ("sync_loading", "dataloader_io_bound", "dataloader_network_bound", "
             "checkpoint_stall", "device_saturated", "device_contended", "small_files",
             "slow_filesystem", "dataset_exceeds_cache")
 FINDING_KINDS = (*IO_KINDS, "straggler_rank", "dataloader_cpu_bound", "host_bound", "cold_cache",
-                 "not_io_bound", "cpu_contended")
+                 "not_io_bound", "cpu_contended", "memory_pressure")
 
 LATENCY_LAYERS = ("syscall", "block_queue", "block")
 """Layers whose histograms hold latencies (the pagecache layer counts missed pages)."""

@@ -281,13 +281,14 @@ class Aggregator:
             if not any(delta[:4]):
                 continue  # (the kernel starts counting at first sight: nothing from before)
             proc = self.processes.get(t.pid)
-            woken = dict(zip(abi.WAKERS, delta[4:], strict=True))
+            woken = dict(zip(abi.WAKERS, delta[4:8], strict=True))
             rows.append({
                 "ts": ts_ns, "pid": t.pid, "tid": tid, "comm": self.files.redact.comm(t.comm),
                 "role": role_of_pid(proc), "oncpu_ns": delta[0],
                 "runnable_ns": delta[1], "sleep_ns": delta[2], "iowait_ns": delta[3],
                 "woken_by_worker_ns": woken["worker"], "woken_by_pin_ns": woken["pin"],
                 "woken_by_own_ns": woken["own"], "woken_by_other_ns": woken["other"],
+                "reclaim_ns": delta[8], "reclaim_blocked_ns": delta[9], "reclaims": delta[10],
                 **self._syscall_columns(in_flight.get(tid), t.pid, mono_ns, ts_ns),
                 **self._span_columns((spans or {}).get(tid), t.pid, mono_ns),
                 **self.cuda.columns((cuda or {}).get(tid)),

@@ -180,6 +180,13 @@ TABLES: dict[str, pa.Schema] = {
         _field("woken_by_pin_ns", NS),
         _field("woken_by_own_ns", NS),
         _field("woken_by_other_ns", NS),
+        # Memory reclaim the thread did itself (memory.bpf.c: direct reclaim, the host short of
+        # memory; memcg reclaim, its memory cgroup at its limit), part of the four times above,
+        # of it blocked (D: waiting for writeback or a read), and how many reclaims ended; null
+        # in traces from before them.
+        _field("reclaim_ns", NS, nullable=True),
+        _field("reclaim_blocked_ns", NS, nullable=True),
+        _field("reclaims", pa.int64(), nullable=True),
         # The read/write/fsync of a regular file the thread was in when the interval ended
         # (main threads of `main` processes only), its file and when it started: a syscall
         # lasting seconds is charged in the intervals it spans (tracer.core.diagnosis.split).
@@ -303,6 +310,17 @@ TABLES: dict[str, pa.Schema] = {
         _field("usage_bytes", pa.int64(), nullable=True),  # charged to it, page cache included
         _field("cache_bytes", pa.int64(), nullable=True),  # page cache charged to it
         _field("available_bytes", pa.int64()),  # the host's MemAvailable
+        # Signs of memory pressure in the interval (tracer.live.memory); null at a process's
+        # first row, when its cgroup changed, or where the kernel does not count them; null
+        # in traces from before them.
+        _field("majfaults", pa.int64(), nullable=True),  # the cgroup's major page faults
+        _field("limit_hits", pa.int64(), nullable=True),  # charges that met its limit
+        _field("swap_bytes", pa.int64(), nullable=True),  # its memory in swap, at the end
+        _field("psi_source", DICT_STRING, nullable=True),  # cgroup_v2 | host: whose PSI
+        _field("psi_memory_some_ns", NS, nullable=True),  # some task stalled on memory
+        _field("psi_memory_full_ns", NS, nullable=True),  # all non-idle tasks stalled on it
+        _field("psi_io_some_ns", NS, nullable=True),
+        _field("psi_cpu_some_ns", NS, nullable=True),
     ),
     # NVML utilisation samples (tracer.gpu.nvml): one row per GPU per sample, covering
     # (ts - sample_period_ns, ts]. When the driver's sample buffer is empty (an idle GPU empties it),

@@ -6,7 +6,8 @@
         [--checkpoint-every K --checkpoint-mb M --checkpoint-dir D [--checkpoint-in loop|thread|fork]]
         [--data-url URL] [--log-fsync PATH]
         [--throttle-read-bps N] [--throttle-read-iops N] [--throttle-write-bps N]
-        [--throttle-write-iops N] [--memory-limit-mib M] [--join-cgroup DIR]
+        [--throttle-write-iops N] [--memory-limit-mib M [--no-oom-kill]] [--join-cgroup DIR]
+        [--decode-mib M [--spill-dir DIR]]
         [--ready-fd FD] [--wait-signal]
 
 Each sample is one file, read with plain open()/read() inside `Dataset.__getitem__` (in the
@@ -55,6 +56,14 @@ memory.max, `tracer.workloads.dataset.limit_memory`; the same name, removed the 
 the handshake: the page cache its reads fill, and its workers' memory, count against M, so a data
 set larger than M is read from disk again every epoch. What it charged before (imports) does not.
 
+--no-oom-kill: with --memory-limit-mib on cgroup v1 (memory.oom_control), a task at the limit
+that reclaim cannot help waits for memory to be freed instead of being killed.
+
+--decode-mib M: each sample is also decoded into M MiB of fresh memory, written and freed (a
+video clip's frames): the workers' working set. --spill-dir DIR: and kept in DIR (a local cache
+of decoded samples), its writeback started at once (posix_fadvise). In a memory cgroup too
+small for both, the workers reclaim before they go on, waiting for those pages to be written.
+
 --join-cgroup DIR: the process moves itself into the existing cgroup DIR (its `cgroup.procs`) at
 the same point instead, and leaves it as it is at exit: a cgroup that other processes share with
 the job (neighbours under one I/O limit), made and removed by whoever started them.
@@ -96,10 +105,13 @@ CLASSES = 10
 class FileDataset(Dataset):
     """One sample per file; `__getitem__` reads the whole file with open()/read()."""
 
-    def __init__(self, paths: list[Path], transform: str, transform_rounds: int) -> None:
+    def __init__(self, paths: list[Path], transform: str, transform_rounds: int,
+                 decode_mib: int = 0, spill_dir: str | None = None) -> None:
         self.paths = paths
+        self.spill_dir = spill_dir
         self.transform = transform
         self.transform_rounds = transform_rounds
+        self.decode_mib = decode_mib
         self._kernel: torch.Tensor | None = None
 
     def __len__(self) -> int:
@@ -116,6 +128,19 @@ class FileDataset(Dataset):
             raise ValueError(f"{name}: {len(buf)} bytes is too small for a sample")
         x = torch.frombuffer(bytearray(buf[: 3 * side * side]), dtype=torch.uint8)
         x = x.view(3, side, side).float().div_(255.0)
+        if self.decode_mib:
+            # a decoder's scratch (a video clip's frames): fresh memory for every sample, since
+            # buffers this large are mmap'd and unmapped by malloc, each page written once
+            scratch = torch.empty(self.decode_mib << 20, dtype=torch.uint8)
+            scratch.fill_(buf[0])
+            if self.spill_dir:  # kept on local disk, as a cache of decoded samples
+                with open(Path(self.spill_dir, Path(name).name + ".dec"), "wb") as f:
+                    f.write(scratch.numpy().tobytes())
+                    f.flush()
+                    # writeback started now (not in 30 s, by the flusher): pages that reclaim
+                    # can wait for and free, where dirty ones would only fail it
+                    os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+            del scratch
         if self.transform == "heavy":
             x = self._heavy(x)
         return x, buf[0] % CLASSES
@@ -359,6 +384,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="throttle the disk that holds PATH (default: the one that holds --data)")
     p.add_argument("--memory-limit-mib", type=int, default=0, metavar="M",
                    help="train in a memory cgroup of M MiB (page cache included); 0: no limit")
+    p.add_argument("--decode-mib", type=int, default=0, metavar="M",
+                   help="each sample decoded into M MiB of fresh memory (a worker's working set)")
+    p.add_argument("--no-oom-kill", action="store_true",
+                   help="with --memory-limit-mib on cgroup v1: wait at the limit, never killed")
+    p.add_argument("--spill-dir", default=None, metavar="DIR",
+                   help="with --decode-mib, each decoded sample is also written to DIR")
     p.add_argument("--join-cgroup", default=None, metavar="DIR",
                    help="move into this existing cgroup before training (shared with others)")
     p.add_argument("--ready-fd", type=int, default=None)
@@ -369,6 +400,20 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if args.num_workers == 0 and (args.persistent_workers or args.prefetch_factor is not None):
         p.error("--persistent-workers and --prefetch-factor need --num-workers >= 1")
     return args
+
+
+def _limit_memory(args: argparse.Namespace) -> bool:
+    """Moves this process into a memory cgroup of --memory-limit-mib; whether it did."""
+    from tracer.workloads.dataset import limit_memory
+
+    done = limit_memory(os.getpid(), args.memory_limit_mib << 20, name=f"train-{os.getpid()}")
+    print(f"memory: {done or 'not possible here (no memory cgroup, or not root)'}",
+          file=sys.stderr)
+    if done is not None and args.no_oom_kill and "cgroup v1" in done:
+        # v1's memory.oom_control: a task at the limit that reclaim cannot help waits for
+        # memory to be freed (writeback ending) instead of being killed
+        Path(done.split()[3].rstrip(":"), "memory.oom_control").write_text("1\n")
+    return done is not None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -389,7 +434,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: no sample files in {data}", file=sys.stderr)
         return 2
     dataset = (HttpDataset(args.data_url, len(paths), args.transform, args.transform_rounds)
-               if args.data_url else FileDataset(paths, args.transform, args.transform_rounds))
+               if args.data_url else FileDataset(paths, args.transform, args.transform_rounds,
+                                                 args.decode_mib, args.spill_dir))
     if args.device == "auto":
         args.device = "cuda" if torch.cuda.is_available() else "cpu"
     model = Model(args.compute).to(args.device)
@@ -422,14 +468,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"throttle: {done or 'not possible here (no blkio/io cgroup, or not root)'}", file=sys.stderr)
         if done is None:
             throttle_name = None
-    if args.memory_limit_mib:
-        from tracer.workloads.dataset import limit_memory
-
-        done = limit_memory(os.getpid(), args.memory_limit_mib << 20, name=f"train-{os.getpid()}")
-        print(f"memory: {done or 'not possible here (no memory cgroup, or not root)'}",
-              file=sys.stderr)
-        if done is not None:
-            throttle_name = f"train-{os.getpid()}"
+    if args.memory_limit_mib and _limit_memory(args):
+        throttle_name = f"train-{os.getpid()}"
     if args.join_cgroup:
         Path(args.join_cgroup, "cgroup.procs").write_text(f"{os.getpid()}\n")
 

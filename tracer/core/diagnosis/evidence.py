@@ -41,6 +41,18 @@ class CpuWaits:
 
 
 @dataclass
+class Reclaim:
+    """A job's (a main's processes') time reclaiming memory in one interval (`threads` rows'
+    reclaim_ns): its loop's, its DataLoader workers', its other threads'."""
+
+    loop: tuple[int, int] = (0, 0)  # its loop thread's (time, time in reclaim), ns
+    workers: tuple[int, int] = (0, 0)  # its workers' main threads' (busy time: not asleep, ...)
+    workers_blocked_ns: int = 0  # ... of their reclaim, blocked (D): writeback, reads
+    other_ns: int = 0  # its other threads' reclaim (pin-memory, savers, children)
+    reclaims: int = 0  # reclaims that ended, all its threads
+
+
+@dataclass
 class Background:
     """A background save (another thread, a child process) in one interval."""
 
@@ -80,6 +92,7 @@ class IntervalEvidence:
     memory: dict[int, MemoryRow] = field(default_factory=dict)  # main -> its memory row
     disk_reads: dict[str, DiskReads] = field(default_factory=dict)  # disk -> its reads, by whom
     cpu: dict[int, CpuWaits] = field(default_factory=dict)  # main -> its job's CPU waits
+    reclaim: dict[int, Reclaim] = field(default_factory=dict)  # main -> its job's reclaim
     # main -> (its loop's time in saves charged here, its time writing checkpoints), saves.py
     saves: dict[int, tuple[int, int]] = field(default_factory=dict)
     # main -> its loop's CUDA driver calls here: (synchronisations, copies, launches; -1: not
@@ -178,4 +191,31 @@ def cpu_waits(rows: Iterable[CpuWaitRow], threads: Iterable[ThreadRow],
     for w in out.values():
         if len(w.others) > MAX_CPU_TAKERS:
             w.others = dict(sorted(w.others.items(), key=lambda kv: -kv[1])[:MAX_CPU_TAKERS])
+    return out
+
+
+def _n(v: float | None) -> int:
+    """A nullable count as an int (a replay reads a null of an int column as NaN)."""
+    return int(v) if v is not None and v == v else 0
+
+
+def reclaims(threads: Iterable[ThreadRow], owner: Mapping[int, int]) -> dict[int, Reclaim]:
+    """Per main that reclaimed, its job's time in memory reclaim in one interval (`threads`
+    rows): the loop's share of its time, the workers' of their busy time (a worker asleep
+    waiting for work is not held back), the rest added up."""
+    out: dict[int, Reclaim] = {}
+    for th in threads:
+        ns, main = _n(th.get("reclaim_ns")), owner.get(th["pid"], th["pid"])
+        if not ns and main not in out:
+            continue
+        r = out.setdefault(main, Reclaim())
+        r.reclaims += _n(th.get("reclaims"))
+        if th["tid"] == th["pid"] and th["role"] == DATALOADER_WORKER:
+            busy = th["oncpu_ns"] + th["runnable_ns"] + th["iowait_ns"]
+            r.workers = (r.workers[0] + busy, r.workers[1] + ns)
+            r.workers_blocked_ns += _n(th.get("reclaim_blocked_ns"))
+        elif th["tid"] == th["pid"] == main and th["role"] in LOOP_ROLES:
+            r.loop = (th["oncpu_ns"] + th["runnable_ns"] + th["sleep_ns"] + th["iowait_ns"], ns)
+        else:
+            r.other_ns += ns
     return out

@@ -41,6 +41,11 @@ class Thresholds:
     # 0.26-0.42 while other test runs loaded the host (docs/diagnosis.md)
     cpu_contended_share: float = 0.3
     cpu_contended_min_ns: int = 500_000_000
+    # memory_pressure: the loop's share of its time in memory reclaim, or its share waiting for
+    # batches times the workers' share of their busy time in reclaim, above this; the job's
+    # reclaim at least this long (docs/diagnosis.md)
+    memory_reclaim_share: float = 0.05
+    memory_reclaim_min_ns: int = 200_000_000
     window_s: float = 30.0  # findings during a run cover the last window_s seconds
     wake_window: int = 5  # intervals of wake-ups that say who ends the loop's sleeps
     # Without workers, training starts in the first interval that reads this much of the data

@@ -60,6 +60,12 @@ ADVICE = {
     "(a cpuset: taskset -c, the cgroup's cpuset.cpus, Kubernetes' static CPU manager with "
     "integer CPU requests), cap the others (their cgroup's cpu.max) or lower their priority "
     "(nice/renice), or run fewer DataLoader workers so the job's threads fit the CPUs left to it.",
+    "memory_pressure": "The job reclaims memory before it can go on: raise its memory limit (the "
+    "cgroup's memory.limit_in_bytes or memory.max, the pod's memory limit), or need less of it: "
+    "fewer DataLoader workers or a smaller prefetch_factor (each worker holds its batches and "
+    "its own copy of what it touches), pin_memory=False, smaller samples in flight, and less "
+    "page cache filled by the job itself (writes to local disk, files read once: "
+    "posix_fadvise DONTNEED, O_DIRECT).",
     "device_contended": "Other processes take most of the disk the job reads from: move the "
                         "data set to a disk of its own (or local SSD, tmpfs), give the job its "
                         "own I/O limit or a higher weight than the neighbours (blkio/io.max, "
@@ -232,6 +238,38 @@ def cpu_contended(loop_pct: float | None, workers_pct: float | None, others_pct:
     return (f"The job waited for a CPU ({' and '.join(parts)}); other processes ran "
             f"{others_pct:.0f} % of the time it waited behind a task ({format_ns(ns)}): "
             f"{names}.")
+
+
+def memory_pressure(loop_pct: float | None, workers_pct: float | None, ns: int, reclaims: int,
+                    mem: dict | None) -> str:
+    """The loop's share of its time and the workers' of their busy time in memory reclaim
+    (None: none of it), `ns` in all over `reclaims` reclaims; `mem`: the memory row's numbers
+    (the largest usage seen, its limit, the limit hits, PSI) or None."""
+    parts = []  # (a share that rounds to 0 % is left out of the sentence, not the evidence)
+    if workers_pct is not None and workers_pct >= 0.5:
+        parts.append(f"the DataLoader workers {workers_pct:.0f} % of their busy time")
+    if loop_pct is not None and loop_pct >= 0.5:
+        parts.append(f"the training loop {loop_pct:.0f} % of its time")
+    who = " and ".join(parts) or "its other threads"
+    out = (f"The job reclaimed memory before it could go on ({who}; {format_ns(ns)} in "
+           f"{reclaims:,} reclaims)")
+    if not mem:
+        return out + "."
+    if mem.get("limit_bytes"):
+        out += (f": its memory cgroup {mem['cgroup']} used {format_bytes(mem['usage_bytes'])} "
+                f"of its {format_bytes(mem['limit_bytes'])} limit")
+        if mem.get("limit_hits"):
+            out += f" and met it {mem['limit_hits']:,} times"
+    elif mem.get("cgroup"):
+        out += (f": its memory cgroup {mem['cgroup']} has no limit, the host ran short "
+                f"({format_bytes(mem['available_bytes'])} available)")
+    else:
+        out += f": the host ran short ({format_bytes(mem['available_bytes'])} available)"
+    if mem.get("psi_memory_some_pct") is not None:
+        whose = "its cgroup's" if mem.get("psi_source") == "cgroup_v2" else "the host's"
+        out += (f"; memory pressure ({whose} PSI) {mem['psi_memory_some_pct']:.0f} % of the "
+                f"time")
+    return out + "."
 
 
 def device_saturated(dev: str, busy_pct: float, queue_ns: int, service_ns: int,

@@ -24,6 +24,7 @@ from tracer.core.diagnosis.rules import (
     device_contended,
     device_saturated,
     host_bound,
+    memory_pressure,
     not_io_bound,
     slow_filesystem,
     small_files,
@@ -34,7 +35,8 @@ from tracer.core.diagnosis.rules import (
 from tracer.core.diagnosis.rules.context import Context
 
 LOOP_RULES = (sync_loading, dataloader_io_bound, dataloader_cpu_bound, cpu_contended,
-              dataloader_network_bound, sync_writes, checkpoint_stall, host_bound)
+              memory_pressure, dataloader_network_bound, sync_writes, checkpoint_stall,
+              host_bound)
 # dataset_exceeds_cache before cold_cache: later passes that miss again say there was no cold
 # first pass to discount
 WINDOW_RULES = (dataset_exceeds_cache, cold_cache, small_files, slow_filesystem,

@@ -133,6 +133,19 @@ def worker_times(ivs: list[IntervalEvidence], pid: int) -> tuple[int, int]:
             sum(iv.worker_iowait_ns.get(pid, 0) for iv in ivs))
 
 
+def worker_reclaim(ivs: list[IntervalEvidence], pid: int) -> tuple[int, int]:
+    """Main `pid`'s DataLoader workers' time in memory reclaim in `ivs`, and of it blocked (D):
+    the part of their CPU and D time that memory took, not their work or their reads."""
+    found = [iv.reclaim[pid] for iv in ivs if pid in iv.reclaim]
+    return (sum(r.workers[1] for r in found), sum(r.workers_blocked_ns for r in found))
+
+
+def less_reclaim(share: float, part: int, reclaimed: int) -> float:
+    """A data-wait share of the loop's time without what the workers' reclaim explains: of
+    their `part` (time on CPU, or blocked) `reclaimed` went to reclaim."""
+    return share * (1 - min(reclaimed, part) / part) if part else share
+
+
 def data_wait_pct(loop: LoopTime) -> float:
     """The loop's wait for batches, all causes, in percent (as the evidence rounds them)."""
     return loop.pct["data_wait_io"] + loop.pct["data_wait_cpu"] + loop.pct["data_wait_network"]

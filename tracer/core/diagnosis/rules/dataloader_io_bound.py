@@ -1,7 +1,8 @@
 """dataloader_io_bound: the loop waits for batches while the DataLoader workers are blocked on
 storage (their reads, page faults).
 
-Thresholds: loop_share (of the loop's training time in `data_wait_io`)."""
+Thresholds: loop_share (of the loop's training time in `data_wait_io`, less the part that the
+workers' time blocked in memory reclaim explains: memory_pressure's, not storage's)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,11 @@ from tracer.core.diagnosis.finding import Finding, severity
 from tracer.core.diagnosis.rules.context import (
     Context,
     data_wait_pct,
+    less_reclaim,
     merged_reads,
     slowest,
     top_dir,
+    worker_reclaim,
     worker_times,
 )
 from tracer.core.histogram import percentile_ns
@@ -23,14 +26,18 @@ def judge(ctx: Context) -> list[Finding]:
     loop, pid = ctx.loop, ctx.pid
     if loop.total <= 0 or loop.share["data_wait_io"] < ctx.thresholds.loop_share:
         return []
+    cpu, io = worker_times(ctx.ivs, pid)
+    in_reclaim = min(io, worker_reclaim(ctx.ivs, pid)[1])
+    share = less_reclaim(loop.share["data_wait_io"], io, in_reclaim)
+    if share < ctx.thresholds.loop_share:
+        return []
     reads = merged_reads(ctx.ivs, pid)
     p99 = percentile_ns(reads.get(DATALOADER_WORKER, []), 99,
                         slowest(ctx.ivs, pid, DATALOADER_WORKER, reads))
-    cpu, io = worker_times(ctx.ivs, pid)
-    blocked = 100 * io / (io + cpu) if io + cpu else 0.0
+    blocked = 100 * (io - in_reclaim) / (io + cpu) if io + cpu else 0.0
     top = top_dir(ctx.ivs, pid)
     return [Finding(
-        "dataloader_io_bound", severity(loop.share["data_wait_io"]), pid,
+        "dataloader_io_bound", severity(share), pid,
         words.dataloader_io_bound(data_wait_pct(loop), loop.total, blocked, p99, top),
         {"loop_shares_pct": loop.pct, "seconds": round(loop.total / 1e9, 1),
          "workers_blocked_pct": round(blocked, 1), "p99_read_ns": p99,

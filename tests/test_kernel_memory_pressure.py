@@ -1,0 +1,114 @@
+"""Memory pressure (`threads.reclaim_ns`, `memory_pressure`) on a real PyTorch DataLoader job
+(2 workers that decode each cached sample into 16 MiB of fresh memory and keep it on local
+disk, writes limited to 60 MB/s; 8 steps), launched and attached: in a memory cgroup (v1) of
+512 MiB, smaller than what the workers touch (their memory and the decoded samples' pages,
+which reclaim has to wait for as they are written), the workers reclaim most of their busy
+time and iotrace says so first, with the cgroup's limit and usage; the same job without a
+limit reclaims nothing and gets no such finding.
+
+Without swap (this host has none) only files' pages can be reclaimed: the decoded samples'
+(their writeback started at once; the flusher would start it in 30 s). A v1 cgroup that cannot
+reclaim kills a worker, so the job's cgroup waits instead (--no-oom-kill). The cgroup is made
+by the job (train.py --memory-limit-mib) and removed here too, whatever happens."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+from conftest import ROOT, needs_root
+from tracer.report import diagnose_trace
+from tracer.tracedir.reader import load
+
+pytestmark = [needs_root, pytest.mark.kernel]
+
+LIMIT_MIB = 512
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    return tmp_path_factory.mktemp("memory_pressure")
+
+
+def extra(spill, limited: bool) -> tuple[str, ...]:
+    return ("--transform", "none", "--epochs", "1", "--steps-per-epoch", "8",
+            "--decode-mib", "16", "--spill-dir", str(spill),
+            "--throttle-write-bps", "60000000", "--throttle-disk-of", str(spill),
+            *(("--memory-limit-mib", str(LIMIT_MIB), "--no-oom-kill") if limited else ()))
+
+
+def traced(mode: str, workdir, out, limited: bool):
+    from scenario_trace import attached, launched
+
+    from tracer.workloads.dataset import unthrottle
+    from tracer.workloads.scenarios import prepare
+
+    spill = out.parent / f"{out.name}-spill"
+    spill.mkdir()
+    sc = prepare("dataloader_cpu_bound", workdir)
+    try:
+        return (launched(sc, out, extra=extra(spill, limited)) if mode == "launch"
+                else attached(sc, out, after_workers=True, extra=extra(spill, limited)))
+    finally:
+        sc.cleanup()
+        shutil.rmtree(spill, ignore_errors=True)  # 1 GiB of decoded samples
+        if out.exists() and (out / "processes").exists():  # a killed job leaves its cgroup
+            for pid in set(pd.read_parquet(out / "processes").pid):
+                unthrottle(f"train-{pid}")
+
+
+def final(t) -> pd.DataFrame:
+    f = t.table("findings")
+    return f[f.ts == f.ts.max()].sort_values("severity", ascending=False, kind="stable")
+
+
+@pytest.mark.parametrize("mode", ["launch", "attach"])
+def test_a_job_short_of_memory(mode, workdir, tmp_path):
+    pytest.importorskip("torch", reason="the PyTorch scenarios need torch")
+    t = traced(mode, workdir, tmp_path / "starved", limited=True)
+    f = final(t)
+    table = f[["kind", "severity", "summary"]].to_string()
+    print(table)
+    threads = t.table("threads")
+    workers = threads[threads.role == "dataloader_worker"]
+    busy = (workers.oncpu_ns + workers.runnable_ns + workers.iowait_ns).sum()
+    print(f"{mode}: workers' reclaim {workers.reclaim_ns.sum() / 1e9:.2f} s of "
+          f"{busy / 1e9:.2f} s busy, {int(workers.reclaims.sum())} reclaims")
+    # The workers reclaimed a large part of their busy time, at the cgroup's limit
+    assert workers.reclaim_ns.sum() >= 0.2 * busy, table
+    m = t.table("memory")
+    limited = m[m.limit_bytes == LIMIT_MIB << 20]
+    assert not limited.empty and limited.usage_bytes.max() >= 0.95 * (LIMIT_MIB << 20)
+    assert limited.limit_hits.sum() > 0
+    assert "memory_pressure" in set(f.kind), table
+    mp = f[f.kind == "memory_pressure"].iloc[0]
+    ev = json.loads(mp.evidence)
+    assert ev["workers_reclaim_pct"] >= 20 and mp.severity >= 10, ev
+    assert ev["memory"]["limit_bytes"] == LIMIT_MIB << 20 and ev["memory"]["source"] == "cgroup_v1"
+    assert f"of its {LIMIT_MIB}.0 MiB limit" in mp.summary
+    # It leads: the loop waits for workers that reclaim (blocked on the writeback of the pages
+    # to free), which is neither their work nor their reads of the data set
+    assert f.kind.iloc[0] == "memory_pressure", table
+    assert not {"dataloader_cpu_bound", "dataloader_io_bound", "sync_loading"} & set(f.kind), table
+    assert "] memory_pressure:" in t.stdout
+    report = subprocess.run([sys.executable, "-m", "tracer.cli", "report", str(t.out)],
+                            cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert "] memory_pressure:" in report.stdout, report.stdout  # again from the rows
+    again = [x for x in diagnose_trace(load(str(t.out))).findings()
+             if x.kind == "memory_pressure"]
+    assert [x.summary for x in again] == [mp.summary]
+
+
+@pytest.mark.parametrize("mode", ["launch", "attach"])
+def test_a_roomy_job_reclaims_nothing(mode, workdir, tmp_path):
+    pytest.importorskip("torch", reason="the PyTorch scenarios need torch")
+    t = traced(mode, workdir, tmp_path / "roomy", limited=False)
+    f = final(t)
+    threads = t.table("threads")
+    assert threads.reclaim_ns.sum() == 0, threads.groupby("role").reclaim_ns.sum()
+    assert "memory_pressure" not in set(f.kind), f[["kind", "severity", "summary"]].to_string()
