@@ -22,6 +22,7 @@ FORMATS = {
     "CONFIG": ("iot_config", (), None),
     "HIST_KEY": ("hist_key", (), None),
     "PROC_EVENT": ("iot_proc_event", (), None),
+    "DRAIN_EVENT": ("iot_drain_event", (), None),
     "TRACKED_INFO": ("tracked_info", (), None),
     "TRACK_REQUEST": ("track_request", (), None),
     "THREAD_TIME": ("thread_time", (), None),

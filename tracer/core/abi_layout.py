@@ -111,7 +111,12 @@ STRUCTS = {
         ('pad', 6, 2, 'u8[2]'),
         ('slow_ns', 8, 8, 'u64'),
         ('file_log_entries', 16, 4, 'u32'),
-        ('pad2', 20, 4, 'u32'),
+        ('file_log_mark', 20, 4, 'u32'),
+    )),
+    'iot_drain_event': (16, (
+        ('kind', 0, 4, 'u32'),
+        ('buf', 4, 4, 'u32'),
+        ('used', 8, 8, 'u64'),
     )),
     'iot_file_event': (2112, (
         ('kind', 0, 4, 'u32'),
@@ -249,6 +254,7 @@ ENUMS = {
         'IOT_EVENT_SLOW': 5,
         'IOT_EVENT_RENAME': 6,
         'IOT_EVENT_DISCOVER': 7,
+        'IOT_EVENT_DRAIN': 8,
     },
     'iot_file_flags': {
         'IOT_FILE_TRUNCATED': 1,
