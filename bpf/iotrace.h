@@ -123,6 +123,7 @@ struct file_stat {
 	__u64 opens;
 	__u64 open_latency_sum_ns;
 	__u64 open_latency_max_ns;
+	__u64 size; /* the file's size (i_size) at its last open counted here; 0: not opened */
 };
 
 /* A block request in flight (block.bpf.c), from its start to its end; user space reads the

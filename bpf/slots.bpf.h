@@ -289,14 +289,16 @@ static __always_inline void file_op_add(__u32 tgid, const struct file_id *id, __
 }
 
 /* Per-file accounting of one open, in the key of `op` (read, or write for a file opened for
- * writing): struct file_stat says why. */
+ * writing): struct file_stat says why. `size`: the file's then, which tells user space where
+ * a pass over it ends (tracer/live/rereads.py) without a syscall of its own. */
 static __always_inline void file_open_add(__u32 tgid, const struct file_id *id, __u64 dir_ino,
-					  __u8 op, __u64 latency_ns, __u32 *at)
+					  __u8 op, __u64 latency_ns, __u64 size, __u32 *at)
 {
 	struct file_stat *st = file_stat_for(tgid, id, op, dir_ino, at);
 
 	if (!st)
 		return;
+	st->size = size;
 	__sync_fetch_and_add(&st->opens, 1);
 	__sync_fetch_and_add(&st->open_latency_sum_ns, latency_ns);
 	if (latency_ns > st->open_latency_max_ns)

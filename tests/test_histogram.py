@@ -110,8 +110,8 @@ def counts(*entries) -> np.ndarray:
     """An interval's per-file counters as the kernel hands them over: (pid, ino, op, ops,
     latency_sum_ns, dir_ino) per entry, 4 KiB per op."""
     keys = b"".join(abi.FILE_KEY.pack(pid, 1, ino, 0, op, 0) for pid, ino, op, *_ in entries)
-    stats = b"".join(abi.FILE_STAT.pack(ops, 4096 * ops, lat, 0, 0, lat // max(ops, 1), d, 0, 0, 0)
-                     for *_, ops, lat, d in entries)
+    stats = b"".join(abi.FILE_STAT.pack(ops, 4096 * ops, lat, 0, 0, lat // max(ops, 1), d, 0, 0, 0,
+                                     0) for *_, ops, lat, d in entries)
     return abi.file_counts(keys, stats)
 
 

@@ -34,7 +34,7 @@ SUMMED = ("ops", "bytes", "latency_sum_ns", "pages_missed", "pages_dirtied", "op
           "open_latency_sum_ns")
 # summed too where the rows carry them (tracer.live.rereads adds them before the roll-up)
 SUMMED_IF_THERE = ("reread_bytes", "reread_pages")
-LARGEST = ("latency_max_ns", "open_latency_max_ns", "dir_ino")
+LARGEST = ("latency_max_ns", "open_latency_max_ns", "dir_ino", "size")
 # the fields a row of op open keeps of the row its opens were counted in (_opens_apart)
 OPEN_KEPT = (*(name for name, _ in abi.FILE_KEY_FIELDS if name != "op"), "dir_ino",
              *abi.OPEN_FIELDS.values())

@@ -358,7 +358,7 @@ class Aggregator:
                 zip(own.tolist(), itertools.repeat(1), itertools.repeat(False)),
                 zip(folder_rows.tolist(), n_files.tolist(), itertools.repeat(True))):
             (pid, dev, ino, gen, op_code, _buf, _pad, ops, nbytes, lat_sum, missed, dirtied,
-             max_ns, dir_ino, _opens, _open_sum, _open_max, reread, reread_pages) = counts
+             max_ns, dir_ino, _opens, _open_sum, _open_max, _size, reread, reread_pages) = counts
             op = abi.OPS.get(op_code, "other")
             info = (self.files.folder(dev, ino) if folder
                     else self.files.get(dev, ino, gen, pid, dir_ino))
