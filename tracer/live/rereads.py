@@ -15,7 +15,8 @@ entries). A file still read in the next interval is a shard read across interval
 reads by then add up to its size (the kernel's at the file's open, else `size_of`, asked only
 for files not opened in either interval: a few shards), which begins its next pass: a small
 data set read again right after its first pass. A single file read without pause for the
-whole trace (a large file read at random offsets) is in its first pass throughout: its re-reads are within a pass and are not counted.
+whole trace (a large file read at random offsets) is in its first pass throughout: its
+re-reads are within a pass and are not counted.
 """
 
 from __future__ import annotations
