@@ -305,8 +305,11 @@ def main() -> int:
         paths, rolled = cost.get("file_paths_lost", {}), cost.get("files_rolled_up", {})
         tracing_cpu = (cost.get("tracer", {}).get("cpu_seconds", 0)
                        - cost.get("tracer", {}).get("setup_cpu_seconds", 0))
+        after_setup = tracer_cpu - cost.get("tracer", {}).get("setup_cpu_seconds", 0)
         print(f"  tracer CPU while tracing {tracing_cpu:.2f} s: "
-              f"{tracing_cpu / max(n_traced, 1) * 1e6:.1f} us a file read; paths unknown "
+              f"{tracing_cpu / max(n_traced, 1) * 1e6:.1f} us a file read (after start-up, the "
+              f"last interval and the end included: {after_setup / max(n_traced, 1) * 1e6:.1f} "
+              f"us); paths unknown "
               f"{paths.get('unknown')} (recovered {paths.get('recovered')}); file rows rolled "
               f"up {rolled.get('file_rows')}, folder rows {rolled.get('folder_rows')}, "
               f"operations counted per folder by the kernel {rolled.get('kernel_folder_ops')}",
