@@ -75,7 +75,8 @@ class Reading:
     """One read of the kernel's maps (raw bytes, as the loader returns them)."""
 
     hists: dict[bytes, bytes]
-    # This interval's per-file and per-folder counters (kernel.maps.Maps.drain_file_stats)
+    # This interval's per-file and per-folder counters (kernel.maps.Maps.drain_file_stats): its
+    # last drain, those the kernel asked for before it given to Aggregator.add_drain already
     files: np.ndarray = field(default_factory=no_file_counts)
     folders: np.ndarray = field(default_factory=no_file_counts)
     threads: dict[int, bytes] = field(default_factory=dict)  # by thread id
