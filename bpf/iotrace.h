@@ -65,7 +65,8 @@ struct iot_config {
 	__u8 pad[2];
 	__u64 slow_ns; /* operations at least this slow are sent as events (0: none) */
 	__u32 file_log_entries; /* records of file_log per buffer (slots.bpf.h); 0: none */
-	__u32 pad2;
+	__u32 file_log_mark; /* records of a buffer's log in use at which user space is told to
+			      * drain it (struct iot_drain_event); 0: never */
 };
 
 /* Key of the `hists` map: one histogram per (process, layer, op, target/device). */
@@ -122,6 +123,7 @@ struct file_stat {
 	__u64 opens;
 	__u64 open_latency_sum_ns;
 	__u64 open_latency_max_ns;
+	__u64 size; /* the file's size (i_size) at its last open counted here; 0: not opened */
 };
 
 /* A block request in flight (block.bpf.c), from its start to its end; user space reads the
@@ -277,6 +279,8 @@ enum iot_event_kind {
 			       * ppid holds the thread id) */
 	IOT_EVENT_DISCOVER = 7, /* auto_discover: an untracked process named itself pt_data_worker
 				 * or pt_elastic (iot_proc_event: pid, ppid = its parent) */
+	IOT_EVENT_DRAIN = 8, /* the interval's per-file buffer passed its mark: drain it now
+			      * (struct iot_drain_event) */
 };
 
 /* Value of the `tracked` map. */
@@ -384,6 +388,14 @@ struct iot_proc_event {
 	__u32 pad;
 };
 
+/* Record of the `events` ring buffer that asks user space to take the per-file buffer out
+ * before the interval ends (slots.bpf.h, file_log_add): sent once per filling of a buffer. */
+struct iot_drain_event {
+	__u32 kind;
+	__u32 buf;  /* the buffer (file_key.buf) that passed its mark */
+	__u64 used; /* its log's records in use then */
+};
+
 /* Index of the `map_full` counters: inserts refused because a hash map was full (-E2BIG).
  * files_seen and dirtier are LRU maps: they evict their oldest entry instead of refusing. */
 enum iot_map {
@@ -471,6 +483,7 @@ struct iot_abi {
 		struct iot_file_event file_event;
 		struct iot_slow_event slow_event;
 		struct iot_proc_event proc_event;
+		struct iot_drain_event drain_event;
 		struct cuda_thread cuda_thread;
 	} records;
 	enum iot_limits *limits;

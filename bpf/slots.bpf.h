@@ -159,6 +159,28 @@ static __always_inline struct file_slot *file_slot_at(__u32 at)
 	return at & AT_LOG ? bpf_map_lookup_elem(&file_log, &i) : bpf_map_lookup_elem(&file_slots, &i);
 }
 
+/*
+ * Draining on pressure. A buffer holds one interval's keys, and an interval can bring more
+ * keys than the slots, the log and file_stats hold (a fast job, a long interval): past them,
+ * operations are only counted per folder. So when a buffer's log passes its mark, the one
+ * program that took the mark's record tells user space, which advances the epoch and takes the
+ * buffer out at once, as at an interval's end, and adds it to the interval's (tracer/live/
+ * session.py). The rest of the log and file_stats are the room left while it does.
+ */
+static __always_inline void ask_drain(__u32 buf, __u64 used)
+{
+	struct iot_drain_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+
+	if (!e) {
+		count_lost_event();
+		return;
+	}
+	e->kind = IOT_EVENT_DRAIN;
+	e->buf = buf;
+	e->used = used;
+	bpf_ringbuf_submit(e, BPF_RB_FORCE_WAKEUP);
+}
+
 /* A new record of file_log for `key`, in its buffer; NULL when the buffer's are all taken.
  * Its place goes to *at. */
 static __always_inline struct file_stat *file_log_add(const struct file_key *key, __u64 tag,
@@ -171,6 +193,8 @@ static __always_inline struct file_stat *file_log_add(const struct file_key *key
 	if (!used)
 		return NULL;
 	n = __sync_fetch_and_add(used, 1);
+	if (n + 1 == iot_config.file_log_mark) /* one program takes it */
+		ask_drain(buf, n + 1);
 	if (n >= iot_config.file_log_entries)
 		return NULL;
 	i = buf * iot_config.file_log_entries + (__u32)n;
@@ -265,14 +289,16 @@ static __always_inline void file_op_add(__u32 tgid, const struct file_id *id, __
 }
 
 /* Per-file accounting of one open, in the key of `op` (read, or write for a file opened for
- * writing): struct file_stat says why. */
+ * writing): struct file_stat says why. `size`: the file's then, which tells user space where
+ * a pass over it ends (tracer/live/rereads.py) without a syscall of its own. */
 static __always_inline void file_open_add(__u32 tgid, const struct file_id *id, __u64 dir_ino,
-					  __u8 op, __u64 latency_ns, __u32 *at)
+					  __u8 op, __u64 latency_ns, __u64 size, __u32 *at)
 {
 	struct file_stat *st = file_stat_for(tgid, id, op, dir_ino, at);
 
 	if (!st)
 		return;
+	st->size = size;
 	__sync_fetch_and_add(&st->opens, 1);
 	__sync_fetch_and_add(&st->open_latency_sum_ns, latency_ns);
 	if (latency_ns > st->open_latency_max_ns)

@@ -266,7 +266,7 @@ static __always_inline void open_done(struct task_struct *task, struct sys_start
 	span_open(task, file, (int)fd, &fid);
 	file_open_add(task->tgid, &fid, dir_ino,
 		      file->f_mode & FMODE_WRITE ? IOT_OP_WRITE : IOT_OP_READ, latency_ns,
-		      &start->counters_at);
+		      inode->i_size, &start->counters_at);
 }
 
 /* The exit of a traced syscall returning `ret`: only threads with a syscall in flight (ts_ns

@@ -150,18 +150,20 @@ def beside_burner(job: list[str], fraction: float) -> str:
 
 
 def job_seconds(text: str) -> tuple[int, int, float]:
-    m = EPOCH.search(text)
-    if not m:
+    """(files, bytes, seconds) of the job's epochs, added up."""
+    found = EPOCH.findall(text)
+    if not found:
         raise SystemExit(f"the job printed no epoch line: {text[-400:]}")
-    return int(m[1]), int(m[2]), float(m[3])
+    return (sum(int(m[0]) for m in found), sum(int(m[1]) for m in found),
+            sum(float(m[2]) for m in found))
 
 
 def job_cpu_s(text: str) -> float:
-    """The CPU seconds of the job's epoch (its main process and workers)."""
-    m = EPOCH.search(text)
-    if not m or m[4] is None:
+    """The CPU seconds of the job's epochs (its main process and workers)."""
+    found = EPOCH.findall(text)
+    if not found or any(not m[3] for m in found):
         raise SystemExit(f"the job printed no CPU time: {text[-400:]}")
-    return float(m[4])
+    return sum(float(m[3]) for m in found)
 
 
 def exactness(trace_dir: Path) -> dict:
@@ -191,14 +193,16 @@ def untraced_run(job: list[str], data: Path) -> tuple[int, float, float]:
     return n, seconds, job_cpu_s(text)
 
 
-def traced_run(job: list[str], keep: str | None, data: Path) -> tuple[Path, str, float, float]:
+def traced_run(job: list[str], keep: str | None, data: Path,
+               interval: float | None = None) -> tuple[Path, str, float, float]:
     """(trace directory, the job's stdout, wall s, the tracer's CPU s) of the job under
-    `iotrace -- job`, cache warm."""
+    `iotrace -- job` (with `-i interval` when given), cache warm."""
     out = Path(keep) if keep else Path(tempfile.mkdtemp(prefix="iotrace-scale-"))
     subprocess.run(["rm", "-rf", str(out)], check=True)
     warm(data)
-    text, wall, tracer_cpu = run([PY, "-m", "tracer.cli", "-o", str(out), "--no-tui", "--",
-                                  *job])
+    options = ["-i", str(interval)] if interval else []
+    text, wall, tracer_cpu = run([PY, "-m", "tracer.cli", "-o", str(out), "--no-tui", *options,
+                                  "--", *job])
     return out, text, wall, tracer_cpu
 
 
@@ -231,6 +235,8 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--data", default="/var/tmp/iotrace-scale")
     ap.add_argument("--files-per-s", type=float, help="pace the job (default: as fast as it goes)")
+    ap.add_argument("--epochs", type=int, default=1, help="passes over the files")
+    ap.add_argument("--interval", type=float, help="iotrace's -i (default: its own, 1 s)")
     ap.add_argument("--keep", help="keep the last trace here")
     ap.add_argument("--shuffle", action="store_true",
                     help="the files in a random order, as a training job's sampler gives them")
@@ -257,6 +263,8 @@ def main() -> int:
            "--num-workers", str(args.workers)]
     if args.files_per_s:
         job += ["--files-per-s", str(args.files_per_s)]
+    if args.epochs > 1:
+        job += ["--epochs", str(args.epochs)]
     if args.shuffle:
         job.append("--shuffle")
     if args.work_passes:
@@ -269,7 +277,7 @@ def main() -> int:
         # every other round traced first (with --floor, the three runs in turn): a machine
         # that slows down or speeds up over a round then favours no run in the medians
         runs = {"untraced": lambda: untraced_run(job, data),
-                "traced": lambda: traced_run(job, args.keep, data)}
+                "traced": lambda: traced_run(job, args.keep, data, args.interval)}
         if args.floor:
             runs["io-floor"] = lambda: untraced_run(floor_job, data)
         order = list(runs)[r % len(runs):] + list(runs)[:r % len(runs)]
@@ -294,6 +302,18 @@ def main() -> int:
               f"core ({cost.get('tracer', {}).get('cpu_pct')} % while tracing, start-up "
               f"left out), peak RSS {cost.get('tracer', {}).get('peak_rss_bytes', 0) / 2**20:.0f} "
               f"MiB; lost {cost.get('events_lost')} records, map full {full or 0}", flush=True)
+        paths, rolled = cost.get("file_paths_lost", {}), cost.get("files_rolled_up", {})
+        tracing_cpu = (cost.get("tracer", {}).get("cpu_seconds", 0)
+                       - cost.get("tracer", {}).get("setup_cpu_seconds", 0))
+        after_setup = tracer_cpu - cost.get("tracer", {}).get("setup_cpu_seconds", 0)
+        print(f"  tracer CPU while tracing {tracing_cpu:.2f} s: "
+              f"{tracing_cpu / max(n_traced, 1) * 1e6:.1f} us a file read (after start-up, the "
+              f"last interval and the end included: {after_setup / max(n_traced, 1) * 1e6:.1f} "
+              f"us); paths unknown "
+              f"{paths.get('unknown')} (recovered {paths.get('recovered')}); file rows rolled "
+              f"up {rolled.get('file_rows')}, folder rows {rolled.get('folder_rows')}, "
+              f"operations counted per folder by the kernel {rolled.get('kernel_folder_ops')}",
+              flush=True)
         print(f"  CPU of the epoch: job {plain_cpu:.2f} s untraced, {traced_cpu:.2f} s traced, "
               f"tracer {tracer_epoch_cpu:.2f} s: {cpu_ratios[-1]:.3f}x", flush=True)
         same = (ex["files_ops"], ex["files_bytes"]) == (ex["latency_ops"], ex["latency_bytes"])

@@ -22,6 +22,7 @@ FORMATS = {
     "CONFIG": ("iot_config", (), None),
     "HIST_KEY": ("hist_key", (), None),
     "PROC_EVENT": ("iot_proc_event", (), None),
+    "DRAIN_EVENT": ("iot_drain_event", (), None),
     "TRACKED_INFO": ("tracked_info", (), None),
     "TRACK_REQUEST": ("track_request", (), None),
     "THREAD_TIME": ("thread_time", (), None),
@@ -317,7 +318,7 @@ def test_slot_tags_checked_against_their_keys():
     gen = 0xDEADBEEF  # the inode's generation: a reused inode number is another key
     fkey = abi.FILE_KEY.pack(4242, 0x800001, 123456789, gen, 1, 1)  # buf 1: not in the tag
     ftag = abi.slot_tag(4242 | 0x800001 << 32, 123456789, gen | 1 << 32)
-    stat = abi.FILE_STAT.pack(1, 2, 3, 4, 5, 6, 7, 8, 9, 10)
+    stat = abi.FILE_STAT.pack(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11)
     other = abi.FILE_KEY.pack(4242, 0x800001, 987654321, gen, 1, 0)
     reused = abi.FILE_KEY.pack(4242, 0x800001, 123456789, gen + 1, 1, 0)
     raw = b"".join(abi.FILE_SLOT.pack(ftag, k, stat) for k in (fkey, other, reused))
@@ -341,8 +342,8 @@ def test_a_key_in_a_slot_and_in_the_map_adds_up():
     from tracer.core import abi, rollup
 
     key = abi.FILE_KEY.pack(7, 8, 9, 10, 0, 1)
-    a = abi.FILE_STAT.pack(3, 300, 30, 1, 0, 20, 5, 1, 7, 7)
-    b = abi.FILE_STAT.pack(2, 200, 25, 0, 4, 15, 5, 2, 9, 6)
+    a = abi.FILE_STAT.pack(3, 300, 30, 1, 0, 20, 5, 1, 7, 7, 0)
+    b = abi.FILE_STAT.pack(2, 200, 25, 0, 4, 15, 5, 2, 9, 6, 0)
     both = abi.file_counts(key * 2, a + b)
     own, folders, n = rollup.split(both, both[:0])
     assert own[["op", "ops", "bytes", "latency_sum_ns", "pages_missed", "pages_dirtied",

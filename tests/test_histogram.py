@@ -110,9 +110,34 @@ def counts(*entries) -> np.ndarray:
     """An interval's per-file counters as the kernel hands them over: (pid, ino, op, ops,
     latency_sum_ns, dir_ino) per entry, 4 KiB per op."""
     keys = b"".join(abi.FILE_KEY.pack(pid, 1, ino, 0, op, 0) for pid, ino, op, *_ in entries)
-    stats = b"".join(abi.FILE_STAT.pack(ops, 4096 * ops, lat, 0, 0, lat // max(ops, 1), d, 0, 0, 0)
-                     for *_, ops, lat, d in entries)
+    stats = b"".join(abi.FILE_STAT.pack(ops, 4096 * ops, lat, 0, 0, lat // max(ops, 1), d, 0, 0, 0,
+                                     0) for *_, ops, lat, d in entries)
     return abi.file_counts(keys, stats)
+
+
+def test_drains_of_one_interval_make_its_rows():
+    """The kernel's buffer taken out in three drains of one interval (it filled: slots.bpf.h,
+    ask_drain): each is rolled up as it comes, and the interval's rows are those of one drain
+    of it all: the same files kept, the same folder rows, the kernel's folder counts with them."""
+    from tracer.core.rollup import KEEP_FILES
+
+    n = 300
+    entries = [*[(7, 1000 + i, 0, 2, 1000 * (i + 1), 500) for i in range(n)],
+               *[(7, 2000 + i, 0, 1, 10**9, 600) for i in range(3)],
+               *[(9, 3000 + i, 0, 1, 10**6 + i, 700) for i in range(KEEP_FILES + 5)]]
+    kernel = counts((7, 500, 0, 4, 4000, 500))
+    whole = Aggregator(ProcessTable(Clock()))
+    one = whole.interval(Reading({}, counts(*entries), kernel), ts_ns=1).files
+    drained = Aggregator(ProcessTable(Clock()))
+    drained.add_drain(counts(*entries[0::3]), kernel[:0])
+    drained.add_drain(counts(*entries[1::3]), kernel)
+    three = drained.interval(Reading({}, counts(*entries[2::3]), kernel[:0]), ts_ns=1).files
+
+    def rows(got):
+        return sorted((r["pid"], r["inode"], r["op"], r["path_source"] == "folder",
+                       r["file_count"], r["ops"], r["bytes"]) for r in got)
+    assert rows(three) == rows(one)
+    assert drained.rolled_up == whole.rolled_up
 
 
 def test_files_past_the_kept_ones_are_added_up_per_folder():

@@ -70,6 +70,22 @@ def test_a_small_data_set_read_again_at_once():
     assert reread(r, (10, 1, 512 * KIB, 0)) == [(512 * KIB, 0)]
 
 
+def test_the_kernels_size_at_an_open_asks_nothing():
+    """A file opened in the interval has the size the kernel saw at its open in its row: a
+    data set of small files read again in the next interval (a long interval, a short epoch)
+    asks user space for no file's size, where it once named and stat'ed every one."""
+    size_of, asked = sizes()
+    r = Rereads(size_of)
+    first = rows((10, 1, 4 * KIB, 1), (10, 2, 4 * KIB, 1))
+    first["size"] = 4 * KIB
+    r.mark(first)
+    again = rows((11, 1, 4 * KIB, 0), (11, 2, 2 * KIB, 0))
+    again["size"] = [4 * KIB, 8 * KIB]  # 2 grew: its first pass goes on
+    got = r.mark(again)
+    assert got["reread_bytes"].tolist() == [4 * KIB, 0]
+    assert asked == []
+
+
 def test_two_readers_of_one_file_in_one_interval():
     size_of, _ = sizes()
     r = Rereads(size_of)

@@ -38,9 +38,9 @@ TARGET_SOCKET = layout.enum_value("iot_target", "IOT_TARGET_SOCKET")
 # enum iot_attribution (0: IOT_ATTR_NONE, not a block row)
 ATTRIBUTIONS = layout.enum_names("iot_attribution", "IOT_ATTR_")
 # enum iot_event_kind
-EVENT_FORK, EVENT_EXEC, EVENT_EXIT, EVENT_FILE, EVENT_SLOW, EVENT_RENAME, EVENT_DISCOVER = (
-    layout.enum_value("iot_event_kind", f"IOT_EVENT_{k}")
-    for k in ("FORK", "EXEC", "EXIT", "FILE", "SLOW", "RENAME", "DISCOVER"))
+(EVENT_FORK, EVENT_EXEC, EVENT_EXIT, EVENT_FILE, EVENT_SLOW, EVENT_RENAME, EVENT_DISCOVER,
+ EVENT_DRAIN) = (layout.enum_value("iot_event_kind", f"IOT_EVENT_{k}")
+                 for k in ("FORK", "EXEC", "EXIT", "FILE", "SLOW", "RENAME", "DISCOVER", "DRAIN"))
 # enum iot_tracked_flags
 TRACKED_WORKER = layout.enum_value("iot_tracked_flags", "IOT_TRACKED_WORKER")
 # enum iot_thread_state
@@ -65,6 +65,7 @@ HIST_KEY = struct.Struct(layout.struct_format("hist_key"))
 HIST_SIZE = layout.size("hist")
 # struct iot_proc_event: kind, pid, ppid, exit_code, ts_ns, comm, ns_pid
 PROC_EVENT = struct.Struct(layout.struct_format("iot_proc_event"))
+DRAIN_EVENT = struct.Struct(layout.struct_format("iot_drain_event"))
 # tracked map: u32 tgid -> struct tracked_info {root, flags}
 TGID = struct.Struct("<I")
 TRACKED_INFO = struct.Struct(layout.struct_format("tracked_info"))
@@ -254,6 +255,13 @@ def _cstr(raw: bytes) -> str:
 def event_kind(raw: bytes) -> int:
     """The kind of a ring-buffer record (the first u32 of every record)."""
     return int.from_bytes(raw[:4], "little")
+
+
+def decode_drain_event(raw: bytes) -> tuple[int, int]:
+    """(buffer, its log's records in use) of a struct iot_drain_event: the kernel asks for the
+    per-file buffer to be drained before the interval ends (slots.bpf.h, ask_drain)."""
+    _, buf, used = DRAIN_EVENT.unpack_from(raw)
+    return buf, used
 
 
 def decode_file_event(raw: bytes) -> FileEvent:

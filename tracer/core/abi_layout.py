@@ -61,12 +61,12 @@ STRUCTS = {
         ('buf', 21, 1, 'u8'),
         ('pad', 22, 2, 'u8[2]'),
     )),
-    'file_slot': (112, (
+    'file_slot': (120, (
         ('tag', 0, 8, 'u64'),
         ('key', 8, 24, 'struct file_key'),
-        ('st', 32, 80, 'struct file_stat'),
+        ('st', 32, 88, 'struct file_stat'),
     )),
-    'file_stat': (80, (
+    'file_stat': (88, (
         ('ops', 0, 8, 'u64'),
         ('bytes', 8, 8, 'u64'),
         ('latency_sum_ns', 16, 8, 'u64'),
@@ -77,6 +77,7 @@ STRUCTS = {
         ('opens', 56, 8, 'u64'),
         ('open_latency_sum_ns', 64, 8, 'u64'),
         ('open_latency_max_ns', 72, 8, 'u64'),
+        ('size', 80, 8, 'u64'),
     )),
     'free_slot_request': (16, (
         ('table', 0, 4, 'u32'),
@@ -111,7 +112,12 @@ STRUCTS = {
         ('pad', 6, 2, 'u8[2]'),
         ('slow_ns', 8, 8, 'u64'),
         ('file_log_entries', 16, 4, 'u32'),
-        ('pad2', 20, 4, 'u32'),
+        ('file_log_mark', 20, 4, 'u32'),
+    )),
+    'iot_drain_event': (16, (
+        ('kind', 0, 4, 'u32'),
+        ('buf', 4, 4, 'u32'),
+        ('used', 8, 8, 'u64'),
     )),
     'iot_file_event': (2112, (
         ('kind', 0, 4, 'u32'),
@@ -254,6 +260,7 @@ ENUMS = {
         'IOT_EVENT_SLOW': 5,
         'IOT_EVENT_RENAME': 6,
         'IOT_EVENT_DISCOVER': 7,
+        'IOT_EVENT_DRAIN': 8,
     },
     'iot_file_flags': {
         'IOT_FILE_TRUNCATED': 1,

@@ -34,7 +34,7 @@ SUMMED = ("ops", "bytes", "latency_sum_ns", "pages_missed", "pages_dirtied", "op
           "open_latency_sum_ns")
 # summed too where the rows carry them (tracer.live.rereads adds them before the roll-up)
 SUMMED_IF_THERE = ("reread_bytes", "reread_pages")
-LARGEST = ("latency_max_ns", "open_latency_max_ns", "dir_ino")
+LARGEST = ("latency_max_ns", "open_latency_max_ns", "dir_ino", "size")
 # the fields a row of op open keeps of the row its opens were counted in (_opens_apart)
 OPEN_KEPT = (*(name for name, _ in abi.FILE_KEY_FIELDS if name != "op"), "dir_ino",
              *abi.OPEN_FIELDS.values())
@@ -258,6 +258,36 @@ def split(files: np.ndarray, folders: np.ndarray, keep: int = KEEP_FILES
     weights = np.concatenate([counted[others], np.zeros((len(kernel), 2), dtype=np.int64)])
     folder_rows, n_files = add_up(rows, FOLDER_KEY, weights)
     return (own, *_opens_apart(folder_rows, n_files))
+
+
+def merge(parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]], keep: int = KEEP_FILES
+          ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """split's results for several drains of one interval (the kernel's buffer taken out
+    before the interval's end when it filled: bpf/slots.bpf.h) as one interval's: a key's rows
+    in several drains added up; per (process, op), of the files the drains kept, the `keep`
+    that matter most in the interval keep their rows, the others are added up per folder with
+    the drains' folder rows. Each drain is rolled up as it comes, so the tracer holds a
+    drain's rows at a time, not an interval's: a file no drain kept is in its folder's row,
+    and a file in a folder row of two drains counts in its file_count twice."""
+    import numpy as np
+
+    own = np.concatenate([p[0] for p in parts])
+    rows = [p[1] for p in parts]
+    weights = [p[2] for p in parts]
+    key = ("tgid", "dev", "ino", "gen", "op")
+    if len(own) and _repeats(own, key):
+        own, _ = add_up(own, key)
+    if len(own):
+        at = _kept(own, keep)
+        others = np.ones(len(own), dtype=bool)
+        others[at] = False
+        rest = take(own, others)
+        own = take(own, at)
+        rest["ino"] = rest["dir_ino"]
+        rest["gen"] = 0
+        rows.append(rest)
+        weights.append(np.ones(len(rest), dtype=np.int64))
+    return (own, *add_up(np.concatenate(rows), FOLDER_KEY, np.concatenate(weights)))
 
 
 def fold_folders(rows: np.ndarray, n_files: np.ndarray, parent: Callable[[int, int], int],

@@ -36,6 +36,9 @@ POWER_OF_TWO_MAPS = (RQ_SLOTS, *SLOT_TABLES)
 # The file log (slots.bpf.h): records a syscall takes in order for a key whose slot is taken,
 # half of them per interval buffer. Sized 0, there is none (the map keeps one record a buffer).
 FILE_LOG = "file_log"
+# The kernel asks for a drain once a buffer's log is this share full (1/2): the rest of the log
+# and file_stats are the room left while the tracer drains (slots.bpf.h, ask_drain)
+DRAIN_AT_LOG_SHARE = 2
 # The maps IOTRACE_MAP_SIZES can size: those whose refused inserts `map_full` counts, the
 # tables of slots and the file log.
 SIZABLE_MAPS = (*abi.MAP_FULL_MAPS, *POWER_OF_TWO_MAPS, FILE_LOG)
@@ -231,7 +234,8 @@ class Loader:
         have_io_start = self.features.get("block_io_start", "missing") != "missing"
         obj.set_config(abi.CONFIG.pack(int(have_io_start), PAGE_SHIFT, int(self.auto_discover),
                                        bits[RQ_SLOTS], bits["hist_slots"], bits["file_slots"],
-                                       self.slow_ns, self.file_log_entries))
+                                       self.slow_ns, self.file_log_entries,
+                                       self.file_log_entries // DRAIN_AT_LOG_SHARE))
         self.max_entries = {m: obj.max_entries(BUFFERED_MAPS.get(m, (m,))[0])
                             for m in abi.MAP_FULL_MAPS}
 

@@ -148,6 +148,11 @@ class Maps:
         self.epoch.update(b"\0\0\0\0", self.max_epoch.to_bytes(8, "little"))
         return self.max_epoch - 1
 
+    def drain_next(self, row_dtype=None):
+        """Starts a new per-file buffer and takes the old one out (drain_file_stats): at an
+        interval's end, and before it when the kernel asks (slots.bpf.h, ask_drain)."""
+        return self.drain_file_stats(self.next_epoch() & 1, row_dtype)
+
     def drain_file_stats(self, buf: int, row_dtype=None):
         """The per-file and per-folder counters of the interval that used buffer `buf` (the
         interval next_epoch() just ended), taken out of the kernel: (files, folders), arrays

@@ -75,7 +75,8 @@ class Reading:
     """One read of the kernel's maps (raw bytes, as the loader returns them)."""
 
     hists: dict[bytes, bytes]
-    # This interval's per-file and per-folder counters (kernel.maps.Maps.drain_file_stats)
+    # This interval's per-file and per-folder counters (kernel.maps.Maps.drain_file_stats): its
+    # last drain, those the kernel asked for before it given to Aggregator.add_drain already
     files: np.ndarray = field(default_factory=no_file_counts)
     folders: np.ndarray = field(default_factory=no_file_counts)
     threads: dict[int, bytes] = field(default_factory=dict)  # by thread id
@@ -117,6 +118,9 @@ class Aggregator:
         self.file_totals: dict[FileKey, FileTotals] = {}
         self._fold_at = 0  # folded again once file_totals is past twice what the last left
         self.rolled_up = RolledUp()
+        # the interval's drains so far, rolled up (add_drain), and their kernel folder rows
+        self._drains: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        self._drains_folders: list[np.ndarray] = []
         self.last_ts_ns: int | None = None
         self.pending_events: list[EventRow] = []
         self.rereads = Rereads(self._size_of)
@@ -333,20 +337,30 @@ class Aggregator:
             self.spans.forget(tid)
         self.cuda.forget(tids)
 
+    def add_drain(self, files: np.ndarray, folders: np.ndarray) -> None:
+        """Per-file counters of the interval taken out of the kernel (kernel.maps.drain_next),
+        before its end when the kernel asked (its buffer filled): marked and rolled up at once,
+        so that only a drain's rows are held; the interval's rows merge them (rollup.merge)."""
+        self._drains.append(rollup.split(self.rereads.mark(files), with_rereads(folders)))
+        self._drains_folders.append(folders)
+
     def _file_rows(self, files: np.ndarray, folders: np.ndarray, ts_ns: int) -> list[FileRow]:
         """This interval's per-file rows, the files past rollup.KEEP_FILES per (process, op)
         added up per folder (and the kernel's own folder counts with them), and the folders
         past as many added up in their parents."""
-        own, folder_rows, n_files = rollup.split(self.rereads.mark(files), with_rereads(folders))
+        self.add_drain(files, folders)
+        parts, kernel = self._drains, np.concatenate(self._drains_folders)
+        self._drains, self._drains_folders = [], []
+        own, folder_rows, n_files = parts[0] if len(parts) == 1 else rollup.merge(parts)
         folder_rows, n_files = rollup.fold_folders(folder_rows, n_files, self.files.parent)
-        self.rolled_up.add(folder_rows, n_files, folders)
+        self.rolled_up.add(folder_rows, n_files, kernel)
         who: dict[int, tuple[str, str]] = {}  # pid -> (comm, role), looked up once per reading
         rows: list[FileRow] = []
         for counts, n, folder in itertools.chain(
                 zip(own.tolist(), itertools.repeat(1), itertools.repeat(False)),
                 zip(folder_rows.tolist(), n_files.tolist(), itertools.repeat(True))):
             (pid, dev, ino, gen, op_code, _buf, _pad, ops, nbytes, lat_sum, missed, dirtied,
-             max_ns, dir_ino, _opens, _open_sum, _open_max, reread, reread_pages) = counts
+             max_ns, dir_ino, _opens, _open_sum, _open_max, _size, reread, reread_pages) = counts
             op = abi.OPS.get(op_code, "other")
             info = (self.files.folder(dev, ino) if folder
                     else self.files.get(dev, ino, gen, pid, dir_ino))

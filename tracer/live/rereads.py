@@ -12,10 +12,11 @@ cannot tell the first pass over a large folder from the second pass over a small
 A file counts as read once its reads stop, at the end of the first interval without a read of
 it; the files read in the previous interval are kept apart (at most the per-file table's
 entries). A file still read in the next interval is a shard read across intervals, unless its
-reads by then add up to its size (`size_of`, asked only for those: a few files per interval),
-which begins its next pass: a small data set read again right after its first pass. A single
-file read without pause for the whole trace (a large file read at random offsets) is in its
-first pass throughout: its re-reads are within a pass and are not counted.
+reads by then add up to its size (the kernel's at the file's open, else `size_of`, asked only
+for files not opened in either interval: a few shards), which begins its next pass: a small
+data set read again right after its first pass. A single file read without pause for the
+whole trace (a large file read at random offsets) is in its first pass throughout: its
+re-reads are within a pass and are not counted.
 """
 
 from __future__ import annotations
@@ -93,23 +94,25 @@ class Rereads:
         going[going] = self.hashes[at[going]] == keys[going]
         reread = self._bit(keys)
         run = nbytes.copy()
-        size = np.full(len(keys), -1, dtype=np.int64)
-        for i in np.flatnonzero(going):  # read in the previous interval too
-            j = at[i]
-            s = self.size[j]
-            if s == -1:
-                r = reads[first[i]]
-                got = self.size_of(int(out["tgid"][r]), int(out["dev"][r]), int(out["ino"][r]),
-                                   int(out["gen"][r]), int(out["dir_ino"][r]))
-                s = -2 if got is None else got
-            size[i] = s
-            if 0 <= s <= self.run[j]:  # its whole size read already: the next pass begins
-                reread[i] = True
-            else:
-                reread[i] = self.reread[j]
-                run[i] += self.run[j]
+        # the size the kernel saw at the file's open in this interval (0: not opened in it)
+        size = np.zeros(len(keys), dtype=np.int64)
+        np.maximum.at(size, inverse, out["size"][reads].astype(np.int64))
+        size[size == 0] = -1
+        going = np.flatnonzero(going)  # read in the previous interval too
+        j = at[going]
+        s = np.where(size[going] >= 0, size[going], self.size[j])
+        for k in np.flatnonzero(s == -1):  # not opened in either: asked (a few shards)
+            r = reads[first[going[k]]]
+            got = self.size_of(int(out["tgid"][r]), int(out["dev"][r]), int(out["ino"][r]),
+                               int(out["gen"][r]), int(out["dir_ino"][r]))
+            s[k] = -2 if got is None else got
+        size[going] = s
+        whole = (s >= 0) & (s <= self.run[j])  # its whole size read already: the next pass
+        reread[going[whole]] = True
+        reread[going[~whole]] = self.reread[j][~whole]
+        run[going[~whole]] += self.run[j][~whole]
         ended = np.ones(len(self.hashes), dtype=bool)
-        ended[at[going]] = False
+        ended[j] = False
         self._set(self.hashes[ended])
         self.hashes, self.reread, self.run, self.size = keys, reread, run, size
         again = reads[reread[inverse]]

@@ -149,6 +149,7 @@ class Session:
         self.command_log: Path | None = None
         self.write_error: OSError | None = None  # the write that failed (a full disk)
         self.stdout_gone = False  # its reader closed stdout (a pipe): nothing more goes there
+        self.drain_asked = False  # the kernel asks for the per-file buffer now (EVENT_DRAIN)
 
     # -- start ------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -284,6 +285,8 @@ class Session:
             self.discovery.found(ev.pid if ev.comm == ELASTIC_COMM else ev.ppid)
         elif kind == abi.EVENT_FILE:
             self.files.on_event(abi.decode_file_event(raw))
+        elif kind == abi.EVENT_DRAIN:
+            self.drain_asked = True  # done once the poll returns (loop)
         elif kind == abi.EVENT_SLOW:
             ev = abi.decode_slow_event(raw)
             self.step.aggregator.on_slow(ev, self.clock.to_utc_ns(ev.ts_ns))
@@ -305,6 +308,11 @@ class Session:
                         self.launches.off_at or next_tick)
             wait_ms = int(max(0.0, min(until - now, POLL_MS / 1000)) * 1000)
             self.probes.ring.poll(wait_ms)
+            if self.drain_asked and self.step is not None:
+                # taken out now and rolled up into the interval's rows so far (slots.bpf.h,
+                # ask_drain): no interval holds more keys than a buffer has room for
+                self.drain_asked = False
+                self.step.aggregator.add_drain(*self.probes.maps.drain_next(rows_dtype()))
             now = time.monotonic()
             self.cost.pause_if_due(now)
             self.launches.stop_if_due(self.probes.cuda, now)
@@ -387,7 +395,7 @@ class Session:
         from tracer.live.aggregate import Reading
 
         maps = self.probes.maps
-        files, folders = maps.drain_file_stats(maps.next_epoch() & 1, rows_dtype())
+        files, folders = maps.drain_next(rows_dtype())
         hists, threads = maps.read_hists(), maps.read_threads()
         # After the per-file counters: a syscall that returned since they were read is seen
         # done here and counted in them at the next reading (the diagnosis allows for both).
