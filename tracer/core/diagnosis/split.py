@@ -157,8 +157,10 @@ def split(state: SplitState, inp: IntervalInput, t: Thresholds, page_size: int,
         device_util={d["device"]: d["util_pct"] for d in inp.devices},
         worker_net_ns=dict(net.worker), net_counts=net.counts, net_bytes=net.bytes,
         small_writes=dict(ft.small), background=background, other_parts=other_parts,
-        memory={m["pid"]: m for m in inp.memory}, disk_reads=disk_reads(inp.device_users),
-        saves=saves, cuda=cuda_calls(tt.loops), cpu=cpu_waits(inp.cpu_waits, threads, owner))
+        memory={m["pid"]: m for m in inp.memory}, disk_reads=disk_reads(
+            inp.device_users, (r["daemon_comm"] for r in inp.fuse if r["daemon_comm"])),
+        saves=saves, cuda=cuda_calls(tt.loops), cpu=cpu_waits(inp.cpu_waits, threads, owner),
+        fuse=tuple(inp.fuse))
 
 
 def _file_times(state: SplitState, t: Thresholds, files: list[FileRow],
