@@ -120,7 +120,7 @@ def test_reads_through_fuse_name_the_mount_and_its_daemon(mode, tmp_path):
     assert fuse["daemon_peers"] == [f"127.0.0.1:{m.port}"], fuse
     assert fuse["daemon_net_rx_bytes_s"] > 0 and fuse["daemon_rtt_us"] > 0, fuse
     assert fuse["daemon_disk_read_bytes_s"] == 0 and fuse["daemon_cpu_pct"] > 0, fuse
-    assert (f"reads through FUSE mount {m.mnt} (fuse.slowfuse, source {source}) served by "
+    assert (f"the data comes through FUSE mount {m.mnt} (fuse.slowfuse, source {source}) served by "
             f"pid {pid} (slowfuse), which used ") in lead.summary, lead.summary
     assert f"fetched from 127.0.0.1:{m.port} (" in lead.summary, lead.summary
     # the job's files on the mount are named (the server lists no inode numbers)

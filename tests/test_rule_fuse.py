@@ -65,7 +65,7 @@ def test_dataloader_io_bound_names_the_fuse_mount_its_daemon_and_what_it_did():
         "daemon_net_rx_bytes_s": 4 << 20, "daemon_rtt_us": 1500.0,
         "daemon_peers": ["52.216.8.1:443"]}
     assert f.summary.endswith(
-        f"on {MNT}/train (fuse.s3fs): it reads through FUSE mount {MNT} (fuse.s3fs, source "
+        f"on {MNT}/train (fuse.s3fs): the data comes through FUSE mount {MNT} (fuse.s3fs, source "
         "s3fs) served by pid 4242 (s3fs), which used 25 % of a CPU, fetched from "
         "52.216.8.1:443 (4.0 MiB/s received, round trip 1.5 ms) and read 0 B/s from storage "
         "meanwhile."), f.summary

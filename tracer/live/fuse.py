@@ -282,13 +282,18 @@ class FuseMounts:
         self.proc = proc
         self.mounts: dict[str, Mount] = {}  # by device
         self.tried: set[str] = set()  # devices looked up (a mount not found is not again)
+        self.other: set[str] = set()  # devices of files on other file systems
 
     def learn(self, files: list[FileRow]) -> None:
         """Finds the mount and its daemon for each FUSE device first read in `files`."""
         for row in files:
             dev = row.get("device")
-            if (not dev or dev in self.tried or not is_fuse(row.get("fs_type") or "")
-                    or len(self.tried) >= MAX_MOUNTS):
+            if not dev or dev in self.tried or dev in self.other:
+                continue
+            if not is_fuse(row.get("fs_type") or ""):
+                self.other.add(dev)
+                continue
+            if len(self.tried) >= MAX_MOUNTS:
                 continue
             self.tried.add(dev)
             number = _dev_number(dev)

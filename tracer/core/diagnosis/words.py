@@ -74,7 +74,7 @@ def fuse_via(fuse: dict | None) -> str:
     the mount, the process serving it and what that process did while the job read."""
     if fuse is None:
         return ""
-    text = (f": it reads through FUSE mount {fuse['mount_point']} ({fuse['fs_type']}, source "
+    text = (f": the data comes through FUSE mount {fuse['mount_point']} ({fuse['fs_type']}, source "
             f"{fuse['source']})")
     if fuse["daemon_pid"] is None:
         return text + ", whose serving process was not found"
