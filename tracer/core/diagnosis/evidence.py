@@ -7,9 +7,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from tracer.core.diagnosis.finding import LoopInterval
+from tracer.core.diagnosis.fuse import FuseSample
 from tracer.core.diagnosis.reads import Reads
 from tracer.core.diagnosis.thresholds import MAX_CPU_TAKERS, MAX_DISK_USERS
-from tracer.core.model import CpuWaitRow, DeviceUserRow, FuseRow, MemoryRow, ThreadRow
+from tracer.core.model import CpuWaitRow, DeviceUserRow, MemoryRow, ThreadRow
 from tracer.core.vocab import DATALOADER_WORKER, LOOP_ROLES
 
 # (comm, cgroup, container ID, pod UID): who else used a disk
@@ -85,7 +86,7 @@ class IntervalEvidence:
     # main -> its loop's CUDA driver calls here: (synchronisations, copies, launches; -1: not
     # counted); absent: none (no libcuda)
     cuda: dict[int, tuple[int, int, int]] = field(default_factory=dict)
-    fuse: tuple[FuseRow, ...] = ()  # the FUSE mounts read through, their daemons' activity
+    fuse: tuple[FuseSample, ...] = ()  # the FUSE mounts read through, their daemons' activity
 
 
 @dataclass

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 
 from tracer.core.diagnosis.evidence import Background, IntervalEvidence, cpu_waits, disk_reads
 from tracer.core.diagnosis.finding import STATES, LoopInterval
+from tracer.core.diagnosis.fuse import FuseSample
 from tracer.core.diagnosis.input import IntervalInput, Rank
 from tracer.core.diagnosis.reads import NO_COUNTS, Reads, folder_files_of, is_library
 from tracer.core.diagnosis.saves import SaveState, settle_owed, span_checkpoint_ns
@@ -160,7 +161,7 @@ def split(state: SplitState, inp: IntervalInput, t: Thresholds, page_size: int,
         memory={m["pid"]: m for m in inp.memory}, disk_reads=disk_reads(
             inp.device_users, (r["daemon_comm"] for r in inp.fuse if r["daemon_comm"])),
         saves=saves, cuda=cuda_calls(tt.loops), cpu=cpu_waits(inp.cpu_waits, threads, owner),
-        fuse=tuple(inp.fuse))
+        fuse=tuple(FuseSample.of(r) for r in inp.fuse))
 
 
 def _file_times(state: SplitState, t: Thresholds, files: list[FileRow],
