@@ -68,10 +68,13 @@ def slow_fuse(tmp: Path) -> Iterator[Mounted]:
         assert line.startswith("ready "), line + server.stderr.read()
         yield Mounted(mnt, data, paths, server, int(line.split()[1]))
     finally:
-        unmount(mnt)
-        server.kill()
-        server.communicate(timeout=30)
-        unmount(mnt)  # the server killed first leaves the mount to take down
+        unmount(mnt)  # the server then stops its store and exits
+        try:
+            server.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.communicate(timeout=30)
+        unmount(mnt)  # a server that failed to mount, or was killed, leaves it to take down
 
 
 def scenario(m: Mounted, tmp: Path) -> Scenario:

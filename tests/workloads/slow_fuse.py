@@ -5,8 +5,8 @@ It mounts MOUNTPOINT read-only with the files of BACKING, whose bytes it fetches
 from a backend over TCP on 127.0.0.1: a child process (`slowfuse_store`) standing in for the
 object store, which holds the files in memory and answers each request after N ms (default
 20). The serving process renames itself `slowfuse`, so that the tests can tell it by name. It
-runs in the foreground until unmounted (fusermount3 -u) or killed (the store dies with it); it
-prints "ready PORT", the store's port, once the mount answers."""
+runs in the foreground until unmounted (fusermount3 -u), then stops the store, or until killed
+(the store dies with it); it prints "ready PORT", the store's port, once the mount answers."""
 
 from __future__ import annotations
 
@@ -73,12 +73,13 @@ class Store:
                 conn.sendall(struct.pack("<I", len(data)) + data)
 
 
-def start_store(root: str, delay_s: float) -> int:
-    """Forks the store (before any thread starts); returns its port. It dies with this process
-    (PR_SET_PDEATHSIG)."""
+def start_store(root: str, delay_s: float) -> tuple[int, int]:
+    """Forks the store (before any thread starts); returns its port and pid. It dies with
+    this process (PR_SET_PDEATHSIG), if not stopped before."""
     listener = socket.create_server(("127.0.0.1", 0))
     store = Store(root, delay_s, listener)  # loaded before the mount: no reads while serving
-    if os.fork() == 0:
+    pid = os.fork()
+    if pid == 0:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
         _set_name(b"slowfuse_store")
@@ -88,7 +89,7 @@ def start_store(root: str, delay_s: float) -> int:
             os._exit(0)
     port = listener.getsockname()[1]
     listener.close()
-    return port
+    return port, pid
 
 
 class Client:
@@ -152,7 +153,7 @@ def main() -> int:
     ap.add_argument("--delay-ms", type=float, default=20.0)
     args = ap.parse_args()
     _set_name(NAME)
-    port = start_store(os.path.abspath(args.backing), args.delay_ms / 1000)
+    port, store = start_store(os.path.abspath(args.backing), args.delay_ms / 1000)
     fs = SlowFs(os.path.abspath(args.backing), Client(port))
 
     def ready() -> None:
@@ -165,9 +166,13 @@ def main() -> int:
 
     threading.Thread(target=ready, daemon=True).start()
     # the source names the backend, as an object store's mount names its bucket
-    mfusepy.FUSE(fs, args.mountpoint, foreground=True, ro=True, nothreads=False,
-                 fsname=f"tcp://127.0.0.1:{port}/{os.path.basename(args.backing)}",
-                 subtype="slowfuse")
+    try:
+        mfusepy.FUSE(fs, args.mountpoint, foreground=True, ro=True, nothreads=False,
+                     fsname=f"tcp://127.0.0.1:{port}/{os.path.basename(args.backing)}",
+                     subtype="slowfuse")
+    finally:  # unmounted: the store goes too, reaped here rather than left to init
+        os.kill(store, signal.SIGKILL)
+        os.waitpid(store, 0)
     return 0
 
 
