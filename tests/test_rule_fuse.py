@@ -125,3 +125,47 @@ def test_mountinfo_and_connection_numbers(tmp_path):
     assert mount_of("0:53", "/mnt/x/a.bin", 7, str(tmp_path)) is None
     # the kernel's dev_t, as fdinfo's fuse_connection and /sys/fs/fuse/connections/ say it
     assert connection_id("0:52") == 52 and connection_id("8:17") == (8 << 20) | 17
+
+
+def test_connections_from_sock_diag_as_proc_names_them():
+    """A TCP connection of this process (over IPv4 and IPv6 loopback): sock_diag gives the
+    same ends as /proc/PID/net/tcp, with the bytes received and an RTT; a process's
+    connections to itself are no peers."""
+    import os
+    import socket
+    import time
+
+    from tracer.live.fuse import (
+        peers_of_conns,
+        proc_connections,
+        socket_inodes,
+        tcp_connections,
+    )
+
+    socks = []
+    try:
+        for family, host in ((socket.AF_INET, "127.0.0.1"), (socket.AF_INET6, "::1")):
+            srv = socket.create_server((host, 0), family=family)
+            client = socket.create_connection(srv.getsockname()[:2])
+            server, _ = srv.accept()
+            socks += [srv, client, server]
+            client.sendall(b"x" * 100_000)
+            got = 0
+            while got < 100_000:
+                got += len(server.recv(1 << 20))
+        time.sleep(0.05)
+        inodes = socket_inodes(os.getpid())
+        diag = tcp_connections(inodes)
+        ends = {i: (c.local, c.remote) for i, c in diag.items()}
+        assert ends == {i: (c.local, c.remote)
+                        for i, c in proc_connections(os.getpid(), inodes).items()}
+        assert len(ends) == 4
+        mine = os.fstat(socks[2].fileno()).st_ino  # the IPv4 server end
+        assert diag[mine].received == 100_000 and diag[mine].rtt_us > 0
+        assert diag[mine].local == f"127.0.0.1:{socks[0].getsockname()[1]}"
+        assert any(c.local.startswith("[::1]:") for c in diag.values())
+        assert peers_of_conns(diag) == []
+        assert peers_of_conns({mine: diag[mine]}) == [diag[mine].remote]
+    finally:
+        for s in socks:
+            s.close()

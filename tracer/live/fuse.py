@@ -17,10 +17,12 @@ whose processes the roles, the loops and the rules all take for the job's."""
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import os
 import socket
 import struct
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from tracer.core.diagnosis.fuse import is_fuse
 from tracer.core.diagnosis.thresholds import MAX_PEERS
@@ -164,47 +166,69 @@ def daemon_counters(pid: int, proc: str = "/proc") -> tuple[int, int, int] | Non
         return None
 
 
-def daemon_connections(pid: int, proc: str = "/proc") -> dict[int, str]:
-    """Socket inode -> remote end of each of process `pid`'s TCP connections, but those to its
-    own sockets (a daemon whose backend, or a cache of it, is in the same process talks to
-    itself: no peer)."""
+def socket_inodes(pid: int, proc: str = "/proc") -> set[int]:
+    """The inodes of process `pid`'s sockets."""
     inodes = set()
     try:
-        for fd in os.listdir(f"{proc}/{pid}/fd"):
-            with contextlib.suppress(OSError):
-                link = os.readlink(f"{proc}/{pid}/fd/{fd}")
-                if link.startswith("socket:["):
-                    inodes.add(int(link[8:-1]))
+        fds = os.listdir(f"{proc}/{pid}/fd")
     except OSError:
-        return {}
-    ends: dict[int, tuple[str, str]] = {}  # inode -> (local, remote)
+        return inodes
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            link = os.readlink(f"{proc}/{pid}/fd/{fd}")
+            if link.startswith("socket:["):
+                inodes.add(int(link[8:-1]))
+    return inodes
+
+
+class Conn(NamedTuple):
+    """A TCP connection: its two ends, its smoothed RTT (us) and the bytes it received (None:
+    read from /proc, which does not say)."""
+
+    local: str
+    remote: str
+    rtt_us: int | None = None
+    received: int | None = None
+
+
+def proc_connections(pid: int, inodes: set[int], proc: str = "/proc") -> dict[int, Conn]:
+    """The connections among `inodes` from /proc/PID/net/tcp{,6}, the process's namespace's
+    (ends only)."""
+    out: dict[int, Conn] = {}
     for name in ("tcp", "tcp6"):
         try:
             with open(f"{proc}/{pid}/net/{name}") as f:
                 # "sl local_address rem_address st ... uid timeout inode"
                 for line in f.read().splitlines()[1:]:
                     fields = line.split()
-                    if (len(fields) > 9 and fields[3] != "0A" and fields[9].isdigit()
+                    if (len(fields) > 9 and fields[3] != _LISTEN and fields[9].isdigit()
                             and int(fields[9]) in inodes):
-                        ends[int(fields[9])] = (_address(fields[1]), _address(fields[2]))
+                        out[int(fields[9])] = Conn(_address(fields[1]), _address(fields[2]))
         except OSError:
             continue
-    own = {local for local, _ in ends.values()}
-    return {i: remote for i, (_, remote) in ends.items() if remote not in own}
+    return out
 
 
-# sock_diag (linux/inet_diag.h): a dump of the TCP sockets of iotrace's network namespace,
-# each with its struct tcp_info, as `ss -ti` asks for it
+def peers_of_conns(conns: dict[int, Conn]) -> list[str]:
+    """The remote ends of `conns` but those that are their own other ends (a daemon whose
+    backend, or a cache of it, is in the same process talks to itself: no peer)."""
+    own = {c.local for c in conns.values()}
+    return sorted({c.remote for c in conns.values() if c.remote not in own})
+
+
+# sock_diag (linux/inet_diag.h): a dump of the TCP connections of iotrace's network namespace,
+# each with its ends and its struct tcp_info, as `ss -ti` asks for them
 _NETLINK_SOCK_DIAG, _SOCK_DIAG_BY_FAMILY, _NLM_F_DUMP_REQUEST = 4, 20, 0x301
 _NLMSG_ERROR, _NLMSG_DONE, _INET_DIAG_INFO = 2, 3, 2
-_MSG_INODE_AT, _MSG_LEN = 16 + 68, 72  # inet_diag_msg.idiag_inode, after the nlmsghdr
+_LISTEN, _ALL_BUT_LISTEN = "0A", 0xFFFFFFFF & ~(1 << 10)  # TCP_LISTEN is 10
+_MSG_LEN = 72  # struct inet_diag_msg
 _RTT_AT, _BYTES_RECEIVED_AT = 68, 128  # tcp_info.tcpi_rtt (us), .tcpi_bytes_received
 
 
-def tcp_info(inodes: set[int]) -> dict[int, tuple[int, int]]:
-    """Socket inode -> (smoothed RTT in us, bytes received) of the TCP sockets `inodes` of
-    iotrace's own network namespace; empty when the kernel does not answer."""
-    out: dict[int, tuple[int, int]] = {}
+def tcp_connections(inodes: set[int]) -> dict[int, Conn]:
+    """The TCP connections among socket `inodes` of iotrace's own network namespace, with
+    their RTT and bytes received; empty when the kernel does not answer."""
+    out: dict[int, Conn] = {}
     if not inodes:
         return out
     try:
@@ -213,10 +237,11 @@ def tcp_info(inodes: set[int]) -> dict[int, tuple[int, int]]:
         return out
     with sock:
         for family in (socket.AF_INET, socket.AF_INET6):
-            # inet_diag_req_v2: family, protocol, ext (1 << INET_DIAG_INFO - 1), pad,
-            # states (all), an empty socket id (48 bytes)
-            req = struct.pack("=BBBBI48x", family, socket.IPPROTO_TCP, 1 << (_INET_DIAG_INFO - 1),
-                              0, 0xFFFFFFFF)
+            # inet_diag_req_v2: family, protocol, ext (1 << INET_DIAG_INFO - 1), pad, the
+            # states wanted (the listening sockets have no peer: their table is not walked),
+            # an empty socket id (48 bytes)
+            req = struct.pack("=BBBBI48x", family, socket.IPPROTO_TCP,
+                              1 << (_INET_DIAG_INFO - 1), 0, _ALL_BUT_LISTEN)
             try:
                 sock.send(struct.pack("=IHHII", 16 + len(req), _SOCK_DIAG_BY_FAMILY,
                                       _NLM_F_DUMP_REQUEST, 1, 0) + req)
@@ -226,7 +251,17 @@ def tcp_info(inodes: set[int]) -> dict[int, tuple[int, int]]:
     return out
 
 
-def _read_dump(sock: socket.socket, inodes: set[int], out: dict[int, tuple[int, int]]) -> None:
+def _end(family: int, raw: bytes, port: int) -> str:
+    """An end of a connection as /proc's are named (tracer.live.peers): `1.2.3.4:80`,
+    `[::1]:80`, an IPv4-mapped IPv6 address as IPv4."""
+    ip = (ipaddress.IPv4Address(raw[:4]) if family == socket.AF_INET
+          else ipaddress.IPv6Address(raw))
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped:
+        ip = ip.ipv4_mapped
+    return f"[{ip}]:{port}" if isinstance(ip, ipaddress.IPv6Address) else f"{ip}:{port}"
+
+
+def _read_dump(sock: socket.socket, inodes: set[int], out: dict[int, Conn]) -> None:
     while True:
         buf, at = sock.recv(65536), 0
         if not buf:
@@ -235,22 +270,30 @@ def _read_dump(sock: socket.socket, inodes: set[int], out: dict[int, tuple[int, 
             length, kind = struct.unpack_from("=IH", buf, at)
             if kind in (_NLMSG_DONE, _NLMSG_ERROR) or length < 16:
                 return
-            msg = buf[at:at + length]
+            msg = memoryview(buf)[at + 16:at + length]
             at += (length + 3) & ~3
-            if len(msg) < _MSG_LEN + 16:
+            if len(msg) < _MSG_LEN:
                 continue
-            inode = struct.unpack_from("=I", msg, _MSG_INODE_AT)[0]
+            # inet_diag_msg: family, state, timer, retrans; the socket id (ports big-endian,
+            # then the addresses, 16 bytes each); expires, rqueue, wqueue, uid, inode
+            family = msg[0]
+            sport, dport = struct.unpack_from(">HH", msg, 4)
+            inode = struct.unpack_from("=I", msg, 68)[0]
             if inode not in inodes:
                 continue
-            pos = 16 + _MSG_LEN  # the attributes: (len, type) + payload, 4-aligned
+            local, remote = (_end(family, bytes(msg[8:24]), sport),
+                             _end(family, bytes(msg[24:40]), dport))
+            rtt = received = None
+            pos = _MSG_LEN  # the attributes: (len, type) + payload, 4-aligned
             while pos + 4 <= len(msg):
                 alen, atype = struct.unpack_from("=HH", msg, pos)
                 if alen < 4:
                     break
                 if atype == _INET_DIAG_INFO and alen - 4 >= _BYTES_RECEIVED_AT + 8:
-                    out[inode] = (struct.unpack_from("=I", msg, pos + 4 + _RTT_AT)[0],
-                                  struct.unpack_from("=Q", msg, pos + 4 + _BYTES_RECEIVED_AT)[0])
+                    rtt = struct.unpack_from("=I", msg, pos + 4 + _RTT_AT)[0]
+                    received = struct.unpack_from("=Q", msg, pos + 4 + _BYTES_RECEIVED_AT)[0]
                 pos += (alen + 3) & ~3
+            out[inode] = Conn(local, remote, rtt, received)
 
 
 def _same_netns(pid: int, proc: str) -> bool:
@@ -308,19 +351,20 @@ class FuseMounts:
     def _network(self, m: Mount) -> tuple[list[str], int | None, float | None]:
         """The daemon's TCP peers now, the bytes its connections received since the last call
         (None: not known; a connection opened since counts whole), their mean smoothed RTT in
-        us (None: none, or the daemon is in another network namespace, which iotrace's
-        sock_diag does not see)."""
+        us (None: none, or the daemon is in another network namespace, whose connections
+        iotrace's sock_diag does not see: its peers then come from /proc)."""
         assert m.daemon is not None
-        conns = daemon_connections(m.daemon, self.proc)
+        inodes = socket_inodes(m.daemon, self.proc)
         seen = _same_netns(m.daemon, self.proc)
-        info = tcp_info(set(conns)) if conns and seen else {}
-        peers = sorted(set(conns.values()))[:MAX_PEERS]
-        received = {i: b for i, (_, b) in info.items()}
+        conns = (tcp_connections(inodes) if seen
+                 else proc_connections(m.daemon, inodes, self.proc) if inodes else {})
+        received = {i: c.received for i, c in conns.items() if c.received is not None}
         rx = (sum(max(0, b - m.received.get(i, 0)) for i, b in received.items())
               if m.received is not None and seen else None)
         m.received = received if seen else None
-        rtt = (sum(r for r, _ in info.values()) / len(info)) if info else None
-        return peers, rx, rtt
+        rtts = [c.rtt_us for c in conns.values() if c.rtt_us is not None]
+        return (peers_of_conns(conns)[:MAX_PEERS], rx,
+                sum(rtts) / len(rtts) if rtts else None)
 
     def rows(self, ts_ns: int, files: list[FileRow]) -> list[FuseRow]:
         """The interval's rows, given its `files` rows: one per mount known (the mounts they
