@@ -9,10 +9,11 @@ file (`fuse_connection:`); on an older kernel the holder is known only when it i
 process that holds /dev/fuse, or the one of them whose command line names the mount point.
 Finding it walks every process's fds, once per mount (cached).
 
-The server is not traced: its activity is read from /proc once per interval (its CPU time,
-the bytes it read by syscalls and from storage, /proc/PID/io, and its TCP peers), which costs a
-few reads per mount however many requests it serves, and keeps it out of the tracked set,
-whose processes the roles, the loops and the rules all take for the job's."""
+The server is not traced: its activity is read once per interval (its CPU time and storage
+bytes from /proc/PID/stat and /proc/PID/io; its TCP connections' ends, bytes received and RTT
+from one sock_diag dump), which costs the same per mount however many requests it serves, and
+keeps it out of the tracked set, whose processes the roles, the loops and the rules all take
+for the job's."""
 
 from __future__ import annotations
 
@@ -125,7 +126,7 @@ def _cmdline(pid: int, proc: str) -> list[str]:
 def find_daemon(device: str, mount_point: str, proc: str = "/proc"
                 ) -> tuple[int, str] | None:
     """(pid, how it was found) of the process serving the FUSE mount of `device`; of several
-    holders of its connection (a daemon that forked), the first started (lowest pid)."""
+    holders of its connection (a daemon that forked), the one of the lowest pid."""
     holders = fuse_holders(proc)
     conn = connection_id(device)
     exact = sorted(pid for pid, conns in holders.items() if conn in conns)
