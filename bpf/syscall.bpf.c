@@ -131,6 +131,28 @@ static __always_inline void span_close(int fd)
 	span->since_ns = 0;
 }
 
+/* A save to a path closes its file, then fsyncs it through a new fd (torch.save(path), then
+ * open + fsync + close): an fsync of the file of the thread's last span, begun within this
+ * long of that span's close, opens the span again, same start, until the new fd's close. */
+#define SPAN_REOPEN_NS 100000000ULL
+
+static __always_inline void span_fsync(struct task_struct *task, int fd,
+				       const struct file_id *fid)
+{
+	struct write_span *span;
+
+	span = bpf_task_storage_get(&write_spans, task, 0, 0);
+	if (!span || span->since_ns || !span->ended_ns ||
+	    bpf_ktime_get_ns() - span->ended_ns > SPAN_REOPEN_NS)
+		return;
+	if (fid->ino != span->ended_file.ino || fid->dev != span->ended_file.dev ||
+	    fid->gen != span->ended_file.gen)
+		return;
+	span->file = *fid;
+	span->fd = fd;
+	span->since_ns = span->ended_since_ns;
+}
+
 /* The entry of traced syscall `op` (op_of_syscall, not 0xff) with first argument `fd` and 4th
  * `pos` (the offset of a POSITIONAL op): one body for the raw and the classic tracepoints. */
 static __always_inline void enter_body(__u8 op, int fd, unsigned long pos)
@@ -174,6 +196,8 @@ static __always_inline void enter_body(__u8 op, int fd, unsigned long pos)
 	    start->file.gen != start->last_sent.gen) {
 		check_first_sight(start, file, &start->file, fd, start->dir_ino, task->tgid);
 	}
+	if (start->op == IOT_OP_FSYNC)
+		span_fsync(task, fd, &start->file);
 out:
 	start->ts_ns = bpf_ktime_get_ns();
 }

@@ -247,6 +247,42 @@ def test_pid_that_exits_while_attaching_traces_nothing(zombie, tmp_path):
     assert not any(out.iterdir())
 
 
+@needs_root
+@pytest.mark.kernel
+def test_pid_that_exits_right_after_the_attach_is_not_judged(tmp_path):
+    """A target that exits as soon as iotrace traces it leaves no training loop to judge: not
+    `not_io_bound` and exit 0 (a verdict from nothing) but "nothing traced long enough to
+    judge", exit 2; the trace is kept, and `iotrace report` says the same."""
+    job = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"],
+                           stdin=subprocess.PIPE)
+    out = tmp_path / "t"
+    tracer = subprocess.Popen([*IOTRACE, "--pid", str(job.pid), "-o", str(out), "--no-tui"],
+                              cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True)
+    try:
+        line = tracer.stderr.readline()
+        assert line.startswith("Tracing"), line + tracer.stderr.read()
+        job.stdin.close()  # the job ends now
+        job.wait(timeout=10)
+        stdout, stderr = tracer.communicate(timeout=60)
+    finally:
+        for p in (tracer, job):
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    assert tracer.returncode == USAGE, (stdout, stderr)
+    (error,) = stderr.strip().splitlines()
+    assert error.startswith("iotrace: error: nothing traced long enough to judge: ")
+    assert f"PID {job.pid} exited right after iotrace attached" in error
+    assert "Traceback" not in stdout + stderr
+    assert "Findings: none, nothing traced long enough to judge" in stdout
+    assert "not_io_bound" not in stdout
+    assert (out / "meta.json").exists()
+    r = run_iotrace("report", str(out))
+    assert r.returncode == 0, r.stderr
+    assert "Findings: none, nothing traced long enough to judge" in r.stdout
+
+
 def test_doctor_without_privilege_does_not_blame_the_kernel():
     """Without the capabilities (root with none left, or any other user): bpf() is refused, so
     a probe that creates a map fails as on a kernel without the feature; the doctor must blame

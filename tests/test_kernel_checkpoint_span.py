@@ -65,3 +65,32 @@ def test_a_pickling_save_is_checkpoint_time(name, mode, workdir, tmp_path):
     assert report.returncode == 0, report.stderr
     replayed = {f["kind"]: f for f in json.loads(report.stdout)["findings"]}
     assert replayed["checkpoint_stall"]["evidence"]["loop_shares_pct"] == ev["loop_shares_pct"]
+
+
+@pytest.mark.parametrize("mode", ["launch", "attach"])
+@pytest.mark.parametrize("name", ["checkpoint_stall", "checkpoint_pickle_fsync"])
+def test_a_saves_fsync_after_its_close_is_in_the_save(name, mode, workdir, tmp_path):
+    """torch.save to a path closes the file, then the loop opens it again read-only and fsyncs
+    it: on a disk limited to 100 MB/s the fsync is most of each save (the scenario
+    checkpoint_stall). The span reopens for an fsync of its file right after its close, so the
+    fsync is checkpoint time even where it shares an interval with the next save's span."""
+    sc = prepare(name, workdir)
+    try:
+        if mode == "launch":
+            t = launched(sc, tmp_path / "trace")
+        else:
+            t = attached(sc, tmp_path / "trace", after_workers=True,
+                         then=lambda: any(sc.checkpoint_dir.glob("ckpt-*.pt")))
+    finally:
+        sc.cleanup()
+    saves = t.job.checkpoints
+    assert len(saves) >= 3, saves
+    counted = saves if mode == "launch" else saves[1:]
+    clock_s = sum(c["seconds"] for c in counted)
+    assert sum(c["fsync_s"] for c in counted) > 0.5 * clock_s, saves  # the fsync dominates
+    traced_s = t.table("loop").checkpoint_ns.sum() / 1e9
+    assert 0.85 * clock_s <= traced_s <= 1.05 * sum(c["seconds"] for c in saves), (
+        traced_s, clock_s, saves)
+    final = t.final_findings()
+    assert final.kind.iloc[0] == "checkpoint_stall", final[["kind", "severity", "summary"]]
+    assert not set(final.kind) & WRONG, final[["kind", "summary"]].to_string()

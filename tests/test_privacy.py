@@ -107,6 +107,15 @@ def test_redaction_rule():
     assert off.cmdline("a --t=b") == "a --t=b" and off.comm("x") == "x"
 
 
+def test_redact_paths_says_it_leaves_the_commands_own_output():
+    """command.log is what the traced command printed: iotrace does not rewrite it, and its
+    help says so where the option is."""
+    r = run_iotrace("--help")
+    assert r.returncode == 0
+    help_text = " ".join(r.stdout.split())
+    assert "not the traced command's own output (command.log)" in help_text
+
+
 def _modes(out: Path) -> dict[str, str]:
     return {str(p.relative_to(out)): oct(p.stat().st_mode & 0o777) for p in out.rglob("*")}
 

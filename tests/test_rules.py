@@ -197,8 +197,11 @@ def test_device_contended():
     noisy = [disk_use("traced", 4 << 20, 4), disk_use("other", 12 << 20, 12, "dd")]
     (f,) = judge(device_contended, _with_disk(noisy), [io_finding()])
     assert f.evidence["other_bytes_pct"] == 75.0 and "dd in /jobs" in f.summary
-    fair = [disk_use("traced", 4 << 20, 4), disk_use("other", 4 << 20, 4, "dd")]
-    assert judge(device_contended, _with_disk(fair), [io_finding()]) == []
+    half = [disk_use("traced", 4 << 20, 4), disk_use("other", 4 << 20, 4, "dd")]
+    (f,) = judge(device_contended, _with_disk(half), [io_finding()])
+    assert f.evidence["other_bytes_pct"] == 50.0
+    little = [disk_use("traced", 4 << 20, 4), disk_use("other", 1 << 20, 1, "dd")]  # 20 %
+    assert judge(device_contended, _with_disk(little), [io_finding()]) == []
 
 
 def test_device_saturated():

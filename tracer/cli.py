@@ -98,7 +98,8 @@ def trace_parser() -> argparse.ArgumentParser:
     p.add_argument("--redact-paths", action="store_true",
                    help="hash names in every output (the trace, the summary, the live view): "
                         "paths, command-line words but option names and launchers such as "
-                        "python3, process names but PyTorch's")
+                        "python3, process names but PyTorch's; not the traced command's own "
+                        "output (command.log)")
     p.add_argument("--bpf-stats", choices=("sampled", "always", "off"), default="sampled",
                    help="count iotrace's own BPF programs' runs and time (the kernel's BPF stats): "
                         "during 2 %% of every interval (sampled, the default), the whole run "

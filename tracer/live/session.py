@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, TextIO
 
 from tracer.core import abi
 from tracer.core.diagnosis import MAX_PEERS, Diagnosis
+from tracer.core.diagnosis.words import NOTHING_JUDGED
 from tracer.core.redact import Redactor
 from tracer.core.roles import ELASTIC_COMM
 from tracer.core.vocab import DATALOADER_WORKER, LOOP_ROLES, READY_PREFIX
@@ -481,6 +482,12 @@ class Session:
                 for pid, (total, startup, ns) in split.items()]
         return split_lines(rows, self.processes.rank_numbers()) if rows else []
 
+    def judged_nothing(self) -> bool:
+        """--pid targets that exited before the training loop was traced long enough to judge
+        (the summary says so): bad input, as a target that exits before the attach is."""
+        return (bool(self.opts.pids) and not self.opts.auto and not self.final_findings
+                and self.stop_reason == "targets exited")
+
     def exit_code(self) -> int:
         """What iotrace exits with after a trace: the started command's status, as time(1) and
         strace give it (a code as is, 128 + the signal that killed it), so that a script sees
@@ -531,6 +538,8 @@ def run_trace(opts: TraceOptions, out: TextIO = sys.stdout, err: TextIO = sys.st
         text = session.finish()  # every sink is closed: the live view has left the screen
         if session.command_log:
             text += f"\nThe command's output is in {session.command_log}"
+            if opts.redact_paths:  # its own words: nothing of iotrace's to hash
+                text += " (as the command wrote it: --redact-paths does not cover it)"
         if session.write_error is not None:
             _say(text, out)
             _say(f"iotrace: error: {cannot_write_message(session.write_error, opts.output)}", err)
@@ -544,6 +553,11 @@ def run_trace(opts: TraceOptions, out: TextIO = sys.stdout, err: TextIO = sys.st
             drop_output(sys.stdout, sys.stderr)
         if session.stdout_gone:  # where the trace is, where someone may still read it
             _say(f"Trace written to {opts.output}", err)
+        if session.judged_nothing():
+            pids = " ".join(map(str, opts.pids))
+            _say(f"iotrace: error: {NOTHING_JUDGED}: PID {pids} exited right after iotrace "
+                 "attached; attach to a job that runs on (pgrep -a python)", err)
+            return EXIT_USAGE
         return session.exit_code()
     finally:
         session.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from tracer.core.diagnosis.words import NOTHING_JUDGED
 from tracer.core.histogram import format_bytes, format_ns
 
 if TYPE_CHECKING:
@@ -17,7 +18,7 @@ OTHER_WORDS = ("runnable, waiting for a CPU", "asleep, woken by its own threads"
 def render_findings(findings: list[Finding]) -> list[str]:
     """The findings block of the summary, most severe first."""
     if not findings:
-        return []
+        return ["", f"Findings: none, {NOTHING_JUDGED}."]
     lines = ["", "Findings (most severe first):"]
     for f in findings:
         lines.append(f"  [{f.severity:>3}] {f.kind}: {f.summary}")

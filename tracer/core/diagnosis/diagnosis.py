@@ -61,7 +61,10 @@ class Diagnosis:
             return []
         # Verdicts judge training: each main's start-up intervals are left out (startups()).
         mains = sorted({pid for iv in ivs for pid in iv.loops})
-        out = rules.judge(Context(self.window, self.thresholds, ivs, mains))
+        ctx = Context(self.window, self.thresholds, ivs, mains)
+        if ctx.training_ns() < self.thresholds.judge_min_ns:
+            return []  # nothing traced long enough to judge
+        out = rules.judge(ctx)
         start, end = ivs[0].ts_ns - ivs[0].interval_ns, ivs[-1].ts_ns
         for f in out:
             f.start_ns, f.end_ns = start, end

@@ -13,6 +13,9 @@ from dataclasses import dataclass
 class Thresholds:
     """Every number the verdicts depend on, in one place (docs/diagnosis.md explains them)."""
 
+    # Less training-loop time than this (all loops, after their start-ups) is judged not at
+    # all: a target that exits right after the attach is no healthy job
+    judge_min_ns: int = 1_000_000_000
     loop_share: float = 0.25  # a data-wait or loading state is a finding above this share
     checkpoint_share: float = 0.10  # checkpoint writes above this share of the loop's time
     checkpoint_file_bytes: int = 8 << 20  # a written file this big (cumulative) is a checkpoint
@@ -30,7 +33,7 @@ class Thresholds:
     saturated_util_pct: float = 90.0
     saturated_queue_ratio: float = 4.0  # queue time / service time (block_queue vs block p50)
     slow_fs_read_share: float = 0.5  # share of read bytes on a slow file system
-    contended_share: float = 0.5  # others did more than this share of the job's disk's read bytes
+    contended_share: float = 0.3  # others did more than this share of the job's disk's read bytes
     contended_min_bytes: int = 1 << 20  # ... when they read at least this much of it
     # cpu_contended: the loop's (or its workers') share of time runnable, times the share of the
     # job's waits that processes outside it had the CPU for, above this; that wait at least this

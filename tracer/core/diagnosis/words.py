@@ -7,6 +7,10 @@ from __future__ import annotations
 from tracer.core.cgroup import short_name
 from tracer.core.histogram import format_bytes, format_ns
 
+# What the summary says instead of findings (Thresholds.judge_min_ns)
+NOTHING_JUDGED = ("nothing traced long enough to judge: less than 1 s of a training loop "
+                  "after its start-up")
+
 ADVICE = {
     "sync_loading": "Load batches in parallel: DataLoader(num_workers=4 or more, pin_memory=True, "
                     "prefetch_factor=2-4, persistent_workers=True); keep the training loop free "

@@ -62,6 +62,10 @@ class Context:
                     ns[s] += iv.loops[self.pid].ns[s]
         return LoopTime(ns, sum(ns.values()))
 
+    def training_ns(self) -> int:
+        """Every main's training time over the intervals judged."""
+        return sum(self.for_main(pid).loop.total for pid in self.mains)
+
     def io_severity(self) -> int | None:
         """The severity of the most severe finding that the loops waited on their reads
         (`sync_loading`, `dataloader_io_bound`); None without one."""
