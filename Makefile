@@ -15,12 +15,13 @@ BPF_OBJ := tracer/bpf/iotrace.bpf.o
 ABI_LAYOUT := tracer/core/abi_layout.py
 WORKLOADS := tests/workloads/bin/iowork scripts/bin/pread_loop scripts/bin/open_read_loop \
 	scripts/bin/bench_floor.bpf.o
-APT_PKGS := clang llvm libbpf-dev libbpf1 bpftool make gcc libc6-dev python3-venv tmux util-linux \
+# fuse3: libfuse3 and fusermount3, with which the FUSE test's server (mfusepy) mounts
+APT_PKGS := clang llvm libbpf-dev libbpf1 bpftool make gcc libc6-dev python3-venv tmux util-linux fuse3 \
 	chromium-headless-shell
 # promtool, which the tests run on /metrics and the dashboard's queries, comes with Debian's
 # prometheus package; without its recommends (node-exporter), as nothing of it is run.
 APT_PKGS_ALONE := prometheus
-NEED_CMDS := clang bpftool cc tmux chromium-headless-shell promtool
+NEED_CMDS := clang bpftool cc tmux chromium-headless-shell promtool fusermount3
 
 .PHONY: run test unit build deps venv clean lint
 

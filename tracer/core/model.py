@@ -221,6 +221,23 @@ class MemoryRow(TypedDict):
     psi_cpu_some_ns: int | None
 
 
+class FuseRow(TypedDict):
+    ts: int
+    device: str
+    mount_point: str
+    fs_type: str
+    source: str
+    daemon_pid: int | None
+    daemon_comm: str | None
+    found_by: str | None
+    cpu_ns: int | None
+    disk_read_bytes: int | None
+    disk_write_bytes: int | None
+    net_rx_bytes: int | None
+    rtt_us: float | None
+    peers: str | None
+
+
 class GpuRow(TypedDict):
     ts: int
     gpu: int
@@ -272,7 +289,7 @@ ROW_TYPES: dict[str, type] = {
     "processes": ProcessRow, "latency": LatencyRow, "files": FileRow, "events": EventRow,
     "threads": ThreadRow, "loop": LoopRow, "devices": DeviceRow,
     "device_users": DeviceUserRow, "cpu_waits": CpuWaitRow, "system": SystemRow, "memory": MemoryRow,
-    "gpu": GpuRow, "gpu_idle": GpuIdleRow, "findings": FindingRow,
+    "fuse": FuseRow, "gpu": GpuRow, "gpu_idle": GpuIdleRow, "findings": FindingRow,
 }
 """The row type of each table, by table name (the keys of `schema.TABLES`)."""
 
@@ -311,6 +328,7 @@ class Snapshot:
     memory: list[MemoryRow] = field(default_factory=list)  # per main process: its memory cgroup
     device_users: list[DeviceUserRow] = field(default_factory=list)  # who used each disk
     cpu_waits: list[CpuWaitRow] = field(default_factory=list)  # who had the CPUs traced threads waited for
+    fuse: list[FuseRow] = field(default_factory=list)  # the FUSE mounts read through, their daemons
 
 
 class FileTotals:

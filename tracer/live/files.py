@@ -12,6 +12,7 @@ module asks /proc/PID/fd instead and says so in `path_source`.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import functools
@@ -41,6 +42,10 @@ RESCAN_S = 1.0  # a folder is listed again at most this often
 MAX_NAMED = 4096
 MAX_FOLDERS = 16384  # folders whose paths are kept (a folder's path comes once, from a record)
 LISTINGS = 64  # folder listings kept (a job reads a few folders at a time)
+# A FUSE file system that gives no inode numbers in its listings (libfuse's high-level API
+# without `use_ino`) lists every entry with this one.
+FUSE_UNKNOWN_INO = 0xFFFFFFFF
+PENDING = -1  # a listing's key of its entries without an inode number, not stat'ed yet
 
 
 @dataclass(frozen=True, slots=True)  # (thousands kept: FileTable.by_id)
@@ -229,10 +234,31 @@ def _list_folder(folder: str, pid: int) -> tuple[str, dict[int, str]]:
     for root in (f"/proc/{pid}/root", ""):
         try:
             with os.scandir(root + folder) as it:
-                return root, {entry.inode(): entry.name for entry in it}
+                index: dict = {entry.inode(): entry.name for entry in it}
         except OSError:
             continue
+        if FUSE_UNKNOWN_INO in index:  # those entries' names, stat'ed when a row asks (_named)
+            with contextlib.suppress(OSError), os.scandir(root + folder) as it:
+                index[PENDING] = [e.name for e in it if e.inode() == FUSE_UNKNOWN_INO]
+        return root, index
     return "", {}
+
+
+def _named(index: dict, root: str, folder: str, ino: int) -> str | None:
+    """The name of inode `ino` in a folder's listing; in a listing without inode numbers (a
+    FUSE file system's), from a stat of its entries not stat'ed yet, until one is `ino`: each
+    entry is stat'ed once per listing, and only while rows ask for files not found yet."""
+    name = index.get(ino)
+    pending = index.get(PENDING)
+    while name is None and pending:
+        entry = pending.pop()
+        try:
+            found = os.stat(os.path.join(root + folder, entry), follow_symlinks=False).st_ino
+        except OSError:
+            continue
+        index[found] = entry
+        name = entry if found == ino else None
+    return name
 
 
 class _Bounded(OrderedDict):
@@ -291,7 +317,10 @@ class FileTable:
             path += " (deleted)"
         elif source != TRUNCATED and ev.dir_ino:
             self.folders[(ev.dev, ev.dir_ino)] = (os.path.dirname(path), ev.pid)
-        info = FileInfo(self.redact.path(path), source, ev.fs_type, device_name(ev.dev))
+        fs_type = ev.fs_type
+        if fs_type in ("fuse", "fuseblk"):  # the kernel's name; mountinfo's has the subtype
+            fs_type = _fs_type(ev.dev) or fs_type
+        info = FileInfo(self.redact.path(path), source, fs_type, device_name(ev.dev))
         self.by_id[(ev.dev, ev.ino, ev.gen)] = info
         return info
 
@@ -378,7 +407,7 @@ class FileTable:
         if listed:
             root, index = _list_folder(*where)
             self._listings[(dev, dir_ino)] = (now, root, index)
-        name = index.get(ino)
+        name = _named(index, root, where[0], ino)
         path = None if name is None else os.path.join(where[0], name)
         same = path is not None and _same_file(root + path, dev, ino, gen)
         if path is not None and not listed and not same:
@@ -388,7 +417,7 @@ class FileTable:
             # through iotrace's own root.
             root, index = _list_folder(*where)
             self._listings[(dev, dir_ino)] = (now, root, index)
-            name = index.get(ino)
+            name = _named(index, root, where[0], ino)
             path = None if name is None else os.path.join(where[0], name)
             same = path is not None and _same_file(root + path, dev, ino, gen)
         if not same:

@@ -47,6 +47,7 @@ from tracer.live.cuda import LaunchSampler
 from tracer.live.discovery import Discovery, gone
 from tracer.live.files import FileTable
 from tracer.live.forget import Forgetter
+from tracer.live.fuse import FuseMounts
 from tracer.live.memory import MemorySampler
 from tracer.live.options import TraceOptions
 from tracer.live.peers import peers_of
@@ -137,6 +138,7 @@ class Session:
         self.discovery = Discovery(self.processes, self.probes, self.redact, err, opts.match)
         self.proc = ProcSampler()
         self.memory = MemorySampler()
+        self.fuse = FuseMounts()
         self.gpu: nvml.GpuMonitor | None = None
         self.gpu_note: str | None = None  # why GPU sampling is off, when it is
         self.step: Step | None = None  # made once attached (tracer.live.aggregate imports numpy)
@@ -356,7 +358,8 @@ class Session:
         # tracer's trace still names every process its other rows mention.
         processes = self._process_rows() if final or self.trace.roll_due() else None
         interval = self.step.interval(reading, ts_ns, devices=devices, system=system,
-                                      memory=memory, gpu_rows=gpu_rows, cost=cost,
+                                      memory=memory, fuse=self.fuse.rows,
+                                      gpu_rows=gpu_rows, cost=cost,
                                       known=self.processes.known_rows(),
                                       processes=processes, final=final,
                                       gpu_named=self.processes.cuda_devices())

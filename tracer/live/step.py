@@ -9,6 +9,7 @@ and does no I/O.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import deque
 from typing import TYPE_CHECKING
 
@@ -17,6 +18,8 @@ from tracer.core.interval import Interval
 from tracer.gpu.idle import add_gpu_evidence, confirm_host_bound
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from tracer.core.diagnosis import Diagnosis
     from tracer.core.diagnosis.split import SplitState
     from tracer.core.selfcost import SelfCost
@@ -45,15 +48,20 @@ class Step:
                  gpu_rows: list[dict], cost: SelfCost, known: list[dict],
                  processes: list[dict] | None = None, final: bool = False,
                  memory: list[dict] | None = None,
+                 fuse: Callable[[int, list[dict]], list[dict]] | None = None,
                  gpu_named: dict[int, str] | None = None) -> Interval:
         """One interval ending at `ts_ns` (UTC ns): the maps' `reading`, the host's `devices`
         and `system` rows, the mains' `memory` rows, the GPUs' samples, iotrace's cost so far,
         the rows of every process known (`known`: what says each one's training loop, rank and
         peers), the `processes` rows to write (None: none this interval), and the GPU each
         training loop's environment gives it (`gpu_named`).
+        `fuse(ts_ns, files)`: the `fuse` rows of the FUSE mounts read through, given the
+        interval's `files` rows (the session's sampler: tracer.live.fuse, which reads /proc).
         `final`: the run's last interval, which also gets the whole run's verdicts."""
         snap = self.aggregator.interval(reading, ts_ns, devices=devices, system=system,
                                         gpu=gpu_rows, cost=cost, memory=memory)
+        if fuse is not None and (rows := fuse(snap.ts_ns, snap.files)):
+            snap = dataclasses.replace(snap, fuse=rows)
         # the same input as a replay of the trace builds for this interval (tracer.report)
         if self._start_ns is None:
             self._start_ns = snap.ts_ns - snap.interval_ns

@@ -322,6 +322,28 @@ TABLES: dict[str, pa.Schema] = {
         _field("psi_io_some_ns", NS, nullable=True),
         _field("psi_cpu_some_ns", NS, nullable=True),
     ),
+    # Per interval per FUSE mount the traced processes read through (tracer.live.fuse): the file
+    # system, the process that serves it and that process's activity in the interval, from /proc
+    # and sock_diag (it is not traced); rows from the interval after the mount's first read.
+    "fuse": _schema(
+        _field("ts", TIMESTAMP),  # end of the interval
+        _field("device", DICT_STRING),  # the mount's device, MAJ:MIN, as `files.device`
+        _field("mount_point", DICT_STRING),  # as the first process that read through it sees it
+        _field("fs_type", DICT_STRING),  # fuse.<subtype>, fuse, fuseblk
+        _field("source", DICT_STRING),  # mountinfo's source: a bucket, a URL, a device
+        _field("daemon_pid", pa.int32(), nullable=True),  # the process serving it; null: not found
+        _field("daemon_comm", DICT_STRING, nullable=True),
+        # how it was found: fdinfo (its /dev/fuse file's connection is the mount's), only_holder
+        # (the one process holding /dev/fuse), cmdline (the one of them naming the mount point)
+        _field("found_by", DICT_STRING, nullable=True),
+        _field("cpu_ns", pa.int64(), nullable=True),  # the daemon's CPU time in the interval
+        _field("disk_read_bytes", pa.int64(), nullable=True),  # brought from storage for it
+        _field("disk_write_bytes", pa.int64(), nullable=True),
+        # received by its TCP connections (sock_diag's tcp_info), and their mean smoothed RTT now
+        _field("net_rx_bytes", pa.int64(), nullable=True),
+        _field("rtt_us", pa.float64(), nullable=True),
+        _field("peers", DICT_STRING, nullable=True),  # its TCP peers now, "addr:port, ..."
+    ),
     # NVML utilisation samples (tracer.gpu.nvml): one row per GPU per sample, covering
     # (ts - sample_period_ns, ts]. When the driver's sample buffer is empty (an idle GPU empties it),
     # one row per poll from nvmlDeviceGetUtilizationRates stands for the time since the previous row.

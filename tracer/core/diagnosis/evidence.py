@@ -7,6 +7,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from tracer.core.diagnosis.finding import LoopInterval
+from tracer.core.diagnosis.fuse import FuseSample
 from tracer.core.diagnosis.reads import Reads
 from tracer.core.diagnosis.thresholds import MAX_CPU_TAKERS, MAX_DISK_USERS
 from tracer.core.model import CpuWaitRow, DeviceUserRow, MemoryRow, ThreadRow
@@ -98,6 +99,7 @@ class IntervalEvidence:
     # main -> its loop's CUDA driver calls here: (synchronisations, copies, launches; -1: not
     # counted); absent: none (no libcuda)
     cuda: dict[int, tuple[int, int, int]] = field(default_factory=dict)
+    fuse: tuple[FuseSample, ...] = ()  # the FUSE mounts read through, their daemons' activity
 
 
 @dataclass
@@ -117,18 +119,22 @@ class StartUp:
     missed: int  # bytes read from disk
 
 
-def disk_reads(rows: Iterable[DeviceUserRow]) -> dict[str, DiskReads]:
+def disk_reads(rows: Iterable[DeviceUserRow], served: Iterable[str] = ()
+               ) -> dict[str, DiskReads]:
     """Each disk's reads of one interval's `device_users` rows; its others at most
-    MAX_DISK_USERS, the largest."""
+    MAX_DISK_USERS, the largest. `served`: the names of the untraced processes that serve the
+    FUSE mounts the job reads through (`fuse` rows), whose reads are the job's, made for it."""
     out: dict[str, DiskReads] = {}
+    served = set(served)
     for r in rows:
         if r["op"] != "read":
             continue
         d = out.setdefault(r["device"], DiskReads())
-        counts = d.traced if r["who"] == "traced" else d.others
+        ours = r["who"] == "traced" or (r["who"] == "other" and r["comm"] in served)
+        counts = d.traced if ours else d.others
         for i, v in enumerate((r["requests"], r["bytes"], r["service_ns"])):
             counts[i] += v
-        if r["who"] != "traced":
+        if not ours:
             who = (r["comm"] or ("others" if r["who"] == "rest" else "?"), r["cgroup"] or "",
                    r["container_id"], r["pod_uid"])
             d.by_user[who] = d.by_user.get(who, 0) + r["bytes"]

@@ -15,6 +15,7 @@ from tracer.core.model import (
     DeviceUserRow,
     EventRow,
     FileRow,
+    FuseRow,
     GpuRow,
     LatencyRow,
     MemoryRow,
@@ -51,3 +52,4 @@ class IntervalInput:
     peers: dict[int, list[str]] = field(default_factory=dict)  # loop pid -> TCP peers so far
     # who had the CPUs the traced threads waited for
     cpu_waits: list[CpuWaitRow] = field(default_factory=list)
+    fuse: list[FuseRow] = field(default_factory=list)  # FUSE mounts read through, their daemons

@@ -37,6 +37,7 @@ from tracer.core.diagnosis.evidence import (
     reclaims,
 )
 from tracer.core.diagnosis.finding import STATES, LoopInterval
+from tracer.core.diagnosis.fuse import FuseSample
 from tracer.core.diagnosis.input import IntervalInput, Rank
 from tracer.core.diagnosis.reads import NO_COUNTS, Reads, folder_files_of, is_library
 from tracer.core.diagnosis.saves import SaveState, settle_owed, span_checkpoint_ns
@@ -163,9 +164,10 @@ def split(state: SplitState, inp: IntervalInput, t: Thresholds, page_size: int,
         device_util={d["device"]: d["util_pct"] for d in inp.devices},
         worker_net_ns=dict(net.worker), net_counts=net.counts, net_bytes=net.bytes,
         small_writes=dict(ft.small), background=background, other_parts=other_parts,
-        memory={m["pid"]: m for m in inp.memory}, disk_reads=disk_reads(inp.device_users),
+        memory={m["pid"]: m for m in inp.memory}, disk_reads=disk_reads(
+            inp.device_users, (r["daemon_comm"] for r in inp.fuse if r["daemon_comm"])),
         saves=saves, cuda=cuda_calls(tt.loops), cpu=cpu_waits(inp.cpu_waits, threads, owner),
-        reclaim=reclaims(threads, owner))
+        reclaim=reclaims(threads, owner), fuse=tuple(FuseSample.of(r) for r in inp.fuse))
 
 
 def _file_times(state: SplitState, t: Thresholds, files: list[FileRow],

@@ -79,18 +79,42 @@ def _where(top: tuple[str, str] | None) -> str:
     return f" on {top[0]} ({top[1]})" if top else ""
 
 
+def fuse_via(fuse: dict | None) -> str:
+    """Where data read through a FUSE mount came from (`tracer.core.diagnosis.fuse.served_by`):
+    the mount, the process serving it and what that process did while the job read."""
+    if fuse is None:
+        return ""
+    text = (f": the data comes through FUSE mount {fuse['mount_point']} ({fuse['fs_type']}, source "
+            f"{fuse['source']})")
+    if fuse["daemon_pid"] is None:
+        return text + ", whose serving process was not found"
+    text += f" served by pid {fuse['daemon_pid']} ({fuse['daemon_comm']})"
+    if fuse["daemon_cpu_pct"] is None:
+        return text
+    did = [f"used {fuse['daemon_cpu_pct']:.0f} % of a CPU"]
+    if fuse["daemon_peers"]:
+        more = " ..." if len(fuse["daemon_peers"]) > 3 else ""
+        rtt = (f", round trip {format_ns(int(fuse['daemon_rtt_us'] * 1000))}"
+               if fuse["daemon_rtt_us"] is not None else "")
+        got = (f" ({format_bytes(fuse['daemon_net_rx_bytes_s'])}/s received{rtt})"
+               if fuse["daemon_net_rx_bytes_s"] is not None else "")
+        did.append(f"fetched from {', '.join(fuse['daemon_peers'][:3])}{more}{got}")
+    did.append(f"read {format_bytes(fuse['daemon_disk_read_bytes_s'])}/s from storage")
+    return f"{text}, which {', '.join(did[:-1])} and {did[-1]} meanwhile"
+
+
 def sync_loading(pct: float, total_ns: int, workers: bool, p99_ns: int,
-                 top: tuple[str, str] | None) -> str:
+                 top: tuple[str, str] | None, fuse: dict | None = None) -> str:
     return (f"The training loop read files itself {pct:.0f} % of {format_ns(total_ns)} "
             f"({'with' if workers else 'without'} DataLoader workers); p99 read latency "
-            f"{format_ns(p99_ns)}{_where(top)}.")
+            f"{format_ns(p99_ns)}{_where(top)}{fuse_via(fuse)}.")
 
 
 def dataloader_io_bound(wait_pct: float, total_ns: int, blocked_pct: float, p99_ns: int,
-                        top: tuple[str, str] | None) -> str:
+                        top: tuple[str, str] | None, fuse: dict | None = None) -> str:
     return (f"The training loop waited for batches {wait_pct:.0f} % of {format_ns(total_ns)}; "
             f"the DataLoader workers were blocked on I/O {blocked_pct:.0f} % of their busy "
-            f"time; p99 read latency {format_ns(p99_ns)}{_where(top)}.")
+            f"time; p99 read latency {format_ns(p99_ns)}{_where(top)}{fuse_via(fuse)}.")
 
 
 def dataloader_cpu_bound(wait_pct: float, total_ns: int, oncpu_pct: float) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from tracer.core.diagnosis import words
 from tracer.core.diagnosis.finding import Finding, severity
+from tracer.core.diagnosis.fuse import served_by
 from tracer.core.diagnosis.rules.context import (
     Context,
     data_wait_pct,
@@ -36,9 +37,10 @@ def judge(ctx: Context) -> list[Finding]:
                         slowest(ctx.ivs, pid, DATALOADER_WORKER, reads))
     blocked = 100 * (io - in_reclaim) / (io + cpu) if io + cpu else 0.0
     top = top_dir(ctx.ivs, pid)
+    fuse = served_by(ctx.ivs, top)
     return [Finding(
         "dataloader_io_bound", severity(share), pid,
-        words.dataloader_io_bound(data_wait_pct(loop), loop.total, blocked, p99, top),
+        words.dataloader_io_bound(data_wait_pct(loop), loop.total, blocked, p99, top, fuse),
         {"loop_shares_pct": loop.pct, "seconds": round(loop.total / 1e9, 1),
          "workers_blocked_pct": round(blocked, 1), "p99_read_ns": p99,
-         "top_dir": top[0] if top else None})]
+         "top_dir": top[0] if top else None, "fuse": fuse})]

@@ -25,7 +25,8 @@ def judge(ctx: Context) -> list[Finding]:
         for (_path, fs), n in r.files.items():
             fs_bytes[fs] += n
     total = sum(fs_bytes.values())
-    slow = {fs: n for fs, n in fs_bytes.items() if fs in SLOW_FS_TYPES}
+    # a FUSE mount's type has its daemon's subtype (fuse.sshfs, fuse.gcsfuse)
+    slow = {fs: n for fs, n in fs_bytes.items() if fs.split(".", 1)[0] in SLOW_FS_TYPES}
     if not total or sum(slow.values()) / total < ctx.thresholds.slow_fs_read_share:
         return []
     return [Finding(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from tracer.core.diagnosis import words
 from tracer.core.diagnosis.finding import Finding, severity
+from tracer.core.diagnosis.fuse import served_by
 from tracer.core.diagnosis.rules.context import Context, merged_reads, slowest, top_dir
 from tracer.core.histogram import percentile_ns
 from tracer.core.vocab import MAIN, RANK
@@ -20,9 +21,10 @@ def judge(ctx: Context) -> list[Finding]:
     p99 = percentile_ns(reads.get(me, []), 99, slowest(ctx.ivs, pid, me, reads))
     workers = pid in ctx.window.state.workers_seen
     top = top_dir(ctx.ivs, pid)
+    fuse = served_by(ctx.ivs, top)
     return [Finding(
         "sync_loading", severity(loop.share["sync_loading"]), pid,
-        words.sync_loading(loop.pct["sync_loading"], loop.total, workers, p99, top),
+        words.sync_loading(loop.pct["sync_loading"], loop.total, workers, p99, top, fuse),
         {"loop_shares_pct": loop.pct, "seconds": round(loop.total / 1e9, 1),
          "p99_read_ns": p99, "dataloader_workers": workers,
-         "top_dir": top[0] if top else None})]
+         "top_dir": top[0] if top else None, "fuse": fuse})]
