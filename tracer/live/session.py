@@ -22,11 +22,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from tracer.core import abi
-from tracer.core.diagnosis import MAX_PEERS, Diagnosis
+from tracer.core.diagnosis import Diagnosis
 from tracer.core.diagnosis.words import NOTHING_JUDGED
 from tracer.core.redact import Redactor
 from tracer.core.roles import ELASTIC_COMM
-from tracer.core.vocab import DATALOADER_WORKER, LOOP_ROLES, READY_PREFIX
+from tracer.core.vocab import LOOP_ROLES, READY_PREFIX
 from tracer.errors import (
     EXIT_HOST,
     EXIT_OK,
@@ -49,7 +49,7 @@ from tracer.live.files import FileTable
 from tracer.live.forget import Forgetter
 from tracer.live.memory import MemorySampler
 from tracer.live.options import TraceOptions
-from tracer.live.peers import peers_of
+from tracer.live.peers import sample_peers
 from tracer.live.processes import ProcessTable
 from tracer.live.procfs import ProcSampler
 from tracer.live.rereads import rows_dtype
@@ -343,7 +343,7 @@ class Session:
         gpu_rows = self.gpu.poll(ts_ns) if self.gpu else []
         cost = self.cost.read(final)
         assert self.step is not None and self.trace is not None
-        self._sample_peers(reading.hists)
+        sample_peers(self.processes.alive(), reading.hists)
         # Every segment roll carries the processes seen or changed since the last: a killed
         # tracer's trace still names every process its other rows mention.
         processes = self._process_rows() if final or self.trace.roll_due() else None
@@ -358,28 +358,6 @@ class Session:
         del reading  # its arrays: the interval's per-file counters, freed before the trim
         release_free_memory()
         return interval
-
-    def _sample_peers(self, hists: dict[bytes, bytes]) -> None:
-        """The TCP peers of the mains and their workers, for the network data wait's evidence:
-        kept on each process (its rows: the step's input names them for its loop, as a replay
-        of its `processes` rows does). Only for the processes whose syscalls used a network socket
-        (`hists`, the reading's): reading a namespace's connections walks every bucket of the
-        host's tables (about 10 ms a reading on a 24 GiB host), and a DataLoader's workers
-        hold AF_UNIX sockets only."""
-        tables: dict[str, dict[int, str]] = {}  # each network namespace's, read once
-        networked = set()
-        for raw in hists:
-            tgid, target = abi.hist_key_target(raw)
-            if target == abi.TARGET_SOCKET:
-                networked.add(tgid)
-        for proc in self.processes.alive():
-            if proc.role not in (*LOOP_ROLES, DATALOADER_WORKER) or len(proc.peers) >= MAX_PEERS:
-                continue
-            if proc.pid not in networked:
-                continue
-            new = sorted(peers_of(proc.pid, tables=tables) - set(proc.peers))[
-                :MAX_PEERS - len(proc.peers)]
-            proc.peers.extend(new)
 
     def _read(self) -> Reading:
         """The kernel's maps: this interval's per-file counters (taken out of the kernel), the
