@@ -31,7 +31,8 @@ from tracer.render.summary import render_summary, split_lines
 from tracer.tracedir.reader import TraceError, TraceReader, load
 
 # The tables with rows per interval, stamped with its end: the diagnosis's input from the trace.
-ROW_TABLES = ("threads", "files", "latency", "devices", "memory", "device_users", "cpu_waits")
+ROW_TABLES = ("threads", "files", "latency", "devices", "memory", "device_users", "cpu_waits",
+              "stacks")
 
 
 def _text(v: object) -> str | None:

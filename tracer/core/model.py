@@ -185,6 +185,21 @@ class CpuWaitRow(TypedDict):
     wait_ns: int
 
 
+class StackRow(TypedDict):
+    ts: int
+    taken: int
+    pid: int
+    tid: int
+    role: str | None
+    reason: str
+    depth: int
+    file: str
+    line: int
+    function: str
+    user: bool
+    text: str | None
+
+
 class SystemRow(TypedDict):
     ts: int
     cpu_user_pct: float
@@ -260,7 +275,8 @@ class FindingRow(TypedDict):
 ROW_TYPES: dict[str, type] = {
     "processes": ProcessRow, "latency": LatencyRow, "files": FileRow, "events": EventRow,
     "threads": ThreadRow, "loop": LoopRow, "devices": DeviceRow,
-    "device_users": DeviceUserRow, "cpu_waits": CpuWaitRow, "system": SystemRow, "memory": MemoryRow,
+    "device_users": DeviceUserRow, "cpu_waits": CpuWaitRow, "stacks": StackRow,
+    "system": SystemRow, "memory": MemoryRow,
     "gpu": GpuRow, "gpu_idle": GpuIdleRow, "findings": FindingRow,
 }
 """The row type of each table, by table name (the keys of `schema.TABLES`)."""
@@ -300,6 +316,7 @@ class Snapshot:
     memory: list[MemoryRow] = field(default_factory=list)  # per main process: its memory cgroup
     device_users: list[DeviceUserRow] = field(default_factory=list)  # who used each disk
     cpu_waits: list[CpuWaitRow] = field(default_factory=list)  # who had the CPUs traced threads waited for
+    stacks: list[StackRow] = field(default_factory=list)  # Python stacks sampled (tracer.live.stacks)
 
 
 class FileTotals:

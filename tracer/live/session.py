@@ -54,6 +54,7 @@ from tracer.live.processes import ProcessTable
 from tracer.live.procfs import ProcSampler
 from tracer.live.rereads import rows_dtype
 from tracer.live.sinks import cannot_write_message, open_sinks, serve_metrics
+from tracer.live.stacks import PythonStacks
 
 if TYPE_CHECKING:
     from tracer.core.interval import Interval
@@ -139,6 +140,7 @@ class Session:
         self.memory = MemorySampler()
         self.gpu: nvml.GpuMonitor | None = None
         self.gpu_note: str | None = None  # why GPU sampling is off, when it is
+        self.stacks = PythonStacks(self.clock.now_ns, err, self.redact)  # py-spy's samples
         self.step: Step | None = None  # made once attached (tracer.live.aggregate imports numpy)
         self.sinks: list[Sink] = []  # every interval goes to each, in this order
         self.trace: ParquetSink | None = None  # the trace directory (among the sinks)
@@ -180,6 +182,7 @@ class Session:
             raise TraceFailure(str(e), EXIT_HOST) from None
         self._check_targets_alive()
         self._open_gpu()
+        self.stacks.open()
         if self.opts.prometheus:
             self._serve_metrics()
         what = self._what()
@@ -268,7 +271,8 @@ class Session:
             "interval_s": self.opts.interval_s, "hooks": self.probes.loader.features,
             "syscall_hooks": self.probes.loader.syscall_hooks,
             "unavailable": [k for k, v in self.probes.loader.features.items() if v == "missing"]
-            + [n for n in (self.probes.loader.syscall_hooks_note, self.gpu_note) if n],
+            + [n for n in (self.probes.loader.syscall_hooks_note, self.gpu_note,
+                           self.stacks.note) if n],
             "events_lost": 0, "self_cost": None,
         }
 
@@ -287,6 +291,7 @@ class Session:
         elif kind == abi.EVENT_SLOW:
             ev = abi.decode_slow_event(raw)
             self.step.aggregator.on_slow(ev, self.clock.to_utc_ns(ev.ts_ns))
+            self.stacks.on_slow(ev, self.processes.get(ev.pid))
         else:
             self.processes.on_event(abi.decode_proc_event(raw))
 
@@ -351,9 +356,11 @@ class Session:
                                       memory=memory, gpu_rows=gpu_rows, cost=cost,
                                       known=self.processes.known_rows(),
                                       processes=processes, final=final,
-                                      gpu_named=self.processes.cuda_devices())
+                                      gpu_named=self.processes.cuda_devices(),
+                                      stacks=self.stacks.take())
         for sink in self.sinks:
             sink.write(interval)
+        self.stacks.after_interval(interval, reading.write_spans, self.processes.alive())
         self.forget.after(reading, self.step.aggregator)
         del reading  # its arrays: the interval's per-file counters, freed before the trim
         release_free_memory()
@@ -480,6 +487,7 @@ class Session:
 
     def close(self) -> None:
         self._close_sinks()
+        self.stacks.close()
         if self.gpu:
             self.gpu.close()
         self.probes.close()

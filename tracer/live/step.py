@@ -10,6 +10,7 @@ and does no I/O.
 from __future__ import annotations
 
 from collections import deque
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from tracer.core.diagnosis.feed import TABLES, feed, interval_input
@@ -45,15 +46,21 @@ class Step:
                  gpu_rows: list[dict], cost: SelfCost, known: list[dict],
                  processes: list[dict] | None = None, final: bool = False,
                  memory: list[dict] | None = None,
-                 gpu_named: dict[int, str] | None = None) -> Interval:
+                 gpu_named: dict[int, str] | None = None,
+                 stacks: list[dict] | None = None) -> Interval:
         """One interval ending at `ts_ns` (UTC ns): the maps' `reading`, the host's `devices`
         and `system` rows, the mains' `memory` rows, the GPUs' samples, iotrace's cost so far,
         the rows of every process known (`known`: what says each one's training loop, rank and
         peers), the `processes` rows to write (None: none this interval), and the GPU each
-        training loop's environment gives it (`gpu_named`).
+        training loop's environment gives it (`gpu_named`), the Python stacks sampled since the
+        last interval (`stacks`' rows, stamped here with its end).
         `final`: the run's last interval, which also gets the whole run's verdicts."""
         snap = self.aggregator.interval(reading, ts_ns, devices=devices, system=system,
                                         gpu=gpu_rows, cost=cost, memory=memory)
+        if stacks:
+            for r in stacks:
+                r["ts"] = snap.ts_ns
+            snap = replace(snap, stacks=stacks)
         # the same input as a replay of the trace builds for this interval (tracer.report)
         if self._start_ns is None:
             self._start_ns = snap.ts_ns - snap.interval_ns

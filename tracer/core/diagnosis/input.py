@@ -18,6 +18,7 @@ from tracer.core.model import (
     GpuRow,
     LatencyRow,
     MemoryRow,
+    StackRow,
     ThreadRow,
 )
 
@@ -51,3 +52,5 @@ class IntervalInput:
     peers: dict[int, list[str]] = field(default_factory=dict)  # loop pid -> TCP peers so far
     # who had the CPUs the traced threads waited for
     cpu_waits: list[CpuWaitRow] = field(default_factory=list)
+    # Python stacks sampled from outside the processes, a row per frame (tracer.core.stacks)
+    stacks: list[StackRow] = field(default_factory=list)
