@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 from tracer.core.diagnosis.finding import LoopInterval
 from tracer.core.diagnosis.reads import Reads
 from tracer.core.diagnosis.thresholds import MAX_CPU_TAKERS, MAX_DISK_USERS
-from tracer.core.model import CpuWaitRow, DeviceUserRow, MemoryRow, ThreadRow
+from tracer.core.model import CpuWaitRow, DeviceUserRow, MemoryRow, StackRow, ThreadRow
+from tracer.core.stacks import CodeLine
 from tracer.core.vocab import DATALOADER_WORKER, LOOP_ROLES
 
 # (comm, cgroup, container ID, pod UID): who else used a disk
@@ -52,6 +53,16 @@ class Background:
     child: bool  # a child process saves (else a thread)
 
 
+@dataclass(frozen=True)
+class CodeSample:
+    """A Python stack sampled in one interval, by the line of the user's code it was at."""
+
+    reason: str  # what it was taken for (tracer.core.stacks.REASONS)
+    role: str | None  # of its process
+    main_thread: bool  # its process's main thread (a loop's, a worker's)
+    code: CodeLine
+
+
 @dataclass(kw_only=True)
 class IntervalEvidence:
     """One interval as the rules see it, per main pid where it says "main"."""
@@ -85,6 +96,8 @@ class IntervalEvidence:
     # main -> its loop's CUDA driver calls here: (synchronisations, copies, launches; -1: not
     # counted); absent: none (no libcuda)
     cuda: dict[int, tuple[int, int, int]] = field(default_factory=dict)
+    # main -> its processes' Python stacks sampled here, at the user's code (`stacks` rows)
+    code: dict[int, list[CodeSample]] = field(default_factory=dict)
 
 
 @dataclass
@@ -178,4 +191,18 @@ def cpu_waits(rows: Iterable[CpuWaitRow], threads: Iterable[ThreadRow],
     for w in out.values():
         if len(w.others) > MAX_CPU_TAKERS:
             w.others = dict(sorted(w.others.items(), key=lambda kv: -kv[1])[:MAX_CPU_TAKERS])
+    return out
+
+
+def code_samples(rows: Iterable[StackRow], owner: Mapping[int, int]) -> dict[int, list[CodeSample]]:
+    """Per main, the samples of one interval's `stacks` rows that reached the user's code (the
+    frame marked `user`; a sample without one names no line)."""
+    out: dict[int, list[CodeSample]] = {}
+    for r in rows:
+        if not r["user"]:
+            continue
+        pid = int(r["pid"])
+        line = CodeLine(r["file"], int(r["line"]), r["function"], r["text"])
+        out.setdefault(owner.get(pid, pid), []).append(
+            CodeSample(r["reason"], r["role"], int(r["tid"]) == pid, line))
     return out

@@ -29,7 +29,13 @@ from collections import defaultdict, deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from tracer.core.diagnosis.evidence import Background, IntervalEvidence, cpu_waits, disk_reads
+from tracer.core.diagnosis.evidence import (
+    Background,
+    IntervalEvidence,
+    code_samples,
+    cpu_waits,
+    disk_reads,
+)
 from tracer.core.diagnosis.finding import STATES, LoopInterval
 from tracer.core.diagnosis.input import IntervalInput, Rank
 from tracer.core.diagnosis.reads import NO_COUNTS, Reads, folder_files_of, is_library
@@ -158,7 +164,8 @@ def split(state: SplitState, inp: IntervalInput, t: Thresholds, page_size: int,
         worker_net_ns=dict(net.worker), net_counts=net.counts, net_bytes=net.bytes,
         small_writes=dict(ft.small), background=background, other_parts=other_parts,
         memory={m["pid"]: m for m in inp.memory}, disk_reads=disk_reads(inp.device_users),
-        saves=saves, cuda=cuda_calls(tt.loops), cpu=cpu_waits(inp.cpu_waits, threads, owner))
+        saves=saves, cuda=cuda_calls(tt.loops), cpu=cpu_waits(inp.cpu_waits, threads, owner),
+        code=code_samples(inp.stacks, owner))
 
 
 def _file_times(state: SplitState, t: Thresholds, files: list[FileRow],

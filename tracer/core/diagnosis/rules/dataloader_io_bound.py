@@ -9,6 +9,7 @@ from tracer.core.diagnosis import words
 from tracer.core.diagnosis.finding import Finding, severity
 from tracer.core.diagnosis.rules.context import (
     Context,
+    code_line,
     data_wait_pct,
     merged_reads,
     slowest,
@@ -16,7 +17,8 @@ from tracer.core.diagnosis.rules.context import (
     worker_times,
 )
 from tracer.core.histogram import percentile_ns
-from tracer.core.vocab import DATALOADER_WORKER
+from tracer.core.stacks import DATA_WAIT, SLOW_READ
+from tracer.core.vocab import DATALOADER_WORKER, LOOP_ROLES
 
 
 def judge(ctx: Context) -> list[Finding]:
@@ -29,9 +31,15 @@ def judge(ctx: Context) -> list[Finding]:
     cpu, io = worker_times(ctx.ivs, pid)
     blocked = 100 * io / (io + cpu) if io + cpu else 0.0
     top = top_dir(ctx.ivs, pid)
+    # where the workers read, and where the loop waits for their batches (Python stacks)
+    code = code_line(ctx.ivs, pid, (SLOW_READ,), (DATALOADER_WORKER,))
+    waits = code_line(ctx.ivs, pid, (DATA_WAIT,), LOOP_ROLES, main_thread=True)
     return [Finding(
         "dataloader_io_bound", severity(loop.share["data_wait_io"]), pid,
-        words.dataloader_io_bound(data_wait_pct(loop), loop.total, blocked, p99, top),
+        words.dataloader_io_bound(data_wait_pct(loop), loop.total, blocked, p99, top)
+        + words.at_code("The DataLoader workers read", code)
+        + words.at_code("The loop waits for batches", waits),
         {"loop_shares_pct": loop.pct, "seconds": round(loop.total / 1e9, 1),
          "workers_blocked_pct": round(blocked, 1), "p99_read_ns": p99,
-         "top_dir": top[0] if top else None})]
+         "top_dir": top[0] if top else None, "code": code.evidence() if code else None,
+         "loop_code": waits.evidence() if waits else None})]

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from tracer.core.diagnosis import words
 from tracer.core.diagnosis.finding import Finding, severity
-from tracer.core.diagnosis.rules.context import Context, merged_reads, slowest, top_dir
+from tracer.core.diagnosis.rules.context import Context, code_line, merged_reads, slowest, top_dir
 from tracer.core.histogram import percentile_ns
-from tracer.core.vocab import MAIN, RANK
+from tracer.core.stacks import SLOW_READ, SYNC_LOADING
+from tracer.core.vocab import LOOP_ROLES, MAIN, RANK
 
 
 def judge(ctx: Context) -> list[Finding]:
@@ -20,9 +21,11 @@ def judge(ctx: Context) -> list[Finding]:
     p99 = percentile_ns(reads.get(me, []), 99, slowest(ctx.ivs, pid, me, reads))
     workers = pid in ctx.window.state.workers_seen
     top = top_dir(ctx.ivs, pid)
+    code = code_line(ctx.ivs, pid, (SLOW_READ, SYNC_LOADING), LOOP_ROLES, main_thread=True)
     return [Finding(
         "sync_loading", severity(loop.share["sync_loading"]), pid,
-        words.sync_loading(loop.pct["sync_loading"], loop.total, workers, p99, top),
+        words.sync_loading(loop.pct["sync_loading"], loop.total, workers, p99, top)
+        + words.at_code("The loop reads", code),
         {"loop_shares_pct": loop.pct, "seconds": round(loop.total / 1e9, 1),
          "p99_read_ns": p99, "dataloader_workers": workers,
-         "top_dir": top[0] if top else None})]
+         "top_dir": top[0] if top else None, "code": code.evidence() if code else None})]
