@@ -90,6 +90,14 @@ def test_the_workers_read_line_leads(mode, workdir, tmp_path):
     reads = stacks[stacks.user & (stacks.reason == "slow_read")]
     assert set(reads.role) == {"dataloader_worker"}, reads
     assert missing_line() not in t.stderr
+    # the summary printed and `iotrace report` (a replay of the trace) say it too
+    assert f"read at train.py:{READ} in FileDataset.__getitem__" in t.stdout
+    report = subprocess.run([*IOTRACE, "report", str(t.out)], cwd=ROOT, capture_output=True,
+                            text=True, timeout=120)
+    assert f"read at train.py:{READ} in FileDataset.__getitem__" in report.stdout, report.stdout
+    cost = json.loads((t.out / "meta.json").read_text())["python_stacks"]
+    samples = stacks.drop_duplicates(["taken", "tid"])
+    assert cost["dumps"] >= len(samples) > 0 and cost["cpu_s"] > 0, cost
 
 
 @needs_reader
@@ -130,4 +138,4 @@ def test_without_a_reader_it_traces_as_before_and_says_so_once(tmp_path):
     assert len(pd.read_parquet(tmp_path / "trace" / "events")) > 0  # traced as before
     assert len(pd.read_parquet(tmp_path / "trace" / "stacks")) == 0
     meta = json.loads((tmp_path / "trace" / "meta.json").read_text())
-    assert missing_line() in meta["unavailable"]
+    assert missing_line() in meta["unavailable"] and meta["python_stacks"] is None

@@ -278,7 +278,8 @@ class Session:
 
     def _stop_meta(self) -> dict:
         """meta.json's fields of how the trace ended, as the trace is closed."""
-        return {"stop_ns": self.clock.now_ns(), "stop_reason": self.stop_reason}
+        return {"stop_ns": self.clock.now_ns(), "stop_reason": self.stop_reason,
+                "python_stacks": self.stacks.stats()}
 
     def on_event(self, raw: bytes) -> None:
         """One ring-buffer record: process life cycle, a file's path, or a slow operation."""

@@ -98,6 +98,7 @@ class StackSampler:
         self._sources: dict[tuple[int, str], list[str] | None] = {}
         self._denied = False
         self.asked = self.dumps = self.failed = 0
+        self.cpu_s = 0.0  # the reader's CPU, all dumps
 
     def ask(self, pid: int, tid: int, reason: str, role: str | None) -> bool:
         """Sample thread `tid` of process `pid` for `reason`, unless a bound says not now;
@@ -187,25 +188,50 @@ class StackSampler:
                 self._busy.discard(pid)
 
     def _dump(self, pid: int, tid: int) -> list[Frame] | None:
-        try:
-            done = subprocess.run([self.reader, "dump", "--pid", str(pid), "--json", "--nonblocking"],
-                                  capture_output=True, text=True, timeout=TIMEOUT_S,
-                                  stdin=subprocess.DEVNULL)
-        except (OSError, subprocess.TimeoutExpired):
+        done = self._run([self.reader, "dump", "--pid", str(pid), "--json", "--nonblocking"])
+        if done is None:
             self._failed(pid, None)
             return None
-        self.dumps += 1
-        if done.returncode != 0:
-            self._failed(pid, done.stderr)
+        code, stdout, stderr = done
+        if code != 0:
+            self._failed(pid, stderr)
             return None
         try:
-            threads = parse_dump(done.stdout)
+            threads = parse_dump(stdout)
         except (ValueError, TypeError, AttributeError):
             self._failed(pid, None)
             return None
         with self._lock:
             self._failures.pop(pid, None)
         return thread_frames(threads, pid, tid)
+
+    def _run(self, argv: list[str]) -> tuple[int, str, str] | None:
+        """Runs the reader: its exit code and output, and its CPU time added to `cpu_s` (what
+        iotrace reports it cost); None when it could not run or ran past TIMEOUT_S."""
+        try:
+            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True)
+        except OSError:
+            return None
+        timer = threading.Timer(TIMEOUT_S, proc.kill)
+        timer.start()
+        try:
+            stdout, stderr = proc.stdout.read(), proc.stderr.read()  # its stderr is a line
+            _, status, usage = os.wait4(proc.pid, 0)
+        finally:
+            timer.cancel()
+            proc.stdout.close()
+            proc.stderr.close()
+        proc.returncode = code = os.waitstatus_to_exitcode(status)
+        with self._lock:
+            self.dumps += 1
+            self.cpu_s += usage.ru_utime + usage.ru_stime
+        return None if code == -9 else (code, stdout, stderr)
+
+    def stats(self) -> dict:
+        """meta.json's `python_stacks`: samples asked for, dumps run, failed, their CPU."""
+        return {"reader": self.reader, "asked": self.asked, "dumps": self.dumps,
+                "failed": self.failed, "cpu_s": round(self.cpu_s, 3)}
 
     def _failed(self, pid: int, stderr: str | None) -> None:
         """A dump that failed: a process that exited, that is not Python, or that the reader
@@ -283,6 +309,9 @@ class PythonStacks:
         if self.sampler is not None and not interval.final:
             self.sampler.after_interval(interval.loop, spans, {p.pid: p.role for p in alive
                                                                if p.role in LOOP_ROLES})
+
+    def stats(self) -> dict | None:
+        return self.sampler.stats() if self.sampler is not None else None
 
     def close(self) -> None:
         if self.sampler is not None:
