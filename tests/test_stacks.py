@@ -3,11 +3,14 @@ whose line is known from its source, and the line a finding names picked from it
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from tracer.core.diagnosis.evidence import code_samples
@@ -48,11 +51,30 @@ def _line_of(text: str, needle: str) -> int:
     return next(i for i, line in enumerate(text.splitlines(), 1) if needle in line)
 
 
-@pytest.fixture
-def sleeper(tmp_path: Path):
+def python(minor: int) -> str | None:
+    """An interpreter of Python 3.`minor` that runs: this one, on PATH, under /usr/bin, or
+    one pyenv installed; None when there is none."""
+    if sys.version_info[:2] == (3, minor):
+        return sys.executable
+    found = [shutil.which(f"python3.{minor}"), f"/usr/bin/python3.{minor}",
+             *map(str, sorted(Path.home().glob(f".pyenv/versions/3.{minor}.*/bin/python3.{minor}")))]
+    for exe in filter(None, found):
+        try:
+            if subprocess.run([exe, "-c", "pass"], capture_output=True, timeout=30).returncode == 0:
+                return exe
+        except OSError:
+            continue
+    return None
+
+
+@pytest.fixture(params=[11, 12, 13], ids=lambda m: f"3.{m}")
+def sleeper(request, tmp_path: Path):
+    exe = python(request.param)
+    if exe is None:
+        pytest.skip(f"no Python 3.{request.param} here")
     script = tmp_path / "job.py"
     script.write_text(SCRIPT)
-    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([exe, str(script)], stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout.readline().strip() == "ready"
         time.sleep(0.2)  # in the sleep by now
@@ -75,6 +97,16 @@ def test_library_code_is_not_the_users() -> None:
               Frame("/app/train.py", 131, "save_checkpoint"), Frame("/app/train.py", 200, "main")]
     assert user_frame(frames) == 1
     assert user_frame(frames[:1]) is None
+    # a DataLoader worker collating: the user's frames under its bootstrap are its parent's
+    torch = "/venv/lib/python3.11/site-packages/torch/utils/data/_utils"
+    worker = [Frame(f"{torch}/collate.py", 155, "collate"),
+              Frame(f"{torch}/worker.py", 374, "_worker_loop"),
+              Frame("/usr/lib/python3.11/multiprocessing/process.py", 108, "BaseProcess.run"),
+              Frame("/usr/lib/python3.11/multiprocessing/process.py", 314,
+                    "BaseProcess._bootstrap"),
+              Frame("/app/train.py", 485, "train")]
+    assert user_frame(worker) is None
+    assert user_frame([Frame("/app/train.py", 110, "Data.__getitem__"), *worker]) == 0
 
 
 @needs_reader
@@ -167,6 +199,10 @@ def test_the_line_named_is_the_one_sampled_most() -> None:
            Iv([_row(11, 11, "dataloader_worker", SLOW_READ, 50, "x = decode(buf)"),
                {**_row(12, 12, "dataloader_worker", SLOW_READ, 9, None), "user": False}])]
     read = code_line(ivs, 10, (SLOW_READ,), ("dataloader_worker",))
+    # the function sampled most wins over a line sampled as often elsewhere
+    spread = [Iv([{**_row(11, 11, "dataloader_worker", DATA_WAIT, n, None), "function": fn}
+                  for n, fn in ((131, "heavy"), (132, "heavy"), (485, "train"))])]
+    assert code_line(spread, 10, (DATA_WAIT,)).function == "heavy"
     assert read == CodeLine("/app/train.py", 44, "f", "buf = f.read()")
     assert code_line(ivs, 10, (DATA_WAIT,), ("main",), main_thread=True).line == 87
     assert code_line(ivs, 10, (DATA_WAIT,), ("main",), main_thread=False) is None
@@ -174,3 +210,38 @@ def test_the_line_named_is_the_one_sampled_most() -> None:
     assert at_code("The DataLoader workers read", read) == (
         " The DataLoader workers read at train.py:44 in f (`buf = f.read()`).")
     assert at_code("The loop reads", None) == ""
+
+
+@needs_reader
+@pytest.mark.kernel
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None,
+                    reason="needs root and unshare(1) for a PID namespace")
+def test_a_process_in_its_own_pid_namespace(tmp_path: Path) -> None:
+    """A container's process: py-spy numbers its threads as its namespace does (the main
+    thread is 1), iotrace by the host's; the sample is of the right thread all the same."""
+    script = tmp_path / "job.py"
+    script.write_text(SCRIPT)
+    outer = subprocess.Popen(["unshare", "--pid", "--fork", "--mount-proc", "--kill-child",
+                              sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    sampler = StackSampler(READER, time.time_ns, lambda _: None)
+    jobs: list[psutil.Process] = []
+    try:
+        assert outer.stdout.readline().strip() == "ready"
+        jobs = psutil.Process(outer.pid).children()
+        (job,) = jobs
+        assert live_stacks.ns_tid(job.pid, job.pid) == 1
+        assert sampler.ask(job.pid, job.pid, SLOW_READ, "main")
+        rows: list[dict] = []
+        deadline = time.monotonic() + 30
+        while not rows and time.monotonic() < deadline:
+            time.sleep(0.05)
+            rows = sampler.take()
+    finally:
+        sampler.close()
+        for p in jobs:  # the namespace's init: killed from outside it
+            p.kill()
+        outer.kill()
+        outer.wait()
+    user = [r for r in rows if r["user"]]
+    assert [(r["pid"], r["tid"], r["line"], r["function"]) for r in user] == [
+        (job.pid, job.pid, _line_of(SCRIPT, "the line the stack is at"), "load_sample")]

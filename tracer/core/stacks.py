@@ -64,9 +64,18 @@ def is_library(path: str) -> bool:
     return bool(sep) and "/" in tail and tail.split("/", 1)[0].lstrip(".").isdigit()
 
 
+def _forked_here(f: Frame) -> bool:
+    """A multiprocessing child's first frame of its own (`BaseProcess._bootstrap`): the frames
+    under it are its parent's at the fork, not what the child runs."""
+    return f.function.endswith("_bootstrap") and f.file.endswith("multiprocessing/process.py")
+
+
 def user_frame(frames: list[Frame]) -> int | None:
-    """The index of the innermost frame of the user's code (frames innermost first), or None."""
+    """The index of the innermost frame of the user's code (frames innermost first), or None;
+    in a multiprocessing child (a DataLoader worker), among its own frames only."""
     for i, f in enumerate(frames):
+        if _forked_here(f):
+            return None
         if not is_library(f.file):
             return i
     return None
@@ -87,13 +96,13 @@ def parse_dump(text: str) -> list[tuple[int, str, list[Frame]]]:
     return out
 
 
-def thread_frames(threads: list[tuple[int, str, list[Frame]]], pid: int, tid: int
-                  ) -> list[Frame] | None:
+def thread_frames(threads: list[tuple[int, str, list[Frame]]], pid: int, tid: int,
+                  ns_tid: int | None = None) -> list[Frame] | None:
     """The frames of thread `tid` of process `pid` among a dump's threads: by its OS thread id,
-    or, for the main thread when the ids do not match (a process in another PID namespace),
-    the thread Python calls MainThread."""
+    which py-spy gives as the process's own PID namespace numbers it (`ns_tid`: a container's),
+    or, for the main thread when no id matches, the thread Python calls MainThread."""
     for os_tid, _name, frames in threads:
-        if os_tid == tid:
+        if os_tid in (tid, ns_tid):
             return frames
     if tid == pid:
         for _os_tid, name, frames in threads:

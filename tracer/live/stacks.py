@@ -1,16 +1,16 @@
 """Python stacks of traced threads, read from outside the process by py-spy, off the tracer's loop.
 
 `py-spy dump --pid P --json --nonblocking` reads the interpreter's frames from the process's
-memory without stopping it (about 6 ms of CPU and 15-25 ms of wall time a dump here, against
-0.1 s of CPU for pystack's reader, docs/benchmarks.md). The session asks for a sample when
-something it saw matters (a slow read, a save, the loop waiting for batches); the asks are
-bounded (one in flight per process, a thread and reason at most every `GAP_S`, about
-`RATE_PER_S` a second in all) and run on a small pool of threads, so the interval loop never
-waits on a reader. Finished samples are taken once per interval as `stacks` rows
-(tracer.core.stacks.frame_rows).
+memory without stopping it (about 8 ms of CPU and 10 ms of wall time a dump here, against
+0.26 s of CPU for pystack's, docs/benchmarks.md). The session asks for a sample when something
+it saw matters (a slow read, a save, the loop waiting for batches); the asks are bounded (one
+in flight per process, a thread and reason at most every `GAP_S`, about `RATE_PER_S` a second
+in all, and the reader's own CPU at most `CPU_SHARE` of one CPU over the run) and run on a
+small pool of threads, so the interval loop never waits on a reader. Finished samples are
+taken once per interval as `stacks` rows (tracer.core.stacks.frame_rows).
 
 No reader installed, or none that may read a process: tracing goes on without stacks and the
-user is told once (`problem`, `note`).
+user is told once (`missing_line`, `StackSampler.note`).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from tracer.core.stacks import (
     thread_frames,
     user_frame,
 )
-from tracer.core.vocab import LOOP_ROLES
+from tracer.core.vocab import DATALOADER_WORKER, LOOP_ROLES
 
 if TYPE_CHECKING:
     from tracer.core.interval import Interval
@@ -54,6 +54,8 @@ TIMEOUT_S = 5.0  # a dump that takes longer is given up (a process that hangs th
 GAP_S = 2.0  # a thread's samples for one reason at most this often
 RATE_PER_S = 2.0  # dumps a second, on average, over every process
 BURST = 4  # ... and at most this many at once
+CPU_SHARE = 0.01  # the reader's CPU, all dumps, at most this share of one CPU since the start
+CPU_GRACE_S = 0.05  # ... plus this (the first samples: a few dumps)
 BACKGROUND_S = 20.0  # the loop's main thread sampled this often whatever happens
 FAILURES = 3  # a process whose reads failed this many times in a row is not read again
 SOURCE_FILES = 256  # source files whose lines are kept (the lines named, read once)
@@ -72,6 +74,19 @@ def find_reader() -> str | None:
         return found
     beside = Path(sys.executable).parent / READER
     return str(beside) if os.access(beside, os.X_OK) else None
+
+
+def ns_tid(pid: int, tid: int) -> int | None:
+    """Thread `tid`'s number in its process's own PID namespace (a container's), the last of
+    its NSpid line; None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/task/{tid}/status") as f:
+            for line in f:
+                if line.startswith("NSpid:"):
+                    return int(line.split()[-1])
+    except (OSError, ValueError):
+        return None
+    return None
 
 
 def missing_line() -> str:
@@ -94,6 +109,8 @@ class StackSampler:
         self._failures: dict[int, int] = {}
         self._given_up: set[int] = set()
         self._tokens, self._refilled = float(BURST), time.monotonic()
+        self._started = time.monotonic()
+        self._turn = 0  # the worker sampled next while its loop waits for batches
         self._background: dict[int, float] = {}  # loop pid -> when last sampled so
         self._sources: dict[tuple[int, str], list[str] | None] = {}
         self._denied = False
@@ -112,7 +129,7 @@ class StackSampler:
                 return False
             self._tokens = min(BURST, self._tokens + (now - self._refilled) * RATE_PER_S)
             self._refilled = now
-            if self._tokens < 1:
+            if self._tokens < 1 or self.cpu_s > CPU_SHARE * (now - self._started) + CPU_GRACE_S:
                 return False
             self._tokens -= 1
             self._busy.add(pid)
@@ -132,16 +149,22 @@ class StackSampler:
             self.ask(ev.pid, ev.tid, reason, role)
 
     def after_interval(self, loops: list[dict], spans: dict[int, bytes],
-                       roles: dict[int, str | None]) -> None:
+                       roles: dict[int, str | None], workers: dict[int, list[int]]) -> None:
         """What one interval says of the training loops (`loop` rows; `spans`: each loop's
         write spans, as read; `roles`: the loops alive, pid -> role): a loop that waited for
         batches, or read its data itself, is sampled as it goes on; one with a file open for
-        writing now, as it saves; and each loop every BACKGROUND_S."""
+        writing now, as it saves; and each loop every BACKGROUND_S. A loop that waited for
+        batches also has one of its DataLoader workers (`workers`: loop pid -> theirs)
+        sampled, in turn: what they do meanwhile."""
         for row in loops:
             pid, n = row["pid"], row["interval_ns"] or 1
             wait = row["data_wait_io_ns"] + row["data_wait_cpu_ns"] + row["data_wait_network_ns"]
             if wait >= WAIT_SHARE * n:
                 self.ask(pid, pid, DATA_WAIT, roles.get(pid))
+                if workers.get(pid):
+                    self._turn += 1
+                    w = sorted(workers[pid])[self._turn % len(workers[pid])]
+                    self.ask(w, w, DATA_WAIT, DATALOADER_WORKER)
             if row["sync_loading_ns"] >= WAIT_SHARE * n:
                 self.ask(pid, pid, SYNC_LOADING, roles.get(pid))
         for pid, raw in spans.items():
@@ -203,7 +226,7 @@ class StackSampler:
             return None
         with self._lock:
             self._failures.pop(pid, None)
-        return thread_frames(threads, pid, tid)
+        return thread_frames(threads, pid, tid, ns_tid(pid, tid))
 
     def _run(self, argv: list[str]) -> tuple[int, str, str] | None:
         """Runs the reader: its exit code and output, and its CPU time added to `cpu_s` (what
@@ -306,9 +329,15 @@ class PythonStacks:
 
     def after_interval(self, interval: Interval, spans: dict[int, bytes],
                        alive: Iterable[Process]) -> None:
-        if self.sampler is not None and not interval.final:
-            self.sampler.after_interval(interval.loop, spans, {p.pid: p.role for p in alive
-                                                               if p.role in LOOP_ROLES})
+        if self.sampler is None or interval.final:
+            return
+        alive = list(alive)
+        workers: dict[int, list[int]] = {}
+        for p in alive:
+            if p.role == DATALOADER_WORKER:
+                workers.setdefault(p.ppid, []).append(p.pid)
+        self.sampler.after_interval(interval.loop, spans, {p.pid: p.role for p in alive
+                                                           if p.role in LOOP_ROLES}, workers)
 
     def stats(self) -> dict | None:
         return self.sampler.stats() if self.sampler is not None else None

@@ -144,7 +144,8 @@ def code_line(ivs: list[IntervalEvidence], pid: int, reasons: tuple[str, ...],
               ) -> CodeLine | None:
     """The line of the user's code that main `pid`'s processes were sampled at most often in
     `ivs` for one of `reasons` (of processes of `roles`, on their main thread or not, when
-    given); the latest sample's text of it. None: no such sample."""
+    given), in the function sampled most often; the latest sample's text of it. None: no such
+    sample."""
     seen: dict[tuple[str, int, str], int] = defaultdict(int)
     last: dict[tuple[str, int, str], CodeLine] = {}
     for iv in ivs:
@@ -159,4 +160,9 @@ def code_line(ivs: list[IntervalEvidence], pid: int, reasons: tuple[str, ...],
                 last[key] = s.code
     if not seen:
         return None
-    return last[max(seen, key=lambda k: (seen[k], k))]
+    # the function sampled most, then its line sampled most: a loop's body spreads its samples
+    # over several lines of one function
+    in_function: dict[tuple[str, str], int] = defaultdict(int)
+    for (file, _line, function), n in seen.items():
+        in_function[(file, function)] += n
+    return last[max(seen, key=lambda k: (in_function[(k[0], k[2])], seen[k], k))]
