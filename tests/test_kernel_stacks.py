@@ -5,7 +5,9 @@ PyTorch scenarios whose lines are read from the workload's source, launched and 
   names the worker's read (`buf = f.read()` in `FileDataset.__getitem__`) and the loop's wait
   for batches (`for x, y in loader:`);
 - sync_loading (num_workers=0): the loop's own read, the same line;
-- checkpoint_pickle: the loop's `torch.save` line.
+- checkpoint_pickle: the loop's `torch.save` line;
+- dataloader_cpu_bound: the workers' transform; dataloader_network_bound: their HTTP read;
+  sync_writes: the loop's fsync of its log.
 
 Without py-spy, iotrace says so once and traces as before."""
 
@@ -139,3 +141,48 @@ def test_without_a_reader_it_traces_as_before_and_says_so_once(tmp_path):
     assert len(pd.read_parquet(tmp_path / "trace" / "stacks")) == 0
     meta = json.loads((tmp_path / "trace" / "meta.json").read_text())
     assert missing_line() in meta["unavailable"] and meta["python_stacks"] is None
+
+
+def lines_of(function: str, after: int = 0) -> range:
+    """The lines of the first method `function` (`def function(`) in train.py after line
+    `after`, its body to the next def."""
+    start = next(i for i, s in enumerate(SOURCE[after:], after + 1)
+                 if s.strip().startswith(f"def {function}("))
+    end = next(i for i, s in enumerate(SOURCE[start:], start + 1)
+               if s.strip().startswith(("def ", "class ")))
+    return range(start, end)
+
+
+@needs_reader
+@pytest.mark.parametrize("mode", ["launch", "attach"])
+def test_the_workers_transform_line(mode, workdir, tmp_path):
+    """dataloader_cpu_bound: the workers sampled while the loop waits are in the transform."""
+    t = run("dataloader_cpu_bound", mode, workdir, tmp_path)
+    summary, ev = leading(t, "dataloader_cpu_bound")
+    code = ev["code"]
+    assert code is not None, summary
+    assert code["function"] == "FileDataset._heavy" and code["line"] in lines_of("_heavy"), code
+    assert f" The DataLoader workers work at train.py:{code['line']} in FileDataset._heavy" in summary
+
+
+@needs_reader
+def test_the_workers_http_line(workdir, tmp_path):
+    """dataloader_network_bound: the workers wait for a slow HTTP server in HttpDataset."""
+    t = run("dataloader_network_bound", "launch", workdir, tmp_path)
+    summary, ev = leading(t, "dataloader_network_bound")
+    code = ev["code"]
+    assert code is not None, summary
+    assert code["function"] == "HttpDataset.__getitem__", code
+    http = next(i for i, s in enumerate(SOURCE, 1) if s.startswith("class HttpDataset"))
+    assert code["line"] in lines_of("__getitem__", after=http), code
+    assert " The DataLoader workers read at train.py:" in summary
+
+
+@needs_reader
+@pytest.mark.parametrize("mode", ["launch", "attach"])
+def test_the_log_write_line(mode, workdir, tmp_path):
+    """sync_writes: the loop's fsync of its log, every step."""
+    t = run("sync_writes", mode, workdir, tmp_path)
+    summary, ev = leading(t, "sync_writes")
+    fsync = line_of("os.fsync(log.fileno())")
+    assert_names(summary, ev["code"], fsync, "train", "os.fsync(log.fileno())")
