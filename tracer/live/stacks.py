@@ -186,14 +186,6 @@ class StackSampler:
             rows, self._done = self._done, []
         return rows
 
-    def forget(self, pid: int) -> None:
-        with self._lock:
-            self._background.pop(pid, None)
-            self._failures.pop(pid, None)
-            self._given_up.discard(pid)
-            for key in [k for k in self._last if k[0] == pid]:
-                del self._last[key]
-
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
 
