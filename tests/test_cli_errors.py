@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -13,6 +14,7 @@ import pytest
 from conftest import IOTRACE, ROOT, needs_root, run_iotrace
 from tracer.kernel.host import privilege_problem
 from tracer.kernel.loader import BPF_DIR, OBJECT
+from tracer.live.stacks import READER_ENV, find_reader, missing_line
 
 USAGE, HOST = 2, 3
 # Checked after the privileges: without them iotrace says so first (exit 3).
@@ -155,6 +157,11 @@ def test_doctor_says_host_can_trace():
     assert "This host can trace" in r.stdout
     for name in ("privileges", "BTF", "libbpf", "ring buffer", "load+attach", "NVML"):
         assert name in r.stdout
+    if find_reader() is not None:
+        assert re.search(r"^  ok  Python stacks +py-spy \d", r.stdout, re.M), r.stdout
+    r = run_iotrace("doctor", env={**os.environ, READER_ENV: ""})
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert f"   -  Python stacks   {missing_line()}: findings name no line of code" in r.stdout
 
 
 @needs_root

@@ -20,6 +20,8 @@ def _python_type(field: pa.Field) -> object:
         t = t.value_type
     if pa.types.is_timestamp(t) or pa.types.is_integer(t):
         py: type = int
+    elif pa.types.is_boolean(t):
+        py = bool
     elif pa.types.is_floating(t):
         py = float
     elif pa.types.is_string(t):

@@ -670,3 +670,39 @@ def test_real_run_merged_with_its_torch_profile(tmp_path: Path) -> None:
     alone = export_perfetto(trace_dir, tmp_path / "alone.json")
     assert assert_nested(json.loads(alone.read_text())["traceEvents"]) > 1
     assert os.path.getsize(alone) > 0
+
+
+def stack_rows(taken, pid, tid, reason, frames, user, text):
+    """A sample's `stacks` rows: `frames` (file, line, function) innermost first."""
+    return [{"ts": taken + S, "taken": taken, "pid": pid, "tid": tid, "role": None,
+             "reason": reason, "depth": i, "file": f, "line": line, "function": fn,
+             "user": i == user, "text": text if i == user else None}
+            for i, (f, line, fn) in enumerate(frames)]
+
+
+def test_python_stacks_are_slices_named_after_the_users_line(hand: Path, tmp_path: Path) -> None:
+    lib = ("/venv/lib/python3.11/site-packages/torch/serialization.py", 900, "save")
+    read = ("/app/train.py", 110, "FileDataset.__getitem__")
+    loop_line = ("/app/train.py", 485, "train")
+    rows = (stack_rows(T0 + 1100 * MS, W1, W1, "slow_read", [read, loop_line], 0, "buf = f.read()")
+            + stack_rows(T0 + 1100 * MS + MS // 2, W1, W1, "slow_read", [read], 0, None)  # overlaps
+            + stack_rows(T0 + 2 * S, MAIN, MAIN, "save", [lib, loop_line], 1, "for x in loader:"))
+    d = tmp_path / "stacks-trace"
+    d.mkdir()
+    with TraceWriter(d, META) as w:
+        w.add("processes", PROCESSES_1)
+        w.add("stacks", rows)
+    doc = export(d, tmp_path)
+    got = slices(doc, "iotrace.stacks")
+    assert sorted(got) == sorted([
+        ("Python stacks", 1100 * MS, 1101 * MS, "train.py:110 FileDataset.__getitem__"),
+        ("Python stacks #2", 1100 * MS + MS // 2, 1101 * MS + MS // 2,
+         "train.py:110 FileDataset.__getitem__"),
+        ("Python stacks", 2 * S, 2 * S + MS, "train.py:485 train"),  # not torch's frame
+    ])
+    args = [e["args"] for e in doc["traceEvents"] if e.get("cat") == "iotrace.stacks"]
+    save = next(a for a in args if a["reason"] == "save")
+    assert save == {"reason": "save", "tid": MAIN, "text": "for x in loader:",
+                    "stack": [f"{lib[0]}:900 save", "/app/train.py:485 train"]}
+    assert {e["pid"] for e in doc["traceEvents"] if e.get("cat") == "iotrace.stacks"} == {W1, MAIN}
+    assert assert_nested(doc["traceEvents"]) > 0

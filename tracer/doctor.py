@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 from dataclasses import dataclass
 from typing import TextIO
 
@@ -17,6 +18,7 @@ from tracer.kernel.loader import (
     classic_syscalls_missing,
 )
 from tracer.kernel.probes import Probes
+from tracer.live.stacks import READER, find_reader, missing_line
 
 SELF_CALLS = 20_000  # page-cache pread64 calls the doctor traces of itself to measure the cost
 SELF_TOP = 4  # programs named in that line
@@ -53,6 +55,19 @@ def _nvml_check() -> Check:
         return Check("NVML", True, f"{n} GPU(s), driver {pynvml.nvmlSystemGetDriverVersion()}")
     finally:
         pynvml.nvmlShutdown()
+
+
+def _stacks_check() -> Check:
+    """The Python stacks' reader (tracer.live.stacks): findings name the user's line with it."""
+    reader = find_reader()
+    if reader is None:
+        return Check("Python stacks", None, f"{missing_line()}: findings name no line of code")
+    try:
+        done = subprocess.run([reader, "--version"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return Check("Python stacks", False, f"{reader} does not run ({e}): reinstall {READER}")
+    version = done.stdout.strip() or READER
+    return Check("Python stacks", done.returncode == 0, f"{version} ({reader})")
 
 
 def _load_attach_checks() -> list[Check]:
@@ -163,6 +178,7 @@ def run_checks() -> list[Check]:
         checks.append(_syscall_hooks_check())
     checks.append(Check("kprobes/fentry", None, "not used: iotrace needs only tracepoints"))
     checks.append(_nvml_check())
+    checks.append(_stacks_check())
     return checks
 
 

@@ -32,7 +32,7 @@ from tracer.tracedir.reader import TraceError, TraceReader, load
 
 # The tables with rows per interval, stamped with its end: the diagnosis's input from the trace.
 ROW_TABLES = ("threads", "files", "latency", "devices", "memory", "device_users", "cpu_waits",
-              "fuse")
+              "fuse", "stacks")
 
 
 def _text(v: object) -> str | None:

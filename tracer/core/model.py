@@ -188,6 +188,21 @@ class CpuWaitRow(TypedDict):
     wait_ns: int
 
 
+class StackRow(TypedDict):
+    ts: int
+    taken: int
+    pid: int
+    tid: int
+    role: str | None
+    reason: str
+    depth: int
+    file: str
+    line: int
+    function: str
+    user: bool
+    text: str | None
+
+
 class SystemRow(TypedDict):
     ts: int
     cpu_user_pct: float
@@ -288,8 +303,9 @@ class FindingRow(TypedDict):
 ROW_TYPES: dict[str, type] = {
     "processes": ProcessRow, "latency": LatencyRow, "files": FileRow, "events": EventRow,
     "threads": ThreadRow, "loop": LoopRow, "devices": DeviceRow,
-    "device_users": DeviceUserRow, "cpu_waits": CpuWaitRow, "system": SystemRow, "memory": MemoryRow,
-    "fuse": FuseRow, "gpu": GpuRow, "gpu_idle": GpuIdleRow, "findings": FindingRow,
+    "device_users": DeviceUserRow, "cpu_waits": CpuWaitRow, "stacks": StackRow,
+    "system": SystemRow, "memory": MemoryRow, "fuse": FuseRow,
+    "gpu": GpuRow, "gpu_idle": GpuIdleRow, "findings": FindingRow,
 }
 """The row type of each table, by table name (the keys of `schema.TABLES`)."""
 
@@ -329,6 +345,7 @@ class Snapshot:
     device_users: list[DeviceUserRow] = field(default_factory=list)  # who used each disk
     cpu_waits: list[CpuWaitRow] = field(default_factory=list)  # who had the CPUs traced threads waited for
     fuse: list[FuseRow] = field(default_factory=list)  # the FUSE mounts read through, their daemons
+    stacks: list[StackRow] = field(default_factory=list)  # Python stacks sampled (tracer.live.stacks)
 
 
 class FileTotals:

@@ -7,6 +7,15 @@ from __future__ import annotations
 import ipaddress
 import os
 import struct
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from tracer.core import abi
+from tracer.core.diagnosis.thresholds import MAX_PEERS
+from tracer.core.vocab import DATALOADER_WORKER, LOOP_ROLES
+
+if TYPE_CHECKING:
+    from tracer.live.processes import Process
 
 _LISTEN = "0A"
 
@@ -72,3 +81,26 @@ def peers_of(pid: int, proc_root: str = "/proc",
         if tables is not None and netns is not None:
             tables[netns] = conns
     return {conns[i] for i in inodes if i in conns}
+
+
+def sample_peers(alive: Iterable[Process], hists: dict[bytes, bytes]) -> None:
+    """The TCP peers of the mains and their workers, for the network data wait's evidence:
+    kept on each process (its rows: the step's input names them for its loop, as a replay
+    of its `processes` rows does). Only for the processes whose syscalls used a network socket
+    (`hists`, the reading's): reading a namespace's connections walks every bucket of the
+    host's tables (about 10 ms a reading on a 24 GiB host), and a DataLoader's workers
+    hold AF_UNIX sockets only."""
+    tables: dict[str, dict[int, str]] = {}  # each network namespace's, read once
+    networked = set()
+    for raw in hists:
+        tgid, target = abi.hist_key_target(raw)
+        if target == abi.TARGET_SOCKET:
+            networked.add(tgid)
+    for proc in alive:
+        if proc.role not in (*LOOP_ROLES, DATALOADER_WORKER) or len(proc.peers) >= MAX_PEERS:
+            continue
+        if proc.pid not in networked:
+            continue
+        new = sorted(peers_of(proc.pid, tables=tables) - set(proc.peers))[
+            :MAX_PEERS - len(proc.peers)]
+        proc.peers.extend(new)

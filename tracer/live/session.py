@@ -22,11 +22,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from tracer.core import abi
-from tracer.core.diagnosis import MAX_PEERS, Diagnosis
+from tracer.core.diagnosis import Diagnosis
 from tracer.core.diagnosis.words import NOTHING_JUDGED
 from tracer.core.redact import Redactor
 from tracer.core.roles import ELASTIC_COMM
-from tracer.core.vocab import DATALOADER_WORKER, LOOP_ROLES, READY_PREFIX
+from tracer.core.vocab import LOOP_ROLES, READY_PREFIX
 from tracer.errors import (
     EXIT_HOST,
     EXIT_OK,
@@ -50,11 +50,12 @@ from tracer.live.forget import Forgetter
 from tracer.live.fuse import FuseMounts
 from tracer.live.memory import MemorySampler
 from tracer.live.options import TraceOptions
-from tracer.live.peers import peers_of
+from tracer.live.peers import sample_peers
 from tracer.live.processes import ProcessTable
 from tracer.live.procfs import ProcSampler
 from tracer.live.rereads import rows_dtype
 from tracer.live.sinks import cannot_write_message, open_sinks, serve_metrics
+from tracer.live.stacks import PythonStacks
 
 if TYPE_CHECKING:
     from tracer.core.interval import Interval
@@ -141,6 +142,7 @@ class Session:
         self.fuse = FuseMounts()
         self.gpu: nvml.GpuMonitor | None = None
         self.gpu_note: str | None = None  # why GPU sampling is off, when it is
+        self.stacks = PythonStacks(self.clock.now_ns, err, self.redact)  # py-spy's samples
         self.step: Step | None = None  # made once attached (tracer.live.aggregate imports numpy)
         self.sinks: list[Sink] = []  # every interval goes to each, in this order
         self.trace: ParquetSink | None = None  # the trace directory (among the sinks)
@@ -183,6 +185,7 @@ class Session:
             raise TraceFailure(str(e), EXIT_HOST) from None
         self._check_targets_alive()
         self._open_gpu()
+        self.stacks.open()
         if self.opts.prometheus:
             self._serve_metrics()
         what = self._what()
@@ -271,13 +274,15 @@ class Session:
             "interval_s": self.opts.interval_s, "hooks": self.probes.loader.features,
             "syscall_hooks": self.probes.loader.syscall_hooks,
             "unavailable": [k for k, v in self.probes.loader.features.items() if v == "missing"]
-            + [n for n in (self.probes.loader.syscall_hooks_note, self.gpu_note) if n],
+            + [n for n in (self.probes.loader.syscall_hooks_note, self.gpu_note,
+                           self.stacks.note) if n],
             "events_lost": 0, "self_cost": None,
         }
 
     def _stop_meta(self) -> dict:
         """meta.json's fields of how the trace ended, as the trace is closed."""
-        return {"stop_ns": self.clock.now_ns(), "stop_reason": self.stop_reason}
+        return {"stop_ns": self.clock.now_ns(), "stop_reason": self.stop_reason,
+                "python_stacks": self.stacks.stats()}
 
     def on_event(self, raw: bytes) -> None:
         """One ring-buffer record: process life cycle, a file's path, or a slow operation."""
@@ -292,6 +297,7 @@ class Session:
         elif kind == abi.EVENT_SLOW:
             ev = abi.decode_slow_event(raw)
             self.step.aggregator.on_slow(ev, self.clock.to_utc_ns(ev.ts_ns))
+            self.stacks.on_slow(ev, self.processes.get(ev.pid))
         else:
             self.processes.on_event(abi.decode_proc_event(raw))
 
@@ -353,7 +359,7 @@ class Session:
         gpu_rows = self.gpu.poll(ts_ns) if self.gpu else []
         cost = self.cost.read(final)
         assert self.step is not None and self.trace is not None
-        self._sample_peers(reading.hists)
+        sample_peers(self.processes.alive(), reading.hists)
         # Every segment roll carries the processes seen or changed since the last: a killed
         # tracer's trace still names every process its other rows mention.
         processes = self._process_rows() if final or self.trace.roll_due() else None
@@ -362,35 +368,15 @@ class Session:
                                       gpu_rows=gpu_rows, cost=cost,
                                       known=self.processes.known_rows(),
                                       processes=processes, final=final,
-                                      gpu_named=self.processes.cuda_devices())
+                                      gpu_named=self.processes.cuda_devices(),
+                                      stacks=self.stacks.take())
         for sink in self.sinks:
             sink.write(interval)
+        self.stacks.after_interval(interval, reading.write_spans, self.processes.alive())
         self.forget.after(reading, self.step.aggregator)
         del reading  # its arrays: the interval's per-file counters, freed before the trim
         release_free_memory()
         return interval
-
-    def _sample_peers(self, hists: dict[bytes, bytes]) -> None:
-        """The TCP peers of the mains and their workers, for the network data wait's evidence:
-        kept on each process (its rows: the step's input names them for its loop, as a replay
-        of its `processes` rows does). Only for the processes whose syscalls used a network socket
-        (`hists`, the reading's): reading a namespace's connections walks every bucket of the
-        host's tables (about 10 ms a reading on a 24 GiB host), and a DataLoader's workers
-        hold AF_UNIX sockets only."""
-        tables: dict[str, dict[int, str]] = {}  # each network namespace's, read once
-        networked = set()
-        for raw in hists:
-            tgid, target = abi.hist_key_target(raw)
-            if target == abi.TARGET_SOCKET:
-                networked.add(tgid)
-        for proc in self.processes.alive():
-            if proc.role not in (*LOOP_ROLES, DATALOADER_WORKER) or len(proc.peers) >= MAX_PEERS:
-                continue
-            if proc.pid not in networked:
-                continue
-            new = sorted(peers_of(proc.pid, tables=tables) - set(proc.peers))[
-                :MAX_PEERS - len(proc.peers)]
-            proc.peers.extend(new)
 
     def _read(self) -> Reading:
         """The kernel's maps: this interval's per-file counters (taken out of the kernel), the
@@ -518,6 +504,7 @@ class Session:
 
     def close(self) -> None:
         self._close_sinks()
+        self.stacks.close()
         if self.gpu:
             self.gpu.close()
         self.probes.close()

@@ -49,12 +49,14 @@ class Step:
                  processes: list[dict] | None = None, final: bool = False,
                  memory: list[dict] | None = None,
                  fuse: Callable[[int, list[dict]], list[dict]] | None = None,
-                 gpu_named: dict[int, str] | None = None) -> Interval:
+                 gpu_named: dict[int, str] | None = None,
+                 stacks: list[dict] | None = None) -> Interval:
         """One interval ending at `ts_ns` (UTC ns): the maps' `reading`, the host's `devices`
         and `system` rows, the mains' `memory` rows, the GPUs' samples, iotrace's cost so far,
         the rows of every process known (`known`: what says each one's training loop, rank and
         peers), the `processes` rows to write (None: none this interval), and the GPU each
-        training loop's environment gives it (`gpu_named`).
+        training loop's environment gives it (`gpu_named`), the Python stacks sampled since the
+        last interval (`stacks`' rows, stamped here with its end).
         `fuse(ts_ns, files)`: the `fuse` rows of the FUSE mounts read through, given the
         interval's `files` rows (the session's sampler: tracer.live.fuse, which reads /proc).
         `final`: the run's last interval, which also gets the whole run's verdicts."""
@@ -62,6 +64,10 @@ class Step:
                                         gpu=gpu_rows, cost=cost, memory=memory)
         if fuse is not None and (rows := fuse(snap.ts_ns, snap.files)):
             snap = dataclasses.replace(snap, fuse=rows)
+        if stacks:
+            for r in stacks:
+                r["ts"] = snap.ts_ns
+            snap = dataclasses.replace(snap, stacks=stacks)
         # the same input as a replay of the trace builds for this interval (tracer.report)
         if self._start_ns is None:
             self._start_ns = snap.ts_ns - snap.interval_ns

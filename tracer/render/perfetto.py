@@ -17,7 +17,9 @@ form), which ui.perfetto.dev and chrome://tracing open:
 - counters (``C`` events) of file read and write throughput per role, bytes per second of each
   interval (the ``files`` table's bytes of the interval divided by its length), in an
   ``I/O throughput`` process, and of GPU utilisation per GPU in a ``GPUs`` process, which also
-  holds the GPU idle spans (named after their cause) on a ``GPU <n> idle`` track per GPU.
+  holds the GPU idle spans (named after their cause) on a ``GPU <n> idle`` track per GPU;
+- the Python stacks sampled (the ``stacks`` table) as 1 ms slices on ``Python stacks`` tracks
+  of their process, named after the user's line, the whole stack and the reason in the args.
 
 Times are microseconds (``ts``, ``dur``) since a zero recorded in the JSON's ``otherData``
 (``iotrace_zero_ns``: ns since the Unix epoch, UTC; ``iotrace_zero_utc``): the trace's start
@@ -88,6 +90,7 @@ _NEEDED: dict[str, tuple[str, ...]] = {
     "events": ("ts", "pid", "tid", "comm", "role", "layer", "op", "path", "device", "offset",
                "bytes", "latency_ns"),
     "files": ("ts", "pid", "role", "op", "bytes"),
+    "stacks": ("taken", "pid", "tid", "reason", "depth", "file", "line", "function", "user", "text"),
     "gpu": ("ts", "gpu", "util_pct", "sample_period_ns"),
     "gpu_idle": ("start", "end", "duration_ns", "gpu", "pid", "cause", "coverage", "confidence",
                  *(f"{s}_frac" for s in LOOP_STATES)),
@@ -451,6 +454,7 @@ def _collect(trace: TraceReader, timeline: _Timeline) -> None:
 
     _loop_slices(loop, timeline)
     _slow_ops(events, timeline)
+    _stacks(_table(trace, "stacks"), timeline)
     _throughput(trace, files, loop, timeline)
     _gpu(gpu, gpu_idle, timeline)
 
@@ -518,6 +522,26 @@ def _slow_ops(events: pd.DataFrame, timeline: _Timeline) -> None:
                 "comm": _text(r.comm)}))
         rank = _LAYER_ORDER.get(layer, len(_LAYER_ORDER))
         timeline.lanes(("pid", int(pid)), f"slow {layer} ops", 100 + 1000 * rank, spans)
+
+
+def _stacks(stacks: pd.DataFrame, timeline: _Timeline) -> None:
+    """Each Python stack sample as a 1 ms slice on its process's lanes, named after its line."""
+    frame = stacks.assign(taken_ns=_ns(stacks["taken"])).sort_values(["taken_ns", "tid", "depth"])
+    for pid, rows in frame.groupby("pid", sort=True):
+        if ("pid", int(pid)) not in timeline._groups:  # a process the trace does not name
+            continue
+        spans = []
+        for (taken, tid), sample in rows.groupby(["taken_ns", "tid"], sort=True):
+            chosen = sample[sample.user]
+            top = (chosen if len(chosen) else sample).iloc[0]
+            stack = [f"{_text(r.file)}:{int(r.line)} {_text(r.function)}"
+                     for r in sample.itertuples(index=False)]
+            spans.append((int(taken), int(taken) + 1_000_000,
+                          f"{str(top.file).rsplit('/', 1)[-1]}:{int(top.line)} {top.function}",
+                          "iotrace.stacks", {"reason": _text(sample.reason.iloc[0]),
+                                             "tid": int(tid), "text": _text(top.text),
+                                             "stack": stack}))
+        timeline.lanes(("pid", int(pid)), "Python stacks", 50, spans)
 
 
 def _interval_lengths(trace: TraceReader, ends: Iterable[int], loop: pd.DataFrame) -> dict[int, int]:

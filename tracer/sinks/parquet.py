@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from tracer.core.interval import Interval
 
 SNAPSHOT_TABLES = ("latency", "files", "events", "threads", "devices", "device_users",
-                   "cpu_waits", "fuse")
+                   "cpu_waits", "fuse", "stacks")
 """The tables whose rows an interval's snapshot holds as lists (`system` is one row, `gpu` too
 is the snapshot's)."""
 

@@ -283,6 +283,22 @@ TABLES: dict[str, pa.Schema] = {
         _field("waits", pa.int64()),  # waits ended by the taker giving up the CPU (earlier: 0)
         _field("wait_ns", NS),  # runnable time of those waits charged to the taker, summed
     ),
+    # Python stacks of traced threads, read from outside the process (tracer.live.stacks): a
+    # row per frame of each sample, the innermost first (depth 0). A sample is (taken, tid).
+    "stacks": _schema(
+        _field("ts", TIMESTAMP),  # end of the interval the sample came in
+        _field("taken", TIMESTAMP),  # when the reader was started on the process
+        _field("pid", pa.int32()),
+        _field("tid", pa.int32()),
+        _field("role", DICT_STRING, nullable=True),  # of its process
+        _field("reason", DICT_STRING),  # what it was taken for (tracer.core.stacks.REASONS)
+        _field("depth", pa.int32()),  # 0: the innermost frame
+        _field("file", DICT_STRING),  # the code's path, as the process sees it
+        _field("line", pa.int32()),
+        _field("function", DICT_STRING),
+        _field("user", pa.bool_()),  # the innermost frame of the user's own code
+        _field("text", pa.string(), nullable=True),  # that frame's source line, when readable
+    ),
     # Host-wide per interval, the columns of `dstat -cdnm` (tracer.live.procfs has the definitions).
     "system": _schema(
         _field("ts", TIMESTAMP),  # end of the interval

@@ -10,7 +10,8 @@ from tracer.core.diagnosis.finding import LoopInterval
 from tracer.core.diagnosis.fuse import FuseSample
 from tracer.core.diagnosis.reads import Reads
 from tracer.core.diagnosis.thresholds import MAX_CPU_TAKERS, MAX_DISK_USERS
-from tracer.core.model import CpuWaitRow, DeviceUserRow, MemoryRow, ThreadRow
+from tracer.core.model import CpuWaitRow, DeviceUserRow, MemoryRow, StackRow, ThreadRow
+from tracer.core.stacks import CodeLine
 from tracer.core.vocab import DATALOADER_WORKER, LOOP_ROLES
 
 # (comm, cgroup, container ID, pod UID): who else used a disk
@@ -65,6 +66,16 @@ class Background:
     child: bool  # a child process saves (else a thread)
 
 
+@dataclass(frozen=True)
+class CodeSample:
+    """A Python stack sampled in one interval, by the line of the user's code it was at."""
+
+    reason: str  # what it was taken for (tracer.core.stacks.REASONS)
+    role: str | None  # of its process
+    main_thread: bool  # its process's main thread (a loop's, a worker's)
+    code: CodeLine
+
+
 @dataclass(kw_only=True)
 class IntervalEvidence:
     """One interval as the rules see it, per main pid where it says "main"."""
@@ -100,6 +111,8 @@ class IntervalEvidence:
     # counted); absent: none (no libcuda)
     cuda: dict[int, tuple[int, int, int]] = field(default_factory=dict)
     fuse: tuple[FuseSample, ...] = ()  # the FUSE mounts read through, their daemons' activity
+    # main -> its processes' Python stacks sampled here, at the user's code (`stacks` rows)
+    code: dict[int, list[CodeSample]] = field(default_factory=dict)
 
 
 @dataclass
@@ -224,4 +237,18 @@ def reclaims(threads: Iterable[ThreadRow], owner: Mapping[int, int]) -> dict[int
             r.loop = (th["oncpu_ns"] + th["runnable_ns"] + th["sleep_ns"] + th["iowait_ns"], ns)
         else:
             r.other_ns += ns
+    return out
+
+
+def code_samples(rows: Iterable[StackRow], owner: Mapping[int, int]) -> dict[int, list[CodeSample]]:
+    """Per main, the samples of one interval's `stacks` rows that reached the user's code (the
+    frame marked `user`; a sample without one names no line)."""
+    out: dict[int, list[CodeSample]] = {}
+    for r in rows:
+        if not r["user"]:
+            continue
+        pid = int(r["pid"])
+        line = CodeLine(r["file"], int(r["line"]), r["function"], r["text"])
+        out.setdefault(owner.get(pid, pid), []).append(
+            CodeSample(r["reason"], r["role"], int(r["tid"]) == pid, line))
     return out

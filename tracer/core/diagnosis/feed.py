@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from tracer.core.model import LoopRow
 
 TABLES = ("threads", "files", "latency", "devices", "memory", "device_users", "events", "gpu",
-          "cpu_waits", "fuse")
+          "cpu_waits", "fuse", "stacks")
 
 
 def loop_owners(parents: Mapping[int, tuple[int, str, bool]]) -> dict[int, int]:

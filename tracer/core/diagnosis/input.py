@@ -19,6 +19,7 @@ from tracer.core.model import (
     GpuRow,
     LatencyRow,
     MemoryRow,
+    StackRow,
     ThreadRow,
 )
 
@@ -53,3 +54,5 @@ class IntervalInput:
     # who had the CPUs the traced threads waited for
     cpu_waits: list[CpuWaitRow] = field(default_factory=list)
     fuse: list[FuseRow] = field(default_factory=list)  # FUSE mounts read through, their daemons
+    # Python stacks sampled from outside the processes, a row per frame (tracer.core.stacks)
+    stacks: list[StackRow] = field(default_factory=list)

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from tracer.core.diagnosis.evidence import (
     Background,
     IntervalEvidence,
+    code_samples,
     cpu_waits,
     disk_reads,
     reclaims,
@@ -167,7 +168,8 @@ def split(state: SplitState, inp: IntervalInput, t: Thresholds, page_size: int,
         memory={m["pid"]: m for m in inp.memory}, disk_reads=disk_reads(
             inp.device_users, (r["daemon_comm"] for r in inp.fuse if r["daemon_comm"])),
         saves=saves, cuda=cuda_calls(tt.loops), cpu=cpu_waits(inp.cpu_waits, threads, owner),
-        reclaim=reclaims(threads, owner), fuse=tuple(FuseSample.of(r) for r in inp.fuse))
+        reclaim=reclaims(threads, owner), fuse=tuple(FuseSample.of(r) for r in inp.fuse),
+        code=code_samples(inp.stacks, owner))
 
 
 def _file_times(state: SplitState, t: Thresholds, files: list[FileRow],

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from tracer.core.cgroup import short_name
 from tracer.core.histogram import format_bytes, format_ns
+from tracer.core.stacks import CodeLine
 
 # What the summary says instead of findings (Thresholds.judge_min_ns)
 NOTHING_JUDGED = ("nothing traced long enough to judge: less than 1 s of a training loop "
@@ -73,6 +74,15 @@ ADVICE = {
     "slow_filesystem": "The dataset sits on a slow file system (overlay/network/FUSE): copy it "
                        "to a local disk or tmpfs, or use a bind mount instead of a volume.",
 }
+
+
+def at_code(what: str, code: CodeLine | None) -> str:
+    """The sentence a finding appends to name the user's line (Python stacks), or nothing:
+    ` The DataLoader workers read at train.py:105 in FileDataset.__getitem__ (`buf = f.read()`).`"""
+    if code is None:
+        return ""
+    text = f" (`{code.text}`)" if code.text else ""
+    return f" {what} at {code.where()}{text}."
 
 
 def _where(top: tuple[str, str] | None) -> str:

@@ -11,13 +11,32 @@ from __future__ import annotations
 from tracer.core.diagnosis import words
 from tracer.core.diagnosis.evidence import Background
 from tracer.core.diagnosis.finding import Finding, severity
-from tracer.core.diagnosis.rules.context import Context
+from tracer.core.diagnosis.rules.context import Context, code_line
+from tracer.core.stacks import SAVE, SLOW_WRITE, CodeLine
+from tracer.core.vocab import LOOP_ROLES
 
 
 def judge(ctx: Context) -> list[Finding]:
-    loop, pid, t = ctx.loop, ctx.pid, ctx.thresholds
+    loop, t = ctx.loop, ctx.thresholds
     if loop.total <= 0 or loop.share["checkpoint"] < t.checkpoint_share:
         return []
+    return [_with_code(f, ctx) for f in _judge(ctx)]
+
+
+def _with_code(f: Finding, ctx: Context) -> Finding:
+    """The finding with the line of the user's code that saves (Python stacks): the loop's own
+    while it had a checkpoint open for writing, else any of its processes' slow writes."""
+    code: CodeLine | None = code_line(ctx.ivs, ctx.pid, (SAVE,), LOOP_ROLES, main_thread=True)
+    if code is None:
+        code = code_line(ctx.ivs, ctx.pid, (SLOW_WRITE,))
+    if code is not None:
+        f.summary += words.at_code("The save runs", code)
+    f.evidence["code"] = code.evidence() if code else None
+    return f
+
+
+def _judge(ctx: Context) -> list[Finding]:
+    loop, pid, t = ctx.loop, ctx.pid, ctx.thresholds
     bg = [iv.background[pid] for iv in ctx.ivs if pid in iv.background]
     if 2 * sum(b.waited_ns for b in bg) >= loop.ns["checkpoint"]:
         return [_background(ctx, bg)]

@@ -11,6 +11,7 @@ from tracer.core.diagnosis.finding import STATES, Finding
 from tracer.core.diagnosis.reads import Reads
 from tracer.core.diagnosis.thresholds import Thresholds
 from tracer.core.diagnosis.window import Window
+from tracer.core.stacks import CodeLine
 from tracer.core.units import MAX_SLOTS
 
 
@@ -149,3 +150,32 @@ def less_reclaim(share: float, part: int, reclaimed: int) -> float:
 def data_wait_pct(loop: LoopTime) -> float:
     """The loop's wait for batches, all causes, in percent (as the evidence rounds them)."""
     return loop.pct["data_wait_io"] + loop.pct["data_wait_cpu"] + loop.pct["data_wait_network"]
+
+
+def code_line(ivs: list[IntervalEvidence], pid: int, reasons: tuple[str, ...],
+              roles: tuple[str | None, ...] | None = None, main_thread: bool | None = None
+              ) -> CodeLine | None:
+    """The line of the user's code that main `pid`'s processes were sampled at most often in
+    `ivs` for one of `reasons` (of processes of `roles`, on their main thread or not, when
+    given), in the function sampled most often; the latest sample's text of it. None: no such
+    sample."""
+    seen: dict[tuple[str, int, str], int] = defaultdict(int)
+    last: dict[tuple[str, int, str], CodeLine] = {}
+    for iv in ivs:
+        for s in iv.code.get(pid, ()):
+            if s.reason not in reasons or (roles is not None and s.role not in roles):
+                continue
+            if main_thread is not None and s.main_thread != main_thread:
+                continue
+            key = (s.code.file, s.code.line, s.code.function)
+            seen[key] += 1
+            if s.code.text or key not in last:
+                last[key] = s.code
+    if not seen:
+        return None
+    # the function sampled most, then its line sampled most: a loop's body spreads its samples
+    # over several lines of one function
+    in_function: dict[tuple[str, str], int] = defaultdict(int)
+    for (file, _line, function), n in seen.items():
+        in_function[(file, function)] += n
+    return last[max(seen, key=lambda k: (in_function[(k[0], k[2])], seen[k], k))]

@@ -11,6 +11,7 @@ from tracer.core.diagnosis.finding import Finding, severity
 from tracer.core.diagnosis.fuse import served_by
 from tracer.core.diagnosis.rules.context import (
     Context,
+    code_line,
     data_wait_pct,
     less_reclaim,
     merged_reads,
@@ -20,7 +21,8 @@ from tracer.core.diagnosis.rules.context import (
     worker_times,
 )
 from tracer.core.histogram import percentile_ns
-from tracer.core.vocab import DATALOADER_WORKER
+from tracer.core.stacks import DATA_WAIT, SLOW_READ
+from tracer.core.vocab import DATALOADER_WORKER, LOOP_ROLES
 
 
 def judge(ctx: Context) -> list[Finding]:
@@ -38,9 +40,16 @@ def judge(ctx: Context) -> list[Finding]:
     blocked = 100 * (io - in_reclaim) / (io + cpu) if io + cpu else 0.0
     top = top_dir(ctx.ivs, pid)
     fuse = served_by(ctx.ivs, top)
+    # where the workers read, and where the loop waits for their batches (Python stacks)
+    code = code_line(ctx.ivs, pid, (SLOW_READ,), (DATALOADER_WORKER,))
+    waits = code_line(ctx.ivs, pid, (DATA_WAIT,), LOOP_ROLES, main_thread=True)
     return [Finding(
         "dataloader_io_bound", severity(share), pid,
-        words.dataloader_io_bound(data_wait_pct(loop), loop.total, blocked, p99, top, fuse),
+        words.dataloader_io_bound(data_wait_pct(loop), loop.total, blocked, p99, top, fuse)
+        + words.at_code("The DataLoader workers read", code)
+        + words.at_code("The loop waits for batches", waits),
         {"loop_shares_pct": loop.pct, "seconds": round(loop.total / 1e9, 1),
          "workers_blocked_pct": round(blocked, 1), "p99_read_ns": p99,
-         "top_dir": top[0] if top else None, "fuse": fuse})]
+         "top_dir": top[0] if top else None, "fuse": fuse,
+         "code": code.evidence() if code else None,
+         "loop_code": waits.evidence() if waits else None})]

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from tracer.core.diagnosis import words
 from tracer.core.diagnosis.finding import Finding, severity
-from tracer.core.diagnosis.rules.context import Context, data_wait_pct, worker_times
+from tracer.core.diagnosis.rules.context import Context, code_line, data_wait_pct, worker_times
 from tracer.core.histogram import percentile_ns
+from tracer.core.stacks import DATA_WAIT, SLOW_READ
 from tracer.core.units import MAX_SLOTS
 from tracer.core.vocab import DATALOADER_WORKER, MAIN, RANK
 
@@ -32,14 +33,18 @@ def judge(ctx: Context) -> list[Finding]:
     rate = nbytes / secs if secs else 0
     net_pct = 100 * wnet / wbusy if wbusy else 0.0
     peers = ctx.window.peers.get(pid, [])
+    # the line that reads the sockets (Python stacks): the workers', else the loop's own
+    code = code_line(ivs, pid, (SLOW_READ, DATA_WAIT), (role,), main_thread=True)
     return [Finding(
         "dataloader_network_bound", severity(loop.share["data_wait_network"]), pid,
         words.dataloader_network_bound(
             loop.pct["data_wait_network"], loop.total,
-            net_pct if role == DATALOADER_WORKER else None, rate, peers, p50, p99),
+            net_pct if role == DATALOADER_WORKER else None, rate, peers, p50, p99)
+        + words.at_code("The DataLoader workers read" if role == DATALOADER_WORKER
+                        else "The loop reads", code),
         {"loop_shares_pct": loop.pct, "seconds": round(loop.total / 1e9, 1),
          "data_wait_pct": round(data_wait_pct(loop), 1),
          "workers_socket_pct": round(net_pct, 1) if wbusy else None,
          "socket_reads": sum(counts), "bytes_received": nbytes,
          "receive_bytes_per_s": round(rate), "socket_read_p50_ns": p50,
-         "socket_read_p99_ns": p99, "peers": peers})]
+         "socket_read_p99_ns": p99, "peers": peers, "code": code.evidence() if code else None})]
