@@ -211,11 +211,18 @@ class Served:
         return {"trace": self.name, "devices": _records(self.trace.device_summary())}
 
     def tables(self) -> dict:
-        present = set(self.trace.tables)
-        return {"trace": self.name,
-                "tables": [{"name": name, "has_rows": name in present,
-                            "columns": [{"name": f.name, "type": str(f.type)} for f in schema]}
-                           for name, schema in sorted(TABLES.items())],
+        """The tables saved in the trace, each with its columns (the schema's, else the first
+        segment's for a table this iotrace does not know)."""
+        out = []
+        for name in self.trace.tables:
+            schema = TABLES.get(name)
+            if schema is None:
+                schema = self.trace[name].dtypes
+                columns = [{"name": c, "type": str(t)} for c, t in schema.items()]
+            else:
+                columns = [{"name": f.name, "type": str(f.type)} for f in schema]
+            out.append({"name": name, "columns": columns})
+        return {"trace": self.name, "tables": out,
                 "note": "columns are documented in docs/trace-format.md; durations are *_ns"}
 
 
