@@ -177,6 +177,19 @@ def test_sql_refuses_writes_and_says_what_is_wrong_in_one_line(hand: Path,
     assert list(out.iterdir()) == []
 
 
+def test_a_statement_that_runs_too_long_is_stopped(hand: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    from tracer import mcp_server
+
+    monkeypatch.setattr(mcp_server, "SQL_SECONDS", 0.5)
+    sql = mcp_server.ReadOnlySql(load(hand))
+    started = time.monotonic()
+    with pytest.raises(mcp_server.AnswerError, match="stopped after 0.5 s: narrow the query"):
+        sql.query("SELECT count(*) FROM range(1000000000000) a WHERE a.range % 7 = 3")
+    assert time.monotonic() - started < 30
+    assert sql.query("SELECT count(*) FROM loop")["rows"] == [[len(LOOP)]]
+
+
 def test_several_traces_are_named_or_numbered(hand: Path, tmp_path: Path) -> None:
     other = tmp_path / "other"
     shutil.copytree(hand, other)

@@ -81,6 +81,8 @@ class ReadOnlySql:
         self.duckdb = duckdb
         self.trace = trace
         self.con = duckdb.connect(":memory:")
+        # stdout is the MCP transport: nothing but its messages may go there
+        self.con.execute("SET enable_progress_bar = false")
         self.con.execute("SET enable_external_access = false")
         self.con.execute("SET lock_configuration = true")
         self.known = set(TABLES) | set(trace.tables)
@@ -126,7 +128,7 @@ class ReadOnlySql:
             columns = [d[0] for d in cursor.description or []]
         except self.duckdb.Error as e:
             if isinstance(e, self.duckdb.InterruptException):
-                raise AnswerError(f"stopped after {SQL_SECONDS:.0f} s: narrow the query "
+                raise AnswerError(f"stopped after {SQL_SECONDS:g} s: narrow the query "
                                   "(a WHERE, a LIMIT, an aggregate)") from None
             raise AnswerError(_one_line(e)) from None
         finally:
@@ -246,9 +248,10 @@ class Traces:
                               f"of {names}")
         if which.isdigit() and int(which) < len(self.served):
             return self.served[int(which)]
-        for key in (lambda s: s.name, lambda s: Path(s.name).name,
+        want = which.rstrip("/") or which
+        for key in (lambda s: s.name.rstrip("/"), lambda s: Path(s.name).name,
                     lambda s: str(s.trace.directory.resolve())):
-            hits = [s for s in self.served if key(s) == which.rstrip("/") or key(s) == which]
+            hits = [s for s in self.served if key(s) == want]
             if len(hits) == 1:
                 return hits[0]
         raise AnswerError(f"no trace {which!r} here: give one of {names}")
