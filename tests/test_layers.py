@@ -19,7 +19,7 @@ TRACER = Path(__file__).resolve().parent.parent / "tracer"
 # "": the package root, tracer/__init__.py (tracer.load, tracer.trace): on top, with the API.
 LEVEL = {"": 4, "core": 0, "errors": 0, "kernel": 1, "tracedir": 1, "gpu": 1, "ui": 2, "sinks": 2,
          "render": 2, "live": 3, "cli": 4, "api": 4, "attach": 4, "demo": 4, "doctor": 4,
-         "report": 4}
+         "report": 4, "mcp_server": 4}
 
 
 def _stage(module: str) -> str | None:

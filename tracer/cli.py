@@ -23,12 +23,13 @@ from tracer.live.options import (
     prepare_output,
 )
 
-SUBCOMMANDS = ("doctor", "demo", "report", "export")
+SUBCOMMANDS = ("doctor", "demo", "report", "export", "mcp")
 
 USAGE = """\
 iotrace --pid PID [PID ...] [options]     attach to running processes and their descendants
 iotrace [options] -- CMD [ARG ...]         start CMD and trace it from its first instruction
-iotrace doctor | iotrace demo | iotrace report DIR | iotrace export DIR --perfetto OUT.json"""
+iotrace doctor | iotrace demo | iotrace report DIR | iotrace export DIR --perfetto OUT.json
+iotrace mcp [DIR ...]                      serve traces to an AI assistant (Model Context Protocol)"""
 
 
 class UsageError(Exception):
@@ -250,6 +251,39 @@ def cmd_export(argv: list[str]) -> int:
     return EXIT_OK
 
 
+def cmd_mcp(argv: list[str]) -> int:
+    p = _Parser(prog="iotrace mcp", description=(
+        "Serve trace directories to an AI assistant over the Model Context Protocol (stdio): "
+        "findings, the loop's time, GPU idle, top files, disks, read-only SQL."))
+    p.add_argument("directories", metavar="DIR", nargs="*",
+                   help="trace directories (default: those in the current directory)")
+    p.add_argument("--http", metavar="[HOST:]PORT",
+                   help="serve streamable HTTP on HOST:PORT instead of stdio (host 127.0.0.1 "
+                        "unless given)")
+    args = p.parse_args(argv)
+    from pathlib import Path
+
+    from tracer.api import TraceError
+    from tracer.mcp_server import found_here, missing_packages, parse_http, serve
+
+    try:
+        http = parse_http(args.http) if args.http is not None else None
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    # An optional extra not installed is the user's to install, as for --html without
+    # matplotlib: bad usage or input (2), not a host that cannot trace (3).
+    missing = missing_packages()
+    if missing:
+        raise UsageError(missing)
+    directories = args.directories or found_here(Path.cwd())
+    if not directories:
+        raise UsageError("no trace directory here: give one or more, iotrace mcp DIR [DIR ...]")
+    try:
+        return serve(directories, http)
+    except TraceError as e:
+        raise UsageError(str(e)) from None
+
+
 def _one_line_warning(message, category, filename, lineno, file=None, line=None) -> None:
     print(f"iotrace: warning: {message}", file=sys.stderr)
 
@@ -261,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
         head = _split_command(argv)[0]
         if head and head[0] in SUBCOMMANDS:
             commands = {"doctor": cmd_doctor, "demo": cmd_demo, "report": cmd_report,
-                        "export": cmd_export}
+                        "export": cmd_export, "mcp": cmd_mcp}
             return commands[head[0]](argv[1:])
         return cmd_trace(argv)
     except UsageError as e:
