@@ -15,9 +15,9 @@ import pytest
 from conftest import IOTRACE, ROOT, needs_root
 
 pytest.importorskip("torch", reason="the PyTorch scenarios need torch (pip install torch)")
-from scenario_trace import attached, launched  # noqa: E402
+from scenario_trace import attached, launched
 
-from tracer.workloads.scenarios import prepare  # noqa: E402
+from tracer.workloads.scenarios import prepare
 
 pytestmark = [needs_root, pytest.mark.kernel]
 
