@@ -44,13 +44,13 @@ def cpu_wait(pid, who, taker, wait_ns, comm=None, cgroup="/"):
 
 def add_interval(d: Diagnosis, ts_ns, interval_ns, threads, files, latency=(), devices=(),
                  owner=None, memory=(), device_users=(), ranks=None, peers=None,
-                 cpu_waits=()) -> list:
+                 cpu_waits=(), stacks=()) -> list:
     """One interval's rows into `d`; its `loop` rows."""
     return d.add(IntervalInput(
         ts_ns=ts_ns, interval_ns=interval_ns, threads=list(threads), files=list(files),
         latency=list(latency), devices=list(devices), memory=list(memory),
         device_users=list(device_users), owners=OWNER if owner is None else owner,
-        ranks=ranks or {}, peers=peers or {}, cpu_waits=list(cpu_waits)))
+        ranks=ranks or {}, peers=peers or {}, cpu_waits=list(cpu_waits), stacks=list(stacks)))
 
 
 def run(intervals, **kw) -> Diagnosis:

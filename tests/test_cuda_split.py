@@ -5,11 +5,12 @@ where it waits for data or for its GPU; not_io_bound says how long it waited for
 
 from __future__ import annotations
 
-from diagnosis_rows import MAIN, MS, kinds, run, thread
+from diagnosis_rows import MAIN, MS, S, add_interval, kinds, run, thread
 from test_rules import CPU_BOUND, judge
 
-from tracer.core.diagnosis import Finding
+from tracer.core.diagnosis import Diagnosis, Finding
 from tracer.core.diagnosis.rules import host_bound, not_io_bound
+from tracer.core.stacks import GPU_WAIT, HOST, Frame, frame_rows
 from tracer.gpu.idle import confirm_host_bound
 
 
@@ -87,6 +88,26 @@ def test_host_bound_absent():
     # a loop on CPU without libcuda (no CUDA columns): nothing says it drives a GPU
     cpu_only = run([([thread(MAIN, MAIN, "main", oncpu=950 * MS, sleep=50 * MS)], [])] * 5)
     assert judge(host_bound, cpu_only) == []
+
+
+def test_host_bound_names_the_host_line():
+    """The loop's samples taken while it worked on the host name the line (else none)."""
+    d = Diagnosis()
+    work = [Frame("/app/train.py", 88, "train"), Frame("/app/train.py", 120, "main")]
+    waits = [Frame("/app/train.py", 91, "train"), Frame("/app/train.py", 120, "main")]
+    for i in range(1, 6):
+        rows = frame_rows(i * S, i * S, MAIN, MAIN, "main", HOST, work, "out = model(x)")
+        if i == 1:  # one sample at a sync: fewer than the host's, and not taken for it
+            rows += frame_rows(i * S, i * S, MAIN, MAIN, "main", GPU_WAIT, waits, "loss.item()")
+        add_interval(d, i * S, S, [loop(900, 100, wait=50, syncs=100, copies=1)], [],
+                     stacks=rows)
+    (f,) = judge(host_bound, d)
+    assert f.evidence["code"] == {"file": "/app/train.py", "line": 88, "function": "train",
+                                  "text": "out = model(x)"}
+    assert f.summary.endswith(" The loop works on the host at train.py:88 in train "
+                              "(`out = model(x)`).")
+    (f,) = judge(host_bound, _host_bound_window())
+    assert f.evidence["code"] is None and " at train.py" not in f.summary
 
 
 def _gpu(idle_pct: float, pid=MAIN) -> dict:

@@ -18,6 +18,8 @@ from tracer.core.diagnosis.rules.context import code_line
 from tracer.core.diagnosis.words import at_code
 from tracer.core.stacks import (
     DATA_WAIT,
+    GPU_WAIT,
+    HOST,
     SLOW_READ,
     CodeLine,
     Frame,
@@ -245,3 +247,29 @@ def test_a_process_in_its_own_pid_namespace(tmp_path: Path) -> None:
     user = [r for r in rows if r["user"]]
     assert [(r["pid"], r["tid"], r["line"], r["function"]) for r in user] == [
         (job.pid, job.pid, _line_of(SCRIPT, "the line the stack is at"), "load_sample")]
+
+
+def test_loops_are_sampled_where_they_wait_for_or_keep_their_gpu() -> None:
+    """after_interval's reasons for a loop's interval (no dump is run: `ask` is recorded)."""
+    asked: list[tuple[int, str]] = []
+
+    class Recorded(StackSampler):
+        def ask(self, pid: int, tid: int, reason: str, role: str | None) -> bool:
+            asked.append((pid, reason))
+            return True
+
+    def loop(pid: int, gpu_wait: int = 0, compute: int = 0) -> dict:
+        return {"pid": pid, "interval_ns": 1000, "data_wait_io_ns": 0, "data_wait_cpu_ns": 0,
+                "data_wait_network_ns": 0, "sync_loading_ns": 0, "gpu_wait_ns": gpu_wait,
+                "compute_ns": compute}
+
+    sampler = Recorded("py-spy", time.time_ns, lambda _: None)
+    try:
+        # 1 waits for its GPU; 2 works on the host and calls CUDA; 3 works on the host
+        # without CUDA (a CPU job: not `host`); 4 hardly does either
+        sampler.after_interval([loop(1, gpu_wait=600, compute=300), loop(2, compute=800),
+                                loop(3, compute=900), loop(4, gpu_wait=100, compute=100)],
+                               {}, {}, {}, frozenset({1, 2, 4}))
+    finally:
+        sampler.close()
+    assert asked == [(1, GPU_WAIT), (1, HOST), (2, HOST)]

@@ -16,8 +16,10 @@ SLOW_WRITE = "slow_write"  # ... a write or an fsync
 SAVE = "save"  # the training loop had a file open for writing (a save in progress)
 DATA_WAIT = "data_wait"  # the loop waited for batches in the last interval
 SYNC_LOADING = "sync_loading"  # the loop read its data itself in the last interval
+GPU_WAIT = "gpu_wait"  # the loop waited for its GPU in the last interval (a CUDA sync)
+HOST = "host"  # a loop that calls CUDA worked on the host most of the last interval
 BACKGROUND = "background"  # the loop's main thread, at a low rate
-REASONS = (SLOW_READ, SLOW_WRITE, SAVE, DATA_WAIT, SYNC_LOADING, BACKGROUND)
+REASONS = (SLOW_READ, SLOW_WRITE, SAVE, DATA_WAIT, SYNC_LOADING, GPU_WAIT, HOST, BACKGROUND)
 
 MAX_FRAMES = 64  # frames kept per sample, the innermost first
 

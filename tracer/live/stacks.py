@@ -31,6 +31,8 @@ from tracer.core.redact import Redactor
 from tracer.core.stacks import (
     BACKGROUND,
     DATA_WAIT,
+    GPU_WAIT,
+    HOST,
     SAVE,
     SLOW_READ,
     SLOW_WRITE,
@@ -59,7 +61,9 @@ CPU_GRACE_S = 0.05  # ... plus this (the first samples: a few dumps)
 BACKGROUND_S = 20.0  # the loop's main thread sampled this often whatever happens
 FAILURES = 3  # a process whose reads failed this many times in a row is not read again
 SOURCE_FILES = 256  # source files whose lines are kept (the lines named, read once)
-WAIT_SHARE = 0.2  # an interval's share a loop waited for batches (or read) to be sampled for it
+# an interval's share a loop waited for batches, read, waited for its GPU or (calling CUDA)
+# worked on the host, to be sampled for it: evidence for a finding judged over a whole window
+WAIT_SHARE = 0.2
 MAX_ASKED = 10_000  # (pid, tid, reason) remembered for GAP_S; past it, forgotten at once
 
 
@@ -149,15 +153,23 @@ class StackSampler:
             self.ask(ev.pid, ev.tid, reason, role)
 
     def after_interval(self, loops: list[dict], spans: dict[int, bytes],
-                       roles: dict[int, str | None], workers: dict[int, list[int]]) -> None:
+                       roles: dict[int, str | None], workers: dict[int, list[int]],
+                       cuda: frozenset[int] = frozenset()) -> None:
         """What one interval says of the training loops (`loop` rows; `spans`: each loop's
         write spans, as read; `roles`: the loops alive, pid -> role): a loop that waited for
         batches, or read its data itself, is sampled as it goes on; one with a file open for
         writing now, as it saves; and each loop every BACKGROUND_S. A loop that waited for
         batches also has one of its DataLoader workers (`workers`: loop pid -> theirs)
-        sampled, in turn: what they do meanwhile."""
+        sampled, in turn: what they do meanwhile. A loop that waited for its GPU is sampled
+        where it waits (the line of a `.item()` or a copy); one that calls the CUDA driver
+        (`cuda`: such loops' pids) and worked on the host most of the interval, where it
+        works (host_bound's line)."""
         for row in loops:
             pid, n = row["pid"], row["interval_ns"] or 1
+            if (row.get("gpu_wait_ns") or 0) >= WAIT_SHARE * n:
+                self.ask(pid, pid, GPU_WAIT, roles.get(pid))
+            if pid in cuda and row["compute_ns"] >= WAIT_SHARE * n:
+                self.ask(pid, pid, HOST, roles.get(pid))
             wait = row["data_wait_io_ns"] + row["data_wait_cpu_ns"] + row["data_wait_network_ns"]
             if wait >= WAIT_SHARE * n:
                 self.ask(pid, pid, DATA_WAIT, roles.get(pid))
@@ -328,8 +340,11 @@ class PythonStacks:
         for p in alive:
             if p.role == DATALOADER_WORKER:
                 workers.setdefault(p.ppid, []).append(p.pid)
+        cuda = frozenset(t["pid"] for t in interval.snapshot.threads
+                         if t["tid"] == t["pid"] and t["cuda_syncs"] is not None)
         self.sampler.after_interval(interval.loop, spans, {p.pid: p.role for p in alive
-                                                           if p.role in LOOP_ROLES}, workers)
+                                                           if p.role in LOOP_ROLES}, workers,
+                                    cuda)
 
     def stats(self) -> dict | None:
         return self.sampler.stats() if self.sampler is not None else None

@@ -1,12 +1,14 @@
 """not_io_bound: no finding blames I/O (none of IO_KINDS was found): the loops' split says
-where their time went instead. Severity 5."""
+where their time went instead, and, for one loop seen waiting for its GPU, the line of its code
+where it waits most (Python stacks). Severity 5."""
 
 from __future__ import annotations
 
 from tracer.core.diagnosis import words
 from tracer.core.diagnosis.finding import STATES, Finding
-from tracer.core.diagnosis.rules.context import Context
-from tracer.core.vocab import IO_KINDS
+from tracer.core.diagnosis.rules.context import Context, code_line
+from tracer.core.stacks import GPU_WAIT
+from tracer.core.vocab import IO_KINDS, LOOP_ROLES
 
 
 def judge(ctx: Context) -> list[Finding]:
@@ -25,5 +27,9 @@ def judge(ctx: Context) -> list[Finding]:
         return [Finding("not_io_bound", 5, pid, words.not_io_bound(None),
                         {"loop_shares_pct": None})]
     shares = {s: round(100 * ns[s] / total, 1) for s in STATES}
-    return [Finding("not_io_bound", 5, pid, words.not_io_bound(shares),
-                    {"loop_shares_pct": shares})]
+    code = None
+    if pid is not None and ns["gpu_wait"] > 0:
+        code = code_line(ctx.ivs, pid, (GPU_WAIT,), LOOP_ROLES, main_thread=True)
+    return [Finding("not_io_bound", 5, pid,
+                    words.not_io_bound(shares) + words.at_code("It waits for the GPU", code),
+                    {"loop_shares_pct": shares, "code": code.evidence() if code else None})]
