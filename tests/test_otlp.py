@@ -5,6 +5,7 @@ scrape of /metrics; receivers that are down or slow; the URL and options checks.
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 from otlp_receiver import Receiver, closed_port_url, metrics, number, points, resource
@@ -12,10 +13,14 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from test_prometheus import intervals
 
+from conftest import run_iotrace
 from tracer import __version__
 from tracer.core.interval import Interval
+from tracer.errors import EXIT_USAGE, TraceFailure
+from tracer.live.options import TraceOptions
+from tracer.sinks import otlp_target
 from tracer.sinks.otlp import SEMANTIC, OtlpSink, otel_name
-from tracer.sinks.otlp_target import parse_otlp_url
+from tracer.sinks.otlp_target import NEEDS, parse_otlp_url
 from tracer.sinks.prometheus import LE_BOUNDS_NS, PrometheusSink
 
 
@@ -164,3 +169,25 @@ def test_parse_otlp_url_rejects(url, says):
     with pytest.raises(ValueError, match="^--otlp ") as e:
         parse_otlp_url(url)
     assert says in str(e.value) and "http://127.0.0.1:4318" in str(e.value)
+
+
+def test_options_complete_and_check_the_url(monkeypatch):
+    opts = TraceOptions(output=Path("t"), auto=True, otlp="http://127.0.0.1:4318")
+    opts.validate()
+    assert opts.otlp == "http://127.0.0.1:4318/v1/metrics"
+    with pytest.raises(TraceFailure) as e:
+        TraceOptions(output=Path("t"), auto=True, otlp="localhost:4318").validate()
+    assert e.value.exit_code == EXIT_USAGE
+    # Without the optional packages: what to install, bad usage (as `iotrace mcp` says it)
+    monkeypatch.setattr(otlp_target, "_PACKAGES", ("opentelemetry.no_such_part",))
+    with pytest.raises(TraceFailure) as e:
+        TraceOptions(output=Path("t"), auto=True, otlp="http://127.0.0.1:4318").validate()
+    assert (str(e.value), e.value.exit_code) == (NEEDS, EXIT_USAGE)
+
+
+def test_command_line_bad_url_is_one_line():
+    r = run_iotrace("--otlp", "localhost:4318", "--", "true")
+    assert r.returncode == EXIT_USAGE, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("iotrace: error: --otlp 'localhost:4318': ")
+    assert "Traceback" not in r.stderr

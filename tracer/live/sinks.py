@@ -3,7 +3,7 @@ interval goes to them, and what a failure to open one tells the user (and exits 
 
 The Prometheus endpoint is served before the traced command is released (a port in use fails
 the run before the job starts); the others open once the programs are attached, when the
-first interval starts.
+first interval starts, the OTLP pusher last (it reads what the Prometheus sink folded in).
 """
 
 from __future__ import annotations
@@ -32,6 +32,22 @@ def serve_metrics(listen: tuple[str, int], err: TextIO) -> Sink:
         raise TraceFailure(str(e), EXIT_USAGE) from None
     print(f"Serving metrics on {prometheus.url}", file=err, flush=True)
     return prometheus
+
+
+def push_metrics(url: str, sinks: list[Sink], err: TextIO) -> None:
+    """Pushes the series of /metrics to `url` over OTLP/HTTP (--otlp): read from the served
+    Prometheus sink when there is one, else from one that serves nothing, put in `sinks` ahead
+    of the pusher so that each interval is folded in before it is pushed. A receiver that fails
+    gets one line on `err`; nothing here waits for it."""
+    from tracer.sinks.otlp import OtlpSink
+    from tracer.sinks.prometheus import PrometheusSink
+
+    metrics = next((s for s in sinks if isinstance(s, PrometheusSink)), None)
+    if metrics is None:
+        metrics = PrometheusSink()
+        sinks.append(metrics)
+    sinks.append(OtlpSink(metrics.registry, url,
+                          note=lambda line: print(line, file=err, flush=True)))
 
 
 def open_sinks(opts: TraceOptions, sinks: list[Sink], *, meta: dict, what: str, out: TextIO,
