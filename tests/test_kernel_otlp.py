@@ -47,7 +47,7 @@ def test_pushes_the_exact_counts(iowork, data_file, tmp_path):
     out = tmp_path / "trace"
     with Receiver() as receiver:
         r = traced(iowork, data_file, out, receiver.url)
-    assert r.stderr.splitlines()[0] == (f"Pushing metrics to {receiver.url}/v1/metrics "
+    assert r.stderr.splitlines()[1] == (f"Pushing metrics to {receiver.url}/v1/metrics "
                                         "(OTLP/HTTP, every interval)")
     assert "cannot push" not in r.stderr
     assert receiver.paths and set(receiver.paths) == {"/v1/metrics"}

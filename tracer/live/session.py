@@ -54,7 +54,7 @@ from tracer.live.peers import sample_peers
 from tracer.live.processes import ProcessTable
 from tracer.live.procfs import ProcSampler
 from tracer.live.rereads import rows_dtype
-from tracer.live.sinks import cannot_write_message, open_sinks, push_metrics, serve_metrics
+from tracer.live.sinks import cannot_write_message, open_sinks, serve_metrics
 from tracer.live.stacks import PythonStacks
 
 if TYPE_CHECKING:
@@ -189,9 +189,6 @@ class Session:
         self.stacks.open()
         if self.opts.prometheus:
             self._serve_metrics()
-        if self.opts.otlp:  # the pusher itself starts with the first interval (_open_sinks)
-            print(f"Pushing metrics to {self.opts.otlp} (OTLP/HTTP, every interval)",
-                  file=self.err, flush=True)
         what = self._what()
         if self.child:
             self.child.release()  # programs are attached: the command is traced from its exec
@@ -248,8 +245,6 @@ class Session:
                                 out=self.out, err=self.err, stop_meta=self._stop_meta,
                                 cannot_write=self._cannot_write, stdout_failed=self._stdout_failed,
                                 on_quit=lambda: self.request_stop("q"))
-        if self.opts.otlp:
-            push_metrics(self.opts.otlp, self.sinks, self.err)
         aggregator.last_ts_ns = self.clock.now_ns()  # the first interval starts now
         self.proc.sample(aggregator.last_ts_ns)  # primes the /proc counters
 
