@@ -4,6 +4,7 @@ scrape of /metrics; receivers that are down or slow; the URL and options checks.
 
 from __future__ import annotations
 
+import io
 import time
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from tracer import __version__
 from tracer.core.interval import Interval
 from tracer.errors import EXIT_USAGE, TraceFailure
 from tracer.live.options import TraceOptions
+from tracer.live.sinks import push_metrics
 from tracer.sinks import otlp_target
 from tracer.sinks.otlp import SEMANTIC, OtlpSink, otel_name
 from tracer.sinks.otlp_target import NEEDS, parse_otlp_url
@@ -191,3 +193,21 @@ def test_command_line_bad_url_is_one_line():
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("iotrace: error: --otlp 'localhost:4318': ")
     assert "Traceback" not in r.stderr
+
+
+def test_pushes_what_the_served_metrics_hold():
+    """With --prometheus, the pusher reads the sink that serves /metrics; without, one that
+    serves nothing, which gets each interval before the pusher does."""
+    served = PrometheusSink(process_metrics=False)
+    sinks: list = [served]
+    push_metrics(closed_port_url(), sinks, io.StringIO())
+    assert len(sinks) == 2 and sinks[1].registry is served.registry
+    alone: list = []
+    said = io.StringIO()
+    push_metrics("http://127.0.0.1:4318/v1/metrics", alone, said)
+    assert [type(s) for s in alone] == [PrometheusSink, OtlpSink]
+    assert alone[1].registry is alone[0].registry
+    assert said.getvalue() == ("Pushing metrics to http://127.0.0.1:4318/v1/metrics (OTLP/HTTP, "
+                               "every interval)\n")
+    for sink in (*sinks, *alone):
+        sink.close()

@@ -199,7 +199,7 @@ class OtlpSink:
     def __init__(self, metrics_registry: CollectorRegistry, url: str,
                  note: Callable[[str], None], timeout_s: float = TIMEOUT_S) -> None:
         self.url, self.timeout_s, self._note = url, timeout_s, note
-        self._registry = metrics_registry
+        self.registry = metrics_registry  # what it pushes
         self._resource = resource()
         self._start_ns = time.time_ns()
         # The exporter logs each failure, and each retry: iotrace says one line instead
@@ -256,7 +256,7 @@ class OtlpSink:
 
     def _push(self) -> None:
         self._session.forget()
-        data = metrics_data(self._registry, self._resource, self._start_ns, time.time_ns())
+        data = metrics_data(self.registry, self._resource, self._start_ns, time.time_ns())
         error: Exception | None = None
         try:
             result = self._exporter.export(data, timeout_millis=self.timeout_s * 1000)
