@@ -88,9 +88,9 @@ def trace_parser() -> argparse.ArgumentParser:
                    help="serve Prometheus metrics on HOST:PORT (host 127.0.0.1 unless given; "
                         "9473 is iotrace's usual port)")
     p.add_argument("--otlp", metavar="URL",
-                   help="also push the metrics of --prometheus, every interval, to an "
-                        "OpenTelemetry collector's OTLP/HTTP receiver at URL (e.g. "
-                        "http://127.0.0.1:4318; needs pip install 'iotrace[otlp]')")
+                   help="push the metrics --prometheus serves (with it or without it) every "
+                        "interval to an OpenTelemetry collector's OTLP/HTTP receiver at URL "
+                        "(e.g. http://127.0.0.1:4318; needs pip install 'iotrace[otlp]')")
     p.add_argument("--gpu", default="auto", metavar="auto|off|N[,N]",
                    help="sample GPU utilisation through NVML: auto (when a GPU and NVML exist), "
                         "off, or the GPU indices to sample (fails when there is no such GPU)")
