@@ -87,6 +87,10 @@ def trace_parser() -> argparse.ArgumentParser:
     p.add_argument("--prometheus", metavar="[HOST:]PORT",
                    help="serve Prometheus metrics on HOST:PORT (host 127.0.0.1 unless given; "
                         "9473 is iotrace's usual port)")
+    p.add_argument("--otlp", metavar="URL",
+                   help="push the metrics --prometheus serves (with it or without it) every "
+                        "interval to an OpenTelemetry collector's OTLP/HTTP receiver at URL "
+                        "(e.g. http://127.0.0.1:4318; needs pip install 'iotrace[otlp]')")
     p.add_argument("--gpu", default="auto", metavar="auto|off|N[,N]",
                    help="sample GPU utilisation through NVML: auto (when a GPU and NVML exist), "
                         "off, or the GPU indices to sample (fails when there is no such GPU)")
@@ -152,7 +156,7 @@ def cmd_trace(argv: list[str]) -> int:
     opts = TraceOptions.checked(output=args.output, csv=args.csv, pids=args.pid, command=command,
                                 duration_s=args.duration, interval_s=args.interval,
                                 slow_ms=args.slow_ms, auto=args.auto, match=args.match,
-                                prometheus=args.prometheus,
+                                prometheus=args.prometheus, otlp=args.otlp,
                                 tui=sys.stdout.isatty() and not args.no_tui, gpu=args.gpu,
                                 redact_paths=args.redact_paths, bpf_stats=args.bpf_stats,
                                 argv=["iotrace", *argv])

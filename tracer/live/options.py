@@ -48,6 +48,7 @@ class TraceOptions:
     match: str | None = None  # --auto also takes processes whose command line matches this
     # serve /metrics on (host, port); validate() parses a "[HOST:]PORT" string into one
     prometheus: tuple[str, int] | str | None = None
+    otlp: str | None = None  # push /metrics' series to this OTLP/HTTP URL (validate() completes it)
     tui: bool = False  # the live terminal view (stdout is a terminal and no --no-tui)
     csv: Path | None = None  # per-interval numbers as CSV (dstat --output)
     gpu: str = "auto"  # --gpu auto|off|0,2
@@ -76,7 +77,7 @@ class TraceOptions:
 
     def validate(self, *, exited: bool = True) -> None:
         """Raises TraceFailure (EXIT_USAGE) for the first thing wrong, in the command line's
-        order: what to trace, --match, --prometheus, --gpu, the numbers, --bpf-stats, the
+        order: what to trace, --match, --prometheus, --otlp, --gpu, the numbers, --bpf-stats, the
         PIDs, the command. `exited`: also refuse PIDs that have all exited (zombies), as the
         command line does before anything starts; a session leaves that to its own check once
         attached, which also sees a target that exits while the programs attach."""
@@ -88,6 +89,8 @@ class TraceOptions:
                 self.prometheus = parse_listen(self.prometheus)
             except ValueError as e:
                 raise TraceFailure(str(e), EXIT_USAGE) from None
+        if self.otlp is not None:
+            self._check_otlp()
         if not re.fullmatch(r"auto|off|\d+(,\d+)*", self.gpu):
             raise TraceFailure(f"--gpu {self.gpu!r}: give auto, off, or GPU indices like 0 or 0,2",
                                EXIT_USAGE)
@@ -115,6 +118,19 @@ class TraceOptions:
             except re.error as e:
                 raise TraceFailure(f"--match {self.match!r} is not a valid regular expression: "
                                    f"{e}", EXIT_USAGE) from None
+
+    def _check_otlp(self) -> None:
+        """--otlp: a URL to post to, and the optional packages that push (an extra not
+        installed is the user's to install: bad usage, as `iotrace mcp` says it)."""
+        from tracer.sinks.otlp_target import missing_packages, parse_otlp_url
+
+        try:
+            self.otlp = parse_otlp_url(self.otlp)
+        except ValueError as e:
+            raise TraceFailure(str(e), EXIT_USAGE) from None
+        missing = missing_packages()
+        if missing:
+            raise TraceFailure(missing, EXIT_USAGE)
 
     def _check_numbers(self) -> None:
         """The command line's parser checks these as it reads them; a Python caller's here."""

@@ -74,7 +74,8 @@ HEAVY_MODULES = ("tracer.live.aggregate", "tracer.sinks.parquet", "tracer.ui.lin
 def heavy_modules(opts: TraceOptions) -> list[str]:
     """The modules this run imports while the BPF objects load."""
     return [*HEAVY_MODULES, *(["tracer.sinks.csv"] if opts.csv else []),
-            *(["tracer.sinks.prometheus"] if opts.prometheus else []),
+            *(["tracer.sinks.prometheus"] if opts.prometheus or opts.otlp else []),
+            *(["tracer.sinks.otlp"] if opts.otlp else []),
             *(["tracer.ui.live"] if opts.tui else [])]
 
 

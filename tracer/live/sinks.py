@@ -3,7 +3,7 @@ interval goes to them, and what a failure to open one tells the user (and exits 
 
 The Prometheus endpoint is served before the traced command is released (a port in use fails
 the run before the job starts); the others open once the programs are attached, when the
-first interval starts.
+first interval starts (the OTLP pusher after the Prometheus sink, whose registry it reads).
 """
 
 from __future__ import annotations
@@ -34,15 +34,33 @@ def serve_metrics(listen: tuple[str, int], err: TextIO) -> Sink:
     return prometheus
 
 
+def push_metrics(url: str, sinks: list[Sink], err: TextIO) -> None:
+    """Pushes the series of /metrics to `url` over OTLP/HTTP (--otlp): read from the served
+    Prometheus sink when there is one, else from one that serves nothing, put in `sinks` ahead
+    of the pusher so that each interval is folded in before it is pushed. A receiver that fails
+    gets one line on `err`; nothing here waits for it."""
+    from tracer.sinks.otlp import OtlpSink
+    from tracer.sinks.prometheus import PrometheusSink
+
+    metrics = next((s for s in sinks if isinstance(s, PrometheusSink)), None)
+    if metrics is None:
+        metrics = PrometheusSink()
+        sinks.append(metrics)
+    sinks.append(OtlpSink(metrics.registry, url,
+                          note=lambda line: print(line, file=err, flush=True)))
+    print(f"Pushing metrics to {url} (OTLP/HTTP, every interval)", file=err, flush=True)
+
+
 def open_sinks(opts: TraceOptions, sinks: list[Sink], *, meta: dict, what: str, out: TextIO,
                err: TextIO, stop_meta: Callable[[], dict], cannot_write: Callable[[OSError], None],
                stdout_failed: Callable[[OSError], None],
                on_quit: Callable[[], None]) -> ParquetSink:
-    """Opens the trace directory's sink, the CSV file and the terminal's output, and puts them
-    in `sinks` (which may hold the metrics already served) in the order every interval goes to
-    them: the trace first (were a later sink to fail, the trace has the interval already), then
-    the others, the terminal last. Each goes into `sinks` as it opens, so that closing `sinks`
-    closes what was opened before a failure. Returns the trace's sink.
+    """Opens the trace directory's sink, the CSV file, the OTLP pusher and the terminal's
+    output, and puts them in `sinks` (which may hold the metrics already served) in the order
+    every interval goes to them: the trace first (were a later sink to fail, the trace has the
+    interval already), then the others, the terminal last. Each goes into `sinks` as it
+    opens, so that closing `sinks` closes what was opened before a failure. Returns the
+    trace's sink.
 
     `meta`: meta.json's fields at the start; `what`: what is traced, for the live view's
     header; `stop_meta` gives meta.json's fields at the end, `cannot_write` hears of a segment
@@ -65,6 +83,8 @@ def open_sinks(opts: TraceOptions, sinks: list[Sink], *, meta: dict, what: str, 
         except OSError as e:
             raise TraceFailure(f"cannot write --csv {opts.csv}: {e.strerror}",
                                EXIT_USAGE) from None
+    if opts.otlp:  # before the live view takes the terminal, which the line would disturb
+        push_metrics(opts.otlp, sinks, err)
     if opts.tui:
         from tracer.ui.live import LiveView
 
