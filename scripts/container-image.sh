@@ -11,15 +11,17 @@
 #    by this host's pip, for Python 3.11 (the base's), into build/container/wheels;
 # 3. podman build, those wheels mounted at /wheels and pip told to use no index; the build stage
 #    apt-gets its compiler from the base's Debian mirror.
-# The image is also tagged src-HASH, HASH being the build context's content (the files git
-# tracks or would track, as the working tree has them): tests/test_kernel_container.py builds
-# only when no image of this tree is there.
+# The image is also tagged src-HASH, HASH being the content of what the Dockerfile copies and of
+# the scripts that build it (as the working tree has them, tracked or not):
+# tests/test_kernel_container.py builds only when no image of these is there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BASE=${IOTRACE_BASE_IMAGE:-localhost/iotrace-base:bookworm}
 PY=$(command -v .venv/bin/python || command -v python3)
 
-src_hash=$(git ls-files -z --cached --others --exclude-standard \
+INPUTS=(Dockerfile.privileged Makefile pyproject.toml bpf tracer scripts/abi_layout.py
+        scripts/container-base.sh scripts/container-image.sh)
+src_hash=$(git ls-files -z --cached --others --exclude-standard -- "${INPUTS[@]}" \
     | sort -z | xargs -0 sha256sum 2>/dev/null | sha256sum | cut -c1-12)
 tag=localhost/iotrace:src-$src_hash
 if [ "${1:-}" = --tag ]; then
