@@ -23,7 +23,7 @@ APT_PKGS := clang llvm libbpf-dev libbpf1 bpftool make gcc libc6-dev python3-ven
 APT_PKGS_ALONE := prometheus
 NEED_CMDS := clang bpftool cc tmux chromium-headless-shell promtool fusermount3
 
-.PHONY: run test unit build deps venv clean lint
+.PHONY: run test unit build deps venv clean lint container
 
 run: build venv
 	$(VENV)/bin/iotrace demo
@@ -97,6 +97,17 @@ scripts/bin/open_read_loop: scripts/open_read_loop.c
 scripts/bin/bench_floor.bpf.o: scripts/bench_floor.bpf.c bpf/*.h build/vmlinux.h
 	@mkdir -p $(dir $@)
 	clang -g -O2 -Wall -target bpf -mcpu=v3 -D__TARGET_ARCH_$(ARCH) -Ibuild -Ibpf -c $< -o $@
+
+# The image of Dockerfile.privileged, with podman, from a base made of Debian's packages (no image
+# registry needed): tests/test_kernel_container.py then runs it. Not a step of `make test`: on a
+# fresh machine the tools and a first build add about 4 minutes (docs/container.md).
+CONTAINER_PKGS := podman runc mmdebstrap
+container:
+	@for c in $(CONTAINER_PKGS); do command -v $$c >/dev/null || missing=1; done; \
+	if [ -n "$$missing" ]; then \
+		apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $(CONTAINER_PKGS); \
+	fi
+	scripts/container-image.sh
 
 lint: venv
 	$(VENV)/bin/ruff check tracer tests scripts
