@@ -28,8 +28,9 @@ from tracer.api import Trace, TraceError, load
 from tracer.core.histogram import percentile_ns
 from tracer.render.first_screen import device_lines
 from tracer.render.html import render_html, summary_json, write_html
+from tracer.render.saved_files import file_totals_from_files
 from tracer.render.summary import max_seen
-from tracer.report import file_totals_from_files, totals_from_latency
+from tracer.report import totals_from_latency
 from tracer.sinks.parquet import TraceWriter
 from tracer.tracedir.schema import SCHEMA_VERSION, TABLES
 
@@ -335,8 +336,8 @@ def test_findings_of_a_trace_without_any(tmp_path: Path) -> None:
 # -- summary, repr, top files ------------------------------------------------------------------
 
 
-def _iotrace_report(directory: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([*IOTRACE, "report", str(directory)], capture_output=True, text=True,
+def _iotrace_report(directory: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([*IOTRACE, "report", str(directory), *args], capture_output=True, text=True,
                           cwd=ROOT, timeout=120, check=False)
 
 
@@ -346,8 +347,19 @@ def test_summary_is_the_report_text(hand: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert text + "\n" == done.stdout
     assert text.startswith(f"Trace {hand}: 3 processes")
-    assert "pid 101 pt_data_worker (dataloader_worker)" in text
     assert SHARD in text
+    # the histograms: only when asked, the report's and the summary's alike
+    assert "pid 101 pt_data_worker (dataloader_worker)" not in text
+    assert f"Latency histograms per process and layer: iotrace report {hand} --histograms" in text
+    full = load(hand).summary(histograms=True)
+    done = _iotrace_report(hand, "--histograms")
+    assert done.returncode == 0, done.stderr
+    assert full + "\n" == done.stdout
+    assert "pid 101 pt_data_worker (dataloader_worker)" in full
+    assert "--histograms" not in full
+    # the first screen is the same text, the histograms come after it
+    first = text[:text.index("\nLatency histograms per process and layer: iotrace report")]
+    assert full.startswith(first + "\nLatency per process and layer:")
 
 
 def test_reading_a_trace_imports_neither_kernel_nor_live(hand: Path) -> None:
@@ -746,8 +758,10 @@ def test_report_first_screen_is_what_a_user_came_for(hand: Path) -> None:
         in head
     assert "Top files by time spent in syscalls (of 4):" in head
     assert "Devices: no disk I/O during the trace." in head
+    assert "Latency per process and layer:" not in lines  # iotrace report DIR --histograms
+    lines = load(hand).summary(histograms=True).splitlines()
     histograms = lines.index("Latency per process and layer:")
-    assert histograms > head.index("Devices: no disk I/O during the trace.")
+    assert histograms > lines.index("Devices: no disk I/O during the trace.")
     assert lines[histograms + 2] == "pid 100 python (main)"
 
 

@@ -30,6 +30,7 @@ from conftest import (
     warm,
 )
 from tracer.core import abi
+from tracer.core.histogram import format_bytes
 from tracer.kernel.libbpf import Map
 from tracer.kernel.probes import Probes
 from tracer.live.procfs import disks_in_flight
@@ -136,19 +137,22 @@ def test_command_mode_exact_counts(iowork, data_file, tmp_path, tracefs, force, 
     assert hooks["block_io_start"] == ("missing" if "no_block_io_start" in force else "raw_tp")
     assert hooks["block_io_done"] == hooks["block_io_start"]  # both came in 6.5
     check_trace(out)
-    # `iotrace report` renders the same summary from the trace alone (header aside), the
-    # loop's split included, with what only the tables know on its first screen: what was
-    # traced for how long, and the disks.
+    # The live run ends with the first screen of `iotrace report`, the same text; the latency
+    # histograms are the report's with --histograms only, the exact reads among them.
     rep = run_iotrace("report", str(out))
     assert rep.returncode == 0, rep.stderr
-    summary = r.stdout[r.stdout.index("Traced "):]  # after the per-interval lines
-    live_body = summary.split("\n", 1)[1].rsplit("\nTrace written to", 1)[0].strip()
-    first_screen = ("Traced: ", "Duration: ", "Devices")
-    blocks = [[line for line in block.splitlines() if not line.startswith(first_screen[:2])]
-              for block in rep.stdout.split("\n", 1)[1].strip().split("\n\n")]
-    kept = ["\n".join(b) for b in blocks if b and not b[0].startswith(first_screen[2:])]
-    assert "Training loop time" in live_body
-    assert "\n\n".join(kept) == live_body
+    start = r.stdout.index(f"Trace {out}: ")  # after the per-interval lines
+    live = r.stdout[start:r.stdout.rindex(f"\n\nTrace written to {out}")]
+    assert live + "\n" == rep.stdout
+    assert "Training loop time" in live and "Devices" in live and "Traced: " in live
+    assert f"Latency histograms per process and layer: iotrace report {out} --histograms" in live
+    assert "Latency per process and layer:" not in live
+    full = run_iotrace("report", str(out), "--histograms")
+    assert full.returncode == 0, full.stderr
+    assert full.stdout.startswith(live[:live.index("\nLatency histograms per process")]
+                                  + "\nLatency per process and layer:")
+    assert f"  syscall read (file): {N + M} ops, {format_bytes((N + M) * PAGE)}, p50 " \
+        in full.stdout
     if not force and not sizes:  # --json for machines, --html with plots
         js = run_iotrace("report", str(out), "--json")
         assert js.returncode == 0, js.stderr
@@ -268,7 +272,7 @@ def test_interval_lines_and_csv(tmp_path):
     r = run_iotrace("-o", str(out), "-i", "0.3", "--csv", str(csv), "--", "sh", "-c",
                     "head -c 1000000 /etc/services > /dev/null; sleep 1.2")
     assert r.returncode == 0, r.stderr
-    before_summary = r.stdout[:r.stdout.index("Traced ")].splitlines()
+    before_summary = r.stdout[:r.stdout.index(f"Trace {out}: ")].splitlines()
     assert len(before_summary) >= 4  # a header and one line per interval
     rows = csv.read_text().splitlines()
     assert len(rows) >= 4 and rows[0].count(",") == rows[1].count(",")
