@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from rich.console import Console
-from ui_snapshots import SEC, findings, loop_rows, snapshot
+from ui_snapshots import MIB, SEC, findings, loop_rows, snapshot
 
 from tracer.core.interval import Interval
 from tracer.core.model import Snapshot
@@ -222,6 +222,30 @@ def test_device_pane(state):
         "─" * 76,
         "nvme0n1  150.00  10.00  153600.00  10240.00     0.61     2.50    0.12  93.50",
         "sda        0.00   2.00       0.00      8.00     0.00     0.50    0.00   0.10",
+    ]
+
+
+def test_device_pane_says_who_else_read_each_disk(state):
+    """With `device_users` rows: the share of each disk's read bytes by untraced processes and
+    the one that read most; a disk no one read has "-"."""
+    def user(device, who, comm, nbytes, op="read"):
+        return {"ts": 0, "device": device, "op": op, "who": who, "cgroup": None,
+                "container_id": None, "pod_uid": None, "comm": comm, "requests": 1,
+                "bytes": nbytes, "service_ns": 1000}
+
+    users = [user("nvme0n1", "traced", None, 60 * MIB), user("nvme0n1", "other", "dd", 30 * MIB),
+             user("nvme0n1", "kernel_thread", "2 x rsync", 6 * MIB),
+             user("nvme0n1", "rest", None, 4 * MIB),
+             user("nvme0n1", "other", "backup", 50 * MIB, op="write"),
+             user("sda", "traced", None, 0, op="write")]
+    snap = dataclasses.replace(snapshot(2), device_users=users)  # 40 of 100 MiB read by others
+    state.update(snap, loop_rows(2), findings(), events_lost=3)
+    assert text(DevicePane(state)) == [
+        "devices (iostat -x)",
+        "Device      r/s    w/s      rkB/s     wkB/s  r_await  w_await  aqu-sz  %util  others' reads",
+        "─" * 91,
+        "nvme0n1  150.00  10.00  153600.00  10240.00     0.61     2.50    0.12  93.50  40 % dd",
+        "sda        0.00   2.00       0.00      8.00     0.00     0.50    0.00   0.10  -",
     ]
 
 
