@@ -139,7 +139,10 @@ class Session:
         self.probes.cuda_note = lambda text: print(f"iotrace: {text}", file=err, flush=True)
         self.launches = LaunchSampler(opts.interval_s)  # kernel launches, sampled
         self.no_pandas = NoPandas()
-        self.cost = CostReader(self.probes, opts.bpf_stats, opts.interval_s)
+        # /metrics shows the requests that ended unseen as they are found (its block counts plus
+        # those are exact at every scrape); without it they matter at the end only
+        self.cost = CostReader(self.probes, opts.bpf_stats, opts.interval_s,
+                               unseen_each_interval=opts.prometheus is not None)
         self.discovery = Discovery(self.processes, self.probes, self.redact, err, opts.match)
         self.proc = ProcSampler()
         self.memory = MemorySampler()

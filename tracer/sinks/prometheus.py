@@ -539,8 +539,9 @@ def _self_families(s: _State) -> Iterator[Metric]:
     fam = CounterMetricFamily(
         "iotrace_self_block_completions_unseen_total",
         "Traced block requests whose end the kernel ran no completion program for (seen on 6.18 "
-        "guests): they are in no block histogram. Counted when the request's address is reused; "
-        "those still held when iotrace stops are in its summary and meta.json.")
+        "guests): they are in no block histogram, and a block histogram's _count plus this is "
+        "exact. Counted when the request's address is reused, or by the interval after it ended "
+        "once its disk is seen with nothing in flight (every request still held then ended).")
     fam.add_metric([], s.block_unseen)
     yield fam
     fam = CounterMetricFamily(
