@@ -4,9 +4,9 @@ user came for, without the histograms (``iotrace report DIR --histograms`` adds 
 What was traced and for how long, then (after the verdicts, which `tracer.render.findings`
 renders) the training loop's time split, GPU idle time by cause where there is a GPU, and the
 disks. Every number here comes from the trace's tables through `TraceReader`, so that the live
-run, which reads its own trace back once it is closed (the small tables only), and the report
-print the same lines; the loop states are the vocabulary's, so a new state shows up here
-without a change.
+run, which reads its own trace back once it is closed (these small tables, and `files` for
+the top files: `render.saved_files`), and the report print the same lines; the loop states
+are the vocabulary's, so a new state shows up here without a change.
 """
 
 from __future__ import annotations
