@@ -28,8 +28,9 @@ from tracer.api import Trace, TraceError, load
 from tracer.core.histogram import percentile_ns
 from tracer.render.first_screen import device_lines
 from tracer.render.html import render_html, summary_json, write_html
+from tracer.render.saved_files import file_totals_from_files
 from tracer.render.summary import max_seen
-from tracer.report import file_totals_from_files, totals_from_latency
+from tracer.report import totals_from_latency
 from tracer.sinks.parquet import TraceWriter
 from tracer.tracedir.schema import SCHEMA_VERSION, TABLES
 
@@ -196,30 +197,33 @@ def test_percentiles_exact_interpolated_values(hand: Path) -> None:
     assert list(p.columns) == ["count", "bytes", "p50_ns", "p90_ns", "p99_ns"]
     assert p.index.name == "role" and list(p.index) == ["dataloader_worker", "main"]
     # main: file reads [1024,2048) x2, [4096,8192) x2, and a pipe read [2^20,2^21) x1; total 5.
-    # p50: rank 2.5 falls in the 2nd bucket (cumulative 2, 4, 5): 4096 + 4096 * 0.5 / 2.
-    # p90: rank 4.5 in the 3rd: 2^20 + 2^20 * 0.5 / 1. p99: rank 4.95: 2^20 + 2^20 * 0.95.
+    # Nearest rank ceil(q/100 * 5), placed in the middle of its share of its bucket: p50: rank
+    # 3, the 1st of the 2nd bucket (cumulative 2, 4, 5): 4096 + 4096 * 0.5 / 2. p90 and p99:
+    # rank 5, the one in the 3rd: 2^20 + 2^20 * 0.5 / 1.
     main = p.loc["main"]
     assert (main["count"], main["bytes"]) == (5, 1008)
     assert main["p50_ns"] == pytest.approx(5120.0, rel=1e-12)
     assert main["p90_ns"] == pytest.approx(1048576 * 1.5, rel=1e-12)
-    assert main["p99_ns"] == pytest.approx(1048576 * 1.95, rel=1e-12)
-    # workers: 10 reads in [65536, 131072) from two pids and two intervals: lo + width * q.
+    assert main["p99_ns"] == pytest.approx(1048576 * 1.5, rel=1e-12)
+    # workers: 10 reads in [65536, 131072) from two pids and two intervals: rank k of 10 is
+    # lo + width * (k - 0.5) / 10, k = 5, 9, 10.
     w = p.loc["dataloader_worker"]
     assert (w["count"], w["bytes"]) == (10, 10 << 20)
-    assert w["p50_ns"] == pytest.approx(98304.0, rel=1e-12)
-    assert w["p90_ns"] == pytest.approx(65536 * 1.9, rel=1e-12)
-    assert w["p99_ns"] == pytest.approx(65536 * 1.99, rel=1e-12)
+    assert w["p50_ns"] == pytest.approx(65536 * 1.45, rel=1e-12)
+    assert w["p90_ns"] == pytest.approx(65536 * 1.85, rel=1e-12)
+    assert w["p99_ns"] == pytest.approx(65536 * 1.95, rel=1e-12)
     assert p["count"].dtype == "int64" and p["p50_ns"].dtype == "float64"
 
 
 def test_percentiles_filters_and_groupings(hand: Path) -> None:
     trace = load(hand)
     files_only = trace.percentiles(target="file", q=(50, 99))
-    # main's 4 file reads: p50 rank 2 ends the first bucket: 1024 + 1024 * 2 / 2 = 2048;
-    # p99 rank 3.96: 4096 + 4096 * 1.96 / 2.
+    # main's 4 file reads, 2 in [1024, 2048) and 2 in [4096, 8192): p50 is rank 2, the 2nd
+    # of the first bucket, 1024 + 1024 * 1.5 / 2 (inside it, not 2048, the next one's bound);
+    # p99 rank 4: 4096 + 4096 * 1.5 / 2.
     assert files_only.loc["main", "count"] == 4
-    assert files_only.loc["main", "p50_ns"] == pytest.approx(2048.0, rel=1e-12)
-    assert files_only.loc["main", "p99_ns"] == pytest.approx(4096 + 4096 * 0.98, rel=1e-12)
+    assert files_only.loc["main", "p50_ns"] == pytest.approx(1792.0, rel=1e-12)
+    assert files_only.loc["main", "p99_ns"] == pytest.approx(4096 + 4096 * 0.75, rel=1e-12)
     one = trace.percentiles(by=None, q=50)
     assert list(one.columns) == ["count", "bytes", "p50_ns"] and len(one) == 1
     assert one["count"].iloc[0] == 15
@@ -332,8 +336,8 @@ def test_findings_of_a_trace_without_any(tmp_path: Path) -> None:
 # -- summary, repr, top files ------------------------------------------------------------------
 
 
-def _iotrace_report(directory: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([*IOTRACE, "report", str(directory)], capture_output=True, text=True,
+def _iotrace_report(directory: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([*IOTRACE, "report", str(directory), *args], capture_output=True, text=True,
                           cwd=ROOT, timeout=120, check=False)
 
 
@@ -343,8 +347,19 @@ def test_summary_is_the_report_text(hand: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert text + "\n" == done.stdout
     assert text.startswith(f"Trace {hand}: 3 processes")
-    assert "pid 101 pt_data_worker (dataloader_worker)" in text
     assert SHARD in text
+    # the histograms: only when asked, the report's and the summary's alike
+    assert "pid 101 pt_data_worker (dataloader_worker)" not in text
+    assert f"Latency histograms per process and layer: iotrace report {hand} --histograms" in text
+    full = load(hand).summary(histograms=True)
+    done = _iotrace_report(hand, "--histograms")
+    assert done.returncode == 0, done.stderr
+    assert full + "\n" == done.stdout
+    assert "pid 101 pt_data_worker (dataloader_worker)" in full
+    assert "--histograms" not in full
+    # the first screen is the same text, the histograms come after it
+    first = text[:text.index("\nLatency histograms per process and layer: iotrace report")]
+    assert full.startswith(first + "\nLatency per process and layer:")
 
 
 def test_reading_a_trace_imports_neither_kernel_nor_live(hand: Path) -> None:
@@ -431,7 +446,7 @@ def test_repr_html_shows_findings_latency_and_files(hand: Path) -> None:
     assert "1 main" in page and "2 dataloader_worker" in page
     assert SHARD in page and CKPT in page
     assert "syscall read (file)" in page and "block queue read" in page
-    assert "98.3 us" in page  # the workers' p50 (98304 ns)
+    assert "95 us" in page  # the workers' p50 (65536 * 1.45 ns: the 5th of 10)
 
 
 def test_repr_html_of_a_damaged_trace_loads_the_rest(hand: Path) -> None:
@@ -531,7 +546,7 @@ def test_summary_json(hand: Path) -> None:
         (W1, "block queue read on nvme0n1 (direct)")}
     main_reads = by[(MAIN, "syscall read (file)")]
     assert (main_reads["count"], main_reads["bytes"], main_reads["role"]) == (4, 1000, "main")
-    assert main_reads["p50_ns"] == pytest.approx(2048.0)
+    assert main_reads["p50_ns"] == pytest.approx(1792.0)  # the 2nd of 2 in [1024, 2048)
     assert main_reads["device"] is None
     assert by[(W1, "block read on nvme0n1 (direct)")]["p50_ns"] == pytest.approx(49152.0)
     assert s["pagecache"] == [{"pid": W1, "pages_missed": 256}]
@@ -743,8 +758,10 @@ def test_report_first_screen_is_what_a_user_came_for(hand: Path) -> None:
         in head
     assert "Top files by time spent in syscalls (of 4):" in head
     assert "Devices: no disk I/O during the trace." in head
+    assert "Latency per process and layer:" not in lines  # iotrace report DIR --histograms
+    lines = load(hand).summary(histograms=True).splitlines()
     histograms = lines.index("Latency per process and layer:")
-    assert histograms > head.index("Devices: no disk I/O during the trace.")
+    assert histograms > lines.index("Devices: no disk I/O during the trace.")
     assert lines[histograms + 2] == "pid 100 python (main)"
 
 

@@ -59,3 +59,34 @@ def test_leftovers_are_exact_beside_a_busy_disk(iowork, data_file):
             reader.wait()
         p.close()
     assert busy, "the reader kept no request in flight when looked at: nothing was tested"
+
+
+def test_each_interval_counts_what_ended_unseen_with_prometheus(data_file):
+    """A record of a traced request that ended unseen, planted in the loaded maps, its disk
+    idle: with /metrics each interval's reading counts it (so block counts plus these are
+    exact at every scrape), not only the final one; without, only the final one does, and
+    the kernel's own count (an address reused) stays apart from it."""
+    from tracer.live.cost import CostReader
+
+    disk = _disk_of(data_file)
+    p = Probes(map_sizes={})
+    p.load()
+    try:
+        starts = Map(p.loader.map_fd("rq_starts"), 8, abi.RQ_START.size)
+        rec = (0, 1, 0, 0, 0, 1234, 4096, disk, 0, 0, 0, 0, b"")  # issued at 1 ns, pid 1234
+        starts.update((3 << 6).to_bytes(8, "little"), abi.RQ_START.pack(*rec))
+        each, at_end = (CostReader(p, "off", 1.0, unseen_each_interval=flag) for flag in (True, False))
+        for reader in (each, at_end):
+            reader.start_stats()
+            reader.start_meter()
+        for _ in range(50):  # one look at the disk: idle at some point (other jobs share it)
+            got = each.read()
+            if got.block_unseen_requests:
+                break
+            time.sleep(0.02)
+        assert (got.block_unseen_requests, got.block_unseen_bytes) == (1, 4096)
+        assert at_end.read().block_unseen_requests == 0
+        final = at_end.read(final=True)
+        assert (final.block_unseen_requests, final.block_unseen_bytes) == (1, 4096)
+    finally:
+        p.close()

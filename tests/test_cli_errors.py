@@ -203,6 +203,12 @@ def test_report_json_and_html_of_a_bad_directory(tmp_path):
                    USAGE)
 
 
+def test_report_histograms_is_for_the_text(tmp_path):
+    for other in (["--json"], ["--html", str(tmp_path / "x.html")]):
+        one_line_error(run_iotrace("report", str(tmp_path), "--histograms", *other), USAGE,
+                       "--histograms is for the text summary")
+
+
 def test_export_bad_input(tmp_path):
     one_line_error(run_iotrace("export", str(tmp_path / "none"), "--perfetto",
                                str(tmp_path / "o.json")), USAGE)

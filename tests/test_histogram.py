@@ -36,13 +36,34 @@ def test_slot_bounds():
 
 def test_percentiles_interpolate_within_the_slot():
     counts = [0] * abi.MAX_SLOTS
-    counts[10] = 100  # all in [1024, 2048)
-    assert percentile_ns(counts, 50) == 1024 + 1024 * 0.5
-    assert percentile_ns(counts, 100) == 2048
-    counts[20] = 100  # half in [1 Mi, 2 Mi)
-    assert percentile_ns(counts, 50) == 2048
-    assert percentile_ns(counts, 75) == (1 << 20) + (1 << 20) * 0.5
+    counts[10] = 100  # all in [1024, 2048): the k-th of them in the middle of its 1/100
+    assert percentile_ns(counts, 50) == 1024 + 1024 * 49.5 / 100
+    assert percentile_ns(counts, 100) == 1024 + 1024 * 99.5 / 100
+    counts[20] = 100  # half in [1 Mi, 2 Mi): the 100th is the last of slot 10, inside it
+    assert percentile_ns(counts, 50) == 1024 + 1024 * 99.5 / 100
+    assert percentile_ns(counts, 75) == (1 << 20) + (1 << 20) * 49.5 / 100
     assert percentile_ns([0] * abi.MAX_SLOTS, 50) is None
+
+
+def test_p50_of_a_few_operations_is_their_median():
+    """Nearest rank: the p50 of 3 is the 2nd, of 2 or 4 the 2nd's or 1st's slot, not a bound of
+    the slot above (the value 2^(i+1) is the next slot's)."""
+    counts = [0] * abi.MAX_SLOTS
+    counts[10], counts[12], counts[20] = 1, 1, 1  # 1-2 us, 4-8 us, 1-2 ms
+    assert percentile_ns(counts, 50) == 4096 + 4096 * 0.5  # the middle one's slot
+    assert percentile_ns(counts, 99) == (1 << 20) * 1.5
+    assert percentile_ns(counts, 33) == 1024 * 1.5  # rank ceil(0.99) = 1
+    counts = [0] * abi.MAX_SLOTS
+    counts[10], counts[11] = 1, 1
+    assert percentile_ns(counts, 50) == 1536.0  # the first: in [1024, 2048), below 2048
+    counts[11] = 3  # 1 fast, 3 slow: the 2nd is slow, the first of 3 in [2048, 4096)
+    assert percentile_ns(counts, 50) == 2048 + 2048 * 0.5 / 3
+    counts[10], counts[11] = 3, 1  # 3 fast, 1 slow: the 2nd of 3 in [1024, 2048)
+    assert percentile_ns(counts, 50) == 1024 + 1024 * 1.5 / 3
+    assert percentile_ns(counts, 75) == 1024 + 1024 * 2.5 / 3  # the 3rd: still the fast slot
+    one = [0] * abi.MAX_SLOTS
+    one[-1] = 1  # the open-ended slot alone: its lower bound
+    assert percentile_ns(one, 50) == units.slot_bounds_ns(abi.MAX_SLOTS - 1)[0]
 
 
 def test_render_spans_first_to_last_non_empty_slot():
@@ -103,7 +124,8 @@ def test_summary_names_process_layer_and_percentiles():
     h[1, 16] = 20 * 4096
     text = render_summary({series: h}, procs, "header")
     assert "pid 5 train (main)" in text
-    assert "block read on vda (direct): 20 ops, 80.0 KiB, p50 98.3 us, p99 130 us" in text
+    # ranks 10 and 20 of 20 in [65536, 131072): 65536 * (1 + 9.5/20) and 65536 * (1 + 19.5/20)
+    assert "block read on vda (direct): 20 ops, 80.0 KiB, p50 96.7 us, p99 129 us" in text
 
 
 def counts(*entries) -> np.ndarray:
@@ -398,7 +420,7 @@ def test_percentiles_stay_at_or_below_the_slowest_operation_seen():
 
     counts = [0] * 64
     counts[31] = 4  # four fsyncs in [2.15 s, 4.29 s), all of 2.53 s
-    assert percentile_ns(counts, 50) > 3e9  # the bucket's middle
+    assert percentile_ns(counts, 50) == 2**31 * (1 + 1.5 / 4)  # the 2nd of 4 spread in the slot
     assert percentile_ns(counts, 50, 2_530_000_000) == percentile_ns(counts, 99, 2_530_000_000) \
         == 2_530_000_000
     # a maximum below the highest non-empty bucket is not this histogram's: ignored

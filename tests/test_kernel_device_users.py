@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -118,38 +119,77 @@ def read_bytes(pids: list[int]) -> int:
     return total
 
 
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def scrape_device_users(port: int) -> dict[str, dict[tuple[str, ...], float]]:
+    """The iotrace_device_user_* counters of /metrics: {"requests"|"bytes"|"service_seconds":
+    {(device, op, who, user): value}}."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    out: dict[str, dict[tuple[str, ...], float]] = {}
+    for fam in text_string_to_metric_families(text):
+        if fam.name.startswith("iotrace_device_user_"):
+            what = fam.name.removeprefix("iotrace_device_user_")
+            for smp in fam.samples:
+                lab = smp.labels
+                out.setdefault(what, {})[
+                    (lab["device"], lab["op"], lab["who"], lab["user"])] = smp.value
+    return out
+
+
 def test_untraced_reads_are_counted_by_cgroup_and_name(data_file, blob, tmp_path):
     """While iotrace traces a sleeper, untraced processes read the disk: dd (32 O_DIRECT reads
     of 64 KiB, in a cgroup without limits) and a Python process (40 of 4 KiB at 50 IO/s, so
     that blk-throttle's worker submits some of them). Each read is one request in its cgroup's
     rows, and the rows of each cgroup are exactly the kernel's count of its reads, under the
-    reader's name, also for the requests that the kernel thread submitted."""
+    reader's name, also for the requests that the kernel thread submitted; /metrics has the
+    same counts by who and name."""
     disk = disk_of(data_file)
     reader = ("import mmap, os, sys, time\n"
               "fd = os.open(sys.argv[1], os.O_RDONLY | os.O_DIRECT); buf = mmap.mmap(-1, 4096)\n"
               "for i in range(40): os.preadv(fd, [buf], (3000 + 5 * i) * 4096)\n"
               "time.sleep(1.5)\n")  # alive when the kernel thread's requests are named
     tag = f"{os.getpid()}-{tmp_path.name}"
+    # names of their own (links to dd and Python): /metrics names users without their cgroup,
+    # and the other processes that read this disk meanwhile must not share them
+    dd, python = tmp_path / f"dd{os.getpid()}"[:15], tmp_path / f"py{os.getpid()}"[:15]
+    dd.symlink_to(shutil.which("dd"))
+    python.symlink_to(sys.executable)
     # their programs and libraries from the page cache, so that the cgroups read the data only
     # and the sleeper reads nothing (its exec would read `sleep` where reclaim evicted it)
     subprocess.run(["dd", "if=/dev/null", "of=/dev/null", "status=none"], check=True)
     subprocess.run(["sleep", "0"], check=True)
     subprocess.run([sys.executable, "-c", "import mmap, os, sys, time"], check=True)
     out = tmp_path / "trace"
+    port = free_port()
     with blkio_cgroup(f"users-a-{tag}", data_file) as free, \
             blkio_cgroup(f"users-b-{tag}", data_file, read_iops=50) as slow:
-        tracer = subprocess.Popen([*IOTRACE, "-o", str(out), "-i", "0.5", "--", "sleep", "6"],
+        tracer = subprocess.Popen([*IOTRACE, "-o", str(out), "-i", "0.5", "--prometheus",
+                                   f"127.0.0.1:{port}", "--", "sleep", "6"],
                                   cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                   text=True)
         try:
             line = tracer.stderr.readline()
+            assert line.startswith("Serving metrics"), line + tracer.stderr.read()
+            line = tracer.stderr.readline()
             assert line.startswith("Tracing"), line + tracer.stderr.read()
-            subprocess.run(["sh", "-c", f"echo $$ > {free}/cgroup.procs && exec dd if={data_file} "
+            subprocess.run(["sh", "-c", f"echo $$ > {free}/cgroup.procs && exec {dd} if={data_file} "
                             "of=/dev/null bs=64k count=32 skip=100 iflag=direct status=none"],
                            check=True)
             subprocess.run(["sh", "-c", f"echo $$ > {slow}/cgroup.procs && exec "
-                            f"{sys.executable} -c '{reader}' {data_file}"], check=True)
+                            f"{python} -c '{reader}' {data_file}"], check=True)
             kernel = {cg: cgroup_reads(cg, disk) for cg in (free, slow)}
+            time.sleep(1.2)  # two intervals: every request that ended is folded in
+            metrics = scrape_device_users(port)
             _, stderr = tracer.communicate(timeout=60)
             assert tracer.returncode == 0, stderr
         finally:
@@ -167,18 +207,28 @@ def test_untraced_reads_are_counted_by_cgroup_and_name(data_file, blob, tmp_path
     # shell before the exec or by the program)
     assert kernel[free][0] >= 32 and kernel[free][1] >= 32 * 65536
     assert (a.requests.sum(), a.bytes.sum()) == kernel[free], a.to_string()
-    assert set(a.who) == {"other"} and set(a.comm) <= {"dd", "sh"}
-    assert a[a.comm == "dd"].requests.sum() >= 32
+    assert set(a.who) == {"other"} and set(a.comm) <= {dd.name, "sh"}
+    assert a[a.comm == dd.name].requests.sum() >= 32
     assert kernel[slow][0] >= 40 and kernel[slow][1] >= 40 * 4096
     assert (b.requests.sum(), b.bytes.sum()) == kernel[slow], b.to_string()
-    python = Path(sys.executable).name[:15]
     # the kernel thread's named after the cgroup's process
-    assert set(b.comm) <= {python, "sh"} and python in set(b.comm), b.to_string()
+    assert set(b.comm) <= {python.name, "sh"} and python.name in set(b.comm), b.to_string()
     assert b[b.who == "kernel_thread"].requests.sum() > 0, b.to_string()
     assert (b.service_ns > 0).all() and (a.service_ns > 0).all()
     traced = reads[reads.who == "traced"]
     assert traced.empty, traced.to_string()  # the sleeper read nothing
     assert reads.container_id.isna().all()
+    # /metrics: each reader's requests under its name, as the rows have them (scraped once
+    # they were folded in; other processes of the host read the disk too, under their names)
+    disk_name = str(a.device.iloc[0])
+    for what, col in (("requests", "requests"), ("bytes", "bytes"),
+                      ("service_seconds", "service_ns")):
+        got = {(who, user): v for (dev, op, who, user), v in metrics[what].items()
+               if dev == disk_name and op == "read"}
+        for mine in (a[a.comm == dd.name], b[(b.who == "other") & (b.comm == python.name)]):
+            name = mine.comm.iloc[0]
+            want = mine[col].sum() / (1e9 if col == "service_ns" else 1)
+            assert got.get(("other", name)) == pytest.approx(want, rel=1e-12), (name, got)
 
 
 def job_argv(sc, cg: Path) -> list[str]:

@@ -117,8 +117,8 @@ def test_kill_9_keeps_the_processes_and_says_cut_short(tmp_path):
     assert len(main) == 1 and str(main.comm.iloc[0]) == "sh"
     # every process the latency rows name has a processes row
     assert set(trace.latency.pid) <= set(procs.pid)
-    r = subprocess.run([*IOTRACE, "report", str(out)], capture_output=True, text=True,
-                       timeout=120, cwd=ROOT)
+    r = subprocess.run([*IOTRACE, "report", str(out), "--histograms"], capture_output=True,
+                       text=True, timeout=120, cwd=ROOT)
     assert r.returncode == 0, r.stderr
     header = r.stdout.splitlines()[0]
     assert "cut short" in header and "(None)" not in header, header
@@ -189,8 +189,8 @@ def test_full_disk_stops_cleanly_and_keeps_what_was_written(tmp_path):
         assert not trace.latency.empty
         procs = trace.processes.drop_duplicates("pid", keep="last")
         assert str(procs[procs.role == "main"].comm.iloc[0]) == "sh"
-        r = subprocess.run([*IOTRACE, "report", str(out)], capture_output=True, text=True,
-                           timeout=120, cwd=ROOT)
+        r = subprocess.run([*IOTRACE, "report", str(out), "--histograms"], capture_output=True,
+                           text=True, timeout=120, cwd=ROOT)
         assert r.returncode == 0 and " sh (main)" in r.stdout, r.stderr
     finally:
         if tracer is not None:

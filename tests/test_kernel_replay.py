@@ -67,6 +67,17 @@ def check_replay(out: Path) -> None:
     assert found == written
 
 
+def check_first_screen(out: Path, stdout: str) -> None:
+    """The live run's end (after the job's and the interval lines) is the first screen of
+    `iotrace report`, the same text: findings, loop split, files and disks included."""
+    report = subprocess.run([*IOTRACE, "report", str(out)], cwd=ROOT, capture_output=True,
+                            text=True, timeout=120)
+    assert report.returncode == 0, report.stderr
+    live = stdout[stdout.index(f"Trace {out}: "):stdout.rindex(f"\n\nTrace written to {out}")]
+    assert live + "\n" == report.stdout
+    assert "Findings (most severe first):" in live
+
+
 def test_a_dataloader_job_replays_to_its_findings(tmp_path):
     """dataloader_io_bound, traced from its start: three workers, the start-up left out."""
     sc = prepare("dataloader_io_bound", tmp_path / "work")
@@ -75,6 +86,7 @@ def test_a_dataloader_job_replays_to_its_findings(tmp_path):
     finally:
         sc.cleanup()
     check_replay(t.out)
+    check_first_screen(t.out, t.stdout)
 
 
 def test_a_torchrun_job_replays_to_its_findings(tmp_path):
@@ -93,3 +105,4 @@ def test_a_torchrun_job_replays_to_its_findings(tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     assert set(pd.read_parquet(out / "loop")["rank"].dropna()) == {0, 1}
     check_replay(out)
+    check_first_screen(out, r.stdout)

@@ -23,6 +23,7 @@ from tracer.sinks.prometheus import (
     DEFAULT_PORT,
     LE_BOUNDS_NS,
     MAX_RANK_LABELS,
+    MAX_USER_LABELS,
     PrometheusSink,
     parse_listen,
 )
@@ -30,7 +31,7 @@ from tracer.sinks.prometheus import (
 S = 10**9
 OPEN_HI = (1 << 63) - 1
 ALLOWED_LABELS = {"device", "op", "role", "layer", "state", "gpu", "cause", "kind", "version", "le",
-                  "object", "program", "map", "rank"}
+                  "object", "program", "map", "rank", "who", "user"}
 PATH = "/data/imagenet/train/n01440764/secret.JPEG"
 
 
@@ -308,6 +309,46 @@ def test_loop_by_rank_bounded():
     assert val(smp, name, state="compute", rank="") == 1.0  # the main without a rank
     assert {dict(lab)["rank"] for (n, lab) in smp if n == name} == {
         "", "other", *map(str, range(MAX_RANK_LABELS))}
+
+
+def user_row(who: str, comm: str | None, requests: int, *, device: str = "vda",
+             op: str = "read") -> dict:
+    """One `device_users` row: 4 KiB and 100 us of service per request."""
+    return {"ts": 0, "device": device, "op": op, "who": who, "cgroup": "/x", "container_id": None,
+            "pod_uid": None, "comm": comm, "requests": requests, "bytes": 4096 * requests,
+            "service_ns": 100_000 * requests}
+
+
+def test_device_users_summed_with_bounded_names():
+    """Who used each disk, summed over intervals: the traced processes, untraced ones by name
+    (the first MAX_USER_LABELS names), kernel threads; later names and the rows' own rest add
+    up under who="rest"."""
+    s = PrometheusSink(process_metrics=False)
+    names = [f"reader{i}" for i in range(MAX_USER_LABELS + 3)]
+    first = [user_row("traced", None, 10), user_row("other", "dd", 5),
+             user_row("kernel_thread", "2 x dd", 3), user_row("rest", None, 1),
+             user_row("traced", None, 2, op="write", device="sda")]
+    s.write(Interval(Snapshot(S, S, device_users=first)))
+    second = [user_row("traced", None, 7), user_row("other", "dd", 1),
+              *(user_row("other", n, 1) for n in names)]
+    s.write(Interval(Snapshot(2 * S, S, device_users=second)))
+    smp = samples(generate_latest(s.registry).decode())
+    req, nbytes = "iotrace_device_user_requests_total", "iotrace_device_user_bytes_total"
+    svc = "iotrace_device_user_service_seconds_total"
+    assert val(smp, req, device="vda", op="read", who="traced", user="") == 17
+    assert val(smp, nbytes, device="vda", op="read", who="traced", user="") == 17 * 4096
+    assert val(smp, svc, device="vda", op="read", who="traced", user="") == pytest.approx(0.0017)
+    assert val(smp, req, device="vda", op="read", who="other", user="dd") == 6
+    assert val(smp, req, device="vda", op="read", who="kernel_thread", user="") == 3
+    assert val(smp, req, device="sda", op="write", who="traced", user="") == 2
+    # dd took a name: MAX_USER_LABELS - 1 readers get theirs, 4 more go to rest with its 1
+    named = names[:MAX_USER_LABELS - 1]
+    assert all(val(smp, req, device="vda", op="read", who="other", user=n) == 1 for n in named)
+    assert val(smp, req, device="vda", op="read", who="rest", user="") == 1 + 4
+    users = {dict(lab)["user"] for (n, lab) in smp if n == req}
+    assert users == {"", "dd", *named}
+    total = sum(v for (n, lab), v in smp.items() if n == req and dict(lab)["device"] == "vda")
+    assert total == 10 + 5 + 3 + 1 + 7 + 1 + len(names)  # every request, once
 
 
 def test_findings_by_rank():

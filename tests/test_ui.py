@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from rich.console import Console
-from ui_snapshots import SEC, findings, loop_rows, snapshot
+from ui_snapshots import MIB, SEC, findings, loop_rows, snapshot
 
 from tracer.core.interval import Interval
 from tracer.core.model import Snapshot
@@ -108,8 +108,9 @@ def test_finding_pane_shows_the_leading_finding_and_its_advice(state):
 def test_process_pane(state):
     # worker 1001, last interval: 101 MiB of file reads; 101 + 2 file syscalls (its socket
     # write is no file I/O); window (2 intervals) of file syscalls: 201 in slot 20 (1-2 ms),
-    # 4 in slot 22 (4-8 ms): p50 = 1 MiB ns + 1 MiB ns * 102.5/201 = 1.58 ms, p99 rank 202.95
-    # -> 4 Mi ns * (1 + 1.95/4) = 6.24 ms; block slot 19 x 200: p50 786 us; D state 600 ms of 1 s.
+    # 4 in slot 22 (4-8 ms): p50 rank 103 = 1 MiB ns + 1 MiB ns * 102.5/201 = 1.58 ms, p99 rank
+    # 203 -> 4 Mi ns * (1 + 1.5/4) = 5.77 ms; block slot 19 x 200: p50 rank 100 = 512 Ki ns *
+    # (1 + 99.5/200) = 785 us; D state 600 ms of 1 s.
     # main: 5 reads + 10 writes + 1 fsync; loop 45/10/0/0/40/5 % -> 9 I, 2 C, 8 =, 1 . of 20.
     lines = text(ProcessPane(state))
     assert lines[:9] == [
@@ -117,10 +118,10 @@ def test_process_pane(state):
         "                              READ▼  WRITE  OPS  SYSCALL  SYSCALL   BLOCK   BLOCK     IO",
         " PID  ROLE    COMM             MB/s   MB/s   /s      p50      p99     p50     p99  wait%",
         "─" * 88,
-        "1001  worker  pt_data_worker  101.0    0.0  103   1.58ms   6.24ms   786us  1.04ms     60",
-        "1002  worker  pt_data_worker   50.0    0.0   50   1.57ms   2.09ms   393us   522us     30",
-        "1000  main    python            0.0   10.0   16   42.6us   30.9ms  3.15ms  4.17ms      0",
-        "1003  child   sh                0.0    0.0    3   1.54us   2.04us       -       -      0",
+        "1001  worker  pt_data_worker  101.0    0.0  103   1.58ms   5.77ms   785us  1.04ms     60",
+        "1002  worker  pt_data_worker   50.0    0.0   50   1.57ms   2.08ms   392us   520us     30",
+        "1000  main    python            0.0   10.0   16   41.8us   29.4ms  3.09ms  4.14ms      0",
+        "1003  child   sh                0.0    0.0    3   1.45us   1.96us       -       -      0",
         "loop    1000 IIIIIIIIICC========.  data wait I/O 45%, data wait CPU 10%, compute 40%, "
         "other 5%",
     ]
@@ -142,7 +143,7 @@ def test_sort_cycles_read_write_latency(state):
     assert state.cycle_sort() == "latency"
     lines = text(ProcessPane(state))
     assert "p99▼" in lines[2]
-    assert rows_of(lines) == ["1000", "1001", "1002", "1003"]  # 30.9 ms, 6.24, 2.09, 2.04 us
+    assert rows_of(lines) == ["1000", "1001", "1002", "1003"]  # 29.4 ms, 5.77, 2.08, 1.96 us
     assert state.cycle_sort() == "read"
 
 
@@ -163,7 +164,7 @@ def test_histogram_pane_layers_and_roles(state):
     assert lines[0].startswith("╭─ file syscalls, role all, last 2 intervals ─")
     assert lines[1:6] == [
         "│ 343 ops (read 321, write 20, fsync 2)                  │",
-        "│ p50 1.52 ms, p99 6.89 ms                               │",
+        "│ p50 1.52 ms, p99 6.82 ms                               │",
         "│          latency :    count  distribution              │",
         "│ 1.02us -> 2.05us :        6 |                        | │",
         "│ 2.05us -> 4.10us :        0 |                        | │",
@@ -174,7 +175,7 @@ def test_histogram_pane_layers_and_roles(state):
     assert text(HistogramPane(state)) == [
         "╭─ block service (issue->complete), role all, last 2 intervals ─╮",
         "│ 320 ops (read 300, write 20)                                  │",
-        "│ p50 682 us, p99 3.86 ms                                       │",
+        "│ p50 680 us, p99 3.83 ms                                       │",
         "│          latency :    count  distribution                     │",
         "│   262us -> 524us :      100 |************            |        │",
         "│  524us -> 1.05ms :      200 |************************|        │",
@@ -221,6 +222,30 @@ def test_device_pane(state):
         "─" * 76,
         "nvme0n1  150.00  10.00  153600.00  10240.00     0.61     2.50    0.12  93.50",
         "sda        0.00   2.00       0.00      8.00     0.00     0.50    0.00   0.10",
+    ]
+
+
+def test_device_pane_says_who_else_read_each_disk(state):
+    """With `device_users` rows: the share of each disk's read bytes by untraced processes and
+    the one that read most; a disk no one read has "-"."""
+    def user(device, who, comm, nbytes, op="read"):
+        return {"ts": 0, "device": device, "op": op, "who": who, "cgroup": None,
+                "container_id": None, "pod_uid": None, "comm": comm, "requests": 1,
+                "bytes": nbytes, "service_ns": 1000}
+
+    users = [user("nvme0n1", "traced", None, 60 * MIB), user("nvme0n1", "other", "dd", 30 * MIB),
+             user("nvme0n1", "kernel_thread", "2 x rsync", 6 * MIB),
+             user("nvme0n1", "rest", None, 4 * MIB),
+             user("nvme0n1", "other", "backup", 50 * MIB, op="write"),
+             user("sda", "traced", None, 0, op="write")]
+    snap = dataclasses.replace(snapshot(2), device_users=users)  # 40 of 100 MiB read by others
+    state.update(snap, loop_rows(2), findings(), events_lost=3)
+    assert text(DevicePane(state)) == [
+        "devices (iostat -x)",
+        "Device      r/s    w/s      rkB/s     wkB/s  r_await  w_await  aqu-sz  %util  others' reads",
+        "─" * 91,
+        "nvme0n1  150.00  10.00  153600.00  10240.00     0.61     2.50    0.12  93.50  40 % dd",
+        "sda        0.00   2.00       0.00      8.00     0.00     0.50    0.00   0.10  -",
     ]
 
 
@@ -281,7 +306,8 @@ def test_formats():
 # -- the interval line ------------------------------------------------------------------------------
 def test_interval_line():
     # file reads of interval 1: child 3 (slot 10), main 5 (slot 12), workers 151 (slot 20) and
-    # 2 (slot 22): 161/s, p99 rank 159.39 -> 4 Mi ns * (1 + 0.39/2) = 5.01 ms.
+    # 2 (slot 22): 161/s, p99 rank ceil(159.39) = 160, the 1st of 2 in slot 22 -> 4 Mi ns *
+    # (1 + 0.5/2) = 5.24 ms.
     assert header_line().splitlines() == [
         "--time-- ---cpu %--- -disk MB/s- --file reads-- --------------------------loop %------------"
         "------------- ---finding---",
@@ -289,7 +315,7 @@ def test_interval_line():
         "comp other|kind",
     ]
     assert interval_line(snapshot(1), loop_rows(1), findings()) == (
-        "22:13:22| 35   8  22|  150  10.0|    161 5.01ms|  45    10     0    0    0    0    0    0    0"
+        "22:13:22| 35   8  22|  150  10.0|    161 5.24ms|  45    10     0    0    0    0    0    0    0"
         "   40     5|dataloader_io_bound")
     bare = Snapshot(snapshot(1).ts_ns, 2 * SEC)
     assert interval_line(bare) == (
@@ -337,21 +363,21 @@ def test_csv_sink(tmp_path):
     devices = ("150.000,10.000,153600.000,10240.000,0.610,2.500,0.120,93.500,"
                "0.000,2.000,0.000,8.000,0.000,0.500,0.000,0.100,")
     # interval 0, 1 s: main 20480 B read, 10 MiB written, 16 ops, p99 of 5 reads in slot 12
-    # (4096 + 4096 * 4.95/5 = 8151 ns); workers 150 MiB, 152 ops, p99 rank 150.48 of
-    # 100+50 in slot 20 and 2 in slot 22 -> 4 Mi ns * (1 + 0.48/2) = 5200937 ns, D state 60 and
-    # 30 % -> mean 45; child 300 B, 3 ops, slot 10 p99 = 1024 + 1024 * 2.97/3 = 2038 ns.
+    # (rank 5: 4096 + 4096 * 4.5/5 = 7782 ns); workers 150 MiB, 152 ops, p99 rank 151 of
+    # 100+50 in slot 20 and 2 in slot 22 -> 4 Mi ns * (1 + 0.5/2) = 5242880 ns, D state 60 and
+    # 30 % -> mean 45; child 300 B, 3 ops, slot 10 p99 rank 3 = 1024 + 1024 * 2.5/3 = 1877 ns.
     assert first == ("2023-11-14T22:13:21.000Z,1.000," + system + devices
-                     + "1,20480.000,10485760.000,16.000,8151,0.000,"
+                     + "1,20480.000,10485760.000,16.000,7782,0.000,"
                      + "0,0.000,0.000,0.000,,," * 2  # no ranks, no agent
-                     + "2,157286400.000,0.000,152.000,5200937,45.000,"
-                     + "1,300.000,0.000,3.000,2038,0.000,"
+                     + "2,157286400.000,0.000,152.000,5242880,45.000,"
+                     + "1,300.000,0.000,3.000,1877,0.000,"
                      + "45.000,10.000,0.000,0.000,0.000,0.000,0.000,0.000,0.000,40.000,5.000")
     # interval 1 lasted 2 s: rates halve, D state shares halve, no loop rows.
     assert second == ("2023-11-14T22:13:22.000Z,2.000," + system + devices
-                      + "1,10240.000,5242880.000,8.000,8151,0.000,"
+                      + "1,10240.000,5242880.000,8.000,7782,0.000,"
                       + "0,0.000,0.000,0.000,,," * 2
-                      + "2,79167488.000,0.000,76.500,5179965,22.500,"
-                      + "1,150.000,0.000,1.500,2038,0.000,"
+                      + "2,79167488.000,0.000,76.500,5242880,22.500,"
+                      + "1,150.000,0.000,1.500,1877,0.000,"
                       + ",,,,,,,,,,")
 
 

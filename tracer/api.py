@@ -39,8 +39,9 @@ class Trace(TraceReader):
     """The tables of one trace directory, read lazily (`TraceReader`), with the summary as text
     and a notebook's HTML view: rendering, which the reader below the renderers leaves out."""
 
-    def summary(self) -> str:
-        """The text summary of the trace: exactly what ``iotrace report DIR`` prints.
+    def summary(self, histograms: bool = False) -> str:
+        """The text summary of the trace: exactly what ``iotrace report DIR`` prints (with
+        `histograms`, what ``iotrace report DIR --histograms`` prints).
 
         The same renderer as the end of a live run (`tracer.report`), fed from the tables.
         Reading only: the GPU idle spans are computed in memory, where ``iotrace report``
@@ -48,7 +49,7 @@ class Trace(TraceReader):
         """
         from tracer.report import summary_text
 
-        return summary_text(self)
+        return summary_text(self, histograms=histograms)
 
     def _repr_html_(self) -> str:
         """A small overview for Jupyter: targets, duration, findings, the training loop's time

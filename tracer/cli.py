@@ -196,13 +196,18 @@ def cmd_report(argv: list[str]) -> int:
                    help="more trace directories of the same job, one per node")
     p.add_argument("--html", metavar="OUT.html", help="write a self-contained HTML report with plots")
     p.add_argument("--json", action="store_true", help="print the summary and findings as JSON")
+    p.add_argument("--histograms", action="store_true",
+                   help="add the latency histograms per process and layer to the text summary")
     args = p.parse_args(argv)
+    if args.histograms and (args.html or args.json):
+        raise UsageError("--histograms is for the text summary: --html and --json hold the "
+                         "latency percentiles already; leave one out")
     if args.more:
         if args.html or args.json:
             raise UsageError("--html and --json take one trace directory: give one DIR")
-        return report_nodes([args.directory, *args.more], sys.stdout)
+        return report_nodes([args.directory, *args.more], sys.stdout, args.histograms)
     if not (args.html or args.json):
-        return report(args.directory, sys.stdout)
+        return report(args.directory, sys.stdout, args.histograms)
     import json
 
     from tracer.api import TraceError, load

@@ -77,8 +77,9 @@ def run_demo(output: Path, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -
     finally:
         for s, h in old.items():
             signal.signal(s, h)
-    print(f"\nTraces are in {output}: `iotrace report {output}/<run>` prints the full summary, "
-          f"`--html OUT.html` plots it, pandas reads `{output}/<run>/latency`.", file=out)
+    print(f"\nTraces are in {output}: `iotrace report {output}/<run>` prints the summary "
+          f"(`--histograms` adds the latency histograms), `--html OUT.html` plots it, pandas "
+          f"reads `{output}/<run>/latency`.", file=out)
     return EXIT_OK if not interrupted else 130
 
 

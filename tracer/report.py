@@ -2,7 +2,8 @@
 
 It rebuilds what the live run had in memory from the tables (histograms from `latency`, file
 totals from `files`, the diagnosis from the per-interval rows) and renders it with the same
-code as the end of a live run.
+code as the end of a live run: the first screen is the same text, and `--histograms` adds the
+latency histograms per process.
 """
 
 from __future__ import annotations
@@ -18,15 +19,15 @@ import pandas as pd
 from tracer.core.diagnosis import Diagnosis, Finding, RankLoop
 from tracer.core.diagnosis.feed import feed, interval_input, owners
 from tracer.core.diagnosis.input import IntervalInput
-from tracer.core.model import FileTotals, GpuIdleRow, GpuRow, Series
-from tracer.core.redact import Redactor
+from tracer.core.model import GpuIdleRow, GpuRow, Series
 from tracer.core.selfcost import SelfCost
 from tracer.core.units import MAX_SLOTS, slot_of
 from tracer.core.vocab import LOOP_ROLES, MAIN, RANK
 from tracer.errors import EXIT_USAGE, TraceFailure
 from tracer.gpu import idle
 from tracer.render.findings import context_lines, render_findings
-from tracer.render.first_screen import device_lines, gpu_idle_lines, loop_lines, traced_lines
+from tracer.render.first_screen import histograms_hint, trace_lines
+from tracer.render.saved_files import file_totals_from_files, grouped
 from tracer.render.summary import render_summary, split_lines
 from tracer.tracedir.reader import TraceError, TraceReader, load
 
@@ -39,24 +40,13 @@ def _text(v: object) -> str | None:
     return None if pd.isna(v) else str(v)
 
 
-def _ns(ts: object) -> int:
-    return int(pd.Timestamp(ts).value)
-
-
-def _grouped(df: pd.DataFrame, keys: list[str], **agg: tuple[str, str]) -> pd.DataFrame:
-    """`agg` (pandas' named aggregations) per distinct `keys`, nulls a key of their own, in one
-    pass over the rows: a day of trace has millions of them."""
-    return (df.astype({k: object for k in keys if isinstance(df[k].dtype, pd.CategoricalDtype)})
-            .groupby(keys, dropna=False, sort=False).agg(**agg).reset_index())
-
-
 def totals_from_latency(latency: pd.DataFrame) -> dict[Series, np.ndarray]:
     """Whole-trace histograms per series, summed from the latency rows (bucket_lo_ns -> slot)."""
     totals: dict[Series, np.ndarray] = {}
     keys = ["pid", "layer", "op", "target", "device", "attribution"]
     if latency.empty:
         return totals
-    summed = _grouped(latency, [*keys, "bucket_lo_ns"], count=("count", "sum"),
+    summed = grouped(latency, [*keys, "bucket_lo_ns"], count=("count", "sum"),
                       bytes=("bytes", "sum"))
     for r in summed.itertuples(index=False):
         key = Series(int(r.pid), str(r.layer), str(r.op), _text(r.target), _text(r.device),
@@ -66,59 +56,6 @@ def totals_from_latency(latency: pd.DataFrame) -> dict[Series, np.ndarray]:
         h[0, slot] += int(r.count)
         h[1, slot] += int(r.bytes)
     return totals
-
-
-@dataclass(frozen=True)
-class SavedFile:
-    """A file as the summary names it, from its `files` rows."""
-
-    path: str
-    path_source: str
-    fs_type: str
-    device: str
-
-
-class SavedPaths:
-    """The files of saved rows, by (device, inode, path): what render_summary names them by."""
-
-    def __init__(self) -> None:
-        self.by_id: dict[tuple[str, int, str], SavedFile] = {}
-        self.redact = Redactor(False)  # the saved paths are as the trace has them
-
-    def get(self, dev, ino, gen) -> SavedFile:
-        return self.by_id[(dev, ino, gen)]
-
-
-def file_totals_from_files(files: pd.DataFrame) -> tuple[dict, SavedPaths]:
-    # The table has no inode generation: a reused inode number's files differ by their paths
-    # (each is the one the kernel sent for that generation), so the path takes its place in
-    # the key.
-    totals: dict[tuple, FileTotals] = {}
-    table = SavedPaths()
-    if files.empty:
-        return totals, table
-    file_key = ["device", "inode", "path"]
-    names = files.astype({c: object for c in (*file_key, "path_source", "fs_type")
-                          if isinstance(files[c].dtype, pd.CategoricalDtype)})
-    for r in names.drop_duplicates(file_key, keep="last").itertuples(index=False):
-        table.by_id[(str(r.device), int(r.inode), str(r.path))] = SavedFile(
-            str(r.path), str(r.path_source), str(r.fs_type), str(r.device))
-    # The slowest operation is known for the rows that say it (latency_max_ns > 0), and a
-    # row with operations that does not makes the maximum of its (process, op) unknown.
-    known = files["latency_max_ns"] > 0
-    f = files.assign(known_ops=files["ops"].where(known, 0),
-                     unknown_ops=files["ops"].where(~known, 0),
-                     known_max_ns=files["latency_max_ns"].where(known, 0))
-    summed = _grouped(f, ["pid", *file_key, "op"], bytes=("bytes", "sum"),
-                      latency_sum_ns=("latency_sum_ns", "sum"), pages_missed=("pages_missed", "sum"),
-                      pages_dirtied=("pages_dirtied", "sum"), known_ops=("known_ops", "sum"),
-                      unknown_ops=("unknown_ops", "sum"), known_max_ns=("known_max_ns", "max"))
-    for r in summed.itertuples(index=False):
-        t = totals.setdefault((int(r.pid), str(r.device), int(r.inode), str(r.path)), FileTotals())
-        t.add(str(r.op), int(r.known_ops), int(r.bytes), int(r.latency_sum_ns),
-              int(r.pages_missed), int(r.pages_dirtied), int(r.known_max_ns))
-        t.add(str(r.op), int(r.unknown_ops), 0, 0, 0, 0, 0)
-    return totals, table
 
 
 def _records(df: pd.DataFrame) -> dict[int, list[dict]]:
@@ -231,23 +168,25 @@ def _plain_records(df: pd.DataFrame) -> list[dict]:
     return [dict(zip(names, row, strict=True)) for row in zip(*columns.values(), strict=True)]
 
 
-def report(directory: str, out: TextIO) -> int:
-    """`iotrace report DIR`: prints the summary, and writes DIR/gpu_idle again from DIR/gpu."""
+def report(directory: str, out: TextIO, histograms: bool = False) -> int:
+    """`iotrace report DIR`: prints the summary (with the latency histograms if `histograms`),
+    and writes DIR/gpu_idle again from DIR/gpu."""
     try:
         trace = load(directory)
         for table in ("latency", "files", "processes"):  # one unreadable is the user's to fix
             trace[table]
     except TraceError as e:
         raise TraceFailure(str(e), EXIT_USAGE) from None
-    print(summary_text(trace, directory, write_gpu_idle=True), file=out)
+    print(summary_text(trace, directory, write_gpu_idle=True, histograms=histograms), file=out)
     return 0
 
 
-def report_nodes(directories: list[str], out: TextIO) -> int:
+def report_nodes(directories: list[str], out: TextIO, histograms: bool = False) -> int:
     """`iotrace report DIR0 DIR1 ...`: traces of one distributed job, one per node (each node
     ran its own iotrace). Their rows are on UTC clocks already (each trace turned its monotonic
     clock into UTC with the offset in its meta.json), so the ranks are compared over the span
-    that every trace covers; then each trace's own summary follows."""
+    that every trace covers; then each trace's own summary follows (with its latency
+    histograms if `histograms`)."""
     traces = []
     for directory in directories:
         try:
@@ -310,7 +249,7 @@ def report_nodes(directories: list[str], out: TextIO) -> int:
     print("\n".join(lines), file=out)
     for directory, trace in zip(directories, traces, strict=True):
         print("", file=out)
-        print(summary_text(trace, directory, write_gpu_idle=True), file=out)
+        print(summary_text(trace, directory, write_gpu_idle=True, histograms=histograms), file=out)
     return 0
 
 
@@ -379,12 +318,14 @@ def trace_training_since(trace: TraceReader) -> dict[int, int]:
     return training_since(diagnose_trace(trace), SavedProcesses(trace))
 
 
-def summary_text(trace: TraceReader, name: str | None = None, write_gpu_idle: bool = False) -> str:
-    """The end-of-run summary of `trace` (headed "Trace NAME", by default its directory); the
-    GPU idle spans are recomputed in memory, and written to DIR/gpu_idle if `write_gpu_idle`."""
-    latency, files = trace.latency, trace.files
+def summary_text(trace: TraceReader, name: str | None = None, write_gpu_idle: bool = False,
+                 histograms: bool = False) -> str:
+    """The summary of `trace` (headed "Trace NAME", by default its directory): its first screen,
+    which the live run printed at its end, and with `histograms` the latency histograms per
+    process; the GPU idle spans are recomputed in memory, and written to DIR/gpu_idle if
+    `write_gpu_idle`."""
     procs = SavedProcesses(trace)
-    file_totals, file_table = file_totals_from_files(files)
+    file_totals, file_table = file_totals_from_files(trace.files)
     diagnosis = diagnose_trace(trace)
     findings: list[Finding] = diagnosis.findings()
     gpu = recompute_gpu(trace, write=write_gpu_idle, diagnosis=diagnosis)
@@ -392,25 +333,13 @@ def summary_text(trace: TraceReader, name: str | None = None, write_gpu_idle: bo
         idle.add_gpu_evidence(findings, *gpu)
     else:
         idle.confirm_host_bound(findings, None)  # no GPU samples: nothing says the GPU waited
-    lost = trace.meta.get("events_lost", 0)
-    how = trace.meta.get("stop_reason")
-    last_ns = None
-    if trace.meta.get("stop_ns") is None:  # never closed: killed, or the disk filled up
-        how = ("cut short: iotrace did not finish this trace, which holds what it wrote up to "
-               "its last segments")
-        stamps = [trace[t]["ts"].max() for t in ("loop", "latency") if not trace[t].empty]
-        last_ns = max(_ns(t) for t in stamps) if stamps else None
     name = str(trace.directory) if name is None else name
-    header = "\n".join([f"Trace {name}: {len(procs.by_pid)} processes ({how}); {lost} events lost.",
-                        *traced_lines(trace, last_ns)])
-    for note in trace.meta.get("unavailable") or []:
-        if note.startswith("GPU sampling off"):
-            header += f"\n{note}."
+    parts = trace_lines(trace, name, training_since(diagnosis, procs),
+                        pd.DataFrame(gpu[0]) if gpu is not None else None)
     saved = trace.meta.get("self_cost")
     cost = SelfCost.from_meta(saved) if isinstance(saved, dict) else None
-    loop = loop_lines(trace.loop_split(training_since(diagnosis, procs)), procs.rank_numbers())
-    if gpu is not None:
-        loop += gpu_idle_lines(trace.gpu_idle_by_cause(pd.DataFrame(gpu[0])))
-    return render_summary(totals_from_latency(latency), procs, header, file_totals, file_table,
-                          findings, cost, startup=context_lines(diagnosis), loop=loop,
-                          devices=device_lines(trace.device_summary()))
+    totals = totals_from_latency(trace.latency) if histograms else {}
+    return render_summary(totals, procs, parts.header, file_totals, file_table, findings, cost,
+                          startup=context_lines(diagnosis), loop=parts.loop,
+                          devices=parts.devices,
+                          histograms=None if histograms else histograms_hint(name))

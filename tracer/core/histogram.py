@@ -1,14 +1,18 @@
 """Log2 latency histograms: percentiles and text rendering (biolatency style).
 
 A histogram is a sequence of operation counts per log2 ns slot (the slot rule: core/units).
-Percentiles interpolate linearly inside the slot where the rank falls, which bounds the error
-by the slot's width (a factor of two); exact ranks would need every sample. Where the trace knows
+The q-th percentile is the operation of rank ceil(q/100 * total) (nearest rank: the p50 of three
+is the second, of two the first), placed inside its slot as if the slot's operations were spread
+evenly, each in the middle of its share of the slot. That bounds the error by the slot's width (a
+factor of two) and keeps the value in the slot of the operation of that rank, never on the bound
+of the next slot up; exact values would need every sample. Where the trace knows
 the slowest operation (`files.latency_max_ns` covers every file syscall of a process), the
 estimate stays at or below it: four fsyncs of 2.5 s are p50 2.5 s, not the slot's middle.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import Generic, TypeVar
 
@@ -35,14 +39,17 @@ def interpolate(lo: Sequence[int], hi: Sequence[int], counts: Sequence[int], q: 
     """The q-th percentile (0 < q <= 100) in ns of the histogram whose buckets [lo, hi), sorted
     by lo, hold `counts`; None when they hold nothing.
 
-    The value of rank ``q/100 * total``, interpolated linearly inside the bucket where it falls;
-    the open-ended last slot gives its lower bound. Capped at `max_ns` when that is known and
-    lies in the highest non-empty bucket or above (a maximum below it is not this histogram's).
+    The operation of rank ``k = ceil(q/100 * total)`` (1-based) is the j-th of the n in its
+    bucket; its value is taken as ``lo + (hi - lo) * (j - 1/2) / n``, the middle of its n-th of
+    the bucket, so it lies inside that bucket (a rank at the end of a bucket is not given the
+    next bucket's lower bound). The open-ended last slot gives its lower bound. Capped at
+    `max_ns` when that is known and lies in the highest non-empty bucket or above (a maximum
+    below it is not this histogram's).
     """
     total = sum(counts)
     if total == 0:
         return None
-    rank = q / 100.0 * total
+    rank = _nearest_rank(q, total)
     seen = 0
     value = None
     top = 0  # the highest non-empty bucket
@@ -55,13 +62,19 @@ def interpolate(lo: Sequence[int], hi: Sequence[int], counts: Sequence[int], q: 
             if b_lo >= OPEN_SLOT_LO_NS:
                 value = float(b_lo)  # open-ended: its lower bound is all we know
             else:
-                value = b_lo + (b_hi - b_lo) * max(rank - seen, 0) / n
+                value = b_lo + (b_hi - b_lo) * (rank - seen - 0.5) / n
         seen += n
     if value is None:  # (rank <= total: not reached)
         value = float(lo[top])
     if max_ns and max_ns >= int(lo[top]):
         return min(value, float(max_ns))
     return value
+
+
+def _nearest_rank(q: float, total: int) -> int:
+    """The 1-based rank of the q-th percentile of `total` operations, 1 to total. The product
+    is rounded to 9 digits first, so that 29/100 * 100 (28.999999999999996) is rank 29."""
+    return min(max(math.ceil(round(q / 100.0 * total, 9)), 1), total)
 
 
 K = TypeVar("K", bound=Hashable)

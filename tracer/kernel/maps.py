@@ -210,24 +210,26 @@ class Maps:
         return {name: self._percpu_sum(self._map_full, i)
                 for i, name in enumerate(abi.MAP_FULL_MAPS)}
 
-    def block_unseen(self, in_flight: Callable[[], Mapping[int, int]] | None = None
-                     ) -> tuple[int, int]:
+    def block_unseen(self, in_flight: Callable[[], Mapping[int, int]] | None = None,
+                     wait_s: float = LEFTOVER_WAIT_S) -> tuple[int, int]:
         """(requests, bytes) of traced block requests that were issued and whose end no
         completion program saw (block.bpf.c, `block_unseen`), cumulative: those found when
         their address started a new request, and with `in_flight` (at the end of a trace: the
         requests each disk has in flight now, by device number) the records still held. A
         request still in flight holds one too: of each disk's records issued before this call,
         as many as the disk has requests in flight are taken to be those, the rest ended
-        unseen. The disk is read again (for up to LEFTOVER_WAIT_S) until it has none in flight:
-        then every record left ended unseen, which is exact even while other processes (another
-        iotrace's job) use the disk. A disk never idle in that time keeps the best lower bound seen."""
+        unseen. The disk is read again (for up to `wait_s`; 0: one look) until it has none in
+        flight: then every record left ended unseen, which is exact even while other processes
+        (another iotrace's job) use the disk. A disk never idle in that time keeps the best lower
+        bound seen. The records stay where they are: the kernel counts one when its address
+        starts a new request, by which time a later call no longer finds it held."""
         requests, nbytes = self._percpu_sum(self._unseen, 0), self._percpu_sum(self._unseen, 1)
         if in_flight is None:
             return requests, nbytes
         since_ns = time.monotonic_ns()  # the clock of bpf_ktime_get_ns()
         best: dict[int, tuple[int, int]] = {}  # disk -> (requests, bytes), the most found
         exact: set[int] = set()  # disks seen idle: their count is exact
-        deadline = since_ns + int(LEFTOVER_WAIT_S * 1e9)
+        deadline = since_ns + int(wait_s * 1e9)
         while True:
             # in flight read before the records: a record of a request still in flight at
             # that read is held then, so records - in flight never counts one of those

@@ -14,8 +14,13 @@ if TYPE_CHECKING:
 
 
 class CostReader:
-    def __init__(self, probes: Probes, mode: str, interval_s: float) -> None:
+    def __init__(self, probes: Probes, mode: str, interval_s: float,
+                 unseen_each_interval: bool = False) -> None:
+        """`unseen_each_interval`: count the block requests that ended unseen and whose records
+        are still held at every reading, not only at the end (for /metrics, whose block counts
+        plus those are then exact at every scrape)."""
         self.probes, self.mode, self.interval_s = probes, mode, interval_s
+        self.unseen_each_interval = unseen_each_interval
         self.unavailable: str | None = None  # why BPF programs' costs are not counted
         self.off_at: float | None = None  # --bpf-stats sampled: when to stop counting
         self.meter: TracerMeter | None = None  # the tracer's own CPU, from when tracing starts
@@ -51,7 +56,10 @@ class CostReader:
     def read(self, final: bool = False) -> SelfCost:
         """iotrace's own cost so far, where a new interval starts for the CPU share; `final`: the
         last reading, where none starts and the requests left in flight that ended unseen are
-        counted too."""
+        counted too (waiting up to LEFTOVER_WAIT_S for their disks to be idle). With
+        `unseen_each_interval` every reading counts those too, from one look at the disks: a
+        request whose end no program saw is then counted by the interval after it ended, not
+        only once its address is reused (which an idle disk may never do) or at the stop."""
         assert self.meter is not None
         stats, maps = self.probes.stats, self.probes.maps
         programs = ()
@@ -59,7 +67,12 @@ class CostReader:
             programs = tuple(ProgramCost(obj, name, sec, st.run_cnt, st.run_time_ns,
                                          st.recursion_misses)
                              for obj, name, sec, st in stats.program_stats())
-        unseen = maps.block_unseen(disks_in_flight if final else None)
+        if final:
+            unseen = maps.block_unseen(disks_in_flight)
+        elif self.unseen_each_interval:
+            unseen = maps.block_unseen(disks_in_flight, wait_s=0)
+        else:
+            unseen = maps.block_unseen()
         return SelfCost(programs, self.probes.ring.lost(), maps.map_full_drops(),
                         self.meter.read(not final), self.unavailable,
                         stats.before, dict(self.probes.loader.max_entries),

@@ -58,9 +58,13 @@ from tracer.live.sinks import cannot_write_message, open_sinks, serve_metrics
 from tracer.live.stacks import PythonStacks
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from tracer.core.interval import Interval
+    from tracer.core.model import FileLookup
     from tracer.live.aggregate import Reading
     from tracer.live.step import Step
+    from tracer.render.first_screen import TraceLines
     from tracer.sinks import Sink
     from tracer.sinks.parquet import ParquetSink
 
@@ -136,7 +140,10 @@ class Session:
         self.probes.cuda_note = lambda text: print(f"iotrace: {text}", file=err, flush=True)
         self.launches = LaunchSampler(opts.interval_s)  # kernel launches, sampled
         self.no_pandas = NoPandas()
-        self.cost = CostReader(self.probes, opts.bpf_stats, opts.interval_s)
+        # /metrics shows the requests that ended unseen as they are found (its block counts plus
+        # those are exact at every scrape); without it they matter at the end only
+        self.cost = CostReader(self.probes, opts.bpf_stats, opts.interval_s,
+                               unseen_each_interval=opts.prometheus is not None)
         self.discovery = Discovery(self.processes, self.probes, self.redact, err, opts.match)
         self.proc = ProcSampler()
         self.memory = MemorySampler()
@@ -445,37 +452,28 @@ class Session:
     # -- stop -----------------------------------------------------------------------------------------
     def finish(self) -> str:
         """The last interval, through every sink, which are then closed (the trace among
-        them); returns the summary text. The programs stay attached until close() (detaching
-        waits for the kernel: about a second), so the summary comes first; what completes
-        after this last read is not in the trace, as with any stop."""
+        them); returns the summary text: the first screen of ``iotrace report DIR``, the same
+        text (`render.summary.render_summary` over the parts `render.first_screen` and
+        `render.saved_files` read back from the closed trace; the findings and the start-up
+        are this run's, which the report replays to the same). The programs stay attached
+        until close() (detaching waits for the kernel: about a second), so the summary comes
+        first; what completes after this last read is not in the trace, as with any stop."""
         self.probes.ring.poll(0)
         assert self.step is not None
         last = self.tick(final=True)
         self.final_findings, cost = last.final_findings, last.snapshot.cost
         self._close_sinks()
-        n = len(self.processes.by_pid)
-        header = (f"Traced {n} process{'es' if n != 1 else ''} ({self.stop_reason or 'stopped'}); "
-                  f"{cost.events_lost} events lost.")
-        if self.gpu_note:
-            header += f"\n{self.gpu_note}."
+        self.no_pandas.remove()  # tracing is over: the first screen reads the trace with it
         from tracer.render.findings import context_lines
+        from tracer.render.first_screen import histograms_hint
         from tracer.render.summary import render_summary
 
-        aggregator = self.step.aggregator
-        return render_summary(aggregator.totals, self.processes, header, aggregator.file_totals,
-                              self.files, self.final_findings, cost,
-                              startup=context_lines(self.step.diagnosis),
-                              loop=self._loop_lines())
-
-    def _loop_lines(self) -> list[str]:
-        """The summary's loop split, a line per loop (per rank), as `iotrace report` has it."""
-        from tracer.render.summary import split_lines
-
-        split = self.step.diagnosis.loop_split()
-        rows = [(pid, total / 1e9, startup / 1e9,
-                 {s: 100 * n / total for s, n in ns.items()} if total else {})
-                for pid, (total, startup, ns) in split.items()]
-        return split_lines(rows, self.processes.rank_numbers()) if rows else []
+        parts, file_totals, files = _summary_parts(self, cost.events_lost)
+        return render_summary({}, self.processes, parts.header, file_totals, files,
+                              self.final_findings, cost,
+                              startup=context_lines(self.step.diagnosis), loop=parts.loop,
+                              devices=parts.devices,
+                              histograms=histograms_hint(str(self.opts.output)))
 
     def judged_nothing(self) -> bool:
         """--pid targets that exited before the training loop was traced long enough to judge
@@ -512,6 +510,46 @@ class Session:
         self.no_pandas.remove()
         if self.child and not self.child.released:
             self.child.abandon()
+
+
+def _summary_parts(session: Session, events_lost: int
+                   ) -> tuple[TraceLines, Mapping, FileLookup]:
+    """The first screen's header, loop split and disks, and the files' totals, from the
+    trace `session` just closed, as `iotrace report` reads them; from memory, without the
+    disks, when it was not written whole (a full disk)."""
+    from tracer.render.first_screen import TraceLines, trace_lines
+    from tracer.render.saved_files import file_totals_from_files
+
+    assert session.step is not None
+    diagnosis, processes = session.step.diagnosis, session.processes
+    since = {pid: ns for pid in processes.by_pid
+             if (ns := diagnosis.training_since(pid)) is not None}
+    if session.write_error is None:
+        from tracer.tracedir.reader import load
+
+        name = str(session.opts.output)
+        trace = load(name)
+        return (trace_lines(trace, name, since), *file_totals_from_files(trace.files))
+    n = len(processes.by_pid)
+    header = (f"Traced {n} process{'es' if n != 1 else ''} "
+              f"({session.stop_reason or 'stopped'}); {events_lost} events lost.")
+    if session.gpu_note:
+        header += f"\n{session.gpu_note}."
+    return (TraceLines(header, _loop_lines(session), []), session.step.aggregator.file_totals,
+            session.files)
+
+
+def _loop_lines(session: Session) -> list[str]:
+    """The summary's loop split from memory, a line per loop (per rank), as `iotrace report`
+    has it from the trace."""
+    from tracer.render.summary import split_lines
+
+    assert session.step is not None
+    split = session.step.diagnosis.loop_split()
+    rows = [(pid, total / 1e9, startup / 1e9,
+             {s: 100 * n / total for s, n in ns.items()} if total else {})
+            for pid, (total, startup, ns) in split.items()]
+    return split_lines(rows, session.processes.rank_numbers()) if rows else []
 
 
 def _say(text: str, out: TextIO) -> None:

@@ -1,18 +1,81 @@
-"""The first screen of ``iotrace report DIR``: what a user came for, before the histograms.
+"""The first screen of ``iotrace report DIR``, which the live run prints at its end too: what a
+user came for, without the histograms (``iotrace report DIR --histograms`` adds them).
 
 What was traced and for how long, then (after the verdicts, which `tracer.render.findings`
 renders) the training loop's time split, GPU idle time by cause where there is a GPU, and the
-disks. Every number comes from the trace's tables through `TraceReader`; the loop states are
-the vocabulary's, so a new state shows up here without a change.
+disks. Every number here comes from the trace's tables through `TraceReader`, so that the live
+run, which reads its own trace back once it is closed (these small tables, and `files` for
+the top files: `render.saved_files`), and the report print the same lines; the loop states
+are the vocabulary's, so a new state shows up here without a change.
 """
 
 from __future__ import annotations
 
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass
+
 import pandas as pd
 
-from tracer.core.vocab import LOOP_STATES
+from tracer.core.vocab import LOOP_STATES, RANK
 from tracer.render.summary import split_lines
 from tracer.tracedir.reader import TraceReader, describe_targets, role_counts
+
+
+@dataclass(frozen=True)
+class TraceLines:
+    """The first screen's parts read from a trace: the header, the loop split (with GPU idle
+    time by cause), the disks; `render.summary.render_summary` lays them out."""
+
+    header: str
+    loop: list[str]
+    devices: list[str]
+
+
+def trace_lines(trace: TraceReader, name: str, training_since: Mapping[int, int],
+                gpu_idle: pd.DataFrame | None = None) -> TraceLines:
+    """The first screen's parts of `trace`, headed "Trace NAME". `training_since`: per main
+    pid, when its training started (ns, from the diagnosis); `gpu_idle`: the GPU idle spans
+    (by default the trace's ``gpu_idle`` rows)."""
+    loop = loop_lines(trace.loop_split(training_since), rank_numbers(trace))
+    loop += gpu_idle_lines(trace.gpu_idle_by_cause(gpu_idle))
+    return TraceLines(header_text(trace, name), loop, device_lines(trace.device_summary()))
+
+
+def histograms_hint(directory: str) -> str:
+    """The command that prints the latency histograms the first screen leaves out."""
+    return f"iotrace report {shlex.quote(directory)} --histograms"
+
+
+def header_text(trace: TraceReader, name: str) -> str:
+    """The first lines: the trace, its processes, how it ended and the events lost; what was
+    traced and for how long; why GPU sampling was off, when it was."""
+    procs = trace.processes
+    n = int(procs["pid"].nunique()) if not procs.empty else 0
+    lost = trace.meta.get("events_lost", 0)
+    how = trace.meta.get("stop_reason")
+    last_ns = None
+    if trace.meta.get("stop_ns") is None:  # never closed: killed, or the disk filled up
+        how = ("cut short: iotrace did not finish this trace, which holds what it wrote up to "
+               "its last segments")
+        stamps = [trace[t]["ts"].max() for t in ("loop", "latency") if not trace[t].empty]
+        last_ns = max(int(pd.Timestamp(t).value) for t in stamps) if stamps else None
+    header = "\n".join([f"Trace {name}: {n} processes ({how}); {lost} events lost.",
+                        *traced_lines(trace, last_ns)])
+    for note in trace.meta.get("unavailable") or []:
+        if note.startswith("GPU sampling off"):
+            header += f"\n{note}."
+    return header
+
+
+def rank_numbers(trace: TraceReader) -> dict[int, int]:
+    """Each rank's RANK, by pid, from its last `processes` row."""
+    procs = trace.processes
+    if procs.empty or "rank" not in procs:
+        return {}
+    last = procs.drop_duplicates("pid", keep="last")
+    ranks = last[(last["role"].astype(object) == RANK) & last["rank"].notna()]
+    return {int(p): int(r) for p, r in zip(ranks["pid"], ranks["rank"], strict=True)}
 
 
 def traced_lines(trace: TraceReader, stop_ns: int | None = None) -> list[str]:

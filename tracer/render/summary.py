@@ -86,11 +86,14 @@ def render_summary(totals: Mapping[Series, np.ndarray], processes: ProcessLookup
                    header: str, file_totals: Mapping[FileKey, FileTotals] | None = None,
                    files: FileLookup | None = None, findings: list[Finding] | None = None,
                    cost: SelfCost | None = None, startup: list[str] | None = None,
-                   loop: list[str] | None = None, devices: list[str] | None = None) -> str:
+                   loop: list[str] | None = None, devices: list[str] | None = None,
+                   histograms: str | None = None) -> str:
     """Text for the terminal (and `iotrace report`), what a user came for first: the header,
     the verdicts, the loop's time split (`loop`), the start-up, the top files, the disks
-    (`devices`); then, as biolatency prints them, one block per process with one histogram per
-    layer/op/target, most operations first within a process; iotrace's own cost last."""
+    (`devices`); then, when `histograms` is None, as biolatency prints them, one block per
+    process with one histogram per layer/op/target, most operations first within a process,
+    else one line saying how to see them (`histograms`: the command that shows them); iotrace's
+    own cost last."""
     lines = [header]
     lines.extend(render_findings(findings or []))
     lines.extend(loop or [])
@@ -98,7 +101,10 @@ def render_summary(totals: Mapping[Series, np.ndarray], processes: ProcessLookup
     if file_totals and files is not None:  # (both callers pass the table with the totals)
         lines.extend(render_top_files(file_totals, files))
     lines.extend(devices or [])
-    lines.extend(render_histograms(totals, processes, file_totals, files))
+    if histograms is None:
+        lines.extend(render_histograms(totals, processes, file_totals, files))
+    else:
+        lines.extend(["", f"Latency histograms per process and layer: {histograms}"])
     if cost is not None:
         lines.extend(render_self_cost(cost))
     return "\n".join(lines)

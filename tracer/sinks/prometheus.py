@@ -16,6 +16,9 @@ Metrics (base units; docs/prometheus.md has the full description and example que
   iotrace_gpu_idle_seconds_total{gpu,cause}          counter
   iotrace_findings{kind,rank}                        gauge, severity 0-100 (0: not found now)
   iotrace_events_lost_total                          counter
+  iotrace_device_user_requests_total{device,op,who,user}   counter, every process's requests
+  iotrace_device_user_bytes_total{device,op,who,user}      counter   to each disk, traced or not
+  iotrace_device_user_service_seconds_total{device,op,who,user}  counter
   iotrace_self_bpf_runs_total{object,program}        counter, runs of each of iotrace's BPF programs
   iotrace_self_bpf_run_seconds_total{object,program} counter, their time in the kernel
   iotrace_self_bpf_recursion_misses_total{object,program}  counter
@@ -31,8 +34,11 @@ plus the standard process_* metrics of the iotrace process itself (its CPU and m
 
 Labels stay bounded: device is the kernel's name (as node_exporter's `device`, so queries join on
 it), role/op/layer/state/cause/kind/map come from fixed vocabularies, gpu is an NVML index,
-object/program name iotrace's own BPF programs (a fixed set per version). Never a PID, comm,
-path or command line.
+object/program name iotrace's own BPF programs (a fixed set per version), who is the
+`device_users` table's (traced, other, kernel_thread, rest). Never a PID, path or command line;
+a comm only as `user`, the name of an untraced process that used a disk, and only the first
+MAX_USER_LABELS names seen: the others' requests count under who="rest" (hashed with
+--redact-paths, as in the trace).
 
 Histograms come from the kernel's log2 slots: slot i holds [2^i, 2^(i+1)) ns, so bucket bounds
 are the slots' upper bounds in seconds. Only the bounds from 2^9 ns (512 ns) to 2^35 ns (34.4 s)
@@ -62,6 +68,7 @@ from tracer.core.abi import MAP_FULL_MAPS
 from tracer.core.selfcost import SelfCost
 from tracer.core.version import __version__
 from tracer.core.vocab import FINDING_KINDS, LOOP_STATES, ROLES
+from tracer.tracedir.schema import MAX_DEVICE_USERS
 
 if TYPE_CHECKING:
     from tracer.core.interval import Interval
@@ -77,6 +84,10 @@ UNKNOWN = "unknown"  # label value for a role/device/cause the tracer could not 
 # more share "other", so that the series stay bounded; a `main` (no rank) has rank="".
 MAX_RANK_LABELS = 64
 OTHER_RANKS = "other"
+# The disk users' `user` label: the names of untraced processes, the first ones seen, as many as
+# a `device_users` interval names per disk and op; the requests of any other go to who="rest".
+MAX_USER_LABELS = MAX_DEVICE_USERS
+REST_USERS = "rest"
 LE_MIN_EXP = 9  # first finite bucket bound: 2^9 ns = 512 ns
 LE_MAX_EXP = 35  # last finite bucket bound: 2^35 ns = 34.4 s
 LE_BOUNDS_NS: tuple[int, ...] = tuple(1 << k for k in range(LE_MIN_EXP, LE_MAX_EXP + 1))
@@ -141,6 +152,9 @@ class _State:
         # (kind, rank) -> severity; every kind has its rank="" series from the start
         self.findings: dict[tuple[str, str], int] = {(k, ""): 0 for k in FINDING_KINDS}
         self.events_lost = 0
+        # (device, op, who, user) -> [requests, bytes, service ns], from the device_users rows
+        self.device_users: dict[tuple[str, str, str, str], list[int]] = {}
+        self.user_labels: set[str] = set()  # the user label values given so far
         self.last_ts_ns = 0
         # iotrace's own cost (snapshot.cost), cumulative: (object, program) -> counts
         self.bpf_runs: dict[tuple[str, str], int] = {}
@@ -163,6 +177,8 @@ class _State:
         s.gpu_idle_ns = dict(self.gpu_idle_ns)
         s.findings = dict(self.findings)
         s.events_lost = self.events_lost
+        s.device_users = {k: list(v) for k, v in self.device_users.items()}
+        s.user_labels = set(self.user_labels)
         s.last_ts_ns = self.last_ts_ns
         s.bpf_runs = dict(self.bpf_runs)
         s.bpf_run_ns = dict(self.bpf_run_ns)
@@ -211,8 +227,8 @@ class PrometheusSink:
     def write(self, interval: Interval) -> None:
         """Folds one interval (tracer.core.interval.Interval) in:
 
-        snapshot       its latency rows are deltas; its cost, when set (SelfCost), gives the
-                       iotrace_self_* metrics
+        snapshot       its latency and device_users rows are deltas; its cost, when set
+                       (SelfCost), gives the iotrace_self_* metrics
         loop           the interval's `loop` rows (one per training process)
         findings       the findings as they stand now (tracer.core.diagnosis.Finding or findings rows);
                        they replace the previous ones: a kind not among them goes back to 0
@@ -230,6 +246,8 @@ class PrometheusSink:
                 severity[key] = max(severity.get(key, 0), int(_get(f, "severity") or 0))
             for row in snapshot.latency:
                 self._add_latency(s, row)
+            for row in getattr(snapshot, "device_users", ()):
+                self._add_device_user(s, row)
             for row in loop_rows:
                 rank = self._rank_label(s, row.get("rank"))
                 for state in LOOP_STATES:
@@ -255,6 +273,24 @@ class PrometheusSink:
                 return OTHER_RANKS
             s.ranks.add(label)
         return label
+
+    @staticmethod
+    def _add_device_user(s: _State, row: dict) -> None:
+        """A `device_users` row: an untraced process's under its name while the names given
+        are fewer than MAX_USER_LABELS (or it has one), else under who="rest"."""
+        who, user = _label(row.get("who")), ""
+        if who == "other":
+            user = _label(row.get("comm"))
+            if user not in s.user_labels:
+                if len(s.user_labels) >= MAX_USER_LABELS:
+                    who, user = REST_USERS, ""
+                else:
+                    s.user_labels.add(user)
+        key = (_label(row.get("device")), _label(row.get("op")), who, user)
+        acc = s.device_users.setdefault(key, [0, 0, 0])
+        acc[0] += int(row.get("requests") or 0)
+        acc[1] += int(row.get("bytes") or 0)
+        acc[2] += int(row.get("service_ns") or 0)
 
     @staticmethod
     def _add_cost(s: _State, cost: SelfCost) -> None:
@@ -415,6 +451,8 @@ def _families(s: _State) -> Iterator[Metric]:
         fam.add_metric([kind, rank], sev)
     yield fam
 
+    yield from _device_user_families(s)
+
     fam = CounterMetricFamily(
         "iotrace_events_lost_total",
         "Events (process life cycle, first sight of files, slow operations) dropped because the "
@@ -433,6 +471,28 @@ def _families(s: _State) -> Iterator[Metric]:
                             labels=("version",))
     fam.add_metric([__version__], 1)
     yield fam
+
+
+def _device_user_families(s: _State) -> Iterator[Metric]:
+    """Who used each disk: every block request to it, by the traced processes or not."""
+    labels = ("device", "op", "who", "user")
+    who = ("who: traced (the traced processes), other (an untraced process, named in user), "
+           "kernel_thread (requests a kernel thread submitted for an untraced cgroup), rest "
+           f"(users past the first {MAX_USER_LABELS} names, and past the bound of an interval's "
+           "rows)")
+    for i, (name, scale, what) in enumerate((
+            ("iotrace_device_user_requests_total", 1, "Block requests completed"),
+            ("iotrace_device_user_bytes_total", 1, "Bytes of the block requests completed"),
+            ("iotrace_device_user_service_seconds_total", 1e9,
+             "Service time (issued -> completed) of the block requests, in seconds,"))):
+        fam = CounterMetricFamily(
+            name, f"{what} on each disk (kernel name, as node_exporter's device label), by op "
+                  f"and by who submitted them, traced or not; {who}. rate() of the others' "
+                  "bytes against the traced ones' is a neighbour's share of the disk.",
+            labels=labels)
+        for key, acc in sorted(s.device_users.items()):
+            fam.add_metric(list(key), acc[i] / scale)
+        yield fam
 
 
 def _self_families(s: _State) -> Iterator[Metric]:
@@ -479,8 +539,9 @@ def _self_families(s: _State) -> Iterator[Metric]:
     fam = CounterMetricFamily(
         "iotrace_self_block_completions_unseen_total",
         "Traced block requests whose end the kernel ran no completion program for (seen on 6.18 "
-        "guests): they are in no block histogram. Counted when the request's address is reused; "
-        "those still held when iotrace stops are in its summary and meta.json.")
+        "guests): they are in no block histogram, and a block histogram's _count plus this is "
+        "exact. Counted when the request's address is reused, or by the interval after it ended "
+        "once its disk is seen with nothing in flight (every request still held then ended).")
     fam.add_metric([], s.block_unseen)
     yield fam
     fam = CounterMetricFamily(

@@ -189,10 +189,11 @@ class TraceReader:
         ``bytes`` (sums over the whole trace) and ``p50_ns``, ``p90_ns``, ... (float ns).
 
         How: the buckets of a group are summed over every interval and process in it into one
-        log2 histogram; the q-th percentile is the value of rank ``q/100 * count``, found by
-        walking the buckets in order and interpolating linearly inside the bucket
-        ``[bucket_lo_ns, bucket_hi_ns)`` where that rank falls (as `tracer.core.histogram.percentile_ns`
-        does for the terminal summary, whose p50/p99 these equal). The true percentile lies in
+        log2 histogram; the q-th percentile is the operation of rank ``ceil(q/100 * count)``,
+        found by walking the buckets in order, and placed inside its bucket
+        ``[bucket_lo_ns, bucket_hi_ns)`` as the j-th of its n operations spread evenly
+        (``lo + width * (j - 1/2) / n``, as `tracer.core.histogram.percentile_ns` does for the
+        terminal summary, whose p50/p99 these equal). The true percentile lies in
         the same bucket, so the result is off by less than the bucket's width: **at most a
         factor of 2** either way (the bucket's upper bound is twice its lower bound). The last,
         open-ended bucket (about 9 minutes and more) gives its lower bound. A group of file

@@ -10,7 +10,9 @@ text. What each pane shows:
   percentiles over the window; for each main process the training loop's state bar;
 - `HistogramPane`: biolatency-style histogram of the selected layer and role over the window;
 - `FilesPane`: files by time spent in syscalls over the window (filetop-like);
-- `DevicePane`: `iostat -x` columns per disk for the last interval;
+- `DevicePane`: `iostat -x` columns per disk for the last interval, and, when the run counts
+  who used each disk (`device_users`), the share of its read bytes that untraced processes
+  read and the one that read most;
 - `SystemPane`: `dstat -cmnd` columns, one line per interval of the window (dstat scrolls).
 
 Units: MB is 2**20 bytes (as `iostat -m`), kB 1024 bytes (as iostat); latencies are log2
@@ -410,24 +412,62 @@ class FilesPane:
 
 
 class DevicePane(_SizedPane):
-    """`iostat -x` columns per disk for the last interval (tracer.live.procfs has the formulas)."""
+    """`iostat -x` columns per disk for the last interval (tracer.live.procfs has the formulas),
+    and who else read it: the share of its read bytes by untraced processes, and the one of
+    them that read most (a kernel thread's reads are named after its cgroup's processes)."""
 
     def body(self) -> Table | Text:
         last = self.state.last
         devices = sorted(last.devices, key=lambda d: d["device"]) if last else []
         if not devices:
             return Text("devices: no disk statistics", style="dim")
+        others = others_read(last.device_users) if last.device_users else None
         t = Table(box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), pad_edge=False, show_edge=False,
                   title="devices (iostat -x)", title_justify="left", title_style="bold")
         t.add_column("Device")
         for name in ("r/s", "w/s", "rkB/s", "wkB/s", "r_await", "w_await", "aqu-sz", "%util"):
             t.add_column(name, justify="right")
+        if others is not None:
+            t.add_column("others' reads", max_width=OTHERS_WIDTH, no_wrap=True,
+                         overflow="ellipsis")
         for d in devices:
             util = d["util_pct"]
-            t.add_row(d["device"], *(f"{d[k]:.2f}" for k in ("r_s", "w_s", "rkb_s", "wkb_s",
-                                                              "r_await_ms", "w_await_ms", "aqu_sz")),
-                      Text(f"{util:.2f}", style="bold red" if util >= 90 else ""))
+            cells = [d["device"], *(f"{d[k]:.2f}" for k in ("r_s", "w_s", "rkb_s", "wkb_s",
+                                                           "r_await_ms", "w_await_ms", "aqu_sz")),
+                     Text(f"{util:.2f}", style="bold red" if util >= 90 else "")]
+            if others is not None:
+                cells.append(others.get(d["device"], "-"))
+            t.add_row(*cells)
         return t
+
+
+OTHERS_WIDTH = 24  # the device pane's others column: a share and a process name
+
+
+def others_read(rows: Iterable[dict]) -> dict[str, str]:
+    """Per disk read in the interval (`device_users` rows): the percent of its read bytes that
+    untraced processes read, with the name of the one that read most ("40 % dd"; "0 %")."""
+    total: dict[str, int] = {}
+    others: dict[str, int] = {}
+    top: dict[str, tuple[int, str]] = {}
+    for r in rows:
+        if r["op"] != "read":
+            continue
+        dev, nbytes = r["device"], int(r["bytes"])
+        total[dev] = total.get(dev, 0) + nbytes
+        if r["who"] == "traced":
+            continue
+        others[dev] = others.get(dev, 0) + nbytes
+        name = r["comm"] if r["who"] != "rest" else None  # (rest: many, none named)
+        if name and nbytes > top.get(dev, (0, ""))[0]:
+            top[dev] = (nbytes, name)
+    out = {}
+    for dev, n in total.items():
+        if not n:
+            continue
+        pct = 100 * others.get(dev, 0) / n
+        out[dev] = f"{pct:.0f} %" + (f" {top[dev][1]}" if dev in top and pct else "")
+    return out
 
 
 class GpuPane:
