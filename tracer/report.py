@@ -23,7 +23,7 @@ from tracer.core.model import FileTotals, GpuIdleRow, GpuRow, Series
 from tracer.core.redact import Redactor
 from tracer.core.selfcost import SelfCost
 from tracer.core.units import MAX_SLOTS, slot_of
-from tracer.core.vocab import LOOP_ROLES, MAIN, RANK
+from tracer.core.vocab import CHILD, LOOP_ROLES, MAIN, RANK
 from tracer.errors import EXIT_USAGE, TraceFailure
 from tracer.gpu import idle
 from tracer.render.findings import context_lines, render_findings
@@ -235,10 +235,10 @@ class _Carried:
     drops before the end:
 
     - `threads`: every row (the loops' time, the workers seen, who woke the loop);
-    - `files`: the writes and fsyncs (the bytes written per file, checkpoints), and a row per
-      loop process and interval for its own reads, their time summed (what the split reads of
-      them); every row of an interval with a process whose main has not yet read its data
-      set (its start-up's end);
+    - `files`: the loop processes' and their children's writes and fsyncs of files (the bytes
+      written per file, checkpoints), and a row per loop process and interval for its own
+      reads, their time summed (what the split reads of them); every row of an interval with
+      a process whose main has not yet read its data set (its start-up's end);
     - `latency`: socket reads (the loop's and workers' waits on the network);
     - the read-ahead left per (pid, path) after them, computed here over every read row
       (`_read_ahead`), which replaces the replay's own once its window is reached.
@@ -264,7 +264,9 @@ class _Carried:
         loop = read & files["role"].isin(LOOP_ROLES).to_numpy()
         own = (files[["ts", "pid", "role", "latency_sum_ns"]][loop].astype({"role": object})
                .groupby(["ts", "pid", "role"], sort=False)["latency_sum_ns"].sum().reset_index())
-        written = files[op.isin(("write", "fsync")).to_numpy()]
+        # the writes the split counts (`_file_times`), not a DataLoader worker's (many a second)
+        written = files[(op.isin(("write", "fsync")) & files["role"].isin((*LOOP_ROLES, CHILD))
+                         & (files["path_source"] != "folder")).to_numpy()]
         # a row that stands for the process's reads: their time, no bytes, no operations
         own = own.assign(comm="", path="", path_source="", fs_type="", device="", inode=0,
                          op="read", file_count=None, ops=0, bytes=0, latency_max_ns=0,
