@@ -9,6 +9,7 @@ import math
 import os
 import subprocess
 import sys
+from collections import deque
 from pathlib import Path
 
 import pandas as pd
@@ -21,6 +22,7 @@ from scenario_trace import launched
 
 from tracer.core.diagnosis import Diagnosis
 from tracer.core.diagnosis.feed import feed
+from tracer.render.findings import context_lines
 from tracer.report import replay
 from tracer.tracedir.reader import load
 from tracer.workloads import dataset as ds
@@ -48,7 +50,44 @@ def live_loop(out: Path) -> list[dict]:
     return rows
 
 
-def check_replay(out: Path) -> None:
+def windowed(out: Path, kept: int, carried: bool) -> tuple[Diagnosis, int]:
+    """The trace replayed into a diagnosis that keeps `kept` intervals, every row given
+    (`carried` False) or, for the intervals it drops before the end, the rows its state needs
+    (as `diagnose_trace` does); and the `files` rows the replay gave."""
+    trace = load(out)
+    d = Diagnosis(startup=bool(trace.targets["command"]))
+    d.window.intervals = deque(maxlen=kept)
+    given = 0
+    for inp in replay(trace, d if carried else None):
+        given += len(inp.files)
+        feed(d, inp)
+    return d, given
+
+
+def check_carried(out: Path, fewer_rows: bool) -> None:
+    """Intervals that leave the window before the end are replayed with only the rows the
+    diagnosis's state carries over (a day's summary would build millions of rows into evidence
+    it drops): the diagnosis ends as a replay of every row leaves it, its state, findings and
+    the intervals it kept alike, with windows of a third and of two thirds of the trace.
+    `fewer_rows`: the dropped intervals surely hold reads past the start-up's (until its end an
+    interval's every row is given), so fewer rows are given."""
+    n = len(pd.read_parquet(out / "threads")["ts"].unique())
+    assert n >= 6
+    for kept in (n // 3, 2 * n // 3):
+        (full, every), (fast, fewer) = windowed(out, kept, False), windowed(out, kept, True)
+        assert fewer < every if fewer_rows else fewer <= every
+        assert fast.state == full.state
+        assert fast.findings() == full.findings()
+        assert context_lines(fast) == context_lines(full)
+        assert [(iv.ts_ns, iv.loops, iv.read_max, iv.read_counts, iv.worker_iowait_ns,
+                 {pid: (r.bytes, r.missed, list(r.files.items())) for pid, r in iv.data.items()})
+                for iv in fast.intervals] == [
+                (iv.ts_ns, iv.loops, iv.read_max, iv.read_counts, iv.worker_iowait_ns,
+                 {pid: (r.bytes, r.missed, list(r.files.items())) for pid, r in iv.data.items()})
+                for iv in full.intervals]
+
+
+def check_replay(out: Path, fewer_rows: bool = True) -> None:
     """The live run's final findings (its `findings` rows at the last ts) and `loop` rows are
     what `iotrace report --json` and the replay compute from its trace."""
     replayed = sorted(replayed_loop(out), key=lambda r: (r["ts"], r["pid"]))
@@ -65,6 +104,7 @@ def check_replay(out: Path) -> None:
     written = [(r.kind, r.severity, None if pd.isna(r.pid) else r.pid, r.summary,
                 json.loads(r.evidence)) for r in final.itertuples()]
     assert found == written
+    check_carried(out, fewer_rows)
 
 
 def check_first_screen(out: Path, stdout: str) -> None:
@@ -104,5 +144,5 @@ def test_a_torchrun_job_replays_to_its_findings(tmp_path):
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     assert set(pd.read_parquet(out / "loop")["rank"].dropna()) == {0, 1}
-    check_replay(out)
+    check_replay(out, fewer_rows=False)  # seconds long: its dropped intervals may all be start-up
     check_first_screen(out, r.stdout)

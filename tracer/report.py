@@ -19,10 +19,11 @@ import pandas as pd
 from tracer.core.diagnosis import Diagnosis, Finding, RankLoop
 from tracer.core.diagnosis.feed import feed, interval_input, owners
 from tracer.core.diagnosis.input import IntervalInput
+from tracer.core.diagnosis.thresholds import MAX_READ_AHEAD
 from tracer.core.model import GpuIdleRow, GpuRow, Series
 from tracer.core.selfcost import SelfCost
 from tracer.core.units import MAX_SLOTS, slot_of
-from tracer.core.vocab import LOOP_ROLES, MAIN, RANK
+from tracer.core.vocab import CHILD, LOOP_ROLES, MAIN, RANK
 from tracer.errors import EXIT_USAGE, TraceFailure
 from tracer.gpu import idle
 from tracer.render.findings import context_lines, render_findings
@@ -68,20 +69,28 @@ def _records(df: pd.DataFrame) -> dict[int, list[dict]]:
 
 def diagnose_trace(trace: TraceReader) -> Diagnosis:
     """Replays the trace's intervals through the diagnosis, in time order, each as the live
-    step gave it (`replay`)."""
+    step gave it (`replay`), the intervals older than its window with the rows its state
+    needs only."""
     d = Diagnosis(startup=bool(trace.targets["command"]))  # as the live run: launch mode
-    for inp in replay(trace):
+    for inp in replay(trace, d):
         feed(d, inp)
     return d
 
 
-def replay(trace: TraceReader) -> Iterator[IntervalInput]:
+def replay(trace: TraceReader, diagnosis: Diagnosis | None = None) -> Iterator[IntervalInput]:
     """The diagnosis's input per interval, from the trace alone, through the live step's builder
     (`feed.interval_input`): each table's rows of the interval, and the `processes` rows of the
     processes first seen by its end (the last row of each: what became of it). Slow operations
-    and GPU samples go to the interval in which they ended."""
-    tables = {name: _records(trace[name]) for name in (*ROW_TABLES, "system")}
-    stamps = sorted(set().union(*(t.keys() for t in tables.values())))
+    and GPU samples go to the interval in which they ended.
+
+    With `diagnosis`, the one these inputs are fed to (each before the next is asked for), the
+    intervals that will have left its window by the last one come with only what its state
+    carries over (`_Carried`): their evidence is dropped unread, and on a day of trace building
+    it row by row was most of the summary's time. What the diagnosis then holds is what the
+    whole replay gives it."""
+    rows = {name: _Rows(trace[name]) for name in ROW_TABLES}
+    stamps = sorted(set().union(*(r.stamps for r in rows.values()),
+                                _stamps(trace["system"])))
     events = _plain_records(trace["events"])
     for e in events:
         e["end"] = e["ts"] + e["latency_ns"]
@@ -89,21 +98,157 @@ def replay(trace: TraceReader) -> Iterator[IntervalInput]:
              "gpu": _by_interval(_plain_records(trace["gpu"]), stamps, "ts")}
     procs = sorted(_plain_records(trace.processes), key=lambda r: (r["first_seen"], r["pid"]))
     first_seen = [r["first_seen"] for r in procs]
+    kept = diagnosis.window.intervals.maxlen if diagnosis is not None else None
+    carried = (_Carried.of(rows, stamps[-kept - 1], diagnosis.page_size)
+               if kept is not None and len(stamps) > kept else None)
     # The first interval began where the run's meta.json says (traces before it said: one
     # interval before its end).
     prev = trace.meta.get("intervals_start_ns")
     interval_ns = int(float(trace.meta.get("interval_s") or 1.0) * 1e9)
     known: list[dict] = []
     owner: dict[int, int] = {}
-    for ts in stamps:
+    for i, ts in enumerate(stamps):
         n = bisect.bisect_right(first_seen, ts)
         if n != len(known):  # each process's loop, again once another is known
             known = procs[:n]
             owner = owners(known)
-        rows = {name: tables[name].get(ts, []) for name in ROW_TABLES}
-        rows.update((name, by_ts.get(ts, [])) for name, by_ts in ended.items())
-        yield interval_input(ts, ts - prev if prev else interval_ns, rows, known, owner)
+        if carried is not None and ts <= carried.until_ns:
+            interval = carried.rows(ts, owner, diagnosis.state.first_data_ns, rows, stamps, i)
+        else:
+            if carried is not None and diagnosis.state.read_ahead is not carried.read_ahead:
+                diagnosis.state.read_ahead = carried.read_ahead
+            interval = {name: r.full(ts, stamps, i) for name, r in rows.items()}
+            interval.update((name, by_ts.get(ts, [])) for name, by_ts in ended.items())
+        yield interval_input(ts, ts - prev if prev else interval_ns, interval, known, owner)
         prev = ts
+
+
+def _stamps(df: pd.DataFrame) -> set[int]:
+    return set(np.unique(df["ts"].array.asi8).tolist()) if len(df) else set()
+
+
+class _Rows:
+    """A table's rows by interval end (ns) as plain dicts, turned into dicts a block of
+    intervals at a time as the replay comes to them (a day has millions of rows)."""
+
+    BLOCK = 4096  # intervals
+
+    def __init__(self, df: pd.DataFrame) -> None:
+        ts = df["ts"].array.asi8 if len(df) else np.empty(0, dtype=np.int64)
+        if len(ts) and np.any(ts[1:] < ts[:-1]):
+            order = np.argsort(ts, kind="stable")  # an interval's rows keep their order
+            df, ts = df.take(order), ts[order]
+        self.df, self.ts = df, ts
+        self.stamps = set(np.unique(ts).tolist())
+        self._block: dict[int, list[dict]] = {}
+        self._until_ns: int | None = None  # the last interval end of the block held
+
+    def full(self, ts: int, stamps: list[int], i: int) -> list[dict]:
+        """The rows of the interval ending at `ts`, `stamps[i]`; asked in time order."""
+        if self._until_ns is None or ts > self._until_ns:
+            self._until_ns = stamps[min(i + self.BLOCK, len(stamps)) - 1]
+            lo = np.searchsorted(self.ts, ts, side="left")
+            hi = np.searchsorted(self.ts, self._until_ns, side="right")
+            self._block = _records(self.df.iloc[lo:hi])
+        return self._block.get(ts, [])
+
+    def until(self, until_ns: int) -> pd.DataFrame:
+        """The rows of the intervals that end by `until_ns`."""
+        return self.df.iloc[:np.searchsorted(self.ts, until_ns, side="right")]
+
+
+@dataclass
+class _Carried:
+    """The rows of the intervals up to `until_ns` that the diagnosis's state carries over
+    (split.SplitState), each older interval's others leaving only evidence that its window
+    drops before the end:
+
+    - `threads`: every row (the loops' time, the workers seen, who woke the loop);
+    - `files`: the loop processes' and their children's writes and fsyncs of files (the bytes
+      written per file, checkpoints), and a row per loop process and interval for its own
+      reads, their time summed (what the split reads of them); every row of an interval with
+      a process whose main has not yet read its data set (its start-up's end);
+    - `latency`: socket reads (the loop's and workers' waits on the network);
+    - the read-ahead left per (pid, path) after them, computed here over every read row
+      (`_read_ahead`), which replaces the replay's own once its window is reached.
+    """
+
+    until_ns: int
+    files: dict[int, list[dict]]
+    latency: dict[int, list[dict]]
+    pids: dict[int, list[int]]  # interval end -> the pids of its `files` rows
+    read_ahead: dict[tuple[int, str], int]
+
+    @classmethod
+    def of(cls, rows: dict[str, _Rows], until_ns: int, page_size: int) -> _Carried | None:
+        """None when the read-ahead kept would reach its bound (MAX_READ_AHEAD files): then
+        which files it kept depends on the order they came in, which only the full replay
+        gives."""
+        files = rows["files"].until(until_ns)
+        op = files["op"]
+        read = (op == "read").to_numpy()
+        read_ahead = _read_ahead(files[["pid", "path", "pages_missed", "bytes"]][read], page_size)
+        if read_ahead is None:
+            return None
+        loop = read & files["role"].isin(LOOP_ROLES).to_numpy()
+        own = (files[["ts", "pid", "role", "latency_sum_ns"]][loop].astype({"role": object})
+               .groupby(["ts", "pid", "role"], sort=False)["latency_sum_ns"].sum().reset_index())
+        # the writes the split counts (`_file_times`), not a DataLoader worker's (many a second)
+        written = files[(op.isin(("write", "fsync")) & files["role"].isin((*LOOP_ROLES, CHILD))
+                         & (files["path_source"] != "folder")).to_numpy()]
+        # a row that stands for the process's reads: their time, no bytes, no operations
+        own = own.assign(comm="", path="", path_source="", fs_type="", device="", inode=0,
+                         op="read", file_count=None, ops=0, bytes=0, latency_max_ns=0,
+                         pages_missed=0, pages_dirtied=0, cache_hit_pct=None,
+                         reread_bytes=None, reread_pages_missed=None)[list(files.columns)]
+        by_ts = _records(written)
+        for ts, recs in _records(own).items():
+            by_ts.setdefault(ts, []).extend(recs)
+        latency = rows["latency"].until(until_ns)
+        sockets = latency[((latency["layer"] == "syscall") & (latency["op"] == "read")
+                           & (latency["target"] == "socket")).to_numpy()]
+        pids: dict[int, list[int]] = {}
+        stamp = rows["files"].ts[:len(files)]
+        pid = files["pid"].to_numpy()
+        new = ~pd.DataFrame({"ts": stamp, "pid": pid}).duplicated().to_numpy()
+        for ts, p in zip(stamp[new].tolist(), pid[new].tolist(), strict=True):
+            pids.setdefault(ts, []).append(p)
+        return cls(until_ns, by_ts, _records(sockets), pids, read_ahead)
+
+    def rows(self, ts: int, owner: dict[int, int], first_data_ns: dict[int, int],
+             rows: dict[str, _Rows], stamps: list[int], i: int) -> dict[str, list[dict]]:
+        """The rows of the interval ending at `ts` (`stamps[i]`) that the state needs."""
+        starting = any(owner.get(p, p) not in first_data_ns for p in self.pids.get(ts, ()))
+        return {"threads": rows["threads"].full(ts, stamps, i),
+                "files": rows["files"].full(ts, stamps, i) if starting else
+                self.files.get(ts, []),
+                "latency": self.latency.get(ts, [])}
+
+
+def _read_ahead(reads: pd.DataFrame, page_size: int) -> dict[tuple[int, str], int] | None:
+    """The read-ahead bytes left unused per (pid, path) after the read rows `reads`, in their
+    order, as `split._missed` leaves them: for each row, what was left plus its missed pages,
+    less its bytes, never below 0 (a row without bytes keeps its pages for the next). That is
+    each file's sum of (pages missed - bytes) less the lowest of its running sums, if below 0.
+    None when more files than MAX_READ_AHEAD were read."""
+    if reads.empty:
+        return {}
+    pid_codes, _ = pd.factorize(reads["pid"].to_numpy())
+    path_codes, paths = pd.factorize(reads["path"], use_na_sentinel=False)
+    codes, _ = pd.factorize(pid_codes.astype(np.int64) * (len(paths) + 1) + path_codes)
+    if codes.max() + 1 >= MAX_READ_AHEAD:
+        return None
+    step = (reads["pages_missed"].to_numpy(np.int64) * page_size
+            - reads["bytes"].to_numpy(np.int64))
+    running = pd.Series(step).groupby(codes).cumsum()
+    by_file = running.groupby(codes)
+    left = by_file.last() - np.minimum(by_file.min(), 0)
+    kept = left.to_numpy() > 0
+    at = pd.Series(np.arange(len(codes))).groupby(codes).first()[left.index].to_numpy()[kept]
+    pid = reads["pid"].to_numpy()[at].tolist()
+    path = reads["path"].iloc[at].astype(object).tolist()
+    return {(p, None if pd.isna(f) else f): n
+            for p, f, n in zip(pid, path, left.to_numpy()[kept].tolist(), strict=True)}
 
 
 def _by_interval(rows: list[dict], stamps: list[int], key: str) -> dict[int, list[dict]]:

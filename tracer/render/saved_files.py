@@ -15,9 +15,15 @@ from tracer.core.redact import Redactor
 
 def grouped(df: pd.DataFrame, keys: list[str], **agg: tuple[str, str]) -> pd.DataFrame:
     """`agg` (pandas' named aggregations) per distinct `keys`, nulls a key of their own, in one
-    pass over the rows: a day of trace has millions of them."""
-    return (df.astype({k: object for k in keys if isinstance(df[k].dtype, pd.CategoricalDtype)})
-            .groupby(keys, dropna=False, sort=False).agg(**agg).reset_index())
+    pass over the rows: a day of trace has millions of them. The groups are in the order they
+    first appear; a dictionary column's values come back as str, its nulls as NaN. Grouped by
+    the dictionary's codes (null: -1): hashing each row's strings was most of the time."""
+    cats = {k: df[k].cat for k in keys if isinstance(df[k].dtype, pd.CategoricalDtype)}
+    out = (df.assign(**{k: c.codes for k, c in cats.items()})
+           .groupby(keys, dropna=False, sort=False).agg(**agg).reset_index())
+    for k, c in cats.items():
+        out[k] = pd.Categorical.from_codes(out[k], c.categories).astype(object)
+    return out
 
 
 @dataclass(frozen=True)
@@ -50,9 +56,11 @@ def file_totals_from_files(files: pd.DataFrame) -> tuple[dict, SavedPaths]:
     if files.empty:
         return totals, table
     file_key = ["device", "inode", "path"]
-    names = files.astype({c: object for c in (*file_key, "path_source", "fs_type")
-                          if isinstance(files[c].dtype, pd.CategoricalDtype)})
-    for r in names.drop_duplicates(file_key, keep="last").itertuples(index=False):
+    # (deduplicated on the dictionaries' codes, the same rows as on their strings, then named)
+    names = files.drop_duplicates(file_key, keep="last")
+    names = names.astype({c: object for c in (*file_key, "path_source", "fs_type")
+                          if isinstance(names[c].dtype, pd.CategoricalDtype)})
+    for r in names.itertuples(index=False):
         table.by_id[(str(r.device), int(r.inode), str(r.path))] = SavedFile(
             str(r.path), str(r.path_source), str(r.fs_type), str(r.device))
     # The slowest operation is known for the rows that say it (latency_max_ns > 0), and a
