@@ -86,5 +86,8 @@ def test_the_line_where_the_loop_works_on_the_host(fake_cuda, how, tmp_path):  #
     trace("host", lib, how, out)
     work = samples(out, "host")
     assert len(work) >= 1, pd.read_parquet(out / "stacks")
-    assert set(work.function) == {"host_work"} and set(work.line) <= set(WORK), work
+    # mostly in the Python work, now and then between two steps (the loop's own lines)
+    in_work = work[work.function == "host_work"]
+    assert len(in_work) > len(work) / 2 and set(in_work.line) <= set(WORK), work
+    assert set(work.function) <= {"host_work", "main"}, work
     assert samples(out, "gpu_wait").empty
