@@ -85,7 +85,7 @@ def day_of(out: Path, into: Path) -> int:
         if not folder.is_dir() or folder.name.startswith(".") or folder.name == "processes":
             continue
         parts = sorted(folder.glob("part-*.parquet"))
-        merged = [p for p in parts if covered_segments(pq.read_table(p))]
+        merged = [p for p in parts if covered_segments(pq.read_schema(p))]
         if not merged:
             continue
         table = pq.read_table(merged[0])

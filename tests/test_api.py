@@ -28,7 +28,7 @@ from tracer.api import Trace, TraceError, load
 from tracer.core.histogram import percentile_ns
 from tracer.render.first_screen import device_lines
 from tracer.render.html import render_html, summary_json, write_html
-from tracer.render.saved_files import file_totals_from_files
+from tracer.render.saved_files import file_totals_from_files, file_totals_from_segments
 from tracer.render.summary import max_seen
 from tracer.report import totals_from_latency
 from tracer.sinks.parquet import TraceWriter
@@ -268,6 +268,21 @@ def test_percentiles_match_the_terminal_summary(hand: Path) -> None:
         for q, got in ((50, r.p50_ns), (90, r.p90_ns), (99, r.p99_ns)):
             assert got == pytest.approx(percentile_ns([int(c) for c in counts], q, top),
                                         rel=1e-12)
+
+
+def test_file_totals_a_segment_at_a_time_are_the_whole_tables(hand: Path) -> None:
+    """The live run's end adds the files up a segment at a time: the same totals, in the same
+    order, and the same names as the whole table gives (here a row a segment)."""
+    files = load(hand).files
+    assert len(files) > 2
+    whole, names = file_totals_from_files(files)
+    parts, parts_names = file_totals_from_segments(files.iloc[[i]] for i in range(len(files)))
+    assert list(parts) == list(whole)
+    for key, t in whole.items():
+        got = parts[key]
+        assert (got.by_op, got.latency_sum_ns, got.pages_missed, got.pages_dirtied) == (
+            t.by_op, t.latency_sum_ns, t.pages_missed, t.pages_dirtied)
+    assert parts_names.by_id == names.by_id
 
 
 def test_percentiles_error_is_within_a_factor_of_two(tmp_path: Path) -> None:

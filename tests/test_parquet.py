@@ -357,6 +357,9 @@ def test_segments_merged_every_merge_segments(tmp_path: Path, monkeypatch) -> No
     assert _parts(tmp_path / "latency") == ["part-00003.parquet", "part-00007.parquet",
                                             "part-00008.parquet", "part-00009.parquet"]
     assert load(tmp_path).latency["count"].tolist() == list(range(10))
+    # a segment at a time, the same rows in the same order
+    segs = list(load(tmp_path).segments("latency"))
+    assert [s["count"].tolist() for s in segs] == [[0, 1, 2, 3], [4, 5, 6, 7], [8], [9]]
     back = pd.read_parquet(tmp_path / "latency")
     assert back["count"].tolist() == list(range(10))
     assert back["comm"].astype(str).tolist() == [f"c{i}" for i in range(10)]
@@ -380,6 +383,7 @@ def test_parts_of_a_merged_segment_left_behind_are_read_once(tmp_path: Path,
         (tmp_path / "latency" / name).write_bytes(data)
     assert len(_parts(tmp_path / "latency")) == 3
     assert load(tmp_path).latency["count"].tolist() == [0, 1, 2]
+    assert [s["count"].tolist() for s in load(tmp_path).segments("latency")] == [[0, 1, 2]]
 
 
 def test_maybe_roll_flushes_every_roll_s(tmp_path: Path) -> None:

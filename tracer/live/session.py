@@ -516,20 +516,25 @@ def _summary_parts(session: Session, events_lost: int
                    ) -> tuple[TraceLines, Mapping, FileLookup]:
     """The first screen's header, loop split and disks, and the files' totals, from the
     trace `session` just closed, as `iotrace report` reads them; from memory, without the
-    disks, when it was not written whole (a full disk)."""
+    disks, when it was not written whole (a full disk) or cannot be read back."""
     from tracer.render.first_screen import TraceLines, trace_lines
-    from tracer.render.saved_files import file_totals_from_files
+    from tracer.render.saved_files import file_totals_from_segments
 
     assert session.step is not None
     diagnosis, processes = session.step.diagnosis, session.processes
     since = {pid: ns for pid in processes.by_pid
              if (ns := diagnosis.training_since(pid)) is not None}
     if session.write_error is None:
-        from tracer.tracedir.reader import load
+        from tracer.tracedir.reader import TraceError, load
 
         name = str(session.opts.output)
-        trace = load(name)
-        return (trace_lines(trace, name, since), *file_totals_from_files(trace.files))
+        try:
+            trace = load(name)
+            # a segment at a time: a day's `files` whole would be gigabytes in this process
+            return (trace_lines(trace, name, since),
+                    *file_totals_from_segments(trace.segments("files")))
+        except TraceError:
+            pass
     n = len(processes.by_pid)
     header = (f"Traced {n} process{'es' if n != 1 else ''} "
               f"({session.stop_reason or 'stopped'}); {events_lost} events lost.")

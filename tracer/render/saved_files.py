@@ -5,6 +5,7 @@ not by the inode generation the live run's totals know)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import pandas as pd
@@ -48,13 +49,27 @@ class SavedPaths:
 
 
 def file_totals_from_files(files: pd.DataFrame) -> tuple[dict, SavedPaths]:
+    """The summary's totals per (process, file) of `files` rows, and the files' names."""
+    return file_totals_from_segments([files])
+
+
+def file_totals_from_segments(segments: Iterable[pd.DataFrame]) -> tuple[dict, SavedPaths]:
+    """The same, added up a segment at a time (`TraceReader.segments`): sums, maxima and the
+    last name of a file are what the whole table gives, with one segment's rows held at a
+    time (the live run's end, after a day of tracing)."""
+    totals: dict[tuple, FileTotals] = {}
+    table = SavedPaths()
+    for files in segments:
+        _add(files, totals, table)
+    return totals, table
+
+
+def _add(files: pd.DataFrame, totals: dict[tuple, FileTotals], table: SavedPaths) -> None:
     # The table has no inode generation: a reused inode number's files differ by their paths
     # (each is the one the kernel sent for that generation), so the path takes its place in
     # the key.
-    totals: dict[tuple, FileTotals] = {}
-    table = SavedPaths()
     if files.empty:
-        return totals, table
+        return
     file_key = ["device", "inode", "path"]
     # (deduplicated on the dictionaries' codes, the same rows as on their strings, then named)
     names = files.drop_duplicates(file_key, keep="last")
@@ -78,4 +93,3 @@ def file_totals_from_files(files: pd.DataFrame) -> tuple[dict, SavedPaths]:
         t.add(str(r.op), int(r.known_ops), int(r.bytes), int(r.latency_sum_ns),
               int(r.pages_missed), int(r.pages_dirtied), int(r.known_max_ns))
         t.add(str(r.op), int(r.unknown_ops), 0, 0, 0, 0, 0)
-    return totals, table

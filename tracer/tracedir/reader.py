@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -116,7 +116,7 @@ class TraceReader:
                 continue
             read.append((segment_number(seg.name),
                          conform(data, name) if name in TABLES else data))
-            covered.update(covered_segments(data))
+            covered.update(covered_segments(data.schema))
         # a merged segment's parts still on disk (its writer was killed before deleting them)
         tables = [data for n, data in read if n not in covered]
         if bad:
@@ -129,6 +129,27 @@ class TraceReader:
                 raise TraceError(msg.replace("; the rest is loaded", ": nothing left to load"))
             warnings.warn(msg, stacklevel=3)
         return pa.concat_tables(tables, promote_options="permissive").to_pandas()
+
+    def segments(self, name: str) -> Iterator[pd.DataFrame]:
+        """Table `name` a segment at a time, in the order `trace[name]` has its rows, for a sum
+        over a table too large to hold whole (a day of `files`). A trace closed by its writer:
+        a segment that cannot be read raises TraceError (`trace[name]` skips it)."""
+        import pyarrow.parquet as pq
+
+        from tracer.tracedir.segments import conform, covered_segments, segment_number
+
+        segs = sorted((self.directory / name).glob(_SEGMENT_GLOB))
+        try:
+            # a merged segment's parts still on disk (its writer was killed before deleting
+            # them): known from the merged one's metadata, read before any rows
+            covered = {n for seg in segs for n in covered_segments(pq.read_schema(seg))}
+            for seg in segs:
+                if segment_number(seg.name) not in covered:
+                    data = pq.ParquetFile(seg).read()
+                    yield (conform(data, name) if name in TABLES else data).to_pandas()
+        except (pa.ArrowException, OSError) as e:
+            raise TraceError(f"table {name!r} of {str(self.directory)!r}: cannot read a "
+                             f"segment ({' '.join(str(e).split())[:120]})") from e
 
     def __getattr__(self, name: str) -> pd.DataFrame:
         """``trace.latency`` is ``trace["latency"]``."""

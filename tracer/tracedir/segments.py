@@ -24,9 +24,10 @@ and last segments it holds ("12-71"). It has the last one's name; the others are
 it is in place, and a reader skips any of them still there (a tracer killed in between)."""
 
 
-def covered_segments(data: pa.Table) -> range:
-    """The numbers of the other segments a merged segment holds (empty: it is not merged)."""
-    covers = (data.schema.metadata or {}).get(COVERS_KEY)
+def covered_segments(schema: pa.Schema) -> range:
+    """The numbers of the other segments a merged segment holds (empty: it is not merged), from
+    its schema's metadata."""
+    covers = (schema.metadata or {}).get(COVERS_KEY)
     if not covers:
         return range(0)
     first, last = (int(n) for n in covers.decode().split("-"))
