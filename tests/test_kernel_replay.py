@@ -139,7 +139,8 @@ def test_a_torchrun_job_replays_to_its_findings(tmp_path):
             str(ROOT / "tracer" / "workloads" / "ddp_train.py"), "--data", str(data),
             "--epochs", "1"]
     out = tmp_path / "trace"
-    r = subprocess.run([*IOTRACE, "-o", str(out), "--", *argv], cwd=ROOT,
+    # quarter-second intervals: the job lasts seconds, and the replay needs six or more
+    r = subprocess.run([*IOTRACE, "-i", "0.25", "-o", str(out), "--", *argv], cwd=ROOT,
                        env={**os.environ, "PYTHONPATH": str(ROOT)},
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
