@@ -314,7 +314,8 @@ enum iot_waker { /* who ended a sleep */
 struct thread_time {
 	__u32 tgid;
 	__u8 state; /* enum iot_thread_state */
-	__u8 pad[3];
+	__u8 fault_sleep; /* the open D sleep is inside a page fault from user space */
+	__u8 pad[2];
 	__u64 since_ns;
 	__u64 oncpu_ns;
 	__u64 runnable_ns;
@@ -329,6 +330,14 @@ struct thread_time {
 	__u64 reclaim_ns;
 	__u64 reclaim_blocked_ns; /* of reclaim_ns, blocked (D): waiting for writeback, I/O */
 	__u64 reclaims;
+	/* Page faults from user space (memory.bpf.c): the user registers of the thread's last
+	 * one, by which sched.bpf.c knows a D sleep to be inside it, and the time slept in D
+	 * inside faults (a page read back from a file or swap, a page lock) outside reclaim, part
+	 * of iowait_ns, in that many sleeps. */
+	__u64 fault_ip;
+	__u64 fault_sp;
+	__u64 fault_wait_ns;
+	__u64 fault_sleeps;
 	char comm[IOT_COMM_LEN];
 };
 

@@ -15,10 +15,23 @@
  * scheduler's path pays nothing for it. kswapd's reclaim runs in its own thread and is
  * not the job's time. The programs run only when a thread reclaims, a slow path: their cost
  * is nothing while memory is plentiful.
+ *
+ * And the wait of page faults: no tracepoint ends a fault, but one starts it
+ * (exceptions:page_fault_user, x86), and a thread that entered the kernel by a fault is in it
+ * until it returns to user space. The program keeps the user registers the fault saved (ip
+ * and sp); when the thread then sleeps in D, sched.bpf.c compares them with those its kernel
+ * stack holds now (bpf_task_pt_regs: the last entry from user space). Equal, the sleep is in
+ * that fault: a syscall since would have saved its own, at another ip (a fault cannot be on
+ * a syscall instruction's next byte, where a syscall saves its ip). That sleep's time is the
+ * thread's fault_wait_ns: pages read back from a file or from swap, a page lock, mmap_lock;
+ * not a sleep in a reclaim the fault started, which is reclaim time.
+ * The fault program runs for every fault of the host from user space, and returns after
+ * is_tracked for those of untraced processes.
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
 #include "maps.bpf.h"
 #include "tracked.bpf.h"
 
@@ -85,3 +98,34 @@ int BPF_PROG(memcg_reclaim_end_btf) { return reclaim_end(); }
 
 SEC("raw_tp/mm_vmscan_memcg_reclaim_end")
 int BPF_PROG(memcg_reclaim_end_raw) { return reclaim_end(); }
+
+/* The thread's last fault from user space: where, for sched.bpf.c's D sleeps. */
+static __always_inline int fault_user(struct pt_regs *regs)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 tid = (__u32)id;
+	struct thread_time *t;
+
+	if (!is_tracked(id >> 32))
+		return 0;
+	t = bpf_map_lookup_elem(&threads, &tid);
+	if (t) {
+		t->fault_ip = PT_REGS_IP_CORE(regs);
+		t->fault_sp = PT_REGS_SP_CORE(regs);
+	}
+	return 0;
+}
+
+SEC("tp_btf/page_fault_user")
+int BPF_PROG(page_fault_user_btf, unsigned long address, struct pt_regs *regs,
+	     unsigned long error_code)
+{
+	return fault_user(regs);
+}
+
+SEC("raw_tp/page_fault_user")
+int BPF_PROG(page_fault_user_raw, unsigned long address, struct pt_regs *regs,
+	     unsigned long error_code)
+{
+	return fault_user(regs);
+}

@@ -42,9 +42,31 @@ static __always_inline void add_state_time(struct thread_time *t, __u64 d)
 	case IOT_THREAD_ONCPU: t->oncpu_ns += d; break;
 	case IOT_THREAD_RUNNABLE: t->runnable_ns += d; break;
 	case IOT_THREAD_SLEEP: t->sleep_ns += d; break;
-	case IOT_THREAD_IOWAIT: t->iowait_ns += d; break;
+	case IOT_THREAD_IOWAIT:
+		t->iowait_ns += d;
+		if (t->fault_sleep) {
+			t->fault_wait_ns += d;
+			t->fault_sleeps++;
+			t->fault_sleep = 0;
+		}
+		break;
 	default: break;
 	}
+}
+
+/* Whether the thread switched from now, going to sleep in D, sleeps inside its last page fault
+ * from user space (memory.bpf.c says how): the registers its last entry from user space saved
+ * are those of that fault. A sleep in a reclaim the fault started is the reclaim's
+ * (reclaim_blocked_ns), so the two times never overlap. sched_switch runs in the context of
+ * the task switched from. */
+static __always_inline bool sleeps_in_fault(struct thread_time *t)
+{
+	struct pt_regs *regs;
+
+	if (!t->fault_ip || t->reclaim_since_ns)
+		return false;
+	regs = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
+	return PT_REGS_IP_CORE(regs) == t->fault_ip && PT_REGS_SP_CORE(regs) == t->fault_sp;
 }
 
 /*
@@ -158,6 +180,8 @@ static __always_inline int handle_switch(bool btf, bool preempt, struct task_str
 			add_state_time(t, now - t->since_ns);
 			t->state = new_state;
 			t->since_ns = now;
+			if (new_state == IOT_THREAD_IOWAIT)
+				t->fault_sleep = sleeps_in_fault(t);
 		}
 	}
 	if (next_tracked) {

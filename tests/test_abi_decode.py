@@ -17,7 +17,8 @@ def test_small_values():
 
 def test_first_fields_name_the_process():
     assert abi.hist_key_tgid(abi.HIST_KEY.pack(41, 2, 1, 0, 1, 0)) == 41
-    raw = abi.THREAD_TIME.pack(42, 1, 5, 1, 2, 3, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, b"python")
+    raw = abi.THREAD_TIME.pack(42, 1, 0, 5, 1, 2, 3, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                               b"python")
     assert abi.thread_time_tgid(raw) == 42
 
 
@@ -25,10 +26,23 @@ def test_a_reclaim_in_progress_is_counted_up_to_the_read():
     """A thread in reclaim since 100 ns (its iowait then 20 ns), blocked (D) since 150: by 200,
     100 ns more of reclaim (5 before) and 50 more of it blocked (30 before)."""
     iowait = 3
-    raw = abi.THREAD_TIME.pack(42, iowait, 150, 1, 2, 3, 20, 0, 0, 0, 0, 100, 20, 5, 30, 1,
-                               b"pt_data_worker")
+    raw = abi.THREAD_TIME.pack(42, iowait, 0, 150, 1, 2, 3, 20, 0, 0, 0, 0, 100, 20, 5, 30, 1,
+                               0, 0, 0, 0, b"pt_data_worker")
     t = abi.decode_thread_time(43, raw, 200)
     assert (t.iowait_ns, t.reclaim_ns, t.reclaim_blocked_ns, t.reclaims) == (70, 105, 80, 1)
+    assert (t.fault_wait_ns, t.fault_sleeps) == (0, 0)
+
+
+def test_a_sleep_in_a_fault_in_progress_is_counted_up_to_the_read():
+    """A thread blocked (D) since 150 inside a page fault, 7 ns of earlier fault sleeps: by 200,
+    50 more of both its iowait and its fault wait; its sleep is counted when it ends."""
+    iowait = 3
+    raw = abi.THREAD_TIME.pack(42, iowait, 1, 150, 1, 2, 3, 20, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                               0x401000, 0x7FFC0000, 7, 2, b"python")
+    t = abi.decode_thread_time(43, raw, 200)
+    assert (t.iowait_ns, t.fault_wait_ns, t.fault_sleeps) == (70, 57, 2)
+    not_in_fault = raw[:5] + b"\0" + raw[6:]
+    assert abi.decode_thread_time(43, not_in_fault, 200).fault_wait_ns == 7
 
 
 def test_a_syscall_in_flight():

@@ -384,8 +384,9 @@ def test_a_state_counted_a_little_long_is_not_counted_again():
     ms = 10**6
 
     def read(at_ms, state, since_ms, oncpu_ms, sleep_ms, woken_ms):
-        raw = abi.THREAD_TIME.pack(7, state, since_ms * ms, oncpu_ms * ms, 0, sleep_ms * ms, 0,
-                                   0, woken_ms * ms, 0, 0, 0, 0, 0, 0, 0, b"train")
+        raw = abi.THREAD_TIME.pack(7, state, 0, since_ms * ms, oncpu_ms * ms, 0, sleep_ms * ms,
+                                   0, 0, woken_ms * ms, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                                   b"train")
         rows = agg.interval(Reading({}, threads={7: raw}, monotonic_ns=at_ms * ms),
                             ts_ns=at_ms).threads
         return {k: rows[0][k] // ms for k in ("oncpu_ns", "sleep_ns", "woken_by_worker_ns")}

@@ -72,7 +72,8 @@ TRACKED_INFO = struct.Struct(layout.struct_format("tracked_info"))
 # struct track_request (proc.bpf.c's `track` program): tgid, root, flags
 TRACK_REQUEST = struct.Struct(layout.struct_format("track_request"))
 # struct thread_time: tgid, state, since_ns, oncpu, runnable, sleep, iowait, woken_ns[4],
-# reclaim_since_ns, reclaim_iowait_at, reclaim_ns, reclaim_blocked_ns, reclaims, comm
+# reclaim_since_ns, reclaim_iowait_at, reclaim_ns, reclaim_blocked_ns, reclaims, fault_ip,
+# fault_sp, fault_wait_ns, fault_sleeps, comm
 THREAD_TIME = struct.Struct(layout.struct_format("thread_time"))
 # struct file_key: tgid, dev, ino, gen, op, buf
 FILE_KEY = struct.Struct(layout.struct_format("file_key"))
@@ -219,25 +220,31 @@ class ThreadTime:
     reclaim_ns: int = 0  # in memory reclaim (memory.bpf.c), part of the four above
     reclaim_blocked_ns: int = 0  # ... of it, blocked (D)
     reclaims: int = 0
+    fault_wait_ns: int = 0  # in D inside page faults from user space, part of iowait_ns
+    fault_sleeps: int = 0  # ... in that many sleeps
 
     def as_tuple(self) -> tuple[int, ...]:
         return (self.oncpu_ns, self.runnable_ns, self.sleep_ns, self.iowait_ns, *self.woken_ns,
-                self.reclaim_ns, self.reclaim_blocked_ns, self.reclaims)
+                self.reclaim_ns, self.reclaim_blocked_ns, self.reclaims, self.fault_wait_ns,
+                self.fault_sleeps)
 
 
 def decode_thread_time(tid: int, raw: bytes, now_ns: int) -> ThreadTime:
     """The kernel adds a state's time when the state ends; the open one is added here, so that
-    deltas between two reads are exact (a reclaim in progress likewise)."""
-    (tgid, state, since, oncpu, runnable, sleep, iowait, w0, w1, w2, w3, reclaim_since,
-     reclaim_iowait_at, reclaim, blocked, reclaims, comm) = THREAD_TIME.unpack_from(raw)
+    deltas between two reads are exact (a reclaim or a sleep in a fault in progress likewise)."""
+    (tgid, state, fault_sleep, since, oncpu, runnable, sleep, iowait, w0, w1, w2, w3,
+     reclaim_since, reclaim_iowait_at, reclaim, blocked, reclaims, _ip, _sp, fault_wait,
+     fault_sleeps, comm) = THREAD_TIME.unpack_from(raw)
     times = [oncpu, runnable, sleep, iowait]
     if THREAD_STATES.get(state, "dead") != "dead" and now_ns > since:
         times[state] += now_ns - since
+        if state == THREAD_IOWAIT and fault_sleep:
+            fault_wait += now_ns - since
     if reclaim_since and now_ns > reclaim_since:
         reclaim += now_ns - reclaim_since
         blocked += max(0, times[THREAD_IOWAIT] - reclaim_iowait_at)
     return ThreadTime(tgid, tid, _cstr(comm), *times, (w0, w1, w2, w3), reclaim, blocked,
-                      reclaims)
+                      reclaims, fault_wait, fault_sleeps)
 
 
 class FileKey(NamedTuple):  # (a tuple: made for every per-file row, a third of a dataclass's cost)

@@ -189,10 +189,11 @@ STRUCTS = {
         ('last_sent', 40, 16, 'struct file_id'),
         ('dir_ino', 56, 8, 'u64'),
     )),
-    'thread_time': (136, (
+    'thread_time': (168, (
         ('tgid', 0, 4, 'u32'),
         ('state', 4, 1, 'u8'),
-        ('pad', 5, 3, 'u8[3]'),
+        ('fault_sleep', 5, 1, 'u8'),
+        ('pad', 6, 2, 'u8[2]'),
         ('since_ns', 8, 8, 'u64'),
         ('oncpu_ns', 16, 8, 'u64'),
         ('runnable_ns', 24, 8, 'u64'),
@@ -204,7 +205,11 @@ STRUCTS = {
         ('reclaim_ns', 96, 8, 'u64'),
         ('reclaim_blocked_ns', 104, 8, 'u64'),
         ('reclaims', 112, 8, 'u64'),
-        ('comm', 120, 16, 'char[16]'),
+        ('fault_ip', 120, 8, 'u64'),
+        ('fault_sp', 128, 8, 'u64'),
+        ('fault_wait_ns', 136, 8, 'u64'),
+        ('fault_sleeps', 144, 8, 'u64'),
+        ('comm', 152, 16, 'char[16]'),
     )),
     'track_request': (12, (
         ('tgid', 0, 4, 'u32'),

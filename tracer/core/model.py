@@ -113,6 +113,8 @@ class ThreadRow(TypedDict):
     reclaim_ns: int | None
     reclaim_blocked_ns: int | None
     reclaims: int | None
+    fault_wait_ns: int | None
+    fault_sleeps: int | None
     syscall_op: str | None
     syscall_path: str | None
     syscall_since: int | None

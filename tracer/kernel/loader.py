@@ -55,6 +55,9 @@ RAW_TP_FIRST = frozenset({"block_io_start", "block_rq_insert", "block_rq_issue",
                           "block_rq_requeue", "block_rq_complete", "block_rq_merge",
                           "block_io_done",
                           "mm_filemap_add_to_page_cache", "sys_enter", "sys_exit"})
+# Tracepoints some kernels lack: without them their programs are left out, and what they count
+# is null (`features` says "missing").
+NOT_EVERYWHERE = frozenset({"block_io_start", "block_io_done", "page_fault_user"})
 # Test and debugging knob: comma-separated fallbacks to force on a kernel that has the better
 # path, so the fallbacks are exercised too: "raw_tp" (no tp_btf), "no_block_io_start"; and
 # the syscall hooking to use whatever the mode: "raw_syscalls", "classic_syscalls",
@@ -256,8 +259,9 @@ class Loader:
             btf = (_libbpf.has_btf_tracepoint(tp) and "raw_tp" not in force
                    and tp not in RAW_TP_FIRST)
             # Every tracepoint of the kernel has its btf_trace_* type in the kernel's BTF, which
-            # iotrace needs anyway; only block_io_start/done are recent (6.5).
-            exists = _libbpf.has_btf_tracepoint(tp) or not tp.startswith("block_io_")
+            # iotrace needs anyway; only block_io_start/done are recent (6.5), and
+            # page_fault_user is x86's alone.
+            exists = _libbpf.has_btf_tracepoint(tp) or tp not in NOT_EVERYWHERE
             if tp.startswith("block_io_") and "no_block_io_start" in force:  # both are 6.5+
                 exists = False
             if not exists:

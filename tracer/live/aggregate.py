@@ -126,6 +126,8 @@ class Aggregator:
         self.rereads = Rereads(self._size_of)
         self.spans = SpanClock()
         self.cuda = CudaDeltas()
+        # False where the kernel has no page_fault_user tracepoint: the fault columns are null
+        self.faults_seen = True
 
     def interval(self, reading: Reading, ts_ns: int, *, devices: list[DeviceRow] | None = None,
                  system: SystemRow | None = None, gpu: list[GpuRow] | None = None,
@@ -293,6 +295,8 @@ class Aggregator:
                 "woken_by_worker_ns": woken["worker"], "woken_by_pin_ns": woken["pin"],
                 "woken_by_own_ns": woken["own"], "woken_by_other_ns": woken["other"],
                 "reclaim_ns": delta[8], "reclaim_blocked_ns": delta[9], "reclaims": delta[10],
+                "fault_wait_ns": delta[11] if self.faults_seen else None,
+                "fault_sleeps": delta[12] if self.faults_seen else None,
                 **self._syscall_columns(in_flight.get(tid), t.pid, mono_ns, ts_ns),
                 **self._span_columns((spans or {}).get(tid), t.pid, mono_ns),
                 **self.cuda.columns((cuda or {}).get(tid)),

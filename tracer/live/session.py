@@ -244,6 +244,8 @@ class Session:
 
         self.cost.start_meter()
         aggregator = Aggregator(self.processes, self.files, CgroupNames())
+        aggregator.faults_seen = self.probes.loader.features.get("page_fault_user",
+                                                                 "missing") != "missing"
         # A command traced from its first instruction has a start-up (imports, set-up) that the
         # verdicts leave out; a job attached to is usually past it.
         diagnosis = Diagnosis(startup=bool(self.opts.command))

@@ -187,6 +187,12 @@ TABLES: dict[str, pa.Schema] = {
         _field("reclaim_ns", NS, nullable=True),
         _field("reclaim_blocked_ns", NS, nullable=True),
         _field("reclaims", pa.int64(), nullable=True),
+        # Blocked (D) inside page faults from user space (memory.bpf.c): a page read back from
+        # a mapped file or from swap, a page or mmap lock; not in a reclaim (reclaim_ns); part
+        # of iowait_ns, in that many sleeps. Null in traces from before them and on kernels
+        # without the page_fault_user tracepoint (x86 has it).
+        _field("fault_wait_ns", NS, nullable=True),
+        _field("fault_sleeps", pa.int64(), nullable=True),
         # The read/write/fsync of a regular file the thread was in when the interval ended
         # (main threads of `main` processes only), its file and when it started: a syscall
         # lasting seconds is charged in the intervals it spans (tracer.core.diagnosis.split).
