@@ -19,12 +19,15 @@ def loop():
     return thread(MAIN, MAIN, "main", oncpu=200 * MS, sleep=800 * MS, by_worker=800 * MS)
 
 
-def worker(reclaim_ms, reclaims=40, blocked_ms=0):
-    """A worker busy 900 ms a second: on CPU, or blocked (D) `blocked_ms` of it in reclaim."""
-    return {**thread(WORKER, WORKER, "dataloader_worker", oncpu=(900 - blocked_ms) * MS,
-                     iowait=blocked_ms * MS, sleep=100 * MS),
+def worker(reclaim_ms, reclaims=40, blocked_ms=0, fault_ms=0, fault_sleeps=0):
+    """A worker busy 900 ms a second: on CPU, or blocked (D) `blocked_ms` of it in reclaim and
+    `fault_ms` in page faults."""
+    return {**thread(WORKER, WORKER, "dataloader_worker",
+                     oncpu=(900 - blocked_ms - fault_ms) * MS,
+                     iowait=(blocked_ms + fault_ms) * MS, sleep=100 * MS),
             "reclaim_ns": reclaim_ms * MS, "reclaim_blocked_ns": blocked_ms * MS,
-            "reclaims": reclaims}
+            "reclaims": reclaims if reclaim_ms else 0, "fault_wait_ns": fault_ms * MS,
+            "fault_sleeps": fault_sleeps}
 
 
 def memory_row(usage_mib=255, limit_mib=256, hits=50, psi_some_ms=300):
@@ -36,10 +39,11 @@ def memory_row(usage_mib=255, limit_mib=256, hits=50, psi_some_ms=300):
             "psi_io_some_ns": 0, "psi_cpu_some_ns": 0}
 
 
-def window(reclaim_ms, n=5, mem=None, blocked_ms=0) -> Diagnosis:
+def window(reclaim_ms, n=5, mem=None, blocked_ms=0, fault_ms=0) -> Diagnosis:
     d = Diagnosis()
     for i in range(1, n + 1):
-        add_interval(d, i * S, S, [loop(), worker(reclaim_ms, blocked_ms=blocked_ms)], [],
+        add_interval(d, i * S, S, [loop(), worker(reclaim_ms, blocked_ms=blocked_ms,
+                                                   fault_ms=fault_ms, fault_sleeps=60)], [],
                      memory=[mem or memory_row()])
     return d
 
@@ -96,3 +100,35 @@ def test_a_replays_nulls_are_no_reclaim():
     for i in range(1, 6):
         add_interval(d, i * S, S, [loop(), old], [], memory=[memory_row()])
     assert judge(d) == []
+
+
+def test_faults_while_memory_is_short_count_with_reclaim():
+    """Workers 50 % of their busy time in reclaim and 25 % blocked in page faults, the cgroup at
+    its limit: the loop waits 80 %, of it 0.8 x 75 % = 60 % memory's."""
+    (f,) = judge(window(450, fault_ms=225))
+    assert (f.severity, f.evidence["workers_reclaim_pct"], f.evidence["workers_fault_pct"],
+            f.evidence["fault_wait_s"], f.evidence["fault_sleeps"]) == (60, 50.0, 25.0, 1.12, 300)
+    assert f.summary.startswith(
+        "The job reclaimed memory and waited in page faults for pages read back before it "
+        "could go on (the DataLoader workers 75 % of their busy time; 2.25 s in 200 reclaims, "
+        "1.12 s in 300 waits in page faults): its memory cgroup /jobs/train used 255.0 MiB")
+
+
+def test_faults_alone_at_the_limit():
+    """No reclaim, but the cgroup met its limit: pages evicted and read back (refaults) are
+    memory's. 0.8 x 600 / 900 ms = 53 %."""
+    (f,) = judge(window(0, fault_ms=600))
+    assert f.severity == 53
+    assert f.summary.startswith(
+        "The job waited in page faults for pages read back before it could go on (the "
+        "DataLoader workers 67 % of their busy time; 3 s in 300 waits in page faults): its "
+        "memory cgroup /jobs/train used")
+
+
+def test_faults_with_memory_to_spare_are_storage_s():
+    """The same faults in a roomy cgroup, no swap, no reclaim: a mapped file read from its
+    disk, which dataloader_io_bound names; no memory_pressure."""
+    roomy = memory_row(usage_mib=100, limit_mib=4096, hits=0, psi_some_ms=0)
+    got = window(0, mem=roomy, fault_ms=600).findings()
+    assert "memory_pressure" not in kinds(got)
+    assert kinds(got)[0] == "dataloader_io_bound", [(f.kind, f.severity) for f in got]

@@ -45,13 +45,18 @@ class CpuWaits:
 @dataclass
 class Reclaim:
     """A job's (a main's processes') time reclaiming memory in one interval (`threads` rows'
-    reclaim_ns): its loop's, its DataLoader workers', its other threads'."""
+    reclaim_ns), and blocked in page faults outside reclaim (fault_wait_ns): its loop's, its
+    DataLoader workers', its other threads'."""
 
     loop: tuple[int, int] = (0, 0)  # its loop thread's (time, time in reclaim), ns
     workers: tuple[int, int] = (0, 0)  # its workers' main threads' (busy time: not asleep, ...)
     workers_blocked_ns: int = 0  # ... of their reclaim, blocked (D): writeback, reads
     other_ns: int = 0  # its other threads' reclaim (pin-memory, savers, children)
     reclaims: int = 0  # reclaims that ended, all its threads
+    loop_fault_ns: int = 0  # its loop thread's time blocked in page faults
+    workers_fault_ns: int = 0  # ... its workers' main threads'
+    other_fault_ns: int = 0  # ... its other threads'
+    fault_sleeps: int = 0  # its threads' sleeps in page faults
 
 
 @dataclass
@@ -219,25 +224,29 @@ def _n(v: float | None) -> int:
 
 
 def reclaims(threads: Iterable[ThreadRow], owner: Mapping[int, int]) -> dict[int, Reclaim]:
-    """Per main that reclaimed, its job's time in memory reclaim in one interval (`threads`
-    rows): the loop's share of its time, the workers' of their busy time (a worker asleep
-    waiting for work is not held back), the rest added up."""
+    """Per main that reclaimed or waited in page faults, its job's time in memory reclaim and
+    in faults in one interval (`threads` rows): the loop's share of its time, the workers' of
+    their busy time (a worker asleep waiting for work is not held back), the rest added up."""
     out: dict[int, Reclaim] = {}
     for th in threads:
-        ns, main = _n(th.get("reclaim_ns")), owner.get(th["pid"], th["pid"])
-        if not ns and main not in out:
-            continue
-        r = out.setdefault(main, Reclaim())
+        ns, fault = _n(th.get("reclaim_ns")), _n(th.get("fault_wait_ns"))
+        r = out.setdefault(owner.get(th["pid"], th["pid"]), Reclaim())
         r.reclaims += _n(th.get("reclaims"))
+        r.fault_sleeps += _n(th.get("fault_sleeps"))
         if th["tid"] == th["pid"] and th["role"] == DATALOADER_WORKER:
             busy = th["oncpu_ns"] + th["runnable_ns"] + th["iowait_ns"]
             r.workers = (r.workers[0] + busy, r.workers[1] + ns)
             r.workers_blocked_ns += _n(th.get("reclaim_blocked_ns"))
-        elif th["tid"] == th["pid"] == main and th["role"] in LOOP_ROLES:
+            r.workers_fault_ns += fault
+        elif th["tid"] == th["pid"] == owner.get(th["pid"], th["pid"]) and (
+                th["role"] in LOOP_ROLES):
             r.loop = (th["oncpu_ns"] + th["runnable_ns"] + th["sleep_ns"] + th["iowait_ns"], ns)
+            r.loop_fault_ns = fault
         else:
             r.other_ns += ns
-    return out
+            r.other_fault_ns += fault
+    return {main: r for main, r in out.items()
+            if r.loop[1] or r.workers[1] or r.other_ns or r.reclaims or r.fault_sleeps}
 
 
 def code_samples(rows: Iterable[StackRow], owner: Mapping[int, int]) -> dict[int, list[CodeSample]]:

@@ -275,18 +275,24 @@ def cpu_contended(loop_pct: float | None, workers_pct: float | None, others_pct:
 
 
 def memory_pressure(loop_pct: float | None, workers_pct: float | None, ns: int, reclaims: int,
-                    mem: dict | None) -> str:
-    """The loop's share of its time and the workers' of their busy time in memory reclaim
-    (None: none of it), `ns` in all over `reclaims` reclaims; `mem`: the memory row's numbers
-    (the largest usage seen, its limit, the limit hits, PSI) or None."""
+                    fault_ns: int, fault_sleeps: int, mem: dict | None) -> str:
+    """The loop's share of its time and the workers' of their busy time in memory reclaim and
+    in page faults while memory was short (None: none of it); `ns` in reclaim over `reclaims`
+    reclaims, `fault_ns` in faults over `fault_sleeps` waits (0: not counted); `mem`: the memory
+    row's numbers (the largest usage seen, its limit, the limit hits, PSI) or None."""
     parts = []  # (a share that rounds to 0 % is left out of the sentence, not the evidence)
     if workers_pct is not None and workers_pct >= 0.5:
         parts.append(f"the DataLoader workers {workers_pct:.0f} % of their busy time")
     if loop_pct is not None and loop_pct >= 0.5:
         parts.append(f"the training loop {loop_pct:.0f} % of its time")
     who = " and ".join(parts) or "its other threads"
-    out = (f"The job reclaimed memory before it could go on ({who}; {format_ns(ns)} in "
-           f"{reclaims:,} reclaims)")
+    did = ["reclaimed memory"] if ns else []
+    times = [f"{format_ns(ns)} in {reclaims:,} reclaims"] if ns else []
+    if fault_ns:
+        did.append("waited in page faults for pages read back")
+        times.append(f"{format_ns(fault_ns)} in {fault_sleeps:,} waits in page faults")
+    out = (f"The job {' and '.join(did)} before it could go on ({who}; "
+           f"{', '.join(times)})")
     if not mem:
         return out + "."
     if mem.get("limit_bytes"):

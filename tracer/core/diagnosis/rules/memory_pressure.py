@@ -1,15 +1,18 @@
 """memory_pressure: the training loop or its DataLoader workers reclaimed memory themselves
-(direct reclaim: the host short of memory; memcg reclaim: the job's memory cgroup at its limit)
-long enough to hold the loop back: `threads` rows' reclaim_ns, with the `memory` row's cgroup,
-limit, usage and pressure (PSI) as the evidence.
+(direct reclaim: the host short of memory; memcg reclaim: the job's memory cgroup at its limit),
+or waited in page faults while memory was short (pages evicted and read back, swap-ins), long
+enough to hold the loop back: `threads` rows' reclaim_ns and fault_wait_ns, with the `memory`
+row's cgroup, limit, usage and pressure (PSI) as the evidence.
 
-Thresholds: memory_reclaim_share (the loop's share of its time in reclaim, or its share waiting
-for batches times the workers' share of their busy time in reclaim: the part of the loop's time
-reclaim explains; above), memory_reclaim_min_ns (the job's reclaim, at least). Severity that
-part. Reclaim is time the thread also spent on CPU or blocked, so the finding that the loop
-waits for its workers (dataloader_cpu_bound or _io_bound) stays, and this one says what part of
-the workers' time went to memory. Not seen: a major fault's wait (swap-in, a page read back),
-which no tracepoint bounds: the cgroup's major faults and PSI are given as evidence only."""
+Thresholds: memory_reclaim_share (the loop's share of its time in reclaim and such faults, or
+its share waiting for batches times the workers' share of their busy time in them: the part of
+the loop's time memory explains; above), memory_reclaim_min_ns (that time, the job's, at
+least). Severity that part. A fault's wait counts only while memory is short: the job
+reclaimed at least memory_reclaim_min_ns, or its cgroup met its limit, or swap was in use;
+otherwise it is a mapped file read (storage's, dataloader_io_bound's). Reclaim and faults are
+time the thread also spent on CPU or blocked, so the finding that the loop waits for its workers
+(dataloader_cpu_bound or _io_bound) stays, and this one says what part of the workers' time went
+to memory."""
 
 from __future__ import annotations
 
@@ -53,6 +56,7 @@ def _memory(rows: list[MemoryRow], span_ns: int) -> dict | None:
 def judge(ctx: Context) -> list[Finding]:
     t, pid, loop = ctx.thresholds, ctx.pid, ctx.loop
     lp, wk, other, n = [0, 0], [0, 0], 0, 0
+    faults = {"loop": 0, "workers": 0, "other": 0, "sleeps": 0}
     rows: list[MemoryRow] = []
     span = 0
     for iv in ctx.ivs:
@@ -65,19 +69,31 @@ def judge(ctx: Context) -> list[Finding]:
         for acc, ns in ((lp, r.loop), (wk, r.workers)):
             acc[0], acc[1] = acc[0] + ns[0], acc[1] + ns[1]
         other, n = other + r.other_ns, n + r.reclaims
+        for k, ns_ in (("loop", r.loop_fault_ns), ("workers", r.workers_fault_ns),
+                       ("other", r.other_fault_ns), ("sleeps", r.fault_sleeps)):
+            faults[k] += ns_
     total = lp[1] + wk[1] + other
-    if total < t.memory_reclaim_min_ns or loop.total <= 0:
+    mem = _memory(rows, span)
+    short = total >= t.memory_reclaim_min_ns or bool(
+        mem and (mem["limit_hits"] or mem["swap_bytes"]))
+    fault_ns = faults["loop"] + faults["workers"] + faults["other"] if short else 0
+    if total + fault_ns < t.memory_reclaim_min_ns or loop.total <= 0:
         return []
+    loop_stall = lp[1] + (faults["loop"] if fault_ns else 0)
+    workers_stall = wk[1] + (faults["workers"] if fault_ns else 0)
     waiting = sum(loop.share[s] for s in DATA_WAITS)
-    share = max(lp[1] / lp[0] if lp[0] else 0.0,
-                waiting * wk[1] / wk[0] if wk[0] else 0.0)
+    share = max(loop_stall / lp[0] if lp[0] else 0.0,
+                waiting * workers_stall / wk[0] if wk[0] else 0.0)
     if share <= t.memory_reclaim_share:
         return []
-    loop_pct, workers_pct = _pct(lp[1], lp[0]), _pct(wk[1], wk[0])
-    mem = _memory(rows, span)
     return [Finding(
         "memory_pressure", severity(share), pid,
-        words.memory_pressure(loop_pct, workers_pct, total, n, mem),
-        {"loop_reclaim_pct": loop_pct, "workers_reclaim_pct": workers_pct,
+        words.memory_pressure(_pct(loop_stall, lp[0]), _pct(workers_stall, wk[0]), total, n,
+                              fault_ns, faults["sleeps"], mem),
+        {"loop_reclaim_pct": _pct(lp[1], lp[0]), "workers_reclaim_pct": _pct(wk[1], wk[0]),
+         "loop_fault_pct": _pct(faults["loop"], lp[0]) if fault_ns else None,
+         "workers_fault_pct": _pct(faults["workers"], wk[0]) if fault_ns else None,
          "loop_data_wait_pct": round(100 * waiting, 1), "reclaim_s": round(total / 1e9, 2),
-         "other_reclaim_s": round(other / 1e9, 2), "reclaims": n, "memory": mem})]
+         "other_reclaim_s": round(other / 1e9, 2), "reclaims": n,
+         "fault_wait_s": round(fault_ns / 1e9, 2), "fault_sleeps": faults["sleeps"],
+         "memory": mem})]
