@@ -99,8 +99,10 @@ int BPF_PROG(memcg_reclaim_end_btf) { return reclaim_end(); }
 SEC("raw_tp/mm_vmscan_memcg_reclaim_end")
 int BPF_PROG(memcg_reclaim_end_raw) { return reclaim_end(); }
 
-/* The thread's last fault from user space: where, for sched.bpf.c's D sleeps. */
-static __always_inline int fault_user(struct pt_regs *regs)
+/* The thread's last fault from user space: where, for sched.bpf.c's D sleeps. `btf`: plain
+ * loads of the registers in the tp_btf program, CO-RE probe reads in the raw_tp one (a
+ * constant: each program keeps its own). */
+static __always_inline int fault_user(bool btf, struct pt_regs *regs)
 {
 	__u64 id = bpf_get_current_pid_tgid();
 	__u32 tid = (__u32)id;
@@ -109,7 +111,12 @@ static __always_inline int fault_user(struct pt_regs *regs)
 	if (!is_tracked(id >> 32))
 		return 0;
 	t = bpf_map_lookup_elem(&threads, &tid);
-	if (t) {
+	if (!t)
+		return 0;
+	if (btf) {
+		t->fault_ip = PT_REGS_IP(regs);
+		t->fault_sp = PT_REGS_SP(regs);
+	} else {
 		t->fault_ip = PT_REGS_IP_CORE(regs);
 		t->fault_sp = PT_REGS_SP_CORE(regs);
 	}
@@ -120,12 +127,12 @@ SEC("tp_btf/page_fault_user")
 int BPF_PROG(page_fault_user_btf, unsigned long address, struct pt_regs *regs,
 	     unsigned long error_code)
 {
-	return fault_user(regs);
+	return fault_user(true, regs);
 }
 
 SEC("raw_tp/page_fault_user")
 int BPF_PROG(page_fault_user_raw, unsigned long address, struct pt_regs *regs,
 	     unsigned long error_code)
 {
-	return fault_user(regs);
+	return fault_user(false, regs);
 }

@@ -6,10 +6,11 @@
 Run as root from anywhere (paths are relative to the repository). For each workload of
 scripts/bin/pread_loop (4 KiB page-cache preads over the first 1 MiB of a file; O_DIRECT
 4 KiB random reads over the whole file; getppid() calls, a syscall no tracer here traces,
-for what every other syscall on the host pays) it runs ROUNDS rounds; each round runs the
+for what every other syscall on the host pays; writes to fresh anonymous pages, a page fault
+each, for what a fault pays) it runs ROUNDS rounds; each round runs the
 loop once per mode, the order rotating from round to round:
 
-  untraced   scripts/bin/pread_loop FILE SECONDS [--direct | --other]
+  untraced   scripts/bin/pread_loop FILE SECONDS [--direct | --other | --faults]
   iotrace    iotrace -o TMPDIR -- scripts/bin/pread_loop FILE SECONDS [...]
              (its syscalls on the raw sys_enter/sys_exit pair, as for -- CMD and --pid)
   iotrace-classic  the same with IOTRACE_FORCE=classic_syscalls: the syscalls on their
@@ -90,7 +91,7 @@ BT_ROW = re.compile(r"^\[[^\]\)\n]*[\])][ \t]+(\d+)[ \t]+\|", re.M)
 
 FLOOR_OBJ = REPO / "scripts" / "bin" / "bench_floor.bpf.o"
 WORKLOADS = [("page-cache pread", []), ("O_DIRECT pread", ["--direct"]),
-             ("other syscall", ["--other"])]
+             ("other syscall", ["--other"]), ("page fault", ["--faults"])]
 ALL_MODES = ("untraced", "iotrace", "iotrace-classic", "iotrace-mixed", "bpftrace", "floor",
              "raw-floor", "timing-floor", "classic-floor", "strace", "perf-trace")
 # iotrace's modes: the IOTRACE_FORCE each runs with, and the syscall hooks it must report.
@@ -680,7 +681,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--modes", default=",".join(ALL_MODES),
                     help="comma-separated modes to run (default: all; those whose tool is not "
                          "installed are skipped with a note): " + ", ".join(ALL_MODES))
-    ap.add_argument("--workload", choices=["cached", "direct", "other", "all"], default="all")
+    ap.add_argument("--workload", choices=["cached", "direct", "other", "faults", "all"],
+                    default="all")
     ap.add_argument("--quiet-wait", type=float, default=30.0, metavar="S",
                     help="before each run, wait up to S s for other tracers' BPF programs to "
                          "go (default 30); runs with them loaded are flagged")
@@ -701,7 +703,8 @@ def main(argv: list[str] | None = None) -> int:
 
     global WORKLOADS
     if args.workload != "all":
-        flag = {"cached": [], "direct": ["--direct"], "other": ["--other"]}[args.workload]
+        flag = {"cached": [], "direct": ["--direct"], "other": ["--other"],
+                "faults": ["--faults"]}[args.workload]
         WORKLOADS = [w for w in WORKLOADS if w[1] == flag]
     wanted = [m for m in args.modes.split(",") if m]
     if set(wanted) - set(ALL_MODES) or not {"untraced", "iotrace"} <= set(wanted):

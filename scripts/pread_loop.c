@@ -6,7 +6,7 @@
  *     cc -O2 -static -Wall -Wextra -o scripts/bin/pread_loop scripts/pread_loop.c
  *
  * Usage:
- *     pread_loop FILE SECONDS [--direct | --other]
+ *     pread_loop FILE SECONDS [--direct | --other | --faults]
  *
  * Does 4 KiB pread64() calls for SECONDS seconds (a decimal number > 0):
  *   - default: buffered reads cycling over the 4 KiB pages of the first 1 MiB
@@ -14,7 +14,10 @@
  *   - --direct: O_DIRECT reads at random 4 KiB-aligned offsets across FILE,
  *     into a 4096-aligned buffer;
  *   - --other: no I/O at all, getppid() calls instead: what a syscall that is not traced
- *     pays while a tracer is attached (FILE is opened all the same).
+ *     pays while a tracer is attached (FILE is opened all the same);
+ *   - --faults: no syscall per op either, a write to a fresh anonymous page: a page fault
+ *     from user space each (the pages of a 16 MiB mapping, given back with
+ *     madvise(MADV_DONTNEED) after each pass): what a fault pays while a tracer is attached.
  * Then prints one line on stdout:
  *     ops=<count> seconds=<elapsed> ns_per_op=<elapsed ns / count> p10_ns_per_op=<...>
  *
@@ -36,6 +39,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -75,14 +79,15 @@ static void batch_done(double *since, uint64_t ops_in_batch)
 
 static void usage(void)
 {
-	fprintf(stderr, "usage: pread_loop FILE SECONDS [--direct | --other]\n");
+	fprintf(stderr, "usage: pread_loop FILE SECONDS [--direct | --other | --faults]\n");
 	exit(2);
 }
 
 int main(int argc, char **argv)
 {
 	const char *path = NULL, *secs_arg = NULL;
-	int direct = 0, other = 0, fd;
+	int direct = 0, other = 0, faults = 0, fd;
+	char *anon = NULL;
 	double seconds, start, end, elapsed, batch_start, p10;
 	struct stat st;
 	uint64_t ops = 0, pages, rng;
@@ -94,6 +99,8 @@ int main(int argc, char **argv)
 			direct = 1;
 		else if (!strcmp(argv[i], "--other"))
 			other = 1;
+		else if (!strcmp(argv[i], "--faults"))
+			faults = 1;
 		else if (!strncmp(argv[i], "--", 2))
 			usage(); /* unknown option */
 		else if (!path)
@@ -103,7 +110,7 @@ int main(int argc, char **argv)
 		else
 			usage();
 	}
-	if (!path || !secs_arg || (direct && other))
+	if (!path || !secs_arg || direct + other + faults > 1)
 		usage();
 	errno = 0;
 	seconds = strtod(secs_arg, &endp);
@@ -131,6 +138,14 @@ int main(int argc, char **argv)
 	if (!direct && pages > CACHED_PAGES)
 		pages = CACHED_PAGES;
 	check_mask = direct ? 64 - 1 : 4096 - 1;
+	if (faults) { /* one pass over the mapping is one batch */
+		anon = mmap(NULL, (check_mask + 1) * PAGE, PROT_READ | PROT_WRITE,
+			    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		if (anon == MAP_FAILED) {
+			fprintf(stderr, "pread_loop: mmap: %s\n", strerror(errno));
+			return 1;
+		}
+	}
 	rng = 0x9e3779b97f4a7c15ULL ^ (uint64_t)getpid();
 
 	start = now();
@@ -148,6 +163,17 @@ int main(int argc, char **argv)
 			page = rng % pages;
 		} else {
 			page = ops % pages;
+		}
+		if (faults) {
+			anon[(ops & check_mask) * PAGE] = 1;
+			ops++;
+			if ((ops & check_mask) == 0) {
+				madvise(anon, (check_mask + 1) * PAGE, MADV_DONTNEED);
+				batch_done(&batch_start, check_mask + 1);
+				if (batch_start >= end)
+					break;
+			}
+			continue;
 		}
 		if (other) {
 			getppid();

@@ -3,7 +3,7 @@ process in a blkio cgroup limited to 100 reads a second, launched and attached. 
 touches 60 pages of a cold file through mmap (MADV_RANDOM: each fault reads its page alone), so
 each fault waits for its read; another reads 60 cold pages of the same file with pread. By
 each thread's own clock: the mapping thread's time blocked in faults is most of its touching
-time and at least one sleep a page; the reading thread, blocked as long in its syscalls, has
+time, in about a sleep a page; the reading thread, blocked as long in its syscalls, has
 none."""
 
 from __future__ import annotations
@@ -103,7 +103,9 @@ def test_a_fault_s_wait_is_counted_apart_from_a_syscall_s(mode, data_file, tmp_p
     # each fault waited for its read, held by the limit: the thread's time is mostly that
     assert touch_ns >= PAGES / IOPS * 0.5 * 1e9
     assert 0.85 * touch_ns <= touch.fault_wait_ns <= touch.iowait_ns
-    assert touch.fault_sleeps >= PAGES
+    # a sleep a fault, but for a read the limit lets through at once, done before its fault
+    # sleeps (one in 60 at times here)
+    assert PAGES * 0.9 <= touch.fault_sleeps <= PAGES * 2
     # as long blocked in its reads, none of it in a fault
     assert pread.iowait_ns >= 0.85 * pread_ns
     assert pread.fault_wait_ns == 0 and pread.fault_sleeps == 0
