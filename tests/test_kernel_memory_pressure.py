@@ -9,7 +9,13 @@ limit reclaims nothing and gets no such finding.
 Without swap (this host has none) only files' pages can be reclaimed: the decoded samples'
 (their writeback started at once; the flusher would start it in 30 s). A v1 cgroup that cannot
 reclaim kills a worker, so the job's cgroup waits instead (--no-oom-kill). The cgroup is made
-by the job (train.py --memory-limit-mib) and removed here too, whatever happens."""
+by the job (train.py --memory-limit-mib) and removed here too, whatever happens.
+
+And with swap (a 1 GiB swap file made for the module where the host has none): two workers
+that each keep 320 MiB of decoded samples in memory (train.py --keep-mib) in a 400 MiB cgroup
+page out to swap and wait for every sample's part of it to come back in, in page faults
+(`threads.fault_wait_ns`): memory_pressure leads and says so, not that the workers read
+storage."""
 
 from __future__ import annotations
 
@@ -17,6 +23,7 @@ import json
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -42,7 +49,8 @@ def extra(spill, limited: bool) -> tuple[str, ...]:
             *(("--memory-limit-mib", str(LIMIT_MIB), "--no-oom-kill") if limited else ()))
 
 
-def traced(mode: str, workdir, out, limited: bool):
+def traced(mode: str, workdir, out, limited: bool, args: tuple[str, ...] | None = None):
+    """The job traced (`args` for train.py, else extra()'s)."""
     from scenario_trace import attached, launched
 
     from tracer.workloads.dataset import unthrottle
@@ -50,10 +58,11 @@ def traced(mode: str, workdir, out, limited: bool):
 
     spill = out.parent / f"{out.name}-spill"
     spill.mkdir()
+    args = extra(spill, limited) if args is None else args
     sc = prepare("dataloader_cpu_bound", workdir)
     try:
-        return (launched(sc, out, extra=extra(spill, limited)) if mode == "launch"
-                else attached(sc, out, after_workers=True, extra=extra(spill, limited)))
+        return (launched(sc, out, extra=args) if mode == "launch"
+                else attached(sc, out, after_workers=True, extra=args))
     finally:
         sc.cleanup()
         shutil.rmtree(spill, ignore_errors=True)  # 1 GiB of decoded samples
@@ -112,3 +121,59 @@ def test_a_roomy_job_reclaims_nothing(mode, workdir, tmp_path):
     threads = t.table("threads")
     assert threads.reclaim_ns.sum() == 0, threads.groupby("role").reclaim_ns.sum()
     assert "memory_pressure" not in set(f.kind), f[["kind", "severity", "summary"]].to_string()
+
+
+SWAP_FILE = Path("/var/tmp/iotrace-test-swap")
+SWAP_LIMIT_MIB = 400
+
+
+@pytest.fixture(scope="module")
+def swap():
+    """Swap to page out to: the host's, or a 1 GiB file made for the module, turned off and
+    removed after. Skips where the kernel refuses it (a container, a file system without
+    swap files)."""
+    if len(Path("/proc/swaps").read_text().splitlines()) > 1:
+        yield
+        return
+    try:
+        for cmd in (["fallocate", "-l", "1G", str(SWAP_FILE)], ["chmod", "600", str(SWAP_FILE)],
+                    ["mkswap", str(SWAP_FILE)], ["swapon", str(SWAP_FILE)]):
+            r = subprocess.run(cmd, capture_output=True, text=True)
+            if r.returncode:
+                pytest.skip(f"no swap here: {' '.join(cmd)}: {r.stderr.strip()}")
+        yield
+    finally:
+        subprocess.run(["swapoff", str(SWAP_FILE)], capture_output=True)
+        SWAP_FILE.unlink(missing_ok=True)
+
+
+@pytest.mark.parametrize("mode", ["launch", "attach"])
+def test_a_job_that_swaps(mode, workdir, tmp_path, swap):
+    pytest.importorskip("torch", reason="the PyTorch scenarios need torch")
+    args = ("--transform", "none", "--epochs", "1", "--steps-per-epoch", "8", "--keep-mib",
+            "320", "--memory-limit-mib", str(SWAP_LIMIT_MIB), "--no-oom-kill")
+    t = traced(mode, workdir, tmp_path / "swapping", limited=True, args=args)
+    f = final(t)
+    table = f[["kind", "severity", "summary"]].to_string()
+    print(table)
+    threads = t.table("threads")
+    workers = threads[(threads.role == "dataloader_worker") & (threads.pid == threads.tid)]
+    busy = (workers.oncpu_ns + workers.runnable_ns + workers.iowait_ns).sum()
+    faults, reclaim = workers.fault_wait_ns.sum(), workers.reclaim_ns.sum()
+    print(f"{mode}: workers' page faults {faults / 1e9:.2f} s, reclaim {reclaim / 1e9:.2f} s "
+          f"of {busy / 1e9:.2f} s busy")
+    # The same job with memory to spare takes 0.4 s here, against about 10 s: memory is most
+    # of the workers' time, and their waits for pages to come back from swap a good part
+    assert faults + reclaim >= 0.5 * busy and faults >= 0.15 * busy
+    assert faults <= workers.iowait_ns.sum()
+    m = t.table("memory")
+    limited = m[m.limit_bytes == SWAP_LIMIT_MIB << 20]
+    assert not limited.empty and limited.swap_bytes.max() > 0
+    mp = f[f.kind == "memory_pressure"]
+    assert f.kind.iloc[0] == "memory_pressure", table
+    ev = json.loads(mp.evidence.iloc[0])
+    assert ev["fault_wait_s"] >= 1 and ev["workers_fault_pct"] >= 15, ev
+    assert "waited in page faults for pages read back" in mp.summary.iloc[0]
+    # swap-ins are neither the workers' reads of the data set nor their work
+    assert not {"dataloader_io_bound", "dataloader_cpu_bound", "sync_loading"} & set(f.kind), \
+        table

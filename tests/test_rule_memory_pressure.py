@@ -132,3 +132,13 @@ def test_faults_with_memory_to_spare_are_storage_s():
     got = window(0, mem=roomy, fault_ms=600).findings()
     assert "memory_pressure" not in kinds(got)
     assert kinds(got)[0] == "dataloader_io_bound", [(f.kind, f.severity) for f in got]
+
+
+def test_swap_ins_are_memory_s_not_storage_s():
+    """Workers blocked in page faults 700 ms of their busy 900 (swap-ins: the cgroup at its
+    limit), reclaiming 100 more on CPU: memory_pressure leads (0.8 x 800 / 900 = 71 %), and the
+    faults' D time is not the workers reading storage."""
+    got = window(100, fault_ms=700).findings()
+    assert kinds(got)[0] == "memory_pressure", [(f.kind, f.severity) for f in got]
+    assert got[0].severity == 71
+    assert "dataloader_io_bound" not in kinds(got)

@@ -7,7 +7,7 @@
         [--data-url URL] [--log-fsync PATH]
         [--throttle-read-bps N] [--throttle-read-iops N] [--throttle-write-bps N]
         [--throttle-write-iops N] [--memory-limit-mib M [--no-oom-kill]] [--join-cgroup DIR]
-        [--decode-mib M [--spill-dir DIR]]
+        [--decode-mib M [--spill-dir DIR]] [--keep-mib M]
         [--ready-fd FD] [--wait-signal]
 
 Each sample is one file, read with plain open()/read() inside `Dataset.__getitem__` (in the
@@ -64,6 +64,11 @@ video clip's frames): the workers' working set. --spill-dir DIR: and kept in DIR
 of decoded samples), its writeback started at once (posix_fadvise). In a memory cgroup too
 small for both, the workers reclaim before they go on, waiting for those pages to be written.
 
+--keep-mib M: each worker keeps M MiB of decoded samples in memory (a data set that caches
+what it decoded), made at its first sample, and rewrites an eighth of it with every sample. In
+a memory cgroup smaller than the workers' caches, with swap, those pages go out to swap and
+every sample waits for its eighth to come back in.
+
 --join-cgroup DIR: the process moves itself into the existing cgroup DIR (its `cgroup.procs`) at
 the same point instead, and leaves it as it is at exit: a cgroup that other processes share with
 the job (neighbours under one I/O limit), made and removed by whoever started them.
@@ -106,12 +111,14 @@ class FileDataset(Dataset):
     """One sample per file; `__getitem__` reads the whole file with open()/read()."""
 
     def __init__(self, paths: list[Path], transform: str, transform_rounds: int,
-                 decode_mib: int = 0, spill_dir: str | None = None) -> None:
+                 decode_mib: int = 0, spill_dir: str | None = None, keep_mib: int = 0) -> None:
         self.paths = paths
         self.spill_dir = spill_dir
         self.transform = transform
         self.transform_rounds = transform_rounds
         self.decode_mib = decode_mib
+        self.keep_mib = keep_mib
+        self._kept: torch.Tensor | None = None  # made in the worker, not pickled to it
         self._kernel: torch.Tensor | None = None
 
     def __len__(self) -> int:
@@ -141,9 +148,18 @@ class FileDataset(Dataset):
                     # can wait for and free, where dirty ones would only fail it
                     os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
             del scratch
+        if self.keep_mib:
+            self._touch_kept(int(buf[0]) + len(buf))
         if self.transform == "heavy":
             x = self._heavy(x)
         return x, buf[0] % CLASSES
+
+    def _touch_kept(self, i: int) -> None:
+        """The worker's cache of decoded samples (--keep-mib): an eighth of it rewritten."""
+        if self._kept is None:
+            self._kept = torch.ones(self.keep_mib << 20, dtype=torch.uint8)
+        part = self._kept.numel() // 8
+        self._kept[(i % 8) * part:(i % 8 + 1) * part].add_(1)
 
     def _heavy(self, x: torch.Tensor) -> torch.Tensor:
         """CPU work of an augmentation pipeline: blur/sharpen convolutions and a spectral filter."""
@@ -386,6 +402,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="train in a memory cgroup of M MiB (page cache included); 0: no limit")
     p.add_argument("--decode-mib", type=int, default=0, metavar="M",
                    help="each sample decoded into M MiB of fresh memory (a worker's working set)")
+    p.add_argument("--keep-mib", type=int, default=0, metavar="M",
+                   help="each worker keeps M MiB of decoded samples in memory (its cache)")
     p.add_argument("--no-oom-kill", action="store_true",
                    help="with --memory-limit-mib on cgroup v1: wait at the limit, never killed")
     p.add_argument("--spill-dir", default=None, metavar="DIR",
@@ -435,7 +453,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     dataset = (HttpDataset(args.data_url, len(paths), args.transform, args.transform_rounds)
                if args.data_url else FileDataset(paths, args.transform, args.transform_rounds,
-                                                 args.decode_mib, args.spill_dir))
+                                                 args.decode_mib, args.spill_dir, args.keep_mib))
     if args.device == "auto":
         args.device = "cuda" if torch.cuda.is_available() else "cpu"
     model = Model(args.compute).to(args.device)

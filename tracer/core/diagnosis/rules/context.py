@@ -141,6 +141,23 @@ def worker_reclaim(ivs: list[IntervalEvidence], pid: int) -> tuple[int, int]:
     return (sum(r.workers[1] for r in found), sum(r.workers_blocked_ns for r in found))
 
 
+def worker_faults(ivs: list[IntervalEvidence], pid: int) -> int:
+    """Main `pid`'s DataLoader workers' time blocked in page faults in `ivs` (outside reclaim)."""
+    return sum(iv.reclaim[pid].workers_fault_ns for iv in ivs if pid in iv.reclaim)
+
+
+def memory_short(ivs: list[IntervalEvidence], pid: int, t: Thresholds) -> bool:
+    """Whether main `pid`'s job was short of memory in `ivs`: its threads reclaimed
+    memory_reclaim_min_ns or more, or its memory cgroup met its limit, or swap was in use.
+    Its page faults' waits are then pages evicted and read back (memory's), else mapped files
+    read (storage's)."""
+    found = [iv.reclaim[pid] for iv in ivs if pid in iv.reclaim]
+    reclaimed = sum(r.loop[1] + r.workers[1] + r.other_ns for r in found)
+    rows = [iv.memory[pid] for iv in ivs if pid in iv.memory]
+    return reclaimed >= t.memory_reclaim_min_ns or any(
+        (m.get("limit_hits") or 0) > 0 or (m.get("swap_bytes") or 0) > 0 for m in rows)
+
+
 def less_reclaim(share: float, part: int, reclaimed: int) -> float:
     """A data-wait share of the loop's time without what the workers' reclaim explains: of
     their `part` (time on CPU, or blocked) `reclaimed` went to reclaim."""

@@ -1,8 +1,9 @@
 """dataloader_io_bound: the loop waits for batches while the DataLoader workers are blocked on
-storage (their reads, page faults).
+storage (their reads, page faults of mapped files).
 
 Thresholds: loop_share (of the loop's training time in `data_wait_io`, less the part that the
-workers' time blocked in memory reclaim explains: memory_pressure's, not storage's)."""
+workers' time blocked in memory reclaim explains, and their page faults' while the job is
+short of memory (pages evicted and read back, swap-ins): memory_pressure's, not storage's)."""
 
 from __future__ import annotations
 
@@ -14,9 +15,11 @@ from tracer.core.diagnosis.rules.context import (
     code_line,
     data_wait_pct,
     less_reclaim,
+    memory_short,
     merged_reads,
     slowest,
     top_dir,
+    worker_faults,
     worker_reclaim,
     worker_times,
 )
@@ -30,7 +33,10 @@ def judge(ctx: Context) -> list[Finding]:
     if loop.total <= 0 or loop.share["data_wait_io"] < ctx.thresholds.loop_share:
         return []
     cpu, io = worker_times(ctx.ivs, pid)
-    in_reclaim = min(io, worker_reclaim(ctx.ivs, pid)[1])
+    in_reclaim = worker_reclaim(ctx.ivs, pid)[1]
+    if memory_short(ctx.ivs, pid, ctx.thresholds):
+        in_reclaim += worker_faults(ctx.ivs, pid)
+    in_reclaim = min(io, in_reclaim)
     share = less_reclaim(loop.share["data_wait_io"], io, in_reclaim)
     if share < ctx.thresholds.loop_share:
         return []

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from tracer.core.diagnosis import words
 from tracer.core.diagnosis.finding import Finding, severity
-from tracer.core.diagnosis.rules.context import Context
+from tracer.core.diagnosis.rules.context import Context, memory_short
 from tracer.core.model import MemoryRow
 
 DATA_WAITS = ("data_wait_io", "data_wait_cpu", "data_wait_network")
@@ -73,9 +73,7 @@ def judge(ctx: Context) -> list[Finding]:
                        ("other", r.other_fault_ns), ("sleeps", r.fault_sleeps)):
             faults[k] += ns_
     total = lp[1] + wk[1] + other
-    mem = _memory(rows, span)
-    short = total >= t.memory_reclaim_min_ns or bool(
-        mem and (mem["limit_hits"] or mem["swap_bytes"]))
+    short = memory_short(ctx.ivs, pid, t)
     fault_ns = faults["loop"] + faults["workers"] + faults["other"] if short else 0
     if total + fault_ns < t.memory_reclaim_min_ns or loop.total <= 0:
         return []
@@ -86,6 +84,7 @@ def judge(ctx: Context) -> list[Finding]:
                 waiting * workers_stall / wk[0] if wk[0] else 0.0)
     if share <= t.memory_reclaim_share:
         return []
+    mem = _memory(rows, span)
     return [Finding(
         "memory_pressure", severity(share), pid,
         words.memory_pressure(_pct(loop_stall, lp[0]), _pct(workers_stall, wk[0]), total, n,
