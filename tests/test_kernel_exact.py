@@ -495,7 +495,10 @@ def block_rows(lat: pd.DataFrame) -> str:
 def test_throttled_direct_reads_are_charged_to_their_process(data_file, tmp_path, force):
     """O_DIRECT reads of a process over its cgroup's I/O limit (4 threads, 100 reads at 50 IO/s:
     most bios are held and submitted by blk-throttle's worker): every one is charged to the
-    process, as `direct`, and the bytes equal /proc/PID/io read_bytes."""
+    process, as `direct`, and the bytes equal /proc/PID/io read_bytes. This VM evicts file pages
+    idle for ~6 s: on a loaded host the interpreter may fault a page of its own back in, a read
+    of its own too (the faulted page `direct`, readahead around it), which the trace shows as a
+    sleep in a page fault (`threads.fault_sleeps`); without one, the counts are exact."""
     threads, reads = 4, 25
     code = ("import mmap,threading\n"
             "fd = os.open(sys.argv[1], os.O_RDONLY | os.O_DIRECT)\n"
@@ -507,10 +510,16 @@ def test_throttled_direct_reads_are_charged_to_their_process(data_file, tmp_path
     lat, io, out = throttled_trace(code, data_file, tmp_path, force, read_iops=50)
     lost, lost_bytes = unseen(out)
     n = threads * reads
-    reads_ = sums(lat, lat.pid.iloc[0], layer="block", op="read")
-    assert (reads_[0] + lost, reads_[1] + lost_bytes) == (n, n * PAGE) == (n, io["read_bytes"]), \
-        block_rows(lat)
-    assert sums(lat, lat.pid.iloc[0], layer="block", op="read", attribution="direct") == reads_
+    pid = lat.pid.iloc[0]
+    reads_ = sums(lat, pid, layer="block", op="read")
+    direct = sums(lat, pid, layer="block", op="read", attribution="direct")
+    threads_ = pd.read_parquet(out / "threads")
+    faults = int(threads_[threads_.pid == pid].fault_sleeps.sum())
+    assert reads_[1] + lost_bytes == io["read_bytes"], block_rows(lat)
+    assert n <= direct[0] + lost <= n + faults, block_rows(lat)
+    if not faults:
+        assert (reads_[0] + lost, reads_[1] + lost_bytes) == (n, n * PAGE), block_rows(lat)
+        assert direct == reads_
 
 
 @pytest.mark.parametrize("force", ["", "no_block_io_start"])
