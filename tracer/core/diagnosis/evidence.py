@@ -230,7 +230,8 @@ def reclaims(threads: Iterable[ThreadRow], owner: Mapping[int, int]) -> dict[int
     out: dict[int, Reclaim] = {}
     for th in threads:
         ns, fault = _n(th.get("reclaim_ns")), _n(th.get("fault_wait_ns"))
-        r = out.setdefault(owner.get(th["pid"], th["pid"]), Reclaim())
+        main = owner.get(th["pid"], th["pid"])
+        r = out.setdefault(main, Reclaim())
         r.reclaims += _n(th.get("reclaims"))
         r.fault_sleeps += _n(th.get("fault_sleeps"))
         if th["tid"] == th["pid"] and th["role"] == DATALOADER_WORKER:
@@ -238,8 +239,7 @@ def reclaims(threads: Iterable[ThreadRow], owner: Mapping[int, int]) -> dict[int
             r.workers = (r.workers[0] + busy, r.workers[1] + ns)
             r.workers_blocked_ns += _n(th.get("reclaim_blocked_ns"))
             r.workers_fault_ns += fault
-        elif th["tid"] == th["pid"] == owner.get(th["pid"], th["pid"]) and (
-                th["role"] in LOOP_ROLES):
+        elif th["tid"] == th["pid"] == main and th["role"] in LOOP_ROLES:
             r.loop = (th["oncpu_ns"] + th["runnable_ns"] + th["sleep_ns"] + th["iowait_ns"], ns)
             r.loop_fault_ns = fault
         else:

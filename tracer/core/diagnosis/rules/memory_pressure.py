@@ -56,7 +56,7 @@ def _memory(rows: list[MemoryRow], span_ns: int) -> dict | None:
 def judge(ctx: Context) -> list[Finding]:
     t, pid, loop = ctx.thresholds, ctx.pid, ctx.loop
     lp, wk, other, n = [0, 0], [0, 0], 0, 0
-    faults = {"loop": 0, "workers": 0, "other": 0, "sleeps": 0}
+    loop_faults = workers_faults = other_faults = sleeps = 0
     rows: list[MemoryRow] = []
     span = 0
     for iv in ctx.ivs:
@@ -69,16 +69,17 @@ def judge(ctx: Context) -> list[Finding]:
         for acc, ns in ((lp, r.loop), (wk, r.workers)):
             acc[0], acc[1] = acc[0] + ns[0], acc[1] + ns[1]
         other, n = other + r.other_ns, n + r.reclaims
-        for k, ns_ in (("loop", r.loop_fault_ns), ("workers", r.workers_fault_ns),
-                       ("other", r.other_fault_ns), ("sleeps", r.fault_sleeps)):
-            faults[k] += ns_
+        loop_faults += r.loop_fault_ns
+        workers_faults += r.workers_fault_ns
+        other_faults += r.other_fault_ns
+        sleeps += r.fault_sleeps
     total = lp[1] + wk[1] + other
     short = memory_short(ctx.ivs, pid, t)
-    fault_ns = faults["loop"] + faults["workers"] + faults["other"] if short else 0
+    fault_ns = loop_faults + workers_faults + other_faults if short else 0
     if total + fault_ns < t.memory_reclaim_min_ns or loop.total <= 0:
         return []
-    loop_stall = lp[1] + (faults["loop"] if fault_ns else 0)
-    workers_stall = wk[1] + (faults["workers"] if fault_ns else 0)
+    loop_stall = lp[1] + (loop_faults if fault_ns else 0)
+    workers_stall = wk[1] + (workers_faults if fault_ns else 0)
     waiting = sum(loop.share[s] for s in DATA_WAITS)
     share = max(loop_stall / lp[0] if lp[0] else 0.0,
                 waiting * workers_stall / wk[0] if wk[0] else 0.0)
@@ -88,11 +89,11 @@ def judge(ctx: Context) -> list[Finding]:
     return [Finding(
         "memory_pressure", severity(share), pid,
         words.memory_pressure(_pct(loop_stall, lp[0]), _pct(workers_stall, wk[0]), total, n,
-                              fault_ns, faults["sleeps"], mem),
+                              fault_ns, sleeps, mem),
         {"loop_reclaim_pct": _pct(lp[1], lp[0]), "workers_reclaim_pct": _pct(wk[1], wk[0]),
-         "loop_fault_pct": _pct(faults["loop"], lp[0]) if fault_ns else None,
-         "workers_fault_pct": _pct(faults["workers"], wk[0]) if fault_ns else None,
+         "loop_fault_pct": _pct(loop_faults, lp[0]) if fault_ns else None,
+         "workers_fault_pct": _pct(workers_faults, wk[0]) if fault_ns else None,
          "loop_data_wait_pct": round(100 * waiting, 1), "reclaim_s": round(total / 1e9, 2),
          "other_reclaim_s": round(other / 1e9, 2), "reclaims": n,
-         "fault_wait_s": round(fault_ns / 1e9, 2), "fault_sleeps": faults["sleeps"],
+         "fault_wait_s": round(fault_ns / 1e9, 2), "fault_sleeps": sleeps,
          "memory": mem})]
