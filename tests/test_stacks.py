@@ -20,12 +20,13 @@ from tracer.core.stacks import (
     DATA_WAIT,
     GPU_WAIT,
     HOST,
+    SAVE,
     SLOW_READ,
     CodeLine,
     Frame,
     is_library,
     parse_dump,
-    thread_frames,
+    thread_of,
     user_frame,
 )
 from tracer.live import stacks as live_stacks
@@ -119,14 +120,16 @@ def test_a_dump_of_a_real_process_names_its_line(sleeper) -> None:
     assert done.returncode == 0, done.stderr
     threads = parse_dump(done.stdout)
     assert len(threads) == 2
-    frames = thread_frames(threads, proc.pid, proc.pid)
-    assert frames is not None
+    main = thread_of(threads, proc.pid, proc.pid)
+    assert main is not None and not main.active  # asleep in time.sleep
+    frames = main.frames
     mine = frames[user_frame(frames)]
     assert (mine.file, mine.line, mine.function) == (
         str(script), _line_of(SCRIPT, "the line the stack is at"), "load_sample")
     # a thread id that is not there: no frames, but the main thread is found by its name
-    assert thread_frames(threads, proc.pid, 1) is None
-    assert thread_frames([(0, n, f) for _, n, f in threads], proc.pid, proc.pid) == frames
+    assert thread_of(threads, proc.pid, 1) is None
+    assert thread_of([th._replace(os_tid=0) for th in threads], proc.pid, proc.pid) == main._replace(
+        os_tid=0)
 
 
 @needs_reader
@@ -153,6 +156,52 @@ def test_the_sampler_gives_rows_with_the_lines_text(sleeper) -> None:
         str(script), line, "load_sample", "time.sleep(600)  # the line the stack is at")
     assert {r["reason"] for r in rows} == {SLOW_READ} and not notes
     assert all(r["text"] is None for r in rows if not r["user"])
+
+
+def _sampled(sampler: StackSampler, pid: int) -> list[dict]:
+    """The rows of the sample in flight for `pid`, once it is done."""
+    deadline = time.monotonic() + 30
+    while pid in sampler._busy and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return sampler.take()
+
+
+@needs_reader
+def test_a_loop_that_runs_is_not_sampled_as_waiting_for_batches(tmp_path: Path) -> None:
+    """A loop asked for because it waited for batches, which runs by the time it is read (the
+    batch came): no rows, and it may be asked again at once. One asleep gives rows, and a
+    line found again is asked for less often."""
+    script = tmp_path / "spin.py"
+    script.write_text("print('ready', flush=True)\nwhile True:\n    pass\n")
+    (tmp_path / "sleep.py").write_text(SCRIPT)
+    spinner = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    sleeper = subprocess.Popen([sys.executable, str(tmp_path / "sleep.py")],
+                               stdout=subprocess.PIPE, text=True)
+    sampler = StackSampler(READER, time.time_ns, lambda _: None)
+    sampler._started -= 1000  # the reader's CPU budget is not what this is about
+    try:
+        assert spinner.stdout.readline().strip() == sleeper.stdout.readline().strip() == "ready"
+        time.sleep(0.2)
+        assert sampler.ask(spinner.pid, spinner.pid, DATA_WAIT, "main")
+        assert _sampled(sampler, spinner.pid) == []
+        assert sampler.dumps == 1
+        assert sampler.ask(spinner.pid, spinner.pid, DATA_WAIT, "main")  # not within GAP_S
+        assert _sampled(sampler, spinner.pid) == []
+        key = (sleeper.pid, sleeper.pid, DATA_WAIT)
+        for gap in (live_stacks.GAP_S, 2 * live_stacks.GAP_S):
+            sampler._last.pop(key, None)
+            assert sampler.ask(*key, "main")
+            rows = _sampled(sampler, sleeper.pid)
+            assert [r["line"] for r in rows if r["user"]] == [_line_of(SCRIPT, "the line the")]
+            assert sampler._repeat[key][1] == gap
+        assert not sampler.ask(*key, "main")
+        sampler._last[key] -= 1.5 * live_stacks.GAP_S  # past GAP_S, within twice it
+        assert not sampler.ask(*key, "main")
+    finally:
+        sampler.close()
+        for p in (spinner, sleeper):
+            p.kill()
+            p.wait()
 
 
 @needs_reader
@@ -205,6 +254,10 @@ def test_the_line_named_is_the_one_sampled_most() -> None:
     spread = [Iv([{**_row(11, 11, "dataloader_worker", DATA_WAIT, n, None), "function": fn}
                   for n, fn in ((131, "heavy"), (132, "heavy"), (485, "train"))])]
     assert code_line(spread, 10, (DATA_WAIT,)).function == "heavy"
+    # lines of one function sampled as often: the first (a save's torch.save, not its fsync)
+    for lines in ((271, 267), (267, 271)):
+        tie = [Iv([_row(10, 10, "main", SAVE, n, None) for n in lines])]
+        assert code_line(tie, 10, (SAVE,)).line == 267
     assert read == CodeLine("/app/train.py", 44, "f", "buf = f.read()")
     assert code_line(ivs, 10, (DATA_WAIT,), ("main",), main_thread=True).line == 87
     assert code_line(ivs, 10, (DATA_WAIT,), ("main",), main_thread=False) is None

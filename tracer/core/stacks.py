@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import NamedTuple
 
 # `stacks.reason`: what a sample was taken for
 SLOW_READ = "slow_read"  # a thread's read was slow (a slow event)
@@ -83,9 +84,20 @@ def user_frame(frames: list[Frame]) -> int | None:
     return None
 
 
-def parse_dump(text: str) -> list[tuple[int, str, list[Frame]]]:
-    """py-spy's `dump --json` output: per Python thread (its OS thread id, its name, its frames
-    innermost first, at most MAX_FRAMES). Raises ValueError on output that is not that."""
+class Thread(NamedTuple):
+    """One Python thread of a dump: its OS thread id, its name, its frames innermost first (at
+    most MAX_FRAMES), and whether it ran at that moment (py-spy's `active`: not asleep in a
+    wait)."""
+
+    os_tid: int
+    name: str
+    frames: list[Frame]
+    active: bool = True
+
+
+def parse_dump(text: str) -> list[Thread]:
+    """py-spy's `dump --json` output, its threads. Raises ValueError on output that is not
+    that."""
     data = json.loads(text)
     if not isinstance(data, list):
         raise ValueError("not a list of threads")
@@ -94,22 +106,23 @@ def parse_dump(text: str) -> list[tuple[int, str, list[Frame]]]:
         frames = [Frame(str(f.get("filename") or ""), int(f.get("line") or 0),
                         str(f.get("name") or "?"))
                   for f in th.get("frames") or ()][:MAX_FRAMES]
-        out.append((int(th.get("os_thread_id") or 0), str(th.get("thread_name") or ""), frames))
+        out.append(Thread(int(th.get("os_thread_id") or 0), str(th.get("thread_name") or ""),
+                          frames, bool(th.get("active", True))))
     return out
 
 
-def thread_frames(threads: list[tuple[int, str, list[Frame]]], pid: int, tid: int,
-                  ns_tid: int | None = None) -> list[Frame] | None:
-    """The frames of thread `tid` of process `pid` among a dump's threads: by its OS thread id,
-    which py-spy gives as the process's own PID namespace numbers it (`ns_tid`: a container's),
-    or, for the main thread when no id matches, the thread Python calls MainThread."""
-    for os_tid, _name, frames in threads:
-        if os_tid in (tid, ns_tid):
-            return frames
+def thread_of(threads: list[Thread], pid: int, tid: int, ns_tid: int | None = None
+              ) -> Thread | None:
+    """Thread `tid` of process `pid` among a dump's threads: by its OS thread id, which py-spy
+    gives as the process's own PID namespace numbers it (`ns_tid`: a container's), or, for the
+    main thread when no id matches, the thread Python calls MainThread."""
+    for th in threads:
+        if th.os_tid in (tid, ns_tid):
+            return th
     if tid == pid:
-        for _os_tid, name, frames in threads:
-            if name == "MainThread":
-                return frames
+        for th in threads:
+            if th.name == "MainThread":
+                return th
     return None
 
 

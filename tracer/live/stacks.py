@@ -4,10 +4,12 @@
 memory without stopping it (about 8 ms of CPU and 10 ms of wall time a dump here, against
 0.26 s of CPU for pystack's, docs/benchmarks.md). The session asks for a sample when something
 it saw matters (a slow read, a save, the loop waiting for batches); the asks are bounded (one
-in flight per process, a thread and reason at most every `GAP_S`, about `RATE_PER_S` a second
-in all, and the reader's own CPU at most `CPU_SHARE` of one CPU over the run) and run on a
-small pool of threads, so the interval loop never waits on a reader. Finished samples are
-taken once per interval as `stacks` rows (tracer.core.stacks.frame_rows).
+in flight per process, a thread and reason at most every `GAP_S`, less often while they find
+the same line again, about `RATE_PER_S` a second in all, and the reader's own CPU at most
+`CPU_SHARE` of one CPU over the run) and run on a small pool of threads, so the interval loop
+never waits on a reader. A loop asked for because it waited for batches that runs by the
+time it is read has moved on: that sample is dropped, and the loop asked for again. Finished
+samples are taken once per interval as `stacks` rows (tracer.core.stacks.frame_rows).
 
 No reader installed, or none that may read a process: tracing goes on without stacks and the
 user is told once (`missing_line`, `StackSampler.note`).
@@ -38,9 +40,10 @@ from tracer.core.stacks import (
     SLOW_WRITE,
     SYNC_LOADING,
     Frame,
+    Thread,
     frame_rows,
     parse_dump,
-    thread_frames,
+    thread_of,
     user_frame,
 )
 from tracer.core.vocab import DATALOADER_WORKER, LOOP_ROLES
@@ -53,7 +56,8 @@ READER = "py-spy"
 INSTALL = "pip install py-spy"
 READER_ENV = "IOTRACE_PYSPY"  # a path to the reader; set and empty: no stacks
 TIMEOUT_S = 5.0  # a dump that takes longer is given up (a process that hangs the reader)
-GAP_S = 2.0  # a thread's samples for one reason at most this often
+GAP_S = 1.0  # a thread's samples for one reason at most this often
+MAX_GAP_S = 16.0  # ... the gap doubled, up to this, while they find the same line again
 RATE_PER_S = 2.0  # dumps a second, on average, over every process
 BURST = 4  # ... and at most this many at once
 CPU_SHARE = 0.01  # the reader's CPU, all dumps, at most this share of one CPU since the start
@@ -110,6 +114,8 @@ class StackSampler:
         self._done: list[dict] = []  # rows of samples finished since the last take (ts unset)
         self._busy: set[int] = set()  # pids with a dump in flight
         self._last: dict[tuple[int, int, str], float] = {}  # (pid, tid, reason) -> when asked
+        # (pid, tid, reason) -> the user line its last sample found, and the gap to the next
+        self._repeat: dict[tuple[int, int, str], tuple[tuple[str, int] | None, float]] = {}
         self._failures: dict[int, int] = {}
         self._given_up: set[int] = set()
         self._tokens, self._refilled = float(BURST), time.monotonic()
@@ -129,7 +135,7 @@ class StackSampler:
         with self._lock:
             if pid in self._busy or pid in self._given_up:
                 return False
-            if now - self._last.get(key, -GAP_S) < GAP_S:
+            if now - self._last.get(key, -MAX_GAP_S) < self._repeat.get(key, (None, GAP_S))[1]:
                 return False
             self._tokens = min(BURST, self._tokens + (now - self._refilled) * RATE_PER_S)
             self._refilled = now
@@ -139,6 +145,7 @@ class StackSampler:
             self._busy.add(pid)
             if len(self._last) >= MAX_ASKED:
                 self._last.clear()
+                self._repeat.clear()
             self._last[key] = now
             self.asked += 1
         self._pool.submit(self._sample, pid, tid, reason, role)
@@ -203,18 +210,29 @@ class StackSampler:
 
     # -- in the pool ------------------------------------------------------------------------------
     def _sample(self, pid: int, tid: int, reason: str, role: str | None) -> None:
+        key = (pid, tid, reason)
         try:
             taken = self.now_ns()
-            frames = self._dump(pid, tid)
-            if frames:
-                rows = self._rows(taken, pid, tid, role, reason, frames)
+            thread = self._dump(pid, tid)
+            if thread is None or not thread.frames:
+                return
+            if reason == DATA_WAIT and role != DATALOADER_WORKER and thread.active:
+                # the batch came before the reader did: where the loop runs now is no wait
                 with self._lock:
-                    self._done.extend(rows)
+                    self._last.pop(key, None)
+                return
+            rows = self._rows(taken, pid, tid, role, reason, thread.frames)
+            mine = next(((r["file"], r["line"]) for r in rows if r["user"]), None)
+            with self._lock:
+                self._done.extend(rows)
+                seen, gap = self._repeat.get(key, (None, GAP_S))
+                again = mine is not None and mine == seen
+                self._repeat[key] = (mine, min(2 * gap, MAX_GAP_S) if again else GAP_S)
         finally:
             with self._lock:
                 self._busy.discard(pid)
 
-    def _dump(self, pid: int, tid: int) -> list[Frame] | None:
+    def _dump(self, pid: int, tid: int) -> Thread | None:
         done = self._run([self.reader, "dump", "--pid", str(pid), "--json", "--nonblocking"])
         if done is None:
             self._failed(pid, None)
@@ -230,7 +248,7 @@ class StackSampler:
             return None
         with self._lock:
             self._failures.pop(pid, None)
-        return thread_frames(threads, pid, tid, ns_tid(pid, tid))
+        return thread_of(threads, pid, tid, ns_tid(pid, tid))
 
     def _run(self, argv: list[str]) -> tuple[int, str, str] | None:
         """Runs the reader: its exit code and output, and its CPU time added to `cpu_s` (what

@@ -191,8 +191,9 @@ def code_line(ivs: list[IntervalEvidence], pid: int, reasons: tuple[str, ...],
     if not seen:
         return None
     # the function sampled most, then its line sampled most: a loop's body spreads its samples
-    # over several lines of one function
+    # over several lines of one function. Of lines sampled as often, the first: the statement
+    # that starts the work (a save's `torch.save` before its fsync), not a coin's toss
     in_function: dict[tuple[str, str], int] = defaultdict(int)
     for (file, _line, function), n in seen.items():
         in_function[(file, function)] += n
-    return last[max(seen, key=lambda k: (in_function[(k[0], k[2])], seen[k], k))]
+    return last[max(seen, key=lambda k: (in_function[(k[0], k[2])], seen[k], -k[1], k))]
