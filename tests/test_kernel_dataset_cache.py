@@ -44,8 +44,10 @@ def no_cgroup_left():
 def data_reads(t: Traced, sc: Scenario):
     files = t.table("files")
     reads = files[(files.op == "read") & files.path.str.startswith(str(sc.data))]
-    return (int(reads.bytes.sum()), int(reads.reread_bytes.sum()),
-            int(reads.reread_pages_missed.sum()) * 4096)
+    # a row's pages missed again at most its bytes read again (readahead may miss beyond them),
+    # as the diagnosis counts them
+    missed = (reads.reread_pages_missed.fillna(0) * 4096).clip(upper=reads.reread_bytes.fillna(0))
+    return int(reads.bytes.sum()), int(reads.reread_bytes.sum()), int(missed.sum())
 
 
 def the_jobs_cgroup(t: Traced, limit_mib: int) -> str:
