@@ -222,7 +222,8 @@ class StackSampler:
                     self._last.pop(key, None)
                 return
             rows = self._rows(taken, pid, tid, role, reason, thread.frames)
-            mine = next(((r["file"], r["line"]) for r in rows if r["user"]), None)
+            at = user_frame(thread.frames)
+            mine = (thread.frames[at].file, thread.frames[at].line) if at is not None else None
             with self._lock:
                 self._done.extend(rows)
                 seen, gap = self._repeat.get(key, (None, GAP_S))
