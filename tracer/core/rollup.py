@@ -75,55 +75,77 @@ def _hash(rows: np.ndarray | dict[str, np.ndarray], by: tuple[str, ...]) -> np.n
     return h
 
 
-def _groups(rows: np.ndarray | dict[str, np.ndarray], by: tuple[str, ...]
-            ) -> tuple[np.ndarray, np.ndarray]:
-    """(order, starts): rows[order] has the rows of equal `by` fields together, each group from
-    its start; the groups in no particular order. One sort of a hash of the fields (a sort by
-    every field, as lexsort does, costs one stable sort per field); where two different keys
-    share a hash, the sort by every field."""
+# multipliers of the slot function, one per round of factorize (odd: a bijection of 64 bits)
+_SLOT_MULS = (0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9, 0xD6E8FEB86659FD93)
+
+
+def factorize(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(codes, first) of 64-bit `values`: equal values share a code, 0 .. groups - 1, and
+    first[code] is the index of the group's first row. By hashing into a table rather than by
+    sorting (np.unique's argsort was a third of the roll-up's time): each round scatters the
+    rows still to place into a table by their slot; a row whose slot holds its own value
+    (every slot holds one of its rows' values, so every round places some) takes the slot's
+    code; the others go to the next round with another slot function."""
     import numpy as np
 
-    h = _hash(rows, by)
-    order = np.argsort(h)
-    sorted_h = h[order]
-    same_h = sorted_h[1:] == sorted_h[:-1]
-    columns = [rows[name][order] for name in by]
-    if any((same_h & (col[1:] != col[:-1])).any() for col in columns):  # a collision
-        order = np.lexsort([rows[name] for name in reversed(by)])
-        return order, _starts([rows[name][order] for name in by])
-    return order, np.flatnonzero(np.concatenate(([True], ~same_h)))
+    n = len(values)
+    codes = np.empty(n, dtype=np.intp)
+    todo = np.arange(n)
+    vals = values.astype(np.uint64, copy=False)
+    base, turn = 0, 0
+    while len(todo):
+        bits = min(max((4 * len(todo)).bit_length(), 8), 20)  # most rows alone in a slot
+        with np.errstate(over="ignore"):
+            slot = ((vals * np.uint64(_SLOT_MULS[turn % len(_SLOT_MULS)]))
+                    >> np.uint64(64 - bits)).astype(np.intp)
+        table = np.empty(1 << bits, dtype=np.intp)
+        table[slot] = np.arange(len(todo))  # one of each slot's rows: which one does not matter
+        placed = vals[table[slot]] == vals
+        used = np.zeros(1 << bits, dtype=bool)
+        used[slot[placed]] = True
+        taken = np.flatnonzero(used)
+        table[taken] = np.arange(base, base + len(taken))  # a slot's code
+        codes[todo[placed]] = table[slot[placed]]
+        base += len(taken)
+        todo, vals = todo[~placed], vals[~placed]
+        turn += 1
+    first = np.full(base, n, dtype=np.intp)
+    np.minimum.at(first, codes, np.arange(n))
+    return codes, first
 
 
-def _repeats(rows: np.ndarray, by: tuple[str, ...]) -> bool:
-    """Whether two rows have the same `by` fields. The fields are compared only where two
-    hashes are equal, which for unique keys (the usual case) is nowhere."""
+def _codes(rows: np.ndarray | dict[str, np.ndarray], by: tuple[str, ...]
+           ) -> tuple[np.ndarray, np.ndarray]:
+    """factorize's (codes, first) for the rows' `by` fields (`rows`: rows, or their columns by
+    name): a code per distinct key. Factorized by a hash of the fields, each row then checked
+    against its group's first; where two different keys share a hash, by a sort of every
+    field."""
     import numpy as np
 
-    h = _hash(rows, by)
-    order = np.argsort(h)
-    sorted_h = h[order]
-    pairs = np.flatnonzero(sorted_h[1:] == sorted_h[:-1])
-    if not len(pairs):
-        return False
-    a, b = order[pairs], order[pairs + 1]
-    same = np.ones(len(pairs), dtype=bool)
-    for name in by:
-        same &= rows[name][a] == rows[name][b]
-    if same.all():
-        return True
-    return len(_groups(rows, by)[1]) < len(rows)  # a collision: by every field
+    codes, first = factorize(_hash(rows, by))
+    if all((rows[name][first][codes] == rows[name]).all() for name in by):
+        return codes, first
+    order = np.lexsort([rows[name] for name in reversed(by)])  # a collision
+    starts = _starts([rows[name][order] for name in by])
+    codes = np.empty(len(order), dtype=np.intp)
+    codes[order] = np.repeat(np.arange(len(starts)), np.diff(np.append(starts, len(order))))
+    first = np.full(len(starts), len(order), dtype=np.intp)
+    np.minimum.at(first, codes, np.arange(len(order)))
+    return codes, first
 
 
 def add_up(rows: np.ndarray, by: tuple[str, ...], weights: np.ndarray | None = None,
-           index: np.ndarray | None = None, group_by: tuple[str, ...] | None = None
+           index: np.ndarray | None = None, group_by: tuple[str, ...] | None = None,
+           sort: bool = True, codes: tuple[np.ndarray, np.ndarray] | None = None
            ) -> tuple[np.ndarray, np.ndarray]:
-    """Rows with equal `by` fields as one, sorted by `by`: counts summed, maxima the largest,
-    the other fields the first row's; and the sum of `weights` (default 1 per row; a column
-    or several) of each.
+    """Rows with equal `by` fields as one, sorted by `by` (`sort`; else in the order of each
+    group's first row): counts summed, maxima the largest, the other fields the first row's;
+    and the sum of `weights` (default 1 per row; a column or several) of each.
     `index`: the rows to add up (positions in `rows`; default all), read in place rather than
     copied (an interval's are megabytes). `group_by`: fields whose values are those of `by`
-    for every row added up here (the caller sets `by` in the rows made). A column at a time:
-    a million rows cost a few of their columns of memory, not copies of the rows."""
+    for every row added up here (the caller sets `by` in the rows made). A column at a time,
+    each added into its group's place in one pass (np.add.at): no sort of the rows. `codes`:
+    _codes' of the rows added up, when the caller has them."""
     import numpy as np
 
     group_by = group_by or by
@@ -133,19 +155,35 @@ def add_up(rows: np.ndarray, by: tuple[str, ...], weights: np.ndarray | None = N
     if not n:
         return (rows.copy() if index is None else take(rows, index)), weights[:0].copy()
     keys = {name: rows[name] if index is None else rows[name][index] for name in group_by}
-    order, starts = _groups(keys, group_by)
-    first = np.minimum.reduceat(order, starts)  # each group's first row
-    # the groups in the order of their keys, as a sort of the rows by `by` gives them
-    by_key = np.lexsort([keys[name][first] for name in reversed(group_by)])
+    codes, first = codes or _codes(keys, group_by)
+    groups = len(first)
+    if sort:  # the groups in the order of their keys, as a sort of the rows by `by` gives them
+        by_key = np.lexsort([keys[name][first] for name in reversed(group_by)])
+    else:  # in the order of their first rows (no sort: a set of the first rows, in order)
+        is_first = np.zeros(n, dtype=bool)
+        is_first[first] = True
+        by_key = codes[np.flatnonzero(is_first)]
     out = take(rows, first[by_key] if index is None else index[first[by_key]])
-    if len(starts) == n:  # nothing to add up (the usual case for files)
+    if groups == n:  # nothing to add up (the usual case for files)
         return out, weights[first[by_key]]
-    at = order if index is None else index[order]
+    place = np.empty(groups, dtype=np.intp)
+    place[by_key] = np.arange(groups)
+    at = place[codes]
+    if index is not None:  # every row's place, the rows not added up in one past the groups
+        at_all = np.full(len(rows), groups, dtype=np.intp)
+        at_all[index] = at
+        at = at_all
     for name in SUMMED + tuple(n for n in SUMMED_IF_THERE if n in rows.dtype.names):
-        out[name] = np.add.reduceat(rows[name][at], starts)[by_key]
-    for name in LARGEST:
-        out[name] = np.maximum.reduceat(rows[name][at], starts)[by_key]
-    return out, np.add.reduceat(weights[order], starts)[by_key]
+        total = np.zeros(groups + 1, dtype=rows.dtype[name])
+        np.add.at(total, at, rows[name])
+        out[name] = total[:groups]
+    for name in LARGEST:  # (unsigned: 0 is the least)
+        largest = np.zeros(groups + 1, dtype=rows.dtype[name])
+        np.maximum.at(largest, at, rows[name])
+        out[name] = largest[:groups]
+    summed = np.zeros((groups, *weights.shape[1:]), dtype=weights.dtype)
+    np.add.at(summed, place[codes], weights)
+    return out, summed
 
 
 def _kept(files: np.ndarray, keep: int) -> np.ndarray:
@@ -158,10 +196,11 @@ def _kept(files: np.ndarray, keep: int) -> np.ndarray:
     import numpy as np
 
     group = (files["tgid"].astype(np.uint64) << np.uint64(8)) | files["op"]  # (exact)
-    order = np.argsort(group)
-    sorted_group = group[order]
-    starts = np.flatnonzero(np.concatenate(([True], sorted_group[1:] != sorted_group[:-1])))
-    bounds = np.append(starts, len(files)).tolist()
+    codes, first = factorize(group)
+    # the rows by group: a stable sort of the few groups' codes (a radix sort as 16 bits)
+    order = np.argsort(codes.astype(np.uint16) if len(first) <= 1 << 16 else codes,
+                       kind="stable")
+    bounds = np.concatenate(([0], np.cumsum(np.bincount(codes)))).tolist()
     lat = files["latency_sum_ns"] + files["open_latency_sum_ns"]
     pages = files["pages_missed"] + files["pages_dirtied"]
     measures = (lat, files["bytes"], pages)
@@ -229,8 +268,10 @@ def split(files: np.ndarray, folders: np.ndarray, keep: int = KEEP_FILES
     import numpy as np
 
     key = ("tgid", "dev", "ino", "gen", "op")
-    if len(files) and _repeats(files, key):
-        files, _ = add_up(files, key)  # rare: a key in its slot and in the map
+    if len(files):
+        codes = _codes(files, key)
+        if len(codes[1]) < len(files):  # a key in its slot and in the log or the map
+            files, _ = add_up(files, key, sort=False, codes=codes)
     if len(files):
         at = _kept(files, keep)
         others = np.ones(len(files), dtype=bool)
@@ -275,8 +316,10 @@ def merge(parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]], keep: int = KE
     rows = [p[1] for p in parts]
     weights = [p[2] for p in parts]
     key = ("tgid", "dev", "ino", "gen", "op")
-    if len(own) and _repeats(own, key):
-        own, _ = add_up(own, key)
+    if len(own):
+        codes = _codes(own, key)
+        if len(codes[1]) < len(own):
+            own, _ = add_up(own, key, sort=False, codes=codes)
     if len(own):
         at = _kept(own, keep)
         others = np.ones(len(own), dtype=bool)
@@ -307,13 +350,9 @@ def fold_folders(rows: np.ndarray, n_files: np.ndarray, parent: Callable[[int, i
             break
         others = np.ones(len(rows), dtype=bool)
         others[at] = False
-        # one parent() call per folder, not per row; the pairs grouped by hash (_groups), as
-        # np.unique(axis=0) sorts them as bytes, many times slower
+        # one parent() call per folder, not per row
         dev, ino = rows["dev"][others], rows["ino"][others]
-        order, starts = _groups({"dev": dev, "ino": ino}, ("dev", "ino"))
-        which = np.empty(len(dev), dtype=np.intp)
-        which[order] = np.repeat(np.arange(len(starts)), np.diff(np.append(starts, len(dev))))
-        firsts = order[starts]
+        which, firsts = _codes({"dev": dev, "ino": ino}, ("dev", "ino"))
         pairs = zip(dev[firsts].tolist(), ino[firsts].tolist(), strict=True)
         ups = np.array([parent(d, i) for d, i in pairs], dtype=rows["ino"].dtype)
         up = ups[which]
