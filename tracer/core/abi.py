@@ -450,10 +450,14 @@ def decode_held_slots(table: int, index: np.ndarray, rows: np.ndarray
 def file_slots_into(out: np.ndarray, rows: np.ndarray) -> int:
     """file_counts_into for rows of u64 words of file slots (FILE_SLOT: tag, file_key,
     file_stat), those with a tag that is not their key's left out; returns the rows written."""
+    import numpy as np
+
     rows = rows[slot_tags_ok(FILE_SLOTS, rows)]
-    key_words = FILE_KEY.size // 8
-    return file_counts_into(out, rows[:, 1:1 + key_words].tobytes(),
-                            rows[:, 1 + key_words:].tobytes())
+    n, words = len(rows), (FILE_KEY.size + FILE_STAT.size) // 8
+    # a slot is its tag then the key and the counters, as a row begins: one copy per row
+    out[:n].view(np.uint8).reshape(n, out.dtype.itemsize)[:, :8 * words] = (
+        rows[:, 1:1 + words].view(np.uint8))
+    return n
 
 
 def decode_sys_start(raw: bytes) -> tuple[int, int, int, int, int, int] | None:
