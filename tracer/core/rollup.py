@@ -39,6 +39,7 @@ LARGEST = ("latency_max_ns", "open_latency_max_ns", "dir_ino", "size")
 OPEN_KEPT = (*(name for name, _ in abi.FILE_KEY_FIELDS if name != "op"), "dir_ino",
              *abi.OPEN_FIELDS.values())
 FOLDER_KEY = ("tgid", "dev", "ino", "op")  # a folder row's `ino` is the folder's
+FILE_KEY = ("tgid", "dev", "ino", "gen", "op")
 
 
 def _starts(columns: list[np.ndarray]) -> np.ndarray:
@@ -62,6 +63,16 @@ def take(rows: np.ndarray, index: np.ndarray) -> np.ndarray:
     return rows.view(np.dtype((np.void, rows.dtype.itemsize)))[index].view(rows.dtype)
 
 
+def concat(parts: list[np.ndarray]) -> np.ndarray:
+    """Arrays of one structured dtype as one, copied as blocks of bytes (np.concatenate copies
+    them a field at a time, fifteen times slower)."""
+    import numpy as np
+
+    dtype = parts[0].dtype
+    whole = np.dtype((np.void, dtype.itemsize))
+    return np.concatenate([np.ascontiguousarray(p).view(whole) for p in parts]).view(dtype)
+
+
 def _hash(rows: np.ndarray | dict[str, np.ndarray], by: tuple[str, ...]) -> np.ndarray:
     """A 64-bit hash of each row's `by` fields (`rows`: rows, or their columns by name): equal
     fields, equal hashes."""
@@ -70,7 +81,7 @@ def _hash(rows: np.ndarray | dict[str, np.ndarray], by: tuple[str, ...]) -> np.n
     h = np.zeros(len(rows[by[0]]), dtype=np.uint64)
     with np.errstate(over="ignore"):
         for name in by:
-            h = (h ^ rows[name].astype(np.uint64)) * np.uint64(0x9E3779B97F4A7C15)
+            h = (h ^ rows[name].astype(np.uint64, copy=False)) * np.uint64(0x9E3779B97F4A7C15)
             h ^= h >> np.uint64(31)
     return h
 
@@ -94,7 +105,9 @@ def factorize(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     vals = values.astype(np.uint64, copy=False)
     base, turn = 0, 0
     while len(todo):
-        bits = min(max((4 * len(todo)).bit_length(), 8), 20)  # most rows alone in a slot
+        # a first table small enough to stay in the CPU's cache, which places every row when
+        # the groups are few (a drain's folders); then tables with most rows alone in a slot
+        bits = min(max((4 * len(todo)).bit_length(), 8), 12 if turn == 0 else 20)
         with np.errstate(over="ignore"):
             slot = ((vals * np.uint64(_SLOT_MULS[turn % len(_SLOT_MULS)]))
                     >> np.uint64(64 - bits)).astype(np.intp)
@@ -136,16 +149,14 @@ def _codes(rows: np.ndarray | dict[str, np.ndarray], by: tuple[str, ...]
 
 def add_up(rows: np.ndarray, by: tuple[str, ...], weights: np.ndarray | None = None,
            index: np.ndarray | None = None, group_by: tuple[str, ...] | None = None,
-           sort: bool = True, codes: tuple[np.ndarray, np.ndarray] | None = None
-           ) -> tuple[np.ndarray, np.ndarray]:
+           sort: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """Rows with equal `by` fields as one, sorted by `by` (`sort`; else in the order of each
     group's first row): counts summed, maxima the largest, the other fields the first row's;
     and the sum of `weights` (default 1 per row; a column or several) of each.
     `index`: the rows to add up (positions in `rows`; default all), read in place rather than
     copied (an interval's are megabytes). `group_by`: fields whose values are those of `by`
     for every row added up here (the caller sets `by` in the rows made). A column at a time,
-    each added into its group's place in one pass (np.add.at): no sort of the rows. `codes`:
-    _codes' of the rows added up, when the caller has them."""
+    each added into its group's place in one pass (np.add.at): no sort of the rows."""
     import numpy as np
 
     group_by = group_by or by
@@ -155,7 +166,7 @@ def add_up(rows: np.ndarray, by: tuple[str, ...], weights: np.ndarray | None = N
     if not n:
         return (rows.copy() if index is None else take(rows, index)), weights[:0].copy()
     keys = {name: rows[name] if index is None else rows[name][index] for name in group_by}
-    codes, first = codes or _codes(keys, group_by)
+    codes, first = _codes(keys, group_by)
     groups = len(first)
     if sort:  # the groups in the order of their keys, as a sort of the rows by `by` gives them
         by_key = np.lexsort([keys[name][first] for name in reversed(group_by)])
@@ -184,6 +195,22 @@ def add_up(rows: np.ndarray, by: tuple[str, ...], weights: np.ndarray | None = N
     summed = np.zeros((groups, *weights.shape[1:]), dtype=weights.dtype)
     np.add.at(summed, place[codes], weights)
     return out, summed
+
+
+def _add_up_repeats(rows: np.ndarray) -> np.ndarray:
+    """`rows` with the rows of a key found several times (in a slot and in the log, or in two
+    drains) added up as one, after the others; the rows as they are when there are none.
+    Only the repeated rows are added up: a drain has a few of them among tens of thousands."""
+    import numpy as np
+
+    if not len(rows):
+        return rows
+    codes, first = _codes(rows, FILE_KEY)
+    if len(first) == len(rows):
+        return rows
+    alone = np.bincount(codes)[codes] == 1
+    again, _ = add_up(rows, FILE_KEY, index=np.flatnonzero(~alone), sort=False)
+    return concat([take(rows, alone), again])
 
 
 def _kept(files: np.ndarray, keep: int) -> np.ndarray:
@@ -245,7 +272,7 @@ def _opens_apart(rows: np.ndarray, n_files: np.ndarray) -> tuple[np.ndarray, np.
 
     used = _used(rows)
     opened = np.flatnonzero(rows["opens"])
-    out = np.concatenate([take(rows, used), take(rows, opened)])
+    out = concat([take(rows, used), take(rows, opened)])
     opens = out[int(used.sum()):]
     for name in out.dtype.names:
         if name not in OPEN_KEPT:
@@ -267,11 +294,7 @@ def split(files: np.ndarray, folders: np.ndarray, keep: int = KEEP_FILES
     operations or pages."""
     import numpy as np
 
-    key = ("tgid", "dev", "ino", "gen", "op")
-    if len(files):
-        codes = _codes(files, key)
-        if len(codes[1]) < len(files):  # a key in its slot and in the log or the map
-            files, _ = add_up(files, key, sort=False, codes=codes)
+    files = _add_up_repeats(files)  # a key in its slot and in the log or the map
     if len(files):
         at = _kept(files, keep)
         others = np.ones(len(files), dtype=bool)
@@ -295,7 +318,7 @@ def split(files: np.ndarray, folders: np.ndarray, keep: int = KEEP_FILES
     rest["gen"] = 0
     kernel = folders.copy()
     kernel["gen"] = 0
-    rows = np.concatenate([rest, kernel])
+    rows = concat([rest, kernel])
     weights = np.concatenate([counted[others], np.zeros((len(kernel), 2), dtype=np.int64)])
     folder_rows, n_files = add_up(rows, FOLDER_KEY, weights)
     return (own, *_opens_apart(folder_rows, n_files))
@@ -312,14 +335,10 @@ def merge(parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]], keep: int = KE
     and a file in a folder row of two drains counts in its file_count twice."""
     import numpy as np
 
-    own = np.concatenate([p[0] for p in parts])
+    own = concat([p[0] for p in parts])
     rows = [p[1] for p in parts]
     weights = [p[2] for p in parts]
-    key = ("tgid", "dev", "ino", "gen", "op")
-    if len(own):
-        codes = _codes(own, key)
-        if len(codes[1]) < len(own):
-            own, _ = add_up(own, key, sort=False, codes=codes)
+    own = _add_up_repeats(own)
     if len(own):
         at = _kept(own, keep)
         others = np.ones(len(own), dtype=bool)
@@ -330,7 +349,7 @@ def merge(parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]], keep: int = KE
         rest["gen"] = 0
         rows.append(rest)
         weights.append(np.ones(len(rest), dtype=np.int64))
-    return (own, *add_up(np.concatenate(rows), FOLDER_KEY, np.concatenate(weights)))
+    return (own, *add_up(concat(rows), FOLDER_KEY, np.concatenate(weights)))
 
 
 def fold_folders(rows: np.ndarray, n_files: np.ndarray, parent: Callable[[int, int], int],
