@@ -150,7 +150,7 @@ def test_exact_calls_bytes_and_time_per_thread(probes, cuda, fake_cuda):
 
 def test_library_loaded_after_attach_is_found_by_scan(probes, cuda, fake_cuda, monkeypatch):
     """dlopen'ed after the probes were attached: the next scan finds it. Until then, a process
-    whose size has not changed is not read again; once seen with it, never again."""
+    whose code size has not changed is not read again; once seen with it, never again."""
     reads: list[int] = []
     read_maps = uprobes._read_maps
     monkeypatch.setattr(uprobes, "_read_maps", lambda pid: reads.append(pid) or read_maps(pid))

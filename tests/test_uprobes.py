@@ -1,6 +1,8 @@
 """Finding the CUDA driver library in a process's maps, and decoding its per-thread counters
 (tracer/kernel/uprobes.py, tracer/core/abi.py): no privileges, no kernel."""
 
+import pytest
+
 from tracer.core import abi
 from tracer.kernel.uprobes import LIBRARY_NAME, Mapping, library_mappings
 
@@ -41,3 +43,31 @@ def test_decode_cuda_thread_adds_the_call_in_flight():
     assert t.ns["dtoh"] == 1000 * dtoh + 3_000 and t.ns["htod"] == 1000 * abi.CUDA_CALL["htod"]
     idle = abi.decode_cuda_thread(9, abi.CUDA_THREAD.pack(7, dtoh, 0, 0, 0, *calls, *ns, *nbytes), 8_000)
     assert idle.in_flight is None and idle.ns["dtoh"] == 1000 * dtoh
+
+
+CODE_SIZES = """
+import mmap, os, sys
+sys.path.insert(0, sys.argv[1])
+from tracer.kernel.uprobes import _code_size
+before = _code_size(os.getpid())
+m = mmap.mmap(-1, 64 << 20)
+m.write(b"x" * (64 << 20))  # memory allocated and used: no new code
+allocated = _code_size(os.getpid())
+import _decimal  # a C extension: its library's code mapped, as a dlopen of the driver maps it
+print(before, allocated, _code_size(os.getpid()), getattr(_decimal, "__file__", ""))
+"""
+
+
+def test_a_process_is_read_again_when_it_maps_new_code_not_new_memory():
+    """The scan reads a process's maps again only when its code size has changed: memory it
+    allocates leaves it as it is, a library it loads changes it."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    out = subprocess.run([sys.executable, "-c", CODE_SIZES, str(Path(__file__).parent.parent)],
+                         capture_output=True, text=True, check=True).stdout.split()
+    before, allocated, loaded = map(int, out[:3])
+    if len(out) < 4:
+        pytest.skip("_decimal is built into this Python: no library to load")
+    assert before > 0 and allocated == before and loaded > before

@@ -8,9 +8,10 @@ A forked worker shares its parent's mappings, so its calls are counted with noth
 :meth:`CudaProbes.scan` finds the library in the maps of processes (/proc/PID/maps) and
 attaches the files it has not seen. A process is read once it maps the library; one that does
 not yet (the driver is loaded at the first CUDA call, by dlopen, often seconds after start) is
-read again only when its virtual size has changed since (/proc/PID/stat, one line): a dlopen
-maps the library, which changes the size, so a process that maps nothing new costs one small
-read per scan, not its whole maps.
+read again only when the size of the executable code it maps has changed since (VmLib in
+/proc/PID/status): a dlopen maps the library's code, which changes it, while the memory a
+process allocates does not (a DataLoader worker's virtual size changes every second), so a
+process that maps no new code costs one small read per scan, not its whole maps.
 
 The file is opened through /proc/PID/map_files/ (the very inode the process mapped, also in a
 container, under overlayfs or when the file was replaced since), else /proc/PID/root + its
@@ -107,14 +108,16 @@ def library_mappings(maps_text: str, name: re.Pattern[str] = LIBRARY_NAME) -> li
     return list(out.values())
 
 
-def _vsize(pid: int) -> int | None:
-    """The process's virtual size (/proc/PID/stat), None when it is gone."""
+def _code_size(pid: int) -> int | None:
+    """The size of the executable code the process maps besides its program's (VmLib, kB, of
+    /proc/PID/status), None when it is gone; -1 when not said (a kernel thread)."""
     try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
+        with open(f"/proc/{pid}/status", "rb") as f:
+            status = f.read()
     except OSError:
         return None
-    return int(stat.rsplit(b")", 1)[1].split()[20])  # field 23, 3rd after the name
+    at = status.find(b"\nVmLib:")
+    return int(status[at + 7:status.index(b"k", at)]) if at >= 0 else -1
 
 
 def _read_maps(pid: int) -> str | None:
@@ -144,7 +147,7 @@ class CudaProbes:
         self._name = name
         self.libraries: dict[tuple[int, int], Library] = {}
         self._with: set[int] = set()  # processes seen mapping a driver library: not read again
-        self._without: dict[int, int] = {}  # the others, by the virtual size they had then
+        self._without: dict[int, int] = {}  # the others, by the code size they had then
         self.launching = False  # the launches' uprobes attached for a sample (set_launches)
 
     def _say(self, text: str) -> None:
@@ -160,7 +163,7 @@ class CudaProbes:
         for pid in pids:
             if pid in self._with:
                 continue
-            size = _vsize(pid)
+            size = _code_size(pid)
             if size is None or self._without.get(pid) == size:
                 continue
             text = _read_maps(pid)
