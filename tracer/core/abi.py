@@ -167,9 +167,9 @@ class ProcEvent:
     ns_pid: int = 0  # fork/exec: the PID in its own PID namespace; 0 when not sent
 
 
-@dataclass(frozen=True)
-class FileEvent:
-    """First sight of a file: its path components, base name first."""
+class FileEvent(NamedTuple):
+    """First sight of a file: its path components, base name first. (A tuple: a record of a
+    job's every batch file in /dev/shm is decoded, and a frozen dataclass is slow to make.)"""
 
     pid: int
     dev: int  # kernel dev_t of the file system
@@ -276,7 +276,7 @@ def decode_file_event(raw: bytes) -> FileEvent:
         FILE_EVENT_HEAD.unpack_from(raw))
     base = FILE_EVENT_HEAD.size
     packed = raw[base: base + min(size, PATH_BYTES)].split(b"\0")
-    names = tuple(n.decode(errors="replace") for n in packed[:min(depth, PATH_DEPTH, len(packed))])
+    names = tuple([n.decode(errors="replace") for n in packed[:min(depth, PATH_DEPTH)]])
     return FileEvent(pid, dev, ino, fd, _cstr(fstype), names, bool(flags & FILE_TRUNCATED),
                      bool(flags & FILE_DELETED), bool(flags & FILE_FS_ROOT), gen, dir_ino)
 

@@ -23,7 +23,7 @@ import struct
 import time
 import weakref
 from collections import OrderedDict
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from tracer.core.abi import NAME_LEN, FileEvent, dev_major_minor
 from tracer.core.model import FOLDER_GEN
@@ -48,8 +48,7 @@ FUSE_UNKNOWN_INO = 0xFFFFFFFF
 PENDING = -1  # a listing's key of its entries without an inode number, not stat'ed yet
 
 
-@dataclass(frozen=True, slots=True)  # (thousands kept: FileTable.by_id)
-class FileInfo:
+class FileInfo(NamedTuple):  # (a tuple: thousands kept, FileTable.by_id, and quick to make)
     path: str  # absolute, as the process sees it; " (deleted)" appended for unlinked files
     # kernel: dentry walk from an open file; inode: from the inode's dentry (page cache only),
     # joined to the mount point; proc_fd, proc_maps, lookup: user-space fallbacks
