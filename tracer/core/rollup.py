@@ -65,7 +65,7 @@ def take(rows: np.ndarray, index: np.ndarray) -> np.ndarray:
 
 def concat(parts: list[np.ndarray]) -> np.ndarray:
     """Arrays of one structured dtype as one, copied as blocks of bytes (np.concatenate copies
-    them a field at a time, fifteen times slower)."""
+    them a field at a time, many times slower)."""
     import numpy as np
 
     dtype = parts[0].dtype
@@ -93,8 +93,8 @@ _SLOT_MULS = (0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9, 0xD6E8
 def factorize(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(codes, first) of 64-bit `values`: equal values share a code, 0 .. groups - 1, and
     first[code] is the index of the group's first row. By hashing into a table rather than by
-    sorting (np.unique's argsort was a third of the roll-up's time): each round scatters the
-    rows still to place into a table by their slot; a row whose slot holds its own value
+    sorting (np.unique's sort costs O(n log n) on every drain): each round scatters the rows
+    still to place into a table by their slot; a row whose slot holds its own value
     (every slot holds one of its rows' values, so every round places some) takes the slot's
     code; the others go to the next round with another slot function."""
     import numpy as np
