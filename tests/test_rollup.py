@@ -42,10 +42,10 @@ def test_add_up_sums_exactly_and_sorts_by_key() -> None:
     assert out["bytes"].tolist() == [3, 2**63 - 1, 7, 5]
     assert out["latency_max_ns"].tolist() == [9, 7, 4, 3]
     assert n.tolist() == [2, 2, 1, 1]
-    # in the order of each group's first row, and only the rows of `index`
-    out, n = rollup.add_up(rows, ("tgid", "ino"), index=np.array([0, 1, 2, 5]), sort=False)
-    assert out[["tgid", "ino"]].tolist() == [(2, 10), (1, 11), (2, 13)]
-    assert out["bytes"].tolist() == [2**63 - 1, 1, 7] and n.tolist() == [2, 1, 1]
+    # only the rows of `index`
+    out, n = rollup.add_up(rows, ("tgid", "ino"), index=np.array([0, 1, 2, 5]))
+    assert out[["tgid", "ino"]].tolist() == [(1, 11), (2, 10), (2, 13)]
+    assert out["bytes"].tolist() == [1, 2**63 - 1, 7] and n.tolist() == [1, 2, 1]
 
 
 def test_two_keys_of_one_hash_are_told_apart(monkeypatch) -> None:

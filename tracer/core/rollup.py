@@ -148,11 +148,11 @@ def _codes(rows: np.ndarray | dict[str, np.ndarray], by: tuple[str, ...]
 
 
 def add_up(rows: np.ndarray, by: tuple[str, ...], weights: np.ndarray | None = None,
-           index: np.ndarray | None = None, group_by: tuple[str, ...] | None = None,
-           sort: bool = True) -> tuple[np.ndarray, np.ndarray]:
-    """Rows with equal `by` fields as one, sorted by `by` (`sort`; else in the order of each
-    group's first row): counts summed, maxima the largest, the other fields the first row's;
-    and the sum of `weights` (default 1 per row; a column or several) of each.
+           index: np.ndarray | None = None, group_by: tuple[str, ...] | None = None
+           ) -> tuple[np.ndarray, np.ndarray]:
+    """Rows with equal `by` fields as one, sorted by `by`: counts summed, maxima the largest,
+    the other fields the first row's; and the sum of `weights` (default 1 per row; a column
+    or several) of each.
     `index`: the rows to add up (positions in `rows`; default all), read in place rather than
     copied (an interval's are megabytes). `group_by`: fields whose values are those of `by`
     for every row added up here (the caller sets `by` in the rows made). A column at a time,
@@ -168,12 +168,8 @@ def add_up(rows: np.ndarray, by: tuple[str, ...], weights: np.ndarray | None = N
     keys = {name: rows[name] if index is None else rows[name][index] for name in group_by}
     codes, first = _codes(keys, group_by)
     groups = len(first)
-    if sort:  # the groups in the order of their keys, as a sort of the rows by `by` gives them
-        by_key = np.lexsort([keys[name][first] for name in reversed(group_by)])
-    else:  # in the order of their first rows (no sort: a set of the first rows, in order)
-        is_first = np.zeros(n, dtype=bool)
-        is_first[first] = True
-        by_key = codes[np.flatnonzero(is_first)]
+    # the groups in the order of their keys, as a sort of the rows by `by` gives them
+    by_key = np.lexsort([keys[name][first] for name in reversed(group_by)])
     out = take(rows, first[by_key] if index is None else index[first[by_key]])
     if groups == n:  # nothing to add up (the usual case for files)
         return out, weights[first[by_key]]
@@ -209,7 +205,7 @@ def _add_up_repeats(rows: np.ndarray) -> np.ndarray:
     if len(first) == len(rows):
         return rows
     alone = np.bincount(codes)[codes] == 1
-    again, _ = add_up(rows, FILE_KEY, index=np.flatnonzero(~alone), sort=False)
+    again, _ = add_up(rows, FILE_KEY, index=np.flatnonzero(~alone))
     return concat([take(rows, alone), again])
 
 
