@@ -67,6 +67,10 @@ struct iot_config {
 	__u32 file_log_entries; /* records of file_log per buffer (slots.bpf.h); 0: none */
 	__u32 file_log_mark; /* records of a buffer's log in use at which user space is told to
 			      * drain it (struct iot_drain_event); 0: never */
+	__u32 fold_keep; /* user space's rule of the files that keep a row (tracer/core/rollup.py,
+			  * KEEP_FILES and KEEP_SHARE_PCT): the kernel folds only files it would
+			  * not keep (slots.bpf.h, fold_on_close); 0: no folding */
+	__u32 fold_share_pct;
 };
 
 /* Key of the `hists` map: one histogram per (process, layer, op, target/device). */
@@ -124,6 +128,25 @@ struct file_stat {
 	__u64 open_latency_sum_ns;
 	__u64 open_latency_max_ns;
 	__u64 size; /* the file's size (i_size) at its last open counted here; 0: not opened */
+};
+
+/* Value of `fold_stats`: the files of a folder that the kernel folded at their close
+ * (slots.bpf.h, fold_on_close), their counters added up; key: struct file_key with the folder's
+ * inode as ino and gen 0. `files`: how many; the re-read counters as tracer/live/rereads.py's. */
+struct fold_stat {
+	struct file_stat st;
+	__u64 files;
+	__u64 reread_bytes;
+	__u64 reread_pages;
+};
+
+/* Value of `fold_groups`, key tgid | buf << 32: a process's files read in a buffer whose
+ * counters were weighed at their close, and what they add up to. */
+struct fold_group {
+	__u64 files;
+	__u64 latency_ns; /* of the reads and the opens */
+	__u64 bytes;
+	__u64 pages; /* missed and dirtied */
 };
 
 /* A block request in flight (block.bpf.c), from its start to its end; user space reads the
@@ -485,6 +508,8 @@ struct iot_abi {
 		struct rq_slot rq_slot;
 		struct hist_slot hist_slot;
 		struct file_slot file_slot;
+		struct fold_stat fold_stat;
+		struct fold_group fold_group;
 		struct free_slot_request free_slot_request;
 		struct track_request track_request;
 		struct tracked_info tracked_info;

@@ -106,6 +106,40 @@ FILE_COUNTERS(file_stats1, MAX_FILE_KEYS, 0);
 FILE_COUNTERS(folder_stats0, 16384, BPF_F_NO_PREALLOC);
 FILE_COUNTERS(folder_stats1, 16384, BPF_F_NO_PREALLOC);
 
+/* The files folded at their close, per (process, folder, op) and buffer (slots.bpf.h,
+ * fold_on_close): a folder per class and worker of an ImageNet job fits twice over. */
+#define FOLDS(name)                                                                             \
+	IOT_SHARED struct {                                                                     \
+		__uint(type, BPF_MAP_TYPE_HASH);                                                \
+		__uint(map_flags, BPF_F_NO_PREALLOC);                                           \
+		__uint(max_entries, 32768);                                                     \
+		__type(key, struct file_key);                                                   \
+		__type(value, struct fold_stat);                                                \
+	} name SEC(".maps")
+
+FOLDS(fold_stats0);
+FOLDS(fold_stats1);
+
+IOT_SHARED struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 2 * MAX_TRACKED);
+	__type(key, __u64);
+	__type(value, struct fold_group);
+} fold_groups SEC(".maps");
+
+/* The files read whole before: a bit each, by a hash of (dev, ino, gen), set at the end of a
+ * pass over the file, by fold_on_close or by user space (tracer/live/rereads.py, whose BITS
+ * and file_hash() are these). */
+#define READ_FILES_BITS 26
+IOT_SHARED struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, 1 << (READ_FILES_BITS - 6));
+	__type(key, __u32);
+	__type(value, __u64);
+} read_files SEC(".maps");
+
 /* Folders whose path user space has (a record of one of their files came through): their
  * other files send no record of their own; user space names them from the folder's listing.
  * A data set of a million files in a thousand folders sends a thousand records. */

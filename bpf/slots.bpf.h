@@ -305,4 +305,117 @@ static __always_inline void file_open_add(__u32 tgid, const struct file_id *id, 
 		st->open_latency_max_ns = latency_ns;
 }
 
+/*
+ * Folding at close. An ImageNet job reads thousands of files alike in every interval, and
+ * user space keeps a row for the few that stand out (tracer/core/rollup.py, _kept) and adds up
+ * the others per folder: every file's counters crossed into user space to be added up there.
+ * So when a thread closes the file whose counters it holds in a slot or a log record, read
+ * whole since its open in this buffer, the kernel weighs it against its process's other files
+ * closed in the buffer so far (fold_groups): once more than fold_keep have been weighed, a file
+ * with less than fold_share_pct of their time, bytes and pages is one the rule would not keep,
+ * as those totals only grow until the drain, and it is added to its folder's row of
+ * fold_stats instead, its record's counters taken (zero: user space skips it). User space
+ * weighs the files it keeps against the totals with the folded ones in. A file read whole is
+ * one whose later reads are re-reads (tracer/live/rereads.py): the fold sets its bit in
+ * read_files and counts its bytes as re-read when the bit was set already.
+ */
+static const struct fold_stat zero_fold_stat;
+static const struct fold_group zero_fold_group;
+
+static __always_inline bool mark_read_whole(const struct file_key *k)
+{
+	__u64 x = (__u64)k->dev * 0x9E3779B97F4A7C15ull + k->ino * 0xC2B2AE3D27D4EB4Full +
+		  (__u64)k->gen * 0x165667B19E3779F9ull;
+	__u32 i, w;
+	__u64 bit, *word;
+
+	x ^= x >> 29;
+	i = x >> (64 - READ_FILES_BITS);
+	w = i >> 6;
+	bit = 1ull << (i & 63);
+	word = bpf_map_lookup_elem(&read_files, &w);
+	return word && (__sync_fetch_and_or(word, bit) & bit);
+}
+
+/* Below `share` percent of `total` (which holds `v`): the rule would not keep it for this. */
+static __always_inline bool below_share(__u64 v, __u64 total, __u32 share)
+{
+	return !total || v * 100 < total * share;
+}
+
+static __always_inline void fold_on_close(__u32 tgid, const struct file_id *id, __u32 at)
+{
+	struct file_slot *s = at ? file_slot_at(at) : NULL;
+	__u64 e = max_epoch, gkey, lat, pages, n, bytes, missed, total_lat, total_bytes, total_pages;
+	struct fold_group *g;
+	struct fold_stat *f;
+	struct file_key fk;
+	__u32 buf = e & 1;
+
+	if (!s || !s->tag || s->key.op != IOT_OP_READ || s->key.buf != buf || s->key.tgid != tgid ||
+	    s->key.ino != id->ino || s->key.dev != id->dev || s->key.gen != id->gen)
+		return;
+	if (s->key.pad[0] || !s->st.opens || !s->st.size || s->st.bytes < s->st.size)
+		return; /* weighed at an earlier close, or not read whole since its open */
+	s->key.pad[0] = 1;
+	gkey = tgid | (__u64)buf << 32;
+	g = bpf_map_lookup_elem(&fold_groups, &gkey);
+	if (!g) {
+		bpf_map_update_elem(&fold_groups, &gkey, &zero_fold_group, BPF_NOEXIST);
+		g = bpf_map_lookup_elem(&fold_groups, &gkey);
+		if (!g)
+			return;
+	}
+	lat = s->st.latency_sum_ns + s->st.open_latency_sum_ns;
+	pages = s->st.pages_missed + s->st.pages_dirtied;
+	bytes = s->st.bytes;
+	/* every file weighed counts in the totals, folded or not */
+	n = __sync_fetch_and_add(&g->files, 1) + 1;
+	total_lat = __sync_fetch_and_add(&g->latency_ns, lat) + lat;
+	total_bytes = __sync_fetch_and_add(&g->bytes, bytes) + bytes;
+	total_pages = __sync_fetch_and_add(&g->pages, pages) + pages;
+	if (n <= iot_config.fold_keep || !below_share(lat, total_lat, iot_config.fold_share_pct) ||
+	    !below_share(bytes, total_bytes, iot_config.fold_share_pct) ||
+	    !below_share(pages, total_pages, iot_config.fold_share_pct))
+		return;
+	fk = s->key;
+	fk.ino = s->st.dir_ino;
+	fk.gen = 0;
+	fk.pad[0] = 0;
+	f = buf ? bpf_map_lookup_elem(&fold_stats1, &fk) : bpf_map_lookup_elem(&fold_stats0, &fk);
+	if (!f) {
+		if (buf)
+			bpf_map_update_elem(&fold_stats1, &fk, &zero_fold_stat, BPF_NOEXIST);
+		else
+			bpf_map_update_elem(&fold_stats0, &fk, &zero_fold_stat, BPF_NOEXIST);
+		f = buf ? bpf_map_lookup_elem(&fold_stats1, &fk) : bpf_map_lookup_elem(&fold_stats0, &fk);
+		if (!f)
+			return; /* full: the file keeps its record */
+	}
+	bytes = __sync_lock_test_and_set(&s->st.bytes, 0);
+	missed = __sync_lock_test_and_set(&s->st.pages_missed, 0);
+	__sync_fetch_and_add(&f->st.ops, __sync_lock_test_and_set(&s->st.ops, 0));
+	__sync_fetch_and_add(&f->st.bytes, bytes);
+	__sync_fetch_and_add(&f->st.latency_sum_ns, __sync_lock_test_and_set(&s->st.latency_sum_ns, 0));
+	__sync_fetch_and_add(&f->st.pages_missed, missed);
+	__sync_fetch_and_add(&f->st.pages_dirtied, __sync_lock_test_and_set(&s->st.pages_dirtied, 0));
+	__sync_fetch_and_add(&f->st.opens, __sync_lock_test_and_set(&s->st.opens, 0));
+	__sync_fetch_and_add(&f->st.open_latency_sum_ns,
+			     __sync_lock_test_and_set(&s->st.open_latency_sum_ns, 0));
+	n = __sync_lock_test_and_set(&s->st.latency_max_ns, 0);
+	if (n > f->st.latency_max_ns) /* racy by design, as file_op_add's */
+		f->st.latency_max_ns = n;
+	n = __sync_lock_test_and_set(&s->st.open_latency_max_ns, 0);
+	if (n > f->st.open_latency_max_ns)
+		f->st.open_latency_max_ns = n;
+	if (s->st.size > f->st.size) /* as user space's roll-up keeps a folder's largest */
+		f->st.size = s->st.size;
+	f->st.dir_ino = fk.ino;
+	__sync_fetch_and_add(&f->files, 1);
+	if (mark_read_whole(&s->key)) {
+		__sync_fetch_and_add(&f->reread_bytes, bytes);
+		__sync_fetch_and_add(&f->reread_pages, missed);
+	}
+}
+
 #endif /* SLOTS_BPF_H */

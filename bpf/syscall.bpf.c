@@ -131,6 +131,28 @@ static __always_inline void span_close(int fd)
 	span->since_ns = 0;
 }
 
+/* close(fd): ends a write span (span_close); a file of a traced thread read whole may be folded
+ * into its folder's row (slots.bpf.h, fold_on_close). */
+static __always_inline void close_body(int fd)
+{
+	struct task_struct *task;
+	struct sys_start *start;
+	struct file *file;
+	struct file_id id;
+
+	span_close(fd);
+	if (!iot_config.fold_keep)
+		return;
+	task = bpf_get_current_task_btf();
+	start = bpf_task_storage_get(&sys_starts, task, 0, 0);
+	if (!start || !start->counters_at || !(file = fd_file_of(task, fd)))
+		return;
+	if ((file->f_inode->i_mode & S_IFMT) != S_IFREG)
+		return;
+	inode_id(file->f_inode, &id);
+	fold_on_close(task->tgid, &id, start->counters_at);
+}
+
 /* A save to a path closes its file, then fsyncs it through a new fd (torch.save(path), then
  * open + fsync + close): an fsync of the file of the thread's last span, begun within this
  * long of that span's close, opens the span again, same start, until the new fd's close. */
@@ -210,7 +232,7 @@ int sys_enter(struct bpf_raw_tracepoint_args *ctx)
 
 	if (op == 0xff) {
 		if (ctx->args[1] == NR_close)
-			span_close((int)syscall_arg(user_regs(ctx), 0));
+			close_body((int)syscall_arg(user_regs(ctx), 0));
 		return 0;
 	}
 	regs = user_regs(ctx);
@@ -366,11 +388,11 @@ int sys_enter_pos_tp(struct syscall_enter_pos_record *ctx)
 	return 0;
 }
 
-/* close, on its own classic tracepoint: it ends a write span (span_close), nothing else. */
+/* close, on its own classic tracepoint (close_body). */
 SEC("tp")
 int sys_enter_close_tp(struct syscall_enter_record *ctx)
 {
-	span_close((int)ctx->fd);
+	close_body((int)ctx->fd);
 	return 0;
 }
 

@@ -28,6 +28,8 @@ FORMATS = {
     "THREAD_TIME": ("thread_time", (), None),
     "FILE_KEY": ("file_key", (), None),
     "FILE_STAT": ("file_stat", (), None),
+    "FOLD_STAT": ("fold_stat", (), None),
+    "FOLD_GROUP": ("fold_group", (), None),
     "HIST_SLOT": ("hist_slot", ("key", "h"), None),
     "FILE_SLOT": ("file_slot", ("key", "st"), None),
     "SYS_START": ("sys_start", (), None),

@@ -56,3 +56,63 @@ def test_two_keys_of_one_hash_are_told_apart(monkeypatch) -> None:
     out, n = rollup.add_up(rows, ("ino",))
     assert out["ino"].tolist() == [1, 2] and out["ops"].tolist() == [101, 1010]
     assert n.tolist() == [2, 2]
+
+
+def _weighed_as_the_kernel(rows: np.ndarray, keep: int, share_pct: int) -> np.ndarray:
+    """Which rows bpf/slots.bpf.h's fold_on_close folds when their files close in this order:
+    each weighed against its (process, op)'s files weighed so far, itself included."""
+    lat, nbytes, pages = (m.astype(int) for m in rollup._measures(rows))
+    groups: dict[tuple[int, int], list[int]] = {}
+    folded = np.zeros(len(rows), dtype=bool)
+    for i, key in enumerate(zip(rows["tgid"].tolist(), rows["op"].tolist(), strict=True)):
+        g = groups.setdefault(key, [0, 0, 0, 0])
+        mine = (lat[i], nbytes[i], pages[i])
+        g[0] += 1
+        for k, v in enumerate(mine):
+            g[1 + k] += v
+        folded[i] = g[0] > keep and all(t == 0 or v * 100 < t * share_pct
+                                        for v, t in zip(mine, g[1:], strict=True))
+    return folded
+
+
+def _sorted_folder_rows(rows: np.ndarray, n_files: np.ndarray) -> list[tuple]:
+    fields = ("tgid", "dev", "ino", "op", *rollup.SUMMED, "latency_max_ns", "size")
+    return sorted(zip(*(rows[f].tolist() for f in fields), n_files.tolist(), strict=True))
+
+
+def test_files_folded_by_the_kernel_change_no_row() -> None:
+    """The files the kernel folds at their close are those the roll-up would not keep: weighed
+    against the totals so far, which only grow, they have less than the share of the end's.
+    Rolled up with them in its groups' totals, a drain gives the same rows as with every file:
+    the same files kept, the same folder rows with the same files in each."""
+    rng = np.random.default_rng(3)
+    n = 3000
+    rows = np.zeros(n, dtype=abi.file_counts_dtype())
+    rows["tgid"] = rng.integers(1, 4, n)
+    rows["dev"] = 8
+    rows["ino"] = np.arange(10_000, 10_000 + n)
+    rows["dir_ino"] = rng.integers(500, 520, n)
+    rows["op"] = next(code for code, name in abi.OPS.items() if name == "read")
+    rows["ops"] = rng.integers(1, 4, n)
+    rows["size"] = rng.integers(1, 64, n) * 4096
+    rows["bytes"] = rows["size"]
+    rows["latency_sum_ns"] = rng.lognormal(10, 1.5, n).astype(np.uint64)
+    rows["latency_max_ns"] = rows["latency_sum_ns"]
+    rows["pages_missed"] = rng.integers(0, 3, n) * rng.integers(0, 2, n)
+    rows["opens"] = 1
+    rows["open_latency_sum_ns"] = rng.integers(1000, 5000, n)
+    rows["bytes"][rng.choice(n, 5, replace=False)] *= 200  # files that stand out by bytes
+    folded = _weighed_as_the_kernel(rows, rollup.KEEP_FILES, rollup.KEEP_SHARE_PCT)
+    assert 2000 < folded.sum() < n - 3 * rollup.KEEP_FILES
+    # the kernel's rows of fold_stats: per (process, folder, op), with the files in each
+    gone = rows[folded].copy()
+    gone["ino"], gone["gen"] = gone["dir_ino"], 0
+    by_folder, n_folded = rollup.add_up(gone, rollup.FOLDER_KEY)
+    by_folder["dir_ino"] = by_folder["ino"]
+
+    own, folder_rows, n_files = rollup.split(rows, rows[:0])
+    own_f, folder_rows_f, n_files_f = rollup.split(rows[~folded], rows[:0], folded=by_folder,
+                                                   folded_files=n_folded)
+    assert own_f.tobytes() == own.tobytes() and len(own) > 0
+    assert _sorted_folder_rows(folder_rows_f, n_files_f) == _sorted_folder_rows(folder_rows,
+                                                                                n_files)

@@ -57,7 +57,7 @@ MAP_FULL_MAPS = tuple(layout.enum_names("iot_map", "IOT_MAP_").values())
 MAP_ROLLED_UP = {"file_stats": "folder_stats"}
 
 # struct iot_config: have_io_start, page_shift, auto_discover, rq_slot_bits, hist_slot_bits,
-# file_slot_bits, slow_ns, file_log_entries
+# file_slot_bits, slow_ns, file_log_entries, file_log_mark, fold_keep, fold_share_pct
 CONFIG = struct.Struct(layout.struct_format("iot_config"))
 # struct hist_key: tgid, dev, layer, op, target, attribution
 HIST_KEY = struct.Struct(layout.struct_format("hist_key"))
@@ -81,6 +81,10 @@ FILE_KEY_BUF = layout.offset("file_key", "buf")
 # struct file_stat: ops, bytes, latency_sum_ns, pages_missed, pages_dirtied, latency_max_ns,
 # dir_ino, opens, open_latency_sum_ns, open_latency_max_ns
 FILE_STAT = struct.Struct(layout.struct_format("file_stat"))
+# struct fold_stat: a struct file_stat, then files, reread_bytes, reread_pages (slots.bpf.h)
+FOLD_STAT = struct.Struct(layout.struct_format("fold_stat"))
+# struct fold_group: files, latency_ns, bytes, pages (what the kernel weighs a file against)
+FOLD_GROUP = struct.Struct(layout.struct_format("fold_group"))
 # Their fields as numpy decodes a batch of them (file_counts_dtype)
 FILE_KEY_FIELDS = layout.numpy_fields("file_key")
 FILE_STAT_FIELDS = layout.numpy_fields("file_stat")
@@ -325,6 +329,38 @@ def file_counts_into(out: np.ndarray, keys: bytes, values: bytes) -> int:
     return n
 
 
+def fold_counts_into(out: np.ndarray, files: np.ndarray, keys: bytes, values: bytes) -> int:
+    """file_counts_into for raw struct file_key and struct fold_stat: the file_stat part into
+    the rows, `reread_bytes` and `reread_pages` into those fields of `out` (which has them:
+    tracer.live.rereads.rows_dtype), the files folded into `files`; returns n."""
+    import numpy as np
+
+    ks, vs, ss = FILE_KEY.size, FOLD_STAT.size, FILE_STAT.size
+    n = len(keys) // ks
+    rows = out[:n].view(np.uint8).reshape(n, out.dtype.itemsize)
+    rows[:, :ks] = np.frombuffer(keys, dtype=np.uint8).reshape(n, ks)
+    tail = np.frombuffer(values, dtype=np.uint8).reshape(n, vs)
+    rows[:, ks:ks + ss] = tail[:, :ss]
+    more = tail[:, ss:].copy().view("<u8")  # files, reread_bytes, reread_pages
+    files[:n] = more[:, 0]
+    out["reread_bytes"][:n] = more[:, 1]
+    out["reread_pages"][:n] = more[:, 2]
+    return n
+
+
+def fold_group_buf(raw: bytes) -> int:
+    """The interval buffer of a key of fold_groups (tgid | buf << 32)."""
+    return decode_u64(raw) >> 32
+
+
+def read_files_bits(buffer) -> np.ndarray:
+    """The read_files bitmap (maps.bpf.h; a mapping of it) as bytes, in place: bit i of the
+    map's bits is bit i % 8 of byte i // 8 (little-endian words)."""
+    import numpy as np
+
+    return np.frombuffer(buffer, dtype=np.uint8)
+
+
 def decode_hist_key(raw: bytes) -> HistKey:
     tgid, dev, layer, op, target, attr = HIST_KEY.unpack(raw)
     return HistKey(tgid, dev, LAYERS.get(layer, "other"), OPS.get(op, "other"),
@@ -449,15 +485,36 @@ def decode_held_slots(table: int, index: np.ndarray, rows: np.ndarray
 
 def file_slots_into(out: np.ndarray, rows: np.ndarray) -> int:
     """file_counts_into for rows of u64 words of file slots (FILE_SLOT: tag, file_key,
-    file_stat), those with a tag that is not their key's left out; returns the rows written."""
+    file_stat), those with a tag that is not their key's left out, and those with no counts
+    (a file folded at its close: slots.bpf.h, fold_on_close); returns the rows written."""
     import numpy as np
 
-    rows = rows[slot_tags_ok(FILE_SLOTS, rows)]
+    keep = slot_tags_ok(FILE_SLOTS, rows)
+    counts = rows[:, _COUNT_WORDS[0]] != 0
+    for word in _COUNT_WORDS[1:]:
+        counts |= rows[:, word] != 0
+    rows = rows[keep & counts]
     n, words = len(rows), (FILE_KEY.size + FILE_STAT.size) // 8
     # a slot is its tag then the key and the counters, as a row begins: one copy per row
     out[:n].view(np.uint8).reshape(n, out.dtype.itemsize)[:, :8 * words] = (
         rows[:, 1:1 + words].view(np.uint8))
     return n
+
+
+# The words of a file slot that say it holds counts: ops, pages missed and dirtied, opens
+_COUNT_WORDS = tuple(1 + (FILE_KEY.size + layout.offset("file_stat", name)) // 8
+                     for name in ("ops", "pages_missed", "pages_dirtied", "opens"))
+
+
+class Drain(NamedTuple):
+    """One per-file buffer taken out of the kernel (kernel.maps.Maps.drain_file_stats): its
+    files' counters, its folders' (operations past a full file_stats), and the files folded
+    at their close per folder (`folded`, with `folded_files` files in each row)."""
+
+    files: np.ndarray
+    folders: np.ndarray
+    folded: np.ndarray
+    folded_files: np.ndarray
 
 
 def decode_sys_start(raw: bytes) -> tuple[int, int, int, int, int, int] | None:

@@ -79,6 +79,18 @@ STRUCTS = {
         ('open_latency_max_ns', 72, 8, 'u64'),
         ('size', 80, 8, 'u64'),
     )),
+    'fold_group': (32, (
+        ('files', 0, 8, 'u64'),
+        ('latency_ns', 8, 8, 'u64'),
+        ('bytes', 16, 8, 'u64'),
+        ('pages', 24, 8, 'u64'),
+    )),
+    'fold_stat': (112, (
+        ('st', 0, 88, 'struct file_stat'),
+        ('files', 88, 8, 'u64'),
+        ('reread_bytes', 96, 8, 'u64'),
+        ('reread_pages', 104, 8, 'u64'),
+    )),
     'free_slot_request': (16, (
         ('table', 0, 4, 'u32'),
         ('index', 4, 4, 'u32'),
@@ -102,7 +114,7 @@ STRUCTS = {
         ('pad', 20, 4, 'u32'),
         ('h', 24, 640, 'struct hist'),
     )),
-    'iot_config': (24, (
+    'iot_config': (32, (
         ('have_io_start', 0, 1, 'u8'),
         ('page_shift', 1, 1, 'u8'),
         ('auto_discover', 2, 1, 'u8'),
@@ -113,6 +125,8 @@ STRUCTS = {
         ('slow_ns', 8, 8, 'u64'),
         ('file_log_entries', 16, 4, 'u32'),
         ('file_log_mark', 20, 4, 'u32'),
+        ('fold_keep', 24, 4, 'u32'),
+        ('fold_share_pct', 28, 4, 'u32'),
     )),
     'iot_drain_event': (16, (
         ('kind', 0, 4, 'u32'),

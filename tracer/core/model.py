@@ -424,12 +424,14 @@ class FileTotals:
 @dataclass
 class RolledUp:
     """What the files table added up per folder so far (rollup.split), for the summary and
-    meta.json: per-file rows that went into folder rows, the folder rows, and the operations
-    the kernel itself counted per folder because its per-file table was full."""
+    meta.json: per-file rows that went into folder rows (those the kernel folded at their close
+    among them), the folder rows, and the operations the kernel itself counted per folder
+    because its per-file table was full."""
 
     file_rows: int = 0
     folder_rows: int = 0
     kernel_ops: int = 0
+    kernel_folded: int = 0
 
     def add(self, folder_rows, n_files, kernel_folders) -> None:
         """One interval's folder rows, the files in each, and the kernel's folder counts."""

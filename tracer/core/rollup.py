@@ -209,32 +209,62 @@ def _add_up_repeats(rows: np.ndarray) -> np.ndarray:
     return concat([take(rows, alone), again])
 
 
-def _kept(files: np.ndarray, keep: int) -> np.ndarray:
-    """Indices of the rows that keep their own: per (tgid, op), all of a group of at most `keep`
-    rows; of a larger one, the `keep` largest by (time, bytes, pages missed + dirtied) of those
-    with KEEP_SHARE_PCT of the group's time, bytes or pages (time: of the op and of the opens
-    counted in its key); ties in the order of the rows. Listed by tgid, op, then largest first.
-    Sorts only each group's candidates (the rows whose time is at least the group's keep-th
-    largest), not every row of the interval."""
+def _measures(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """What a file is weighed by: its time (of the op and of the opens counted in its key), its
+    bytes, its pages (missed and dirtied)."""
+    return (rows["latency_sum_ns"] + rows["open_latency_sum_ns"], rows["bytes"],
+            rows["pages_missed"] + rows["pages_dirtied"])
+
+
+def _group(rows: np.ndarray) -> np.ndarray:
     import numpy as np
 
-    group = (files["tgid"].astype(np.uint64) << np.uint64(8)) | files["op"]  # (exact)
+    return (rows["tgid"].astype(np.uint64) << np.uint64(8)) | rows["op"]  # (exact)
+
+
+def _folded_groups(folded: np.ndarray, n_files: np.ndarray) -> dict[int, list[int]]:
+    """Per (tgid, op) group: [files, time, bytes, pages] of the files the kernel folded
+    (exact sums: reduceat over the rows sorted by group)."""
+    import numpy as np
+
+    groups, inverse = np.unique(_group(folded), return_inverse=True)
+    order = np.argsort(inverse, kind="stable")
+    starts = np.searchsorted(inverse[order], np.arange(len(groups)))
+    sums = [np.add.reduceat(x.astype(np.uint64)[order], starts).tolist()
+            for x in (n_files, *_measures(folded))]
+    return {g: [s[i] for s in sums] for i, g in enumerate(groups.tolist())}
+
+
+def _kept(files: np.ndarray, keep: int, folded: dict[int, list[int]] | None = None
+          ) -> np.ndarray:
+    """Indices of the rows that keep their own: per (tgid, op), all of a group of at most `keep`
+    files; of a larger one, the `keep` largest by (time, bytes, pages missed + dirtied) of those
+    with KEEP_SHARE_PCT of the group's time, bytes or pages (time: of the op and of the opens
+    counted in its key); ties in the order of the rows. `folded`: the files of each group the
+    kernel folded at their close (_folded_groups), which count in its files and totals. Listed
+    by tgid, op, then largest first. Sorts only each group's candidates (the rows whose time
+    is at least the group's keep-th largest), not every row of the interval."""
+    import numpy as np
+
+    folded = folded or {}
+    group = _group(files)
     codes, first = factorize(group)
     # the rows by group: a stable sort of the few groups' codes (a radix sort as 16 bits)
     order = np.argsort(codes.astype(np.uint16) if len(first) <= 1 << 16 else codes,
                        kind="stable")
     bounds = np.concatenate(([0], np.cumsum(np.bincount(codes)))).tolist()
-    lat = files["latency_sum_ns"] + files["open_latency_sum_ns"]
-    pages = files["pages_missed"] + files["pages_dirtied"]
-    measures = (lat, files["bytes"], pages)
+    measures = _measures(files)
+    lat, pages = measures[0], measures[2]
+    groups = group[first].tolist()
     picked = []
-    for lo, hi in itertools.pairwise(bounds):
+    for code, (lo, hi) in enumerate(itertools.pairwise(bounds)):
         rows = order[lo:hi]
-        if hi - lo > keep:
+        more = folded.get(groups[code], (0, 0, 0, 0))
+        if hi - lo + more[0] > keep:
             stands_out = np.zeros(len(rows), dtype=bool)
-            for m in measures:
+            for m, extra in zip(measures, more[1:], strict=True):
                 values = m[rows]
-                total = int(values.sum())
+                total = int(values.sum()) + extra
                 if total:
                     stands_out |= values * 100 >= total * KEEP_SHARE_PCT
             rows = rows[stands_out]
@@ -281,18 +311,22 @@ def _opens_apart(rows: np.ndarray, n_files: np.ndarray) -> tuple[np.ndarray, np.
     return out, np.concatenate([n_files[used, 0], n_files[opened, 1]])
 
 
-def split(files: np.ndarray, folders: np.ndarray, keep: int = KEEP_FILES
+def split(files: np.ndarray, folders: np.ndarray, keep: int = KEEP_FILES,
+          folded: np.ndarray | None = None, folded_files: np.ndarray | None = None
           ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(own, folder rows, files per folder row). A key found twice (in a slot and in the map)
     is added up first. Per (process, op), the `keep` files that matter most are `own`; the
-    others are added up per (process, folder, op), with the kernel's folder counts. Then the
-    opens counted in each row are a row of op open (_opens_apart): every row out has
-    operations or pages."""
+    others are added up per (process, folder, op), with the kernel's folder counts and the
+    files it folded at their close (`folded`, `folded_files` files in each row; they count in
+    the groups the rule weighs the files against). Then the opens counted in each row are a
+    row of op open (_opens_apart): every row out has operations or pages."""
     import numpy as np
 
+    if folded is None or folded_files is None:
+        folded, folded_files = folders[:0], np.zeros(0, dtype=np.int64)
     files = _add_up_repeats(files)  # a key in its slot and in the log or the map
     if len(files):
-        at = _kept(files, keep)
+        at = _kept(files, keep, _folded_groups(folded, folded_files) if len(folded) else None)
         others = np.ones(len(files), dtype=bool)
         others[at] = False
         own = take(files, at)
@@ -302,7 +336,7 @@ def split(files: np.ndarray, folders: np.ndarray, keep: int = KEEP_FILES
     # files for each of the two rows it has a part in
     counted = np.stack([_used(files), files["opens"] != 0], axis=1).astype(np.int64)
     own, _ = _opens_apart(own, np.ones((len(own), 2), dtype=np.int64))
-    if not len(folders):  # the usual case: the files' folders only, read in place
+    if not len(folders) and not len(folded):  # the files' folders only, read in place
         index = np.flatnonzero(others)
         folder_rows, n_files = add_up(files, FOLDER_KEY, counted[index], index=index,
                                       group_by=("tgid", "dev", "dir_ino", "op"))
@@ -314,8 +348,10 @@ def split(files: np.ndarray, folders: np.ndarray, keep: int = KEEP_FILES
     rest["gen"] = 0
     kernel = folders.copy()
     kernel["gen"] = 0
-    rows = concat([rest, kernel])
-    weights = np.concatenate([counted[others], np.zeros((len(kernel), 2), dtype=np.int64)])
+    rows = concat([rest, kernel, folded])
+    # a folded file was read and opened: it counts in both of its folder's rows
+    weights = np.concatenate([counted[others], np.zeros((len(kernel), 2), dtype=np.int64),
+                              np.repeat(folded_files.astype(np.int64)[:, None], 2, axis=1)])
     folder_rows, n_files = add_up(rows, FOLDER_KEY, weights)
     return (own, *_opens_apart(folder_rows, n_files))
 

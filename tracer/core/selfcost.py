@@ -124,10 +124,12 @@ class SelfCost:
     paths_recovered: int = 0
     paths_unknown: int = 0
     # the files table's roll-up (core/rollup.py): per-file rows added into folder rows, the
-    # folder rows, and operations the kernel counted per folder (its per-file table full)
+    # folder rows, and operations the kernel counted per folder (its per-file table full);
+    # the files of file_rows_rolled_up that the kernel folded at their close
     file_rows_rolled_up: int = 0
     folder_rows: int = 0
     folder_ops_kernel: int = 0
+    files_folded_kernel: int = 0
 
     @property
     def bpf_cpu_pct(self) -> float | None:
@@ -187,7 +189,8 @@ class SelfCost:
             "map_full_drops": dict(self.map_full_drops),
             "files_rolled_up": {"file_rows": self.file_rows_rolled_up,
                                 "folder_rows": self.folder_rows,
-                                "kernel_folder_ops": self.folder_ops_kernel},
+                                "kernel_folder_ops": self.folder_ops_kernel,
+                                "kernel_folded_files": self.files_folded_kernel},
             "block_completions_unseen": {"requests": self.block_unseen_requests,
                                          "bytes": self.block_unseen_bytes},
             "map_entries": dict(self.map_entries),
@@ -223,7 +226,8 @@ class SelfCost:
                    int(unseen.get("requests") or 0), int(unseen.get("bytes") or 0),
                    int(paths.get("recovered") or 0), int(paths.get("unknown") or 0),
                    int(rolled.get("file_rows") or 0), int(rolled.get("folder_rows") or 0),
-                   int(rolled.get("kernel_folder_ops") or 0))
+                   int(rolled.get("kernel_folder_ops") or 0),
+                   int(rolled.get("kernel_folded_files") or 0))
 
 
 def _round(v: float | None) -> float | None:
@@ -265,7 +269,10 @@ def render_self_cost(cost: SelfCost, top: int = TOP_PROGRAMS) -> list[str]:
         drops += (f"; files table: {cost.file_rows_rolled_up} per-file rows added up into "
                   f"{cost.folder_rows} folder rows (files under {KEEP_SHARE_PCT} % of their "
                   f"process's time, bytes and pages in an op, past {KEEP_FILES} per process, op "
-                  "and interval)")
+                  "and interval")
+        if cost.files_folded_kernel:
+            drops += f"; {cost.files_folded_kernel} of them by the kernel at their close"
+        drops += ")"
         if cost.folder_ops_kernel:
             drops += (f", {cost.folder_ops_kernel} operations counted per folder by the kernel "
                       "(its per-file table was full)")

@@ -16,7 +16,7 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from tracer.core import abi
+from tracer.core import abi, rollup
 from tracer.core.units import PAGE_SHIFT
 from tracer.kernel import libbpf as _libbpf
 from tracer.kernel.elf import function_files
@@ -44,7 +44,8 @@ DRAIN_AT_LOG_SHARE = 2
 SIZABLE_MAPS = (*abi.MAP_FULL_MAPS, *POWER_OF_TWO_MAPS, FILE_LOG)
 # Maps kept as one per interval buffer in the object, sized and counted under one name
 BUFFERED_MAPS = {"file_stats": ("file_stats0", "file_stats1"),
-                 "folder_stats": ("folder_stats0", "folder_stats1")}
+                 "folder_stats": ("folder_stats0", "folder_stats1"),
+                 "fold_stats": ("fold_stats0", "fold_stats1")}
 # Tracepoints whose programs read the in-flight syscall from task-local storage. A tp_btf
 # program gets the storage through a trylock that fails (NULL) when a syscall program holding
 # it on the same CPU was preempted (syscall tracepoints are preemptible on 6.x); raw_tp
@@ -187,6 +188,7 @@ class Loader:
         self.syscall_hooks = ""
         self.syscall_hooks_note: str | None = None
         self.max_entries: dict[str, int] = {}  # of the maps whose refused inserts are counted
+        self.read_files_words = 0
         # log2 of the entries of each POWER_OF_TWO_MAPS map (file_slots: per interval buffer)
         self.slot_bits: dict[str, int] = {}
         self.file_log_entries = 0  # records of the file log per interval buffer
@@ -238,9 +240,11 @@ class Loader:
         obj.set_config(abi.CONFIG.pack(int(have_io_start), PAGE_SHIFT, int(self.auto_discover),
                                        bits[RQ_SLOTS], bits["hist_slots"], bits["file_slots"],
                                        self.slow_ns, self.file_log_entries,
-                                       self.file_log_entries // DRAIN_AT_LOG_SHARE))
+                                       self.file_log_entries // DRAIN_AT_LOG_SHARE,
+                                       rollup.KEEP_FILES, rollup.KEEP_SHARE_PCT))
         self.max_entries = {m: obj.max_entries(BUFFERED_MAPS.get(m, (m,))[0])
                             for m in abi.MAP_FULL_MAPS}
+        self.read_files_words = obj.max_entries("read_files")  # u64 words of its bitmap
 
     def _choose_programs(self, obj: BpfObject) -> None:
         """Keeps the tp_btf twin of each program where the kernel's BTF has the tracepoint,

@@ -12,11 +12,15 @@ import itertools
 import mmap
 import time
 from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING
 
 from tracer.core import abi
 from tracer.kernel import libbpf as _libbpf
 from tracer.kernel.libbpf import Map, MappedArray, take_rows
 from tracer.kernel.loader import BUFFERED_MAPS, FILE_LOG, RQ_SLOTS, Loader
+
+if TYPE_CHECKING:
+    import numpy as np
 
 # At the end of a trace, how long the disks of held block records are watched for a moment with
 # nothing in flight (block_unseen): a job on the same disk keeps a request in flight 62 % of the
@@ -38,6 +42,13 @@ class Maps:
         self.file_stats, self.folder_stats = (
             tuple(Map(fd(part), abi.FILE_KEY.size, abi.FILE_STAT.size)
                   for part in BUFFERED_MAPS[m]) for m in ("file_stats", "folder_stats"))
+        # the files folded at their close (slots.bpf.h, fold_on_close), and what they were
+        # weighed against
+        self.fold_stats = tuple(Map(fd(part), abi.FILE_KEY.size, abi.FOLD_STAT.size)
+                                for part in BUFFERED_MAPS["fold_stats"])
+        self._fold_groups = Map(fd("fold_groups"), 8, abi.FOLD_GROUP.size)
+        self.read_files_fd = fd("read_files")  # a bit per file read whole (live/rereads.py)
+        self._read_files_words = loader.read_files_words
         self._rcu_sync = Map(fd("rcu_sync"), 4, 4)
         self._rcu_inner = fd("rcu_inner")
         # by abi.HIST_SLOTS, abi.FILE_SLOTS
@@ -140,6 +151,14 @@ class Maps:
                 out[pid] = raw
         return out
 
+    def read_files(self) -> np.ndarray:
+        """The kernel's bitmap of the files read whole (maps.bpf.h, read_files) as bytes,
+        writable, mapped until the array is dropped: the kernel maps an array's every page at
+        mmap(), so kept mapped it would be resident in full for good."""
+        size = self._read_files_words * 8
+        return abi.read_files_bits(mmap.mmap(self.read_files_fd, size, mmap.MAP_SHARED,
+                                             mmap.PROT_READ | mmap.PROT_WRITE))
+
     # -- an interval's per-file counters -------------------------------------------------------
     def next_epoch(self) -> int:
         """Starts a new interval: the programs add to the other per-file buffer (max_epoch & 1,
@@ -148,18 +167,21 @@ class Maps:
         self.epoch.update(b"\0\0\0\0", self.max_epoch.to_bytes(8, "little"))
         return self.max_epoch - 1
 
-    def drain_next(self, row_dtype=None):
+    def drain_next(self, row_dtype=None) -> abi.Drain:
         """Starts a new per-file buffer and takes the old one out (drain_file_stats): at an
         interval's end, and before it when the kernel asks (slots.bpf.h, ask_drain)."""
         return self.drain_file_stats(self.next_epoch() & 1, row_dtype)
 
-    def drain_file_stats(self, buf: int, row_dtype=None):
-        """The per-file and per-folder counters of the interval that used buffer `buf` (the
-        interval next_epoch() just ended), taken out of the kernel: (files, folders), arrays
+    def drain_file_stats(self, buf: int, row_dtype=None) -> abi.Drain:
+        """The per-file, per-folder and folded counters of the interval that used buffer `buf`
+        (the interval next_epoch() just ended), taken out of the kernel: abi.Drain, its arrays
         of abi.file_counts_dtype(), or of `row_dtype`, which begins with its fields, the others
-        zero (made in place: a copy to add columns was the largest array of an interval).
-        First waits until no program still adds to that buffer (one that read max_epoch
-        before next_epoch() changed it), so nothing comes after."""
+        zero (made in place: a copy to add columns was the largest array of an interval; the
+        folded rows need its re-read fields). First waits until no program still adds to that
+        buffer (one that read max_epoch before next_epoch() changed it), so nothing comes
+        after."""
+        import numpy as np
+
         self._rcu_sync.update(b"\0\0\0\0", self._rcu_inner.to_bytes(4, "little"))
         slots = self._slots[abi.FILE_SLOTS]
         half = slots.max_entries // 2
@@ -177,15 +199,28 @@ class Maps:
                                 itertools.chain([rows], logged), len(rows) + used)
         self._file_log_used.update(key, bytes(8))
         folders = self._drain_map(self.folder_stats[buf], "folder_stats", dtype)
-        return files, folders
+        folded, n_folded = [], []
+        if "reread_bytes" in dtype.names:
+            for keys, values in self.fold_stats[buf].raw_chunks(delete=True):
+                n = len(keys) // abi.FILE_KEY.size
+                folded.append(np.zeros(n, dtype=dtype))
+                n_folded.append(np.zeros(n, dtype=np.int64))
+                abi.fold_counts_into(folded[-1], n_folded[-1], keys, values)
+        # the weights of the buffer's files start again from nothing at its next use
+        for k, _ in self._fold_groups.items():
+            if abi.fold_group_buf(k) == buf:
+                self._fold_groups.delete(k)
+        return abi.Drain(files, folders,
+                         np.concatenate(folded) if folded else np.zeros(0, dtype=dtype),
+                         np.concatenate(n_folded) if n_folded else np.zeros(0, dtype=np.int64))
 
     def _drain_map(self, m: Map, name: str, dtype, slot_rows: Iterable = (), n_slot_rows: int = 0):
         """The entries of a file_key -> file_stat map that no program adds to any more (an
         ended interval's buffer), taken out, after those of `slot_rows` (arrays of at most
         `n_slot_rows` rows in all, as abi.FILE_SLOT's words, those with a tag that is not their
-        key's left out), as rows of `dtype`. Read a chunk at a time into an array whose pages
-        take memory only as rows are written (zero-filled: the fields past file_stat's are
-        zero)."""
+        key's and those whose counters were folded left out), as rows of `dtype`. Read a chunk
+        at a time into an array whose pages take memory only as rows are written (zero-filled:
+        the fields past file_stat's are zero)."""
         import numpy as np
 
         size = (n_slot_rows + self._max_entries[name]) * dtype.itemsize

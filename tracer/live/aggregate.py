@@ -95,6 +95,9 @@ class Reading:
     launch_share: float | None = None
     # Who had the CPUs traced threads waited for, cumulative (kernel.maps.Maps.read_cpu_waits)
     cpu_waits: dict[bytes, bytes] = field(default_factory=dict)
+    # The files the kernel folded at their close, per folder, and how many in each (abi.Drain)
+    folded: np.ndarray | None = None
+    folded_files: np.ndarray | None = None
 
 
 class Aggregator:
@@ -149,7 +152,8 @@ class Aggregator:
             total = self.totals.get(series)
             self.totals[series] = delta.copy() if total is None else total + delta
             rows.extend(self._rows(series, delta, ts_ns))
-        file_rows = self._file_rows(reading.files, reading.folders, ts_ns)
+        file_rows = self._file_rows(reading.files, reading.folders, ts_ns, reading.folded,
+                                    reading.folded_files)
         self.cuda.launch_share = reading.launch_share
         thread_rows = self._thread_rows(reading.threads, reading.monotonic_ns, ts_ns,
                                         reading.in_flight, reading.write_spans, reading.cuda)
@@ -161,7 +165,8 @@ class Aggregator:
             r = self.rolled_up
             cost = dataclasses.replace(cost, paths_recovered=recovered, paths_unknown=unknown,
                                        file_rows_rolled_up=r.file_rows, folder_rows=r.folder_rows,
-                                       folder_ops_kernel=r.kernel_ops)
+                                       folder_ops_kernel=r.kernel_ops,
+                                       files_folded_kernel=r.kernel_folded)
         return Snapshot(ts_ns, interval_ns, rows, file_rows, events, thread_rows, devices or [],
                          system, gpu or [], cost, memory or [],
                          self._device_user_rows(reading.block_users, ts_ns),
@@ -341,18 +346,27 @@ class Aggregator:
             self.spans.forget(tid)
         self.cuda.forget(tids)
 
-    def add_drain(self, files: np.ndarray, folders: np.ndarray) -> None:
-        """Per-file counters of the interval taken out of the kernel (kernel.maps.drain_next),
-        before its end when the kernel asked (its buffer filled): marked and rolled up at once,
-        so that only a drain's rows are held; the interval's rows merge them (rollup.merge)."""
-        self._drains.append(rollup.split(self.rereads.mark(files), with_rereads(folders)))
+    def add_drain(self, files: np.ndarray, folders: np.ndarray, folded: np.ndarray | None = None,
+                  folded_files: np.ndarray | None = None) -> None:
+        """Per-file counters of the interval taken out of the kernel (kernel.maps.drain_next,
+        an abi.Drain), before its end when the kernel asked (its buffer filled): marked and
+        rolled up at once, so that only a drain's rows are held; the interval's rows merge them
+        (rollup.merge). `folded`: the files the kernel folded at their close, per folder
+        (`folded_files` in each row), their re-reads marked there."""
+        self._drains.append(rollup.split(self.rereads.mark(files), with_rereads(folders),
+                                         folded=None if folded is None else with_rereads(folded),
+                                         folded_files=folded_files))
         self._drains_folders.append(folders)
+        if folded_files is not None:
+            self.rolled_up.kernel_folded += int(folded_files.sum())
 
-    def _file_rows(self, files: np.ndarray, folders: np.ndarray, ts_ns: int) -> list[FileRow]:
+    def _file_rows(self, files: np.ndarray, folders: np.ndarray, ts_ns: int,
+                   folded: np.ndarray | None = None, folded_files: np.ndarray | None = None
+                   ) -> list[FileRow]:
         """This interval's per-file rows, the files past rollup.KEEP_FILES per (process, op)
-        added up per folder (and the kernel's own folder counts with them), and the folders
-        past as many added up in their parents."""
-        self.add_drain(files, folders)
+        added up per folder (and the kernel's own folder counts and folded files with them),
+        and the folders past as many added up in their parents."""
+        self.add_drain(files, folders, folded, folded_files)
         parts, kernel = self._drains, np.concatenate(self._drains_folders)
         self._drains, self._drains_folders = [], []
         own, folder_rows, n_files = parts[0] if len(parts) == 1 else rollup.merge(parts)

@@ -10,13 +10,17 @@ like a pass that misses again. A per-folder counter of the bytes read could not 
 cannot tell the first pass over a large folder from the second pass over a small one.
 
 A file counts as read once its reads stop, at the end of the first interval without a read of
-it; the files read in the previous interval are kept apart (at most the per-file table's
+it, or once read whole; the files read in the previous interval are kept apart (at most the per-file table's
 entries). A file still read in the next interval is a shard read across intervals, unless its
 reads by then add up to its size (the kernel's at the file's open, else `size_of`, asked only
 for files not opened in either interval: a few shards), which begins its next pass: a small
 data set read again right after its first pass. A single file read without pause for the
 whole trace (a large file read at random offsets) is in its first pass throughout: its
 re-reads are within a pass and are not counted.
+
+The bitmap is the kernel's (`read_files`, given as `bitmap`): a file read whole since its open
+and closed may be folded into its folder's row in the kernel (bpf/slots.bpf.h, fold_on_close),
+which marks it there by the same hash, so a file read whole sets its bit at once here too.
 """
 
 from __future__ import annotations
@@ -66,10 +70,14 @@ def file_hash(dev: np.ndarray, ino: np.ndarray, gen: np.ndarray) -> np.ndarray:
 class Rereads:
     """Marks each interval's reads of files already read in an earlier one (see the module)."""
 
-    def __init__(self, size_of: Callable[[int, int, int, int, int], int | None]) -> None:
+    def __init__(self, size_of: Callable[[int, int, int, int, int], int | None],
+                 bitmap: Callable[[], np.ndarray] | None = None) -> None:
         # (pid, dev, ino, gen, its folder's inode) -> the file's size now; None: unknown
         self.size_of = size_of
-        self.bits: np.ndarray | None = None  # allocated at the first read
+        # the kernel's bitmap, mapped while used (kernel.maps.Maps.read_files: 2**BITS bits as
+        # bytes, mapped until dropped); without one, a bitmap of its own, made at the first read
+        self.bitmap = bitmap
+        self._own: np.ndarray | None = None
         # the files read in the previous interval, sorted by hash: re-read?, bytes in this
         # pass, size (-1: not asked yet, -2: unknown)
         self.hashes = np.zeros(0, dtype=np.uint64)
@@ -82,17 +90,24 @@ class Rereads:
         filled in for the reads of files read before."""
         out = with_rereads(rows)
         reads = np.flatnonzero((out["op"] == _READ) & (out["bytes"] > 0))
-        if self.bits is None:
-            if not len(reads):
-                return out
-            self.bits = np.zeros(1 << (BITS - 3), dtype=np.uint8)
+        if not len(reads) and not len(self.hashes):
+            return out
+        if self.bitmap is not None:
+            self._mark(out, reads, self.bitmap())
+        else:
+            if self._own is None:
+                self._own = np.zeros(1 << (BITS - 3), dtype=np.uint8)
+            self._mark(out, reads, self._own)
+        return out
+
+    def _mark(self, out: np.ndarray, reads: np.ndarray, bits: np.ndarray) -> None:
         h = file_hash(out["dev"][reads], out["ino"][reads], out["gen"][reads])
         keys, first, inverse = np.unique(h, return_index=True, return_inverse=True)
         nbytes = np.bincount(inverse, weights=out["bytes"][reads]).astype(np.int64)
         at = np.searchsorted(self.hashes, keys)
         going = at < len(self.hashes)
         going[going] = self.hashes[at[going]] == keys[going]
-        reread = self._bit(keys)
+        reread = self._bit(bits, keys)
         run = nbytes.copy()
         # the size the kernel saw at the file's open in this interval (0: not opened in it)
         size = np.zeros(len(keys), dtype=np.int64)
@@ -113,22 +128,22 @@ class Rereads:
         run[going[~whole]] += self.run[j][~whole]
         ended = np.ones(len(self.hashes), dtype=bool)
         ended[j] = False
-        self._set(self.hashes[ended])
+        self._set(bits, self.hashes[ended])
+        self._set(bits, keys[(size > 0) & (run >= size)])  # read whole: its later reads re-read
         self.hashes, self.reread, self.run, self.size = keys, reread, run, size
         again = reads[reread[inverse]]
         out["reread_bytes"][again] = out["bytes"][again]
         out["reread_pages"][again] = out["pages_missed"][again]
-        return out
 
     def _index(self, h: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         i = h >> np.uint64(64 - BITS)
         return (i >> np.uint64(3)).astype(np.int64), (i & np.uint64(7)).astype(np.uint8)
 
-    def _bit(self, h: np.ndarray) -> np.ndarray:
+    def _bit(self, bits: np.ndarray, h: np.ndarray) -> np.ndarray:
         byte, bit = self._index(h)
-        return (self.bits[byte] >> bit) & 1 == 1
+        return (bits[byte] >> bit) & 1 == 1
 
-    def _set(self, h: np.ndarray) -> None:
+    def _set(self, bits: np.ndarray, h: np.ndarray) -> None:
         if len(h):
             byte, bit = self._index(h)
-            np.bitwise_or.at(self.bits, byte, (np.uint8(1) << bit).astype(np.uint8))
+            np.bitwise_or.at(bits, byte, (np.uint8(1) << bit).astype(np.uint8))

@@ -244,6 +244,8 @@ class Session:
 
         self.cost.start_meter()
         aggregator = Aggregator(self.processes, self.files, CgroupNames())
+        # the kernel marks the files it folds in this bitmap (slots.bpf.h, fold_on_close)
+        aggregator.rereads.bitmap = self.probes.maps.read_files
         aggregator.faults_seen = self.probes.loader.features.get("page_fault_user",
                                                                  "missing") != "missing"
         # A command traced from its first instruction has a start-up (imports, set-up) that the
@@ -394,16 +396,16 @@ class Session:
         from tracer.live.aggregate import Reading
 
         maps = self.probes.maps
-        files, folders = maps.drain_next(rows_dtype())
+        drain = maps.drain_next(rows_dtype())
         hists, threads = maps.read_hists(), maps.read_threads()
         # After the per-file counters: a syscall that returned since they were read is seen
         # done here and counted in them at the next reading (the diagnosis allows for both).
         mains = [p.pid for p in self.processes.alive() if p.role in LOOP_ROLES]
         now = time.monotonic_ns()
-        return Reading(hists, files, folders, threads, now,
+        return Reading(hists, drain.files, drain.folders, threads, now,
                        maps.syscalls_in_flight(mains), maps.read_block_users(),
                        maps.write_spans(mains), self._read_cuda(now), self._launch_share(),
-                       maps.read_cpu_waits())
+                       maps.read_cpu_waits(), drain.folded, drain.folded_files)
 
     def _read_cuda(self, now_ns: int) -> dict:
         """The CUDA driver calls of every thread, cumulative; first, the driver libraries that

@@ -1,0 +1,98 @@
+"""Files folded in the kernel at their close (bpf/slots.bpf.h, fold_on_close): a job reading
+thousands of small files whole has most of them added to their folder's row before user space
+sees them, and the `files` table still holds every byte and open, the files that stand out
+keep their rows, and a second pass over the files counts as re-read, byte for byte."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pandas as pd
+import pytest
+
+from conftest import needs_root, run_iotrace
+from tracer.core.rollup import KEEP_FILES
+
+pytestmark = [needs_root, pytest.mark.kernel]
+
+FOLDERS, PER_FOLDER, SIZE = 30, 100, 4096
+BIG = 4 << 20  # a quarter of the first pass's bytes: it stands out
+# Two passes over the small files, the big one after the first, apart by more than an interval,
+# and after the interpreter's start-up (which reads its modules' files whole) by as much
+JOB = ("import os, sys, time\n"
+       "root = sys.argv[1]\n"
+       "time.sleep(2.5)\n"
+       "def one_pass():\n"
+       "    for d in sorted(os.listdir(root)):\n"
+       "        if d == 'big': continue\n"
+       "        for name in sorted(os.listdir(os.path.join(root, d))):\n"
+       "            with open(os.path.join(root, d, name), 'rb') as f: f.read()\n"
+       "one_pass()\n"
+       "with open(os.path.join(root, 'big', 'weights'), 'rb') as f: f.read()\n"
+       "time.sleep(2.5)\n"
+       "one_pass()\n")
+
+
+def _data(root, folders: int, per_folder: int):
+    for d in range(folders):
+        folder = root / f"c{d:02d}"
+        folder.mkdir(parents=True)
+        for i in range(per_folder):
+            (folder / f"f{i:03d}").write_bytes(b"x" * SIZE)
+    (root / "big").mkdir()
+    (root / "big" / "weights").write_bytes(b"w" * BIG)
+
+
+def _trace(tmp_path, data):
+    out = tmp_path / "trace"
+    r = run_iotrace("-o", str(out), "-i", "1", "--", sys.executable, "-c", JOB, str(data),
+                    timeout=120)
+    assert r.returncode == 0, r.stderr
+    cost = json.loads((out / "meta.json").read_text())["self_cost"]
+    assert cost["events_lost"] == 0
+    assert cost["map_full_drops"] == dict.fromkeys(cost["map_full_drops"], 0)
+    procs = pd.read_parquet(out / "processes")
+    job = int(procs[procs.role == "main"].pid.iloc[0])
+    files = pd.read_parquet(out / "files")
+    files = files[(files.pid == job) & files.path.str.startswith(str(data))]
+    return out, cost, job, files
+
+
+def test_files_read_whole_are_folded_and_every_byte_counted(tmp_path):
+    data = tmp_path / "data"
+    _data(data, FOLDERS, PER_FOLDER)
+    out, cost, job, files = _trace(tmp_path, data)
+    n = FOLDERS * PER_FOLDER
+    folded = cost["files_rolled_up"]["kernel_folded_files"]
+    # of each interval's files, all but the first KEEP_FILES weighed are alike: nearly all folded
+    assert 2 * n - 8 * KEEP_FILES <= folded <= 2 * n
+    reads = files[files.op == "read"]
+    assert int(reads.bytes.sum()) == 2 * n * SIZE + BIG
+    assert int(files[files.op == "open"].file_count.sum()) == 2 * n + 1
+    # the big file stands out: a row of its own, whole
+    big = reads[reads.path == str(data / "big" / "weights")]
+    assert big.path_source.tolist() != ["folder"] and big.bytes.tolist() == [BIG]
+    assert (reads.groupby("ts").size() <= KEEP_FILES + FOLDERS + 2).all()
+    # the second pass re-reads every small file; the first and the big file re-read nothing
+    assert int(reads.reread_bytes.sum()) == n * SIZE
+    lat = pd.read_parquet(out / "latency")
+    lat = lat[(lat.pid == job) & (lat.layer == "syscall") & (lat.op == "read")
+              & (lat.target == "file")]
+    every = pd.read_parquet(out / "files")
+    every = every[(every.pid == job) & (every.op == "read")]
+    assert (int(lat["count"].sum()), int(lat["bytes"].sum())) == (
+        int(every.ops.sum()), int(every.bytes.sum()))
+
+
+def test_a_few_files_are_never_folded(tmp_path):
+    """At most KEEP_FILES files in an interval keep their rows, all of them: the kernel folds
+    only once more than that have closed."""
+    data = tmp_path / "data"
+    _data(data, 2, 20)
+    _, cost, _, files = _trace(tmp_path, data)
+    assert cost["files_rolled_up"]["kernel_folded_files"] == 0
+    reads = files[files.op == "read"]
+    assert (reads.path_source != "folder").all()
+    assert int(reads.bytes.sum()) == 2 * 40 * SIZE + BIG
+    assert int(reads.reread_bytes.sum()) == 40 * SIZE
