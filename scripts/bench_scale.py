@@ -311,7 +311,8 @@ def main() -> int:
               f"last interval and the end included: {after_setup / max(n_traced, 1) * 1e6:.1f} "
               f"us); paths unknown "
               f"{paths.get('unknown')} (recovered {paths.get('recovered')}); file rows rolled "
-              f"up {rolled.get('file_rows')}, folder rows {rolled.get('folder_rows')}, "
+              f"up {rolled.get('file_rows')} ({rolled.get('kernel_folded_files', 0)} by the kernel at "
+              f"their close), folder rows {rolled.get('folder_rows')}, "
               f"operations counted per folder by the kernel {rolled.get('kernel_folder_ops')}",
               flush=True)
         print(f"  CPU of the epoch: job {plain_cpu:.2f} s untraced, {traced_cpu:.2f} s traced, "
