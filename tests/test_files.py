@@ -95,3 +95,43 @@ def test_files_are_named_from_a_handle_without_listing_their_folder(
     held = [os.readlink(f"/proc/self/fd/{fd}") for fd in os.listdir("/proc/self/fd")
             if os.path.exists(f"/proc/self/fd/{fd}")]
     assert str(tmp_path) not in held  # nothing keeps the file system from being unmounted
+
+
+def record(dev: int, ino: int, gen: int, dir_ino: int, path: str, flags: int = 0) -> bytes:
+    """A first-sight record as the ring buffer gives it: its names packed, the base name first."""
+    from tracer.core import abi
+
+    names = "\0".join(reversed(path.strip("/").split("/"))).encode() + b"\0"
+    return abi.FILE_EVENT_HEAD.pack(abi.EVENT_FILE, os.getpid(), dev, 7, ino,
+                                    path.count("/"), flags, gen, len(names), dir_ino,
+                                    b"tmpfs") + names
+
+
+def test_records_of_a_known_folder_are_decoded_when_a_row_names_them(monkeypatch) -> None:
+    """A DataLoader's batch files in /dev/shm each send a record (written, then deleted): those
+    of a folder already known wait as they came until a row asks for the name, which is then
+    the record's, though the file is gone. A new folder's record, and one whose path the
+    kernel cut, are decoded at once (the folder names its other files; the cut path is
+    completed from the fd while it is open)."""
+    from tracer.core import abi
+
+    decoded = []
+    monkeypatch.setattr(files_module, "decode_file_event",
+                        lambda raw: decoded.append(raw) or abi.decode_file_event(raw))
+    table, dev, shm = FileTable(), 23, 1000
+    table.on_record(record(dev, 1, 5, shm, "/dev/shm/torch_1_0"))
+    assert len(decoded) == 1 and table.folders[(dev, shm)][0] == "/dev/shm"
+    batches = [record(dev, ino, 5, shm, f"/dev/shm/torch_1_{ino}",
+                      abi.FILE_DELETED if ino % 2 else 0) for ino in range(2, 1002)]
+    for raw in batches:
+        table.on_record(raw)
+    assert len(decoded) == 1  # none of the thousand yet
+    named = table.get(dev, 7, 5, os.getpid(), shm)
+    assert (named.path, named.path_source, named.fs_type) == (
+        "/dev/shm/torch_1_7 (deleted)", "kernel", "tmpfs")
+    assert table.get(dev, 8, 5).path == "/dev/shm/torch_1_8" and len(decoded) == 3
+    assert table.get(dev, 8, 6, None, shm).path_source == UNKNOWN  # another generation
+    table.on_record(record(dev, 5000, 5, shm, "/dev/shm/cut", abi.FILE_TRUNCATED))
+    assert len(decoded) == 4
+    table.on_record(record(dev, 8, 5, shm, "/dev/shm/renamed"))  # its record sent again
+    assert table.get(dev, 8, 5).path == "/dev/shm/renamed"

@@ -275,6 +275,14 @@ def decode_drain_event(raw: bytes) -> tuple[int, int]:
     return buf, used
 
 
+def file_event_ids(raw: bytes) -> tuple[int, int, int, int, bool]:
+    """(dev, ino, gen, folder inode, whether user space must look now) of a first-sight record,
+    without its names: a cut path is completed from the fd while it is open, and a path from
+    the file system's root from the process's mounts while it runs."""
+    _, _, dev, _, ino, _, flags, gen, _, dir_ino, _ = FILE_EVENT_HEAD.unpack_from(raw)
+    return dev, ino, gen, dir_ino, bool(flags & (FILE_TRUNCATED | FILE_FS_ROOT))
+
+
 def decode_file_event(raw: bytes) -> FileEvent:
     _, pid, dev, fd, ino, depth, flags, gen, size, dir_ino, fstype = (
         FILE_EVENT_HEAD.unpack_from(raw))

@@ -25,7 +25,13 @@ import weakref
 from collections import OrderedDict
 from typing import NamedTuple
 
-from tracer.core.abi import NAME_LEN, FileEvent, dev_major_minor
+from tracer.core.abi import (
+    NAME_LEN,
+    FileEvent,
+    decode_file_event,
+    dev_major_minor,
+    file_event_ids,
+)
 from tracer.core.model import FOLDER_GEN
 from tracer.core.redact import Redactor
 from tracer.kernel import libbpf
@@ -284,6 +290,7 @@ class FileTable:
 
     def __init__(self, redactor: Redactor | None = None) -> None:
         self.by_id: dict[tuple[int, int, int], FileInfo] = _Bounded(MAX_NAMED)  # (dev, ino, gen)
+        self._records: dict[tuple[int, int, int], bytes] = _Bounded(MAX_NAMED)  # not decoded yet
         self.redact = redactor or Redactor(False)
         # (dev, folder inode) -> (its path as the process sees it, that pid), from the records
         self.folders: dict[tuple[int, int], tuple[str, int]] = _Bounded(MAX_FOLDERS)
@@ -298,6 +305,18 @@ class FileTable:
         self._unnamed: set[tuple[int, int, int]] = set()  # shown as "(inode N in folder)"
         # (dev, folder inode) -> its parent folder's inode (0: not known), for rollup.fold_folders
         self._parents: dict[tuple[int, int], int] = _Bounded(MAX_FOLDERS)
+
+    def on_record(self, raw: bytes) -> None:
+        """A first-sight record as the ring buffer gives it. One of a folder whose path is known
+        is kept as it came and decoded when a row first needs its name: a DataLoader's batch
+        files in /dev/shm each send one (written, so their folder's listing may not have them
+        later), thousands an interval, and nearly all are added up in their folder's row."""
+        dev, ino, gen, dir_ino, now = file_event_ids(raw)
+        if not now and dir_ino and (dev, dir_ino) in self.folders:
+            self._records[(dev, ino, gen)] = raw
+            self.by_id.pop((dev, ino, gen), None)  # sent again: renamed since, maybe
+        else:
+            self.on_event(decode_file_event(raw))
 
     def on_event(self, ev: FileEvent) -> FileInfo:
         path, source = ev.path, KERNEL
@@ -332,6 +351,8 @@ class FileTable:
         info = self.by_id.get((dev, ino, gen))
         if info is not None:
             return info
+        if (raw := self._records.pop((dev, ino, gen), None)) is not None:
+            return self.on_event(decode_file_event(raw))
         if gen == FOLDER_GEN:  # the totals of a folder's files (Aggregator.file_totals)
             return self.folder(dev, ino)
         found = None

@@ -303,7 +303,7 @@ class Session:
             ev = abi.decode_proc_event(raw)
             self.discovery.found(ev.pid if ev.comm == ELASTIC_COMM else ev.ppid)
         elif kind == abi.EVENT_FILE:
-            self.files.on_event(abi.decode_file_event(raw))
+            self.files.on_record(raw)
         elif kind == abi.EVENT_DRAIN:
             self.drain_asked = True  # done once the poll returns (loop)
         elif kind == abi.EVENT_SLOW:
