@@ -10,8 +10,8 @@ like a pass that misses again. A per-folder counter of the bytes read could not 
 cannot tell the first pass over a large folder from the second pass over a small one.
 
 A file counts as read once its reads stop, at the end of the first interval without a read of
-it, or once read whole; the files read in the previous interval are kept apart (at most the per-file table's
-entries). A file still read in the next interval is a shard read across intervals, unless its
+it, or once read whole; the files read in the previous interval are kept apart (at most the
+per-file table's entries). A file still read in the next interval is a shard read across intervals, unless its
 reads by then add up to its size (the kernel's at the file's open, else `size_of`, asked only
 for files not opened in either interval: a few shards), which begins its next pass: a small
 data set read again right after its first pass. A single file read without pause for the
@@ -144,6 +144,8 @@ class Rereads:
         return (bits[byte] >> bit) & 1 == 1
 
     def _set(self, bits: np.ndarray, h: np.ndarray) -> None:
+        # Each byte is written back whole, not atomically: a bit the kernel sets in the same
+        # byte in that instant is lost, and that file's next pass counts as a first one.
         if len(h):
             byte, bit = self._index(h)
             np.bitwise_or.at(bits, byte, (np.uint8(1) << bit).astype(np.uint8))
