@@ -205,6 +205,34 @@ def test_a_loop_that_runs_is_not_sampled_as_waiting_for_batches(tmp_path: Path) 
 
 
 @needs_reader
+def test_a_loops_workers_share_one_threads_gap(tmp_path: Path) -> None:
+    """The DataLoader workers of one loop read the same line, and their slow reads come all
+    the time: one of them is sampled per gap, not each, so that they do not spend the reader's
+    budget before the loop waits for batches. Another loop's workers have a gap of their own."""
+    (tmp_path / "sleep.py").write_text(SCRIPT)
+    workers = [subprocess.Popen([sys.executable, str(tmp_path / "sleep.py")],
+                                stdout=subprocess.PIPE, text=True) for _ in range(3)]
+    sampler = StackSampler(READER, time.time_ns, lambda _: None)
+    sampler._started -= 1000  # the reader's CPU budget is not what this is about
+    try:
+        assert all(w.stdout.readline().strip() == "ready" for w in workers)
+        first, second, other = (w.pid for w in workers)
+        assert sampler.ask(first, first, SLOW_READ, "dataloader_worker", loop=10)
+        _sampled(sampler, first)
+        assert not sampler.ask(second, second, SLOW_READ, "dataloader_worker", loop=10)
+        assert sampler.ask(other, other, SLOW_READ, "dataloader_worker", loop=20)
+        _sampled(sampler, other)
+        assert sampler.ask(second, second, SLOW_READ, "dataloader_worker")  # no loop: its own
+        _sampled(sampler, second)
+        assert sampler.dumps == 3
+    finally:
+        sampler.close()
+        for w in workers:
+            w.kill()
+            w.wait()
+
+
+@needs_reader
 def test_a_process_that_is_not_python_is_given_up(tmp_path: Path) -> None:
     proc = subprocess.Popen(["sleep", "60"])
     sampler = StackSampler(READER, time.time_ns, lambda _: None)

@@ -5,10 +5,11 @@ memory without stopping it (about 8 ms of CPU and 10 ms of wall time a dump here
 0.26 s of CPU for pystack's, docs/benchmarks.md). The session asks for a sample when something
 it saw matters (a slow read, a save, the loop waiting for batches); the asks are bounded (one
 in flight per process, a thread and reason at most every `GAP_S`, less often while they find
-the same line again, about `RATE_PER_S` a second in all, and the reader's own CPU at most
-`CPU_SHARE` of one CPU over the run) and run on a small pool of threads, so the interval loop
-never waits on a reader. A loop asked for because it waited for batches that runs by the
-time it is read has moved on: that sample is dropped, and the loop asked for again. Finished
+the same line again, a loop's DataLoader workers one thread in this, about `RATE_PER_S` a
+second in all, and the reader's own CPU at most `CPU_SHARE` of one CPU over the run) and run
+on a small pool of threads, so the interval loop never waits on a reader. A loop asked for
+because it waited for batches that runs by the time it is read has moved on: that sample is
+dropped, and the loop asked for again. Finished
 samples are taken once per interval as `stacks` rows (tracer.core.stacks.frame_rows).
 
 No reader installed, or none that may read a process: tracing goes on without stacks and the
@@ -127,11 +128,14 @@ class StackSampler:
         self.asked = self.dumps = self.failed = 0
         self.cpu_s = 0.0  # the reader's CPU, all dumps
 
-    def ask(self, pid: int, tid: int, reason: str, role: str | None) -> bool:
+    def ask(self, pid: int, tid: int, reason: str, role: str | None,
+            loop: int | None = None) -> bool:
         """Sample thread `tid` of process `pid` for `reason`, unless a bound says not now;
-        returns whether it was started."""
+        returns whether it was started. `loop`: the pid of the loop whose DataLoader worker
+        `pid` is: its workers read the same lines, so they share one thread's gap, and their
+        slow reads, which come all the time, leave the budget to the loop."""
         now = time.monotonic()
-        key = (pid, tid, reason)
+        key = (loop, 0, reason) if loop is not None else (pid, tid, reason)
         with self._lock:
             if pid in self._busy or pid in self._given_up:
                 return False
@@ -148,16 +152,17 @@ class StackSampler:
                 self._repeat.clear()
             self._last[key] = now
             self.asked += 1
-        self._pool.submit(self._sample, pid, tid, reason, role)
+        self._pool.submit(self._sample, pid, tid, reason, role, key)
         return True
 
-    def on_slow(self, ev: abi.SlowEvent, role: str | None) -> None:
-        """A slow operation from the ring buffer: its thread, where it reads or writes."""
+    def on_slow(self, ev: abi.SlowEvent, role: str | None, loop: int | None = None) -> None:
+        """A slow operation from the ring buffer: its thread, where it reads or writes
+        (`loop`: as ask's)."""
         if ev.layer != "syscall":
             return
         reason = SLOW_READ if ev.op == "read" else SLOW_WRITE if ev.op in ("write", "fsync") else None
         if reason is not None:
-            self.ask(ev.pid, ev.tid, reason, role)
+            self.ask(ev.pid, ev.tid, reason, role, loop)
 
     def after_interval(self, loops: list[dict], spans: dict[int, bytes],
                        roles: dict[int, str | None], workers: dict[int, list[int]],
@@ -209,8 +214,8 @@ class StackSampler:
         self._pool.shutdown(wait=True, cancel_futures=True)
 
     # -- in the pool ------------------------------------------------------------------------------
-    def _sample(self, pid: int, tid: int, reason: str, role: str | None) -> None:
-        key = (pid, tid, reason)
+    def _sample(self, pid: int, tid: int, reason: str, role: str | None,
+                key: tuple[int, int, str]) -> None:
         try:
             taken = self.now_ns()
             thread = self._dump(pid, tid)
@@ -345,7 +350,8 @@ class PythonStacks:
 
     def on_slow(self, ev: abi.SlowEvent, proc: Process | None) -> None:
         if self.sampler is not None:
-            self.sampler.on_slow(ev, proc.role if proc else None)
+            self.sampler.on_slow(ev, proc.role if proc else None,
+                                 proc.ppid if proc and proc.role == DATALOADER_WORKER else None)
 
     def take(self) -> list[dict]:
         return self.sampler.take() if self.sampler is not None else []
