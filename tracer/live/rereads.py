@@ -11,12 +11,12 @@ cannot tell the first pass over a large folder from the second pass over a small
 
 A file counts as read once its reads stop, at the end of the first interval without a read of
 it, or once read whole; the files read in the previous interval are kept apart (at most the
-per-file table's entries). A file still read in the next interval is a shard read across intervals, unless its
-reads by then add up to its size (the kernel's at the file's open, else `size_of`, asked only
-for files not opened in either interval: a few shards), which begins its next pass: a small
-data set read again right after its first pass. A single file read without pause for the
-whole trace (a large file read at random offsets) is in its first pass throughout: its
-re-reads are within a pass and are not counted.
+per-file table's entries). A file still read in the next interval is a shard read across
+intervals, unless its reads by then add up to its size (the kernel's at the file's open, else
+`size_of`, asked only for files not opened in either interval: a few shards), which begins its
+next pass: a small data set read again right after its first pass. A single file read without
+pause for the whole trace (a large file read at random offsets) is in its first pass
+throughout: its re-reads are within a pass and are not counted.
 
 The bitmap is the kernel's (`read_files`, given as `bitmap`): a file read whole since its open
 and closed may be folded into its folder's row in the kernel (bpf/slots.bpf.h, fold_on_close),

@@ -9,8 +9,8 @@ the same line again, a loop's DataLoader workers one thread in this, about `RATE
 second in all, and the reader's own CPU at most `CPU_SHARE` of one CPU over the run) and run
 on a small pool of threads, so the interval loop never waits on a reader. A loop asked for
 because it waited for batches that runs by the time it is read has moved on: that sample is
-dropped, and the loop asked for again. Finished
-samples are taken once per interval as `stacks` rows (tracer.core.stacks.frame_rows).
+dropped, and the loop asked for again. Finished samples are taken once per interval as
+`stacks` rows (tracer.core.stacks.frame_rows).
 
 No reader installed, or none that may read a process: tracing goes on without stacks and the
 user is told once (`missing_line`, `StackSampler.note`).
