@@ -86,4 +86,9 @@ def test_a_receiver_down_or_slow_costs_one_line(iowork, data_file, tmp_path, rec
     lat = pd.read_parquet(out / "latency")
     block_reads = lat[(lat.layer == "block") & (lat.op == "read")]["count"].sum()
     file_reads = lat[(lat.layer == "syscall") & (lat.op == "read") & (lat.target == "file")]["count"].sum()
-    assert (file_reads, block_reads + unseen(out)[0]) == (N + M, N)
+    assert file_reads == N + M
+    # every O_DIRECT read's request; more only for cached pages the host's reclaim evicted
+    # since the warm-up (test_kernel_exact holds the block counts exactly)
+    files = pd.read_parquet(out / "files")
+    missed = int(files[(files.path == str(data_file)) & (files.op == "read")].pages_missed.sum())
+    assert N <= block_reads + unseen(out)[0] <= N + missed
