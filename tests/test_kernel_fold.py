@@ -59,6 +59,24 @@ def _trace(tmp_path, data):
     return out, cost, job, files
 
 
+def _sharing_a_bit(root) -> int:
+    """The files under `root` whose bit in the re-read bitmap is another file's too."""
+    import numpy as np
+
+    from conftest import kernel_dev
+    from tracer.live.files import _generation
+    from tracer.live.rereads import BITS, file_hash
+
+    paths = [p for p in root.rglob("*") if p.is_file()]
+    st = [p.stat() for p in paths]
+    h = file_hash(np.array([kernel_dev(s.st_dev) for s in st], dtype=np.uint64),
+                  np.array([s.st_ino for s in st], dtype=np.uint64),
+                  np.array([_generation(str(p)) or 0 for p in paths], dtype=np.uint64))
+    _, inverse, counts = np.unique(h >> np.uint64(64 - BITS), return_inverse=True,
+                                   return_counts=True)
+    return int((counts[inverse] > 1).sum())
+
+
 def test_files_read_whole_are_folded_and_every_byte_counted(tmp_path):
     data = tmp_path / "data"
     _data(data, FOLDERS, PER_FOLDER)
@@ -75,7 +93,9 @@ def test_files_read_whole_are_folded_and_every_byte_counted(tmp_path):
     assert big.path_source.tolist() != ["folder"] and big.bytes.tolist() == [BIG]
     assert (reads.groupby("ts").size() <= KEEP_FILES + FOLDERS + 2).all()
     # the second pass re-reads every small file; the first and the big file re-read nothing
-    assert int(reads.reread_bytes.sum()) == n * SIZE
+    # (a first pass's file whose bit in the re-read bitmap another file set counts as re-read:
+    # at 3 000 files, about one run in fifteen has such a pair)
+    assert n * SIZE <= int(reads.reread_bytes.sum()) <= n * SIZE + _sharing_a_bit(data) * SIZE
     lat = pd.read_parquet(out / "latency")
     lat = lat[(lat.pid == job) & (lat.layer == "syscall") & (lat.op == "read")
               & (lat.target == "file")]
