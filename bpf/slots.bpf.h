@@ -71,17 +71,28 @@ IOT_SHARED struct {
 	__type(value, __u64);
 } file_log_used SEC(".maps");
 
-/* The value of `key` in hash map `map`, made from `zero` on first use; a refused insert is
- * counted as map `idx` (enum iot_map) full. */
-static __always_inline void *lookup_or_make(void *map, const void *key, const void *zero,
-					    __u32 idx)
+/* The value of `key` in hash map `map`, made from `zero` on first use; NULL when the map
+ * refused the insert (full), whose error `err` gets. */
+static __always_inline void *lookup_or_insert(void *map, const void *key, const void *zero,
+					      long *err)
 {
 	void *v = bpf_map_lookup_elem(map, key);
 
 	if (v)
 		return v;
-	count_map_full(idx, bpf_map_update_elem(map, key, zero, BPF_NOEXIST));
+	*err = bpf_map_update_elem(map, key, zero, BPF_NOEXIST);
 	return bpf_map_lookup_elem(map, key);
+}
+
+/* lookup_or_insert, a refused insert counted as map `idx` (enum iot_map) full. */
+static __always_inline void *lookup_or_make(void *map, const void *key, const void *zero,
+					    __u32 idx)
+{
+	long err = 0;
+	void *v = lookup_or_insert(map, key, zero, &err);
+
+	count_map_full(idx, err);
+	return v;
 }
 
 static __always_inline __u32 slot_index(__u64 tag, __u32 bits)
@@ -351,6 +362,7 @@ static __always_inline void fold_on_close(__u32 tgid, const struct file_id *id, 
 	struct fold_stat *f;
 	struct file_key fk;
 	__u32 buf = e & 1;
+	long err = 0;
 
 	if (!s || !s->tag || s->key.op != IOT_OP_READ || s->key.buf != buf || s->key.tgid != tgid ||
 	    s->key.ino != id->ino || s->key.dev != id->dev || s->key.gen != id->gen)
@@ -359,13 +371,9 @@ static __always_inline void fold_on_close(__u32 tgid, const struct file_id *id, 
 		return; /* weighed at an earlier close, or not read whole since its open */
 	s->key.pad[0] = 1;
 	gkey = tgid | (__u64)buf << 32;
-	g = bpf_map_lookup_elem(&fold_groups, &gkey);
-	if (!g) {
-		bpf_map_update_elem(&fold_groups, &gkey, &zero_fold_group, BPF_NOEXIST);
-		g = bpf_map_lookup_elem(&fold_groups, &gkey);
-		if (!g)
-			return;
-	}
+	g = lookup_or_insert(&fold_groups, &gkey, &zero_fold_group, &err);
+	if (!g)
+		return;
 	lat = s->st.latency_sum_ns + s->st.open_latency_sum_ns;
 	pages = s->st.pages_missed + s->st.pages_dirtied;
 	bytes = s->st.bytes;
@@ -382,16 +390,10 @@ static __always_inline void fold_on_close(__u32 tgid, const struct file_id *id, 
 	fk.ino = s->st.dir_ino;
 	fk.gen = 0;
 	fk.pad[0] = 0;
-	f = buf ? bpf_map_lookup_elem(&fold_stats1, &fk) : bpf_map_lookup_elem(&fold_stats0, &fk);
-	if (!f) {
-		if (buf)
-			bpf_map_update_elem(&fold_stats1, &fk, &zero_fold_stat, BPF_NOEXIST);
-		else
-			bpf_map_update_elem(&fold_stats0, &fk, &zero_fold_stat, BPF_NOEXIST);
-		f = buf ? bpf_map_lookup_elem(&fold_stats1, &fk) : bpf_map_lookup_elem(&fold_stats0, &fk);
-		if (!f)
-			return; /* full: the file keeps its record */
-	}
+	f = buf ? lookup_or_insert(&fold_stats1, &fk, &zero_fold_stat, &err)
+		: lookup_or_insert(&fold_stats0, &fk, &zero_fold_stat, &err);
+	if (!f)
+		return; /* full: the file keeps its record */
 	bytes = __sync_lock_test_and_set(&s->st.bytes, 0);
 	missed = __sync_lock_test_and_set(&s->st.pages_missed, 0);
 	__sync_fetch_and_add(&f->st.ops, __sync_lock_test_and_set(&s->st.ops, 0));
