@@ -329,6 +329,9 @@ static __always_inline void file_open_add(__u32 tgid, const struct file_id *id, 
  * weighs the files it keeps against the totals with the folded ones in. A file read whole is
  * one whose later reads are re-reads (tracer/live/rereads.py): the fold sets its bit in
  * read_files and counts its bytes as re-read when the bit was set already.
+ * A file with no name left at its close (unlinked while open: a DataLoader worker's batch in
+ * /dev/shm, 50 a second each) has nothing a row of its own could name: it is folded whatever
+ * its share, read or written, and user space's rule weighs it as it does the others.
  */
 static const struct fold_stat zero_fold_stat;
 static const struct fold_group zero_fold_group;
@@ -354,7 +357,8 @@ static __always_inline bool below_share(__u64 v, __u64 total, __u32 share)
 	return !total || v * 100 < total * share;
 }
 
-static __always_inline void fold_on_close(__u32 tgid, const struct file_id *id, __u32 at)
+static __always_inline void fold_on_close(__u32 tgid, const struct file_id *id, __u32 at,
+					  bool gone)
 {
 	struct file_slot *s = at ? file_slot_at(at) : NULL;
 	__u64 e = max_epoch, gkey, lat, pages, n, bytes, missed, total_lat, total_bytes, total_pages;
@@ -363,13 +367,17 @@ static __always_inline void fold_on_close(__u32 tgid, const struct file_id *id, 
 	struct file_key fk;
 	__u32 buf = e & 1;
 	long err = 0;
+	bool whole;
 
-	if (!s || !s->tag || s->key.op != IOT_OP_READ || s->key.buf != buf || s->key.tgid != tgid ||
-	    s->key.ino != id->ino || s->key.dev != id->dev || s->key.gen != id->gen)
+	if (!s || !s->tag || s->key.buf != buf || s->key.tgid != tgid || s->key.ino != id->ino ||
+	    s->key.dev != id->dev || s->key.gen != id->gen || s->key.pad[0])
+		return; /* not the file closed, or weighed at an earlier close */
+	whole = s->key.op == IOT_OP_READ && s->st.opens && s->st.size && s->st.bytes >= s->st.size;
+	if (!whole && !gone)
 		return;
-	if (s->key.pad[0] || !s->st.opens || !s->st.size || s->st.bytes < s->st.size)
-		return; /* weighed at an earlier close, or not read whole since its open */
 	s->key.pad[0] = 1;
+	if (s->key.op != IOT_OP_READ)
+		goto fold; /* fold_groups weighs reads */
 	gkey = tgid | (__u64)buf << 32;
 	g = lookup_or_insert(&fold_groups, &gkey, &zero_fold_group, &err);
 	if (!g)
@@ -382,10 +390,12 @@ static __always_inline void fold_on_close(__u32 tgid, const struct file_id *id, 
 	total_lat = __sync_fetch_and_add(&g->latency_ns, lat) + lat;
 	total_bytes = __sync_fetch_and_add(&g->bytes, bytes) + bytes;
 	total_pages = __sync_fetch_and_add(&g->pages, pages) + pages;
-	if (n <= iot_config.fold_keep || !below_share(lat, total_lat, iot_config.fold_share_pct) ||
-	    !below_share(bytes, total_bytes, iot_config.fold_share_pct) ||
-	    !below_share(pages, total_pages, iot_config.fold_share_pct))
+	if (!gone && (n <= iot_config.fold_keep ||
+		      !below_share(lat, total_lat, iot_config.fold_share_pct) ||
+		      !below_share(bytes, total_bytes, iot_config.fold_share_pct) ||
+		      !below_share(pages, total_pages, iot_config.fold_share_pct)))
 		return;
+fold:
 	fk = s->key;
 	fk.ino = s->st.dir_ino;
 	fk.gen = 0;
@@ -414,7 +424,7 @@ static __always_inline void fold_on_close(__u32 tgid, const struct file_id *id, 
 		f->st.size = s->st.size;
 	f->st.dir_ino = fk.ino;
 	__sync_fetch_and_add(&f->files, 1);
-	if (mark_read_whole(&s->key)) {
+	if (whole && mark_read_whole(&s->key)) {
 		__sync_fetch_and_add(&f->reread_bytes, bytes);
 		__sync_fetch_and_add(&f->reread_pages, missed);
 	}

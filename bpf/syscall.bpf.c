@@ -131,8 +131,8 @@ static __always_inline void span_close(int fd)
 	span->since_ns = 0;
 }
 
-/* close(fd): ends a write span (span_close); a file of a traced thread read whole may be folded
- * into its folder's row (slots.bpf.h, fold_on_close). */
+/* close(fd): ends a write span (span_close); a file of a traced thread read whole, or unlinked
+ * since its open, may be folded into its folder's row (slots.bpf.h, fold_on_close). */
 static __always_inline void close_body(int fd)
 {
 	struct task_struct *task;
@@ -150,7 +150,7 @@ static __always_inline void close_body(int fd)
 	if ((file->f_inode->i_mode & S_IFMT) != S_IFREG)
 		return;
 	inode_id(file->f_inode, &id);
-	fold_on_close(task->tgid, &id, start->counters_at);
+	fold_on_close(task->tgid, &id, start->counters_at, !file->f_inode->i_nlink);
 }
 
 /* A save to a path closes its file, then fsyncs it through a new fd (torch.save(path), then

@@ -116,3 +116,51 @@ def test_a_few_files_are_never_folded(tmp_path):
     assert (reads.path_source != "folder").all()
     assert int(reads.bytes.sum()) == 2 * 40 * SIZE + BIG
     assert int(reads.reread_bytes.sum()) == 40 * SIZE
+
+
+# As a DataLoader worker shares a batch (/dev/shm/torch_*): create, size, a byte at the end,
+# unlink, close; then files closed before they are deleted
+GONE, LEFT = 40, 3
+GONE_JOB = ("import os, sys, time\n"
+            "root = sys.argv[1]\n"
+            "time.sleep(1.5)\n"
+            f"for i in range({GONE}):\n"
+            "    p = os.path.join(root, f'gone{i:02d}')\n"
+            "    fd = os.open(p, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)\n"
+            "    os.ftruncate(fd, 4096)\n"
+            "    os.pwrite(fd, b'\\0', 4095)\n"
+            "    os.unlink(p)\n"
+            "    os.close(fd)\n"
+            f"for i in range({LEFT}):\n"
+            "    p = os.path.join(root, f'left{i}')\n"
+            "    with open(p, 'wb') as f: f.write(b'k' * 100)\n"
+            "    os.unlink(p)\n"
+            "time.sleep(1.5)\n")
+
+
+def test_files_deleted_before_their_close_are_folded(tmp_path):
+    """A file unlinked while open has no name a row could show: the kernel adds it to its
+    folder's row at its close, however few files the interval has, with its write and open;
+    a file deleted after its close keeps its row."""
+    root = tmp_path / "shm"
+    root.mkdir()
+    out = tmp_path / "trace"
+    r = run_iotrace("-o", str(out), "-i", "1", "--", sys.executable, "-c", GONE_JOB,
+                    str(root), timeout=120)
+    assert r.returncode == 0, r.stderr
+    cost = json.loads((out / "meta.json").read_text())["self_cost"]
+    assert cost["events_lost"] == 0
+    assert cost["files_rolled_up"]["kernel_folded_files"] == GONE
+    files = pd.read_parquet(out / "files")
+    files = files[files.path.str.startswith(str(root))]
+    folder = files[files.path_source == "folder"]
+    assert folder.path.unique().tolist() == [f"{root}/"]
+    assert sorted(folder.op.unique()) == ["open", "write"]
+    writes = folder[folder.op == "write"]
+    assert (int(writes.file_count.sum()), int(writes.ops.sum()), int(writes.bytes.sum())) == (
+        GONE, GONE, GONE)
+    opens = folder[folder.op == "open"]
+    assert (int(opens.file_count.sum()), int(opens.ops.sum())) == (GONE, GONE)
+    own = files[files.path_source != "folder"]
+    assert sorted(own[own.op == "write"].path) == [f"{root}/left{i}" for i in range(LEFT)]
+    assert own[own.op == "write"].bytes.tolist() == [100] * LEFT
