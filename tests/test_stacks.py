@@ -22,6 +22,7 @@ from tracer.core.stacks import (
     HOST,
     SAVE,
     SLOW_READ,
+    SLOW_WRITE,
     CodeLine,
     Frame,
     is_library,
@@ -36,10 +37,12 @@ READER = find_reader()
 needs_reader = pytest.mark.skipif(READER is None, reason="py-spy is not installed")
 
 SCRIPT = '''\
-import threading, time
+import os, threading, time
+
+r, w = os.pipe()  # never written: a read that waits
 
 def load_sample():
-    time.sleep(600)  # the line the stack is at
+    os.read(r, 1)  # the line the stack is at
 
 def other():
     time.sleep(600)
@@ -80,7 +83,7 @@ def sleeper(request, tmp_path: Path):
     proc = subprocess.Popen([exe, str(script)], stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout.readline().strip() == "ready"
-        time.sleep(0.2)  # in the sleep by now
+        time.sleep(0.2)  # in the read by now
         yield proc, script
     finally:
         proc.kill()
@@ -121,7 +124,7 @@ def test_a_dump_of_a_real_process_names_its_line(sleeper) -> None:
     threads = parse_dump(done.stdout)
     assert len(threads) == 2
     main = thread_of(threads, proc.pid, proc.pid)
-    assert main is not None and not main.active  # asleep in time.sleep
+    assert main is not None and not main.active  # waiting in a read
     frames = main.frames
     mine = frames[user_frame(frames)]
     assert (mine.file, mine.line, mine.function) == (
@@ -153,7 +156,7 @@ def test_the_sampler_gives_rows_with_the_lines_text(sleeper) -> None:
     assert len(user) == 1
     line = _line_of(SCRIPT, "the line the stack is at")
     assert (user[0]["file"], user[0]["line"], user[0]["function"], user[0]["text"]) == (
-        str(script), line, "load_sample", "time.sleep(600)  # the line the stack is at")
+        str(script), line, "load_sample", "os.read(r, 1)  # the line the stack is at")
     assert {r["reason"] for r in rows} == {SLOW_READ} and not notes
     assert all(r["text"] is None for r in rows if not r["user"])
 
@@ -164,6 +167,29 @@ def _sampled(sampler: StackSampler, pid: int) -> list[dict]:
     while pid in sampler._busy and time.monotonic() < deadline:
         time.sleep(0.05)
     return sampler.take()
+
+
+@needs_reader
+def test_a_slow_write_sample_that_finds_no_write_is_dropped(sleeper) -> None:
+    """A sample asked for by a slow write whose thread is in no write by the time it is
+    read (here: in a read) shows where the thread went next: no rows, and it may be asked
+    again at once. The same thread asked for by a slow read gives its line."""
+    proc, _ = sleeper
+    sampler = StackSampler(READER, time.time_ns, lambda _: None)
+    sampler._started -= 1000  # the reader's CPU budget is not what this is about
+    try:
+        assert not live_stacks.in_io_call(proc.pid, proc.pid, SLOW_WRITE)
+        assert live_stacks.in_io_call(proc.pid, proc.pid, SLOW_READ)
+        assert sampler.ask(proc.pid, proc.pid, SLOW_WRITE, "main")
+        assert _sampled(sampler, proc.pid) == []
+        assert sampler.dumps == 1
+        assert sampler.ask(proc.pid, proc.pid, SLOW_WRITE, "main")  # not within GAP_S
+        assert _sampled(sampler, proc.pid) == []
+        assert sampler.ask(proc.pid, proc.pid, SLOW_READ, "main")
+        rows = _sampled(sampler, proc.pid)
+        assert [r["line"] for r in rows if r["user"]] == [_line_of(SCRIPT, "the line the")]
+    finally:
+        sampler.close()
 
 
 @needs_reader

@@ -9,7 +9,9 @@ the same line again, a loop's DataLoader workers one thread in this, about `RATE
 second in all, and the reader's own CPU at most `CPU_SHARE` of one CPU over the run) and run
 on a small pool of threads, so the interval loop never waits on a reader. A loop asked for
 because it waited for batches that runs by the time it is read has moved on: that sample is
-dropped, and the loop asked for again. Finished samples are taken once per interval as
+dropped, and the loop asked for again; so is one asked for by a slow read or write whose
+thread is in no such call once read (`in_io_call`): its stack shows where the thread went
+next. Finished samples are taken once per interval as
 `stacks` rows (tracer.core.stacks.frame_rows).
 
 No reader installed, or none that may read a process: tracing goes on without stacks and the
@@ -19,6 +21,7 @@ user is told once (`missing_line`, `StackSampler.note`).
 from __future__ import annotations
 
 import os
+import platform
 import shutil
 import subprocess
 import sys
@@ -70,6 +73,15 @@ SOURCE_FILES = 256  # source files whose lines are kept (the lines named, read o
 # worked on the host, to be sampled for it: evidence for a finding judged over a whole window
 WAIT_SHARE = 0.2
 MAX_ASKED = 10_000  # (pid, tid, reason) remembered for GAP_S; past it, forgotten at once
+# The system calls a slow read or write sample must find its thread in (as the kernel's
+# /proc/PID/task/TID/syscall numbers them), per machine: read, pread64, readv, preadv,
+# preadv2; write, pwrite64, writev, pwritev, pwritev2, fsync, fdatasync
+IO_CALLS = {
+    "x86_64": {SLOW_READ: frozenset({0, 17, 19, 295, 327}),
+               SLOW_WRITE: frozenset({1, 18, 20, 296, 328, 74, 75})},
+    "aarch64": {SLOW_READ: frozenset({63, 67, 65, 69, 286}),
+                SLOW_WRITE: frozenset({64, 68, 66, 70, 287, 82, 83})},
+}.get(platform.machine(), {})
 
 
 def find_reader() -> str | None:
@@ -96,6 +108,20 @@ def ns_tid(pid: int, tid: int) -> int | None:
     except (OSError, ValueError):
         return None
     return None
+
+
+def in_io_call(pid: int, tid: int, reason: str) -> bool:
+    """Whether thread `tid` is in a system call of `reason` (SLOW_READ, SLOW_WRITE) now;
+    True where that cannot be told (another reason or machine, a thread gone)."""
+    calls = IO_CALLS.get(reason)
+    if calls is None:
+        return True
+    try:
+        with open(f"/proc/{pid}/task/{tid}/syscall") as f:
+            first = f.read().split(maxsplit=1)[0]
+    except (OSError, IndexError):
+        return True
+    return first.isdigit() and int(first) in calls  # "running": out of any call
 
 
 def missing_line() -> str:
@@ -223,6 +249,11 @@ class StackSampler:
                 return
             if reason == DATA_WAIT and role != DATALOADER_WORKER and thread.active:
                 # the batch came before the reader did: where the loop runs now is no wait
+                with self._lock:
+                    self._last.pop(key, None)
+                return
+            if not in_io_call(pid, tid, reason):
+                # the read or write ended before the reader came: its line is not on the stack
                 with self._lock:
                     self._last.pop(key, None)
                 return
