@@ -73,13 +73,14 @@ SOURCE_FILES = 256  # source files whose lines are kept (the lines named, read o
 # worked on the host, to be sampled for it: evidence for a finding judged over a whole window
 WAIT_SHARE = 0.2
 MAX_ASKED = 10_000  # (pid, tid, reason) remembered for GAP_S; past it, forgotten at once
-# The system calls a slow read or write sample must find its thread in (as the kernel's
-# /proc/PID/task/TID/syscall numbers them), per machine: read, pread64, readv, preadv,
-# preadv2; write, pwrite64, writev, pwritev, pwritev2, fsync, fdatasync
+# The system calls a slow read or write sample must find its thread in, by number, per
+# machine: those the programs count as reads and writes (bpf/syscalls.bpf.h): read, pread64,
+# readv, preadv, preadv2, recvfrom, recvmsg; write, pwrite64, writev, pwritev, pwritev2,
+# fsync, fdatasync
 IO_CALLS = {
-    "x86_64": {SLOW_READ: frozenset({0, 17, 19, 295, 327}),
+    "x86_64": {SLOW_READ: frozenset({0, 17, 19, 295, 327, 45, 47}),
                SLOW_WRITE: frozenset({1, 18, 20, 296, 328, 74, 75})},
-    "aarch64": {SLOW_READ: frozenset({63, 67, 65, 69, 286}),
+    "aarch64": {SLOW_READ: frozenset({63, 67, 65, 69, 286, 207, 212}),
                 SLOW_WRITE: frozenset({64, 68, 66, 70, 287, 82, 83})},
 }.get(platform.machine(), {})
 
