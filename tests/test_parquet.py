@@ -22,6 +22,7 @@ from tracer.api import Trace, TraceError, load
 from tracer.sinks import parquet as parquet_sink
 from tracer.sinks.parquet import TraceWriter
 from tracer.tracedir.schema import SCHEMA_VERSION, SCHEMA_VERSION_KEY, TABLES, table_from_rows
+from tracer.tracedir.segments import COVERS_KEY
 
 REPO = Path(__file__).resolve().parent.parent
 T0 = 1_700_000_000_123_456_789  # a wall-clock time, ns since the epoch
@@ -357,15 +358,48 @@ def test_segments_merged_every_merge_segments(tmp_path: Path, monkeypatch) -> No
     assert _parts(tmp_path / "latency") == ["part-00003.parquet", "part-00007.parquet",
                                             "part-00008.parquet", "part-00009.parquet"]
     assert load(tmp_path).latency["count"].tolist() == list(range(10))
-    # a segment at a time, the same rows in the same order
+    # a row group at a time, the same rows in the same order
     segs = list(load(tmp_path).segments("latency"))
-    assert [s["count"].tolist() for s in segs] == [[0, 1, 2, 3], [4, 5, 6, 7], [8], [9]]
+    assert [s["count"].tolist() for s in segs] == [[0, 1, 2], [3], [4, 5, 6], [7], [8], [9]]
     back = pd.read_parquet(tmp_path / "latency")
     assert back["count"].tolist() == list(range(10))
     assert back["comm"].astype(str).tolist() == [f"c{i}" for i in range(10)]
     # the 4 parts in row groups of at least 3 rows: 3, then the last
     merged = pq.ParquetFile(tmp_path / "latency" / "part-00003.parquet")
     assert [merged.metadata.row_group(g).num_rows for g in range(merged.num_row_groups)] == [3, 1]
+
+
+def test_merged_segments_merged_again_every_merge_merged(tmp_path: Path, monkeypatch) -> None:
+    """A day's trace keeps a few dozen files a table: every MERGE_MERGED merged segments become
+    one, a row group at a time; a tracer killed before the merged ones it holds were deleted
+    leaves them behind, and they are read once."""
+    monkeypatch.setattr(parquet_sink, "MERGE_SEGMENTS", 2)
+    monkeypatch.setattr(parquet_sink, "MERGE_MERGED", 3)
+    monkeypatch.setattr(parquet_sink, "MERGED_ROW_GROUP_ROWS", 3)
+    with TraceWriter(tmp_path, {}) as w:
+        for i in range(14):
+            w.add("latency", [dict(LATENCY_ROWS[0], count=i, comm=f"c{i}")])
+            w.flush()
+            if i == 10:  # the merged segments of 6-11 but the last, as a kill would leave them
+                kept = {p.name: p.read_bytes() for p in (tmp_path / "latency").iterdir()}
+    assert _parts(tmp_path / "latency") == ["part-00005.parquet", "part-00011.parquet",
+                                            "part-00013.parquet"]
+    assert pq.read_schema(tmp_path / "latency" / "part-00011.parquet").metadata[
+        COVERS_KEY] == b"6-11"
+    # groups of at least 3 rows made of the merged segments' groups of 2
+    again = pq.ParquetFile(tmp_path / "latency" / "part-00005.parquet")
+    assert [again.metadata.row_group(g).num_rows for g in range(again.num_row_groups)] == [4, 2]
+    for name, data in kept.items():
+        if name != "part-00010.parquet":
+            (tmp_path / "latency" / name).write_bytes(data)
+    assert _parts(tmp_path / "latency") == [
+        "part-00005.parquet", "part-00007.parquet", "part-00009.parquet", "part-00011.parquet",
+        "part-00013.parquet"]
+    assert load(tmp_path).latency["count"].tolist() == list(range(14))
+    assert [s["count"].tolist() for s in load(tmp_path).segments("latency")] == [
+        [0, 1, 2, 3], [4, 5], [6, 7, 8, 9], [10, 11], [12, 13]]
+    back = pd.read_parquet(tmp_path / "latency" / "part-00011.parquet")
+    assert back["comm"].astype(str).tolist() == [f"c{i}" for i in range(6, 12)]
 
 
 def test_parts_of_a_merged_segment_left_behind_are_read_once(tmp_path: Path,

@@ -22,7 +22,7 @@ import os
 import re
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, BinaryIO
@@ -54,6 +54,11 @@ _RESERVED_META = ("schema_version", "tool_version")
 MERGE_SEGMENTS = 60
 """Segments of a table merged into one once that many were rolled (5 minutes at the default
 roll of 5 s): a day's trace holds a few hundred files per table, not 17 000."""
+
+MERGE_MERGED = 12
+"""Merged segments of a table merged again into one once that many were made (an hour at the
+default roll): a day's trace holds a few dozen files per table, not 288, and reading a day
+opens that many (docs/benchmarks.md)."""
 
 MERGED_ROW_GROUP_ROWS = 65536
 """Rows gathered into one row group of a merged segment: a row group per segment made a day
@@ -113,6 +118,20 @@ def _read(path: Path) -> pa.Table:
     return pq.ParquetFile(path).read()
 
 
+def _row_groups(paths: list[Path]) -> Iterator[pa.Table]:
+    """The row groups of segments `paths`, one at a time: a merged segment's are
+    MERGED_ROW_GROUP_ROWS rows or so, so merging merged segments holds no more than that."""
+    for path in paths:
+        f = pq.ParquetFile(path)
+        for g in range(f.num_row_groups):
+            yield f.read_row_group(g)
+
+
+def _write_group(out: pq.ParquetWriter, tables: list[pa.Table]) -> None:
+    group = pa.concat_tables(tables).combine_chunks()
+    out.write_table(group, row_group_size=max(1, group.num_rows))
+
+
 def remove_tmp_dir(directory: Path) -> None:
     """Removes the trace's ``.tmp`` folder when nothing is left in it (a closed trace)."""
     with contextlib.suppress(FileNotFoundError, OSError):
@@ -169,6 +188,8 @@ class TraceWriter:
         self._buffers: dict[str, list[pa.Table]] = {}
         self._next_segment: dict[str, int] = {}
         self._unmerged: dict[str, int] = {}  # table -> its first segment not merged yet
+        # table -> the first segment held by its merged segments not merged again, and how many
+        self._merged: dict[str, tuple[int, int]] = {}
         self._last_roll = time.monotonic()
         self._closed = False
         self._given_up = False  # give_up(): nothing more is written
@@ -281,11 +302,19 @@ class TraceWriter:
         self._empty.discard(table)
         self._next_segment[table] = number + 1
         first = self._unmerged.setdefault(table, number)
-        if number - first + 1 >= MERGE_SEGMENTS:
-            self._merge(table, first, number)
+        if number - first + 1 < MERGE_SEGMENTS:
+            return
+        self._merge(table, first, number)
+        since, merged = self._merged.get(table, (first, 0))
+        if merged + 1 < MERGE_MERGED:
+            self._merged[table] = (since, merged + 1)
+            return
+        self._merge(table, since, number)  # reads the merged segments, the others are gone
+        self._merged.pop(table, None)
 
     def _merge(self, table: str, first: int, last: int) -> None:
-        """Segments first..last of `table` as one, under the last one's name, in row groups of
+        """Segments first..last of `table` (those still there: rolled ones, or merged ones
+        merged again) as one, under the last one's name, in row groups of
         MERGED_ROW_GROUP_ROWS rows or so (the memory of that many rows, not of all)."""
         folder = self.directory / table
         paths = [p for n in range(first, last + 1) if (p := folder / segment_name(n)).exists()]
@@ -297,15 +326,15 @@ class TraceWriter:
             with pq.ParquetWriter(f, schema, compression="zstd") as out:
                 pending: list[pa.Table] = []
                 rows = 0
-                for i, p in enumerate(paths):
-                    part = _read(p)
+                for part in _row_groups(paths):
                     if part.num_rows:
                         pending.append(part.cast(schema))
                         rows += part.num_rows
-                    if pending and (rows >= MERGED_ROW_GROUP_ROWS or i == len(paths) - 1):
-                        group = pa.concat_tables(pending).combine_chunks()
-                        out.write_table(group, row_group_size=group.num_rows)
+                    if rows >= MERGED_ROW_GROUP_ROWS:
+                        _write_group(out, pending)
                         pending, rows = [], 0
+                if pending:
+                    _write_group(out, pending)
 
         # the merged segment takes the last one's name; the others go once it is in place
         _write_atomic(folder / segment_name(last), write, self.directory / TMP_DIR)

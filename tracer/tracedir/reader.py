@@ -131,8 +131,9 @@ class TraceReader:
         return pa.concat_tables(tables, promote_options="permissive").to_pandas()
 
     def segments(self, name: str) -> Iterator[pd.DataFrame]:
-        """Table `name` a segment at a time, in the order `trace[name]` has its rows, for a sum
-        over a table too large to hold whole (a day of `files`). A trace closed by its writer:
+        """Table `name` a row group at a time (a rolled segment's rows, or about 65 536 rows of a
+        merged one), in the order `trace[name]` has its rows, for a sum over a table too large
+        to hold whole (a day of `files`). A trace closed by its writer:
         a segment that cannot be read raises TraceError (`trace[name]` skips it)."""
         import pyarrow.parquet as pq
 
@@ -145,8 +146,10 @@ class TraceReader:
             covered = {n for seg in segs for n in covered_segments(pq.read_schema(seg))}
             for seg in segs:
                 if segment_number(seg.name) not in covered:
-                    data = pq.ParquetFile(seg).read()
-                    yield (conform(data, name) if name in TABLES else data).to_pandas()
+                    f = pq.ParquetFile(seg)
+                    for g in range(f.num_row_groups):
+                        data = f.read_row_group(g)
+                        yield (conform(data, name) if name in TABLES else data).to_pandas()
         except (pa.ArrowException, OSError) as e:
             raise TraceError(f"table {name!r} of {str(self.directory)!r}: cannot read a "
                              f"segment ({' '.join(str(e).split())[:120]})") from e
