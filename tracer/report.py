@@ -85,9 +85,9 @@ def replay(trace: TraceReader, diagnosis: Diagnosis | None = None) -> Iterator[I
 
     With `diagnosis`, the one these inputs are fed to (each before the next is asked for), the
     intervals that will have left its window by the last one come with only what its state
-    carries over (`_Carried`): their evidence is dropped unread, and on a day of trace building
-    it row by row was most of the summary's time. What the diagnosis then holds is what the
-    whole replay gives it."""
+    carries over (`_Carried`), marked `carried` so that the diagnosis builds no evidence of
+    them (it would drop it unread): on a day of trace, building it row by row was most of the
+    summary's time. What the diagnosis then holds is what the whole replay gives it."""
     rows = {name: _Rows(trace[name]) for name in ROW_TABLES}
     stamps = sorted(set().union(*(r.stamps for r in rows.values()),
                                 _stamps(trace["system"])))
@@ -112,14 +112,16 @@ def replay(trace: TraceReader, diagnosis: Diagnosis | None = None) -> Iterator[I
         if n != len(known):  # each process's loop, again once another is known
             known = procs[:n]
             owner = owners(known)
-        if carried is not None and ts <= carried.until_ns:
+        passing = carried is not None and ts <= carried.until_ns
+        if passing:
             interval = carried.rows(ts, owner, diagnosis.state.first_data_ns, rows, stamps, i)
         else:
             if carried is not None and diagnosis.state.read_ahead is not carried.read_ahead:
                 diagnosis.state.read_ahead = carried.read_ahead
             interval = {name: r.full(ts, stamps, i) for name, r in rows.items()}
             interval.update((name, by_ts.get(ts, [])) for name, by_ts in ended.items())
-        yield interval_input(ts, ts - prev if prev else interval_ns, interval, known, owner)
+        yield interval_input(ts, ts - prev if prev else interval_ns, interval, known, owner,
+                             carried=passing)
         prev = ts
 
 

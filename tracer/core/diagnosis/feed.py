@@ -89,15 +89,16 @@ def known_at(processes: Sequence[Mapping], ts_ns: int) -> list[Mapping]:
 
 
 def interval_input(ts_ns: int, interval_ns: int, rows: Mapping[str, Sequence],
-                   processes: Sequence[Mapping], owner: dict[int, int] | None = None
-                   ) -> IntervalInput:
+                   processes: Sequence[Mapping], owner: dict[int, int] | None = None,
+                   carried: bool = False) -> IntervalInput:
     """The interval ending at `ts_ns` as the diagnosis is told it: `rows`, per table name
     (TABLES; a table left out has none), and the `processes` rows known at its end. `owner`:
-    `owners(processes)`, when the caller has it for these same rows already."""
+    `owners(processes)`, when the caller has it for these same rows already. `carried`: a
+    replay's interval that leaves the diagnosis's window before the end (IntervalInput)."""
     owner = owners(processes) if owner is None else owner
     return IntervalInput(ts_ns, interval_ns, **{t: list(rows.get(t, ())) for t in TABLES},
                          owners=owner, ranks=ranks(processes, ts_ns),
-                         peers=peers(processes, owner))
+                         peers=peers(processes, owner), carried=carried)
 
 
 def feed(diagnosis: Diagnosis, inp: IntervalInput) -> list[LoopRow]:

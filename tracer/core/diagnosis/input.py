@@ -56,3 +56,6 @@ class IntervalInput:
     fuse: list[FuseRow] = field(default_factory=list)  # FUSE mounts read through, their daemons
     # Python stacks sampled from outside the processes, a row per frame (tracer.core.stacks)
     stacks: list[StackRow] = field(default_factory=list)
+    # a replay's interval that leaves the window before the last one (tracer.report._Carried):
+    # only what the split's state carries over matters, its evidence would be dropped unread
+    carried: bool = False

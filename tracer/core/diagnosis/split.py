@@ -125,9 +125,9 @@ class _LoopCharges:
 
 
 def split(state: SplitState, inp: IntervalInput, t: Thresholds, page_size: int,
-          ranks: Mapping[int, Rank]) -> IntervalEvidence:
+          ranks: Mapping[int, Rank], evidence: bool = True) -> IntervalEvidence | None:
     """The interval `inp` split (its loops' states) and what the rules keep of it; `state`
-    carries over to the next interval."""
+    carries over to the next interval. Without `evidence`, `state` only (None)."""
     ts_ns, interval_ns, owner = inp.ts_ns, inp.interval_ns, inp.owners
     files, threads, latency = list(inp.files), list(inp.threads), inp.latency
     ft = _file_times(state, t, files, owner)
@@ -151,9 +151,11 @@ def split(state: SplitState, inp: IntervalInput, t: Thresholds, page_size: int,
             background[pid] = background_save
         loops[pid] = LoopInterval(ts_ns, pid, interval_ns, ns,
                                   ranks[pid].rank if pid in ranks else None)
-    read_counts, queue, service = _histograms(latency, owner)
     data, library, loop_time = _reads(state, t, page_size, ts_ns - interval_ns, files, threads,
                                       owner)
+    if not evidence:
+        return None
+    read_counts, queue, service = _histograms(latency, owner)
     return IntervalEvidence(
         ts_ns=ts_ns, interval_ns=interval_ns, loops=loops, worker_oncpu_ns=dict(tt.worker_cpu),
         worker_iowait_ns=dict(tt.worker_io), worker_read_ns=dict(ft.worker_read),
