@@ -53,7 +53,7 @@ _RESERVED_META = ("schema_version", "tool_version")
 
 MERGE_SEGMENTS = 60
 """Segments of a table merged into one once that many were rolled (5 minutes at the default
-roll of 5 s): a day's trace holds a few hundred files per table, not 17 000."""
+roll of 5 s), not 17 000 files a table a day; MERGE_MERGED merges them again."""
 
 MERGE_MERGED = 12
 """Merged segments of a table merged again into one once that many were made (an hour at the
