@@ -72,13 +72,13 @@ def tree(out: Path) -> tuple[int, int]:
 def day_of(out: Path, into: Path) -> int:
     """A copy of trace `out` whose every table holds a day of merged segments: its first merged
     one (MERGE_SEGMENTS rolls, about 5 minutes) copied over a day, each copy's times moved on by
-    its span, every MERGE_MERGED copies in one file as the writer merges them (the reader's cost
-    of a day at the same rate)."""
+    its span, every MERGE_MERGED copies merged again by the writer's merge_segments (the
+    reader's cost of a day at the same rate)."""
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    from tracer.sinks.parquet import MERGE_MERGED, MERGED_ROW_GROUP_ROWS
+    from tracer.sinks.parquet import MERGE_MERGED, TMP_DIR, merge_segments
     from tracer.tracedir.segments import COVERS_KEY, covered_segments
 
     shutil.copytree(out, into)
@@ -100,32 +100,24 @@ def day_of(out: Path, into: Path) -> int:
         for p in parts:
             p.unlink()
         copies = -(-86_400_000_000_000 // span)  # a day of them
-        # as the writer keeps them: every MERGE_MERGED merged segments as one, in row groups
-        # of MERGED_ROW_GROUP_ROWS rows or so; the last ones of the day not merged again
-        for first in range(0, copies, MERGE_MERGED):
-            ks = list(range(first, min(first + MERGE_MERGED, copies)))
-            hour = len(ks) == MERGE_MERGED
-            for write in ([ks] if hour else [[k] for k in ks]):
-                with pq.ParquetWriter(folder / f"part-{write[-1]:05d}.parquet", schema,
-                                      compression="zstd") as w:
-                    pending: list = []
-                    for k in write:
-                        columns = [pc.cast(pc.add(pc.cast(c, pa.int64()), k * span), f.type)
-                                   if pa.types.is_timestamp(f.type) else c
-                                   for c, f in zip(table.columns, table.schema, strict=True)]
-                        copy = pa.Table.from_arrays(columns, schema=schema)
-                        at = 0
-                        for rows in groups:
-                            pending.append(copy.slice(at, rows))
-                            at += rows
-                            if not hour or sum(t.num_rows for t in pending) >= MERGED_ROW_GROUP_ROWS:
-                                group = pa.concat_tables(pending)
-                                w.write_table(group, row_group_size=max(group.num_rows, 1))
-                                pending = []
-                    if pending:
-                        group = pa.concat_tables(pending)
-                        w.write_table(group, row_group_size=max(group.num_rows, 1))
-                n += 1
+        for k in range(copies):
+            columns = [pc.cast(pc.add(pc.cast(c, pa.int64()), k * span), f.type)
+                       if pa.types.is_timestamp(f.type) else c
+                       for c, f in zip(table.columns, table.schema, strict=True)]
+            copy = pa.Table.from_arrays(columns, schema=schema)
+            with pq.ParquetWriter(folder / f"part-{k:05d}.parquet", schema,
+                                  compression="zstd") as w:
+                at = 0
+                for rows in groups:
+                    w.write_table(copy.slice(at, rows), row_group_size=max(rows, 1))
+                    at += rows
+        # as the writer keeps them: every MERGE_MERGED merged segments merged again, the
+        # last ones of the day not
+        hours = copies // MERGE_MERGED
+        for h in range(hours):
+            merge_segments(folder, h * MERGE_MERGED, (h + 1) * MERGE_MERGED - 1,
+                           into / TMP_DIR)
+        n += hours + copies - hours * MERGE_MERGED
     return n
 
 

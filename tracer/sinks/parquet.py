@@ -132,6 +132,37 @@ def _write_group(out: pq.ParquetWriter, tables: list[pa.Table]) -> None:
     out.write_table(group, row_group_size=max(1, group.num_rows))
 
 
+def merge_segments(folder: Path, first: int, last: int, tmp_dir: Path) -> None:
+    """Segments first..last of the table in `folder` (those still there: rolled ones, or
+    merged ones merged again) as one, under the last one's name, in row groups of
+    MERGED_ROW_GROUP_ROWS rows or so (the memory of that many rows, not of all); its metadata
+    names the segments it holds (COVERS_KEY)."""
+    paths = [p for n in range(first, last + 1) if (p := folder / segment_name(n)).exists()]
+    schema = pq.read_schema(paths[-1])
+    schema = schema.with_metadata({**(schema.metadata or {}),
+                                   COVERS_KEY: f"{first}-{last}".encode()})
+
+    def write(f: BinaryIO) -> None:
+        with pq.ParquetWriter(f, schema, compression="zstd") as out:
+            pending: list[pa.Table] = []
+            rows = 0
+            for part in _row_groups(paths):
+                if part.num_rows:
+                    pending.append(part.cast(schema))
+                    rows += part.num_rows
+                if rows >= MERGED_ROW_GROUP_ROWS:
+                    _write_group(out, pending)
+                    pending, rows = [], 0
+            if pending:
+                _write_group(out, pending)
+
+    # the merged segment takes the last one's name; the others go once it is in place
+    _write_atomic(folder / segment_name(last), write, tmp_dir)
+    for p in paths[:-1]:
+        p.unlink()
+    _fsync_dir(folder)
+
+
 def remove_tmp_dir(directory: Path) -> None:
     """Removes the trace's ``.tmp`` folder when nothing is left in it (a closed trace)."""
     with contextlib.suppress(FileNotFoundError, OSError):
@@ -313,34 +344,8 @@ class TraceWriter:
         self._merged.pop(table, None)
 
     def _merge(self, table: str, first: int, last: int) -> None:
-        """Segments first..last of `table` (those still there: rolled ones, or merged ones
-        merged again) as one, under the last one's name, in row groups of
-        MERGED_ROW_GROUP_ROWS rows or so (the memory of that many rows, not of all)."""
-        folder = self.directory / table
-        paths = [p for n in range(first, last + 1) if (p := folder / segment_name(n)).exists()]
-        schema = pq.read_schema(paths[-1])
-        schema = schema.with_metadata({**(schema.metadata or {}),
-                                       COVERS_KEY: f"{first}-{last}".encode()})
-
-        def write(f: BinaryIO) -> None:
-            with pq.ParquetWriter(f, schema, compression="zstd") as out:
-                pending: list[pa.Table] = []
-                rows = 0
-                for part in _row_groups(paths):
-                    if part.num_rows:
-                        pending.append(part.cast(schema))
-                        rows += part.num_rows
-                    if rows >= MERGED_ROW_GROUP_ROWS:
-                        _write_group(out, pending)
-                        pending, rows = [], 0
-                if pending:
-                    _write_group(out, pending)
-
-        # the merged segment takes the last one's name; the others go once it is in place
-        _write_atomic(folder / segment_name(last), write, self.directory / TMP_DIR)
-        for p in paths[:-1]:
-            p.unlink()
-        _fsync_dir(folder)
+        """merge_segments of `table`, first..last."""
+        merge_segments(self.directory / table, first, last, self.directory / TMP_DIR)
         self._unmerged.pop(table, None)
         pa.default_memory_pool().release_unused()  # else its allocator keeps what it read
 
