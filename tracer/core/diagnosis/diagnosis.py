@@ -47,11 +47,12 @@ class Diagnosis:
 
     def add(self, inp: IntervalInput) -> list[LoopRow]:
         """One interval: what it says of the processes (ranks, peers) is learnt first, then its
-        loops' time is split and its evidence kept. Returns its rows of the `loop` table."""
+        loops' time is split and its evidence kept. Returns its rows of the `loop` table; of a
+        replay's `carried` interval, only the state is kept, and no rows are made."""
         self.window.learn(inp.ranks, inp.peers)
         iv = split(self.state, inp, self.thresholds, self.page_size, self.window.ranks,
                    evidence=not inp.carried)
-        if iv is None:  # carried: it would leave the window unread, and so would its rows
+        if iv is None:  # carried
             return []
         self.window.intervals.append(iv)
         return [loop.row() for loop in iv.loops.values()]
