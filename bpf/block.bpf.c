@@ -497,6 +497,7 @@ static __always_inline void emit_slow(struct request *rq, const struct rq_start 
 	e->bytes = s->data_len;
 	e->latency_ns = latency_ns;
 	__builtin_memset(e->comm, 0, sizeof(e->comm));
+	e->dir_ino = 0;
 	bpf_ringbuf_submit(e, events_wakeup());
 }
 

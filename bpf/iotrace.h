@@ -406,6 +406,7 @@ struct iot_slow_event {
 	__u64 bytes;
 	__u64 latency_ns;
 	char comm[IOT_COMM_LEN];
+	__u64 dir_ino; /* syscall: the file's folder (struct file_stat's), 0 when unknown; block: 0 */
 };
 
 /* Record of the `events` ring buffer for process life cycle. */

@@ -262,6 +262,7 @@ static __always_inline void emit_slow(const struct sys_start *start, struct task
 	e->offset = start->offset;
 	e->bytes = bytes;
 	e->latency_ns = latency_ns;
+	e->dir_ino = start->dir_ino;
 	bpf_get_current_comm(e->comm, sizeof(e->comm));
 	bpf_ringbuf_submit(e, events_wakeup());
 }

@@ -243,11 +243,12 @@ def test_file_identity_layouts(c_layout):
     assert c_layout["iot_file_event.gen"] == 32 and c_layout["iot_file_event.len"] == 36
     assert c_layout["iot_file_event.dir_ino"] == 40 and c_layout["iot_file_event.fstype"] == 48
     assert [c_layout[f"iot_slow_event.{f}"] for f in ("ino", "file_gen", "layer", "op", "ts_ns",
-                                                       "comm")] == [16, 28, 32, 33, 40, 72]
-    raw = abi.SLOW_EVENT.pack(abi.EVENT_SLOW, 1, 2, 3, 4, 5, 6, 1, 2, 7, 8, 9, 10, b"x")
+                                                       "comm", "dir_ino")] == [16, 28, 32, 33, 40,
+                                                                               72, 88]
+    raw = abi.SLOW_EVENT.pack(abi.EVENT_SLOW, 1, 2, 3, 4, 5, 6, 1, 2, 7, 8, 9, 10, b"x", 11)
     ev = abi.decode_slow_event(raw)
-    assert (ev.ino, ev.file_dev, ev.file_gen, ev.layer, ev.op, ev.ts_ns) == (4, 5, 6, "syscall",
-                                                                              "fsync", 7)
+    assert (ev.ino, ev.file_dev, ev.file_gen, ev.layer, ev.op, ev.ts_ns, ev.dir_ino) == (
+        4, 5, 6, "syscall", "fsync", 7, 11)
     head = abi.FILE_EVENT_HEAD.pack(abi.EVENT_FILE, 1, 2, -1, 3, 0, 0, 0xFEED, 0, 77, b"ext4")
     fe = abi.decode_file_event(head)  # a record is only as long as the names it carries
     assert (fe.ino, fe.gen, fe.dir_ino, fe.fs_type, fe.names) == (3, 0xFEED, 77, "ext4", ())

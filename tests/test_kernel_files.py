@@ -194,6 +194,28 @@ def test_slow_events_one_per_operation(iowork, tmp_path):
     assert json.loads((out / "meta.json").read_text())["events_lost"] == 0
 
 
+def test_slow_events_named_by_their_folder(tmp_path):
+    """The files of a folder already known send no record of their own: a slow read of one
+    is named from the folder's listing, though the file was closed long before user space
+    decodes the event (a DataLoader worker's sample, read once)."""
+    folder = tmp_path / "class0"
+    folder.mkdir()
+    names = [folder / f"img_{i:03d}.jpg" for i in range(40)]
+    for p in names:
+        p.write_bytes(os.urandom(PAGE))
+    work = ("import os, sys\n"
+            "for p in sys.argv[1:]:\n"
+            "    fd = os.open(p, os.O_RDONLY); os.read(fd, 4096); os.close(fd)\n")
+    out = tmp_path / "trace"
+    r = run_iotrace("-o", str(out), *EXACT, "--slow-ms", "0.000001", "--", sys.executable, "-c",
+                    work, *map(str, names))
+    assert r.returncode == 0, r.stderr
+    ev = pd.read_parquet(out / "events")
+    reads = ev[(ev.layer == "syscall") & (ev.op == "read") & (ev["bytes"] == PAGE)]
+    reads = reads[reads.path.str.startswith(str(folder)) | reads.path.str.startswith("(inode")]
+    assert sorted(reads.path) == sorted(map(str, names))
+
+
 def test_writeback_by_flusher_is_charged_to_the_dirtier(tmp_path):
     """Pages dirtied by the traced process and written by someone else (here: `sync` run by the
     test, untraced) are charged to the dirtier with attribution `writeback`."""

@@ -144,7 +144,7 @@ def slot_tags_ok(table: int, rows: np.ndarray) -> np.ndarray:
 FILE_EVENT_HEAD = struct.Struct(layout.struct_format("iot_file_event", stop="names"))
 FILE_EVENT_SIZE = FILE_EVENT_HEAD.size + PATH_BYTES
 # struct iot_slow_event: kind, pid, tid, dev, ino, file_dev, file_gen, layer, op, ts_ns, offset,
-# bytes, latency_ns, comm
+# bytes, latency_ns, comm, dir_ino
 SLOW_EVENT = struct.Struct(layout.struct_format("iot_slow_event"))
 
 
@@ -207,6 +207,7 @@ class SlowEvent:
     bytes: int
     latency_ns: int
     comm: str
+    dir_ino: int = 0  # syscall: the file's folder, which names it when it sent no record
 
 
 @dataclass(frozen=True)
@@ -295,9 +296,9 @@ def decode_file_event(raw: bytes) -> FileEvent:
 
 def decode_slow_event(raw: bytes) -> SlowEvent:
     (_, pid, tid, dev, ino, file_dev, file_gen, layer, op, ts, offset, nbytes, latency,
-     comm) = SLOW_EVENT.unpack_from(raw)
+     comm, dir_ino) = SLOW_EVENT.unpack_from(raw)
     return SlowEvent(pid, tid, dev, ino, file_dev, file_gen, LAYERS.get(layer, "other"),
-                     OPS.get(op, "other"), ts, offset, nbytes, latency, _cstr(comm))
+                     OPS.get(op, "other"), ts, offset, nbytes, latency, _cstr(comm), dir_ino)
 
 
 def decode_file_key(raw: bytes) -> FileKey:

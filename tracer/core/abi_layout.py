@@ -157,7 +157,7 @@ STRUCTS = {
         ('ns_pid', 40, 4, 'u32'),
         ('pad', 44, 4, 'u32'),
     )),
-    'iot_slow_event': (88, (
+    'iot_slow_event': (96, (
         ('kind', 0, 4, 'u32'),
         ('pid', 4, 4, 'u32'),
         ('tid', 8, 4, 'u32'),
@@ -173,6 +173,7 @@ STRUCTS = {
         ('bytes', 56, 8, 'u64'),
         ('latency_ns', 64, 8, 'u64'),
         ('comm', 72, 16, 'char[16]'),
+        ('dir_ino', 88, 8, 'u64'),
     )),
     'rq_slot': (80, (
         ('rq', 0, 8, 'u64'),

@@ -453,8 +453,8 @@ class Aggregator:
     def on_slow(self, ev: abi.SlowEvent, ts_ns: int) -> None:
         """A slow operation from the ring buffer (`ts_ns`: its start, UTC)."""
         proc = self.processes.get(ev.pid)
-        path = (self.files.get(ev.file_dev, ev.ino, ev.file_gen, ev.pid).path if ev.ino
-                else None)
+        path = (self.files.get(ev.file_dev, ev.ino, ev.file_gen, ev.pid, ev.dir_ino).path
+                if ev.ino else None)
         device = device_name(ev.dev)  # syscall: the file system's device; block: the disk
         self.pending_events.append({
             "ts": ts_ns, "pid": ev.pid, "tid": ev.tid,
