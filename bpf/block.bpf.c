@@ -241,24 +241,23 @@ static __always_inline __u32 rq_dev(struct request *rq)
 	return ((__u32)disk->major << 20) | (__u32)disk->first_minor;
 }
 
-/* The file that the request's first page caches; false for anonymous pages (O_DIRECT buffers)
- * and requests without data. */
-static __always_inline bool rq_page_file(struct request *rq, struct file_id *id)
+/* The inode of the file that the request's first page caches, its id in `id`; NULL for
+ * anonymous pages (O_DIRECT buffers) and requests without data. */
+static __always_inline struct inode *rq_page_file(struct request *rq, struct file_id *id)
 {
 	struct page *page = BPF_CORE_READ(rq, bio, bi_io_vec, bv_page);
 	struct address_space *mapping;
 	struct inode *host;
 
 	if (!page)
-		return false;
+		return NULL;
 	mapping = BPF_CORE_READ(page, mapping);
 	if (!mapping || ((unsigned long)mapping & 3)) /* PAGE_MAPPING_ANON / _MOVABLE flag bits */
-		return false;
+		return NULL;
 	host = BPF_CORE_READ(mapping, host);
-	if (!host)
-		return false;
-	inode_id(host, id);
-	return true;
+	if (host)
+		inode_id(host, id);
+	return host;
 }
 
 /* Completion callbacks of bios, by address (typeless ksyms, resolved from kallsyms at load; 0
@@ -302,8 +301,10 @@ static __always_inline bool bio_dio_owner(struct bio *bio, struct rq_start *s)
 	s->tgid = tgid;
 	s->attribution = IOT_ATTR_DIRECT;
 	inode = BPF_CORE_READ(dio, iocb, ki_filp, f_inode);
-	if (inode)
+	if (inode) {
 		inode_id(inode, &s->file);
+		s->dir_ino = dir_ino_of(inode_dentry(inode));
+	}
 	return true;
 }
 
@@ -338,6 +339,7 @@ static __always_inline bool rq_folio_owner(struct request *rq, struct rq_start *
 	struct folio *folio = bio_first_folio(BPF_CORE_READ(rq, bio));
 	struct address_space *mapping;
 	struct folio_owner *o;
+	struct inode *host;
 	bool owned;
 	__u32 tgid;
 	__u64 key;
@@ -356,8 +358,10 @@ static __always_inline bool rq_folio_owner(struct request *rq, struct rq_start *
 	bpf_map_delete_elem(&folio_owners, &key); /* used up either way */
 	if (!owned)
 		return false;
+	host = BPF_CORE_READ(mapping, host);
 	s->tgid = tgid;
-	inode_id(BPF_CORE_READ(mapping, host), &s->file);
+	inode_id(host, &s->file);
+	s->dir_ino = dir_ino_of(inode_dentry(host));
 	return true;
 }
 
@@ -374,13 +378,15 @@ static __always_inline __u64 rq_cgroup(struct request *rq)
 static __always_inline bool rq_writeback_owner(struct request *rq, __u32 flags,
 					       struct rq_start *s)
 {
+	struct inode *host;
 	__u32 *owner;
 
-	if (rq_op(flags) != IOT_OP_WRITE || !rq_page_file(rq, &s->file))
+	if (rq_op(flags) != IOT_OP_WRITE || !(host = rq_page_file(rq, &s->file)))
 		return false;
 	owner = bpf_map_lookup_elem(&dirtier, &s->file);
 	if (!owner || !is_tracked(*owner))
 		return false;
+	s->dir_ino = dir_ino_of(inode_dentry(host));
 	s->tgid = *owner;
 	s->attribution = IOT_ATTR_WRITEBACK;
 	return true;
@@ -405,6 +411,7 @@ static __always_inline int start_request(struct request *rq)
 	__u32 flags = r->cmd_flags;
 	struct rq_start s = {};
 	struct sys_start *sys;
+	struct inode *host;
 	bool kthread = false;
 
 	rq_drop_unseen((__u64)rq);
@@ -413,10 +420,12 @@ static __always_inline int start_request(struct request *rq)
 	if (sys || is_tracked(tgid)) {
 		s.tgid = tgid;
 		s.attribution = rq_is_readahead(flags) ? IOT_ATTR_READAHEAD : IOT_ATTR_DIRECT;
-		if (sys && sys->ts_ns && sys->file.dev)
+		if (sys && sys->ts_ns && sys->file.dev) {
 			s.file = sys->file; /* submitted from inside a read/write/fsync of this file */
-		else
-			rq_page_file(rq, &s.file); /* page faults, readahead without a syscall */
+			s.dir_ino = sys->dir_ino;
+		} else if ((host = rq_page_file(rq, &s.file))) { /* page faults, readahead */
+			s.dir_ino = dir_ino_of(inode_dentry(host));
+		}
 	} else if ((kthread = current_is_kthread()) && rq_owner_for_kthread(rq, flags, &s)) {
 		/* charged to the process whose bio it is */
 	} else if (!rq_writeback_owner(rq, flags, &s)) {
@@ -497,7 +506,7 @@ static __always_inline void emit_slow(struct request *rq, const struct rq_start 
 	e->bytes = s->data_len;
 	e->latency_ns = latency_ns;
 	__builtin_memset(e->comm, 0, sizeof(e->comm));
-	e->dir_ino = 0;
+	e->dir_ino = s->dir_ino;
 	bpf_ringbuf_submit(e, events_wakeup());
 }
 

@@ -164,6 +164,7 @@ struct rq_start {
 	__u8 pad;
 	__u64 cgroup; /* the bio's cgroup (struct block_user_key's) */
 	char comm[IOT_COMM_LEN]; /* untraced: who started it (struct block_user_key's) */
+	__u64 dir_ino; /* the file's folder, 0 when unknown (a slow event names the file by it) */
 };
 
 /* Key of the `block_users` map (block.bpf.c): who used a disk. Every request is counted there
@@ -406,7 +407,7 @@ struct iot_slow_event {
 	__u64 bytes;
 	__u64 latency_ns;
 	char comm[IOT_COMM_LEN];
-	__u64 dir_ino; /* syscall: the file's folder (struct file_stat's), 0 when unknown; block: 0 */
+	__u64 dir_ino; /* the file's folder (struct file_stat's), 0 when unknown */
 };
 
 /* Record of the `events` ring buffer for process life cycle. */

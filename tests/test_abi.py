@@ -364,10 +364,12 @@ def test_block_request_records(c_layout):
     whose end no completion program saw (kernel/maps.Maps.block_unseen)."""
     assert c_layout["rq_start"] == abi.RQ_START.size
     assert c_layout["rq_slot"] == abi.RQ_SLOT.size and c_layout["rq_slot.s"] == 8
-    fields = abi.RQ_START.unpack(abi.RQ_START.pack(1, 2, 3, 0, 4, 5, 6, 7, 8, 9, 1, 10, b"dd"))
-    assert fields == (1, 2, 3, 0, 4, 5, 6, 7, 8, 9, 1, 10, b"dd" + bytes(14))  # in this order
+    fields = abi.RQ_START.unpack(abi.RQ_START.pack(1, 2, 3, 0, 4, 5, 6, 7, 8, 9, 1, 10, b"dd",
+                                                  11))
+    assert fields == (1, 2, 3, 0, 4, 5, 6, 7, 8, 9, 1, 10, b"dd" + bytes(14), 11)  # in order
     assert (c_layout["rq_start.issue_ns"], c_layout["rq_start.tgid"],
-            c_layout["rq_start.data_len"], c_layout["rq_start.op"]) == (8, 32, 36, 44)
+            c_layout["rq_start.data_len"], c_layout["rq_start.op"],
+            c_layout["rq_start.dir_ino"]) == (8, 32, 36, 44, 72)
 
 
 def test_syscall_in_flight_record(c_layout):

@@ -52,7 +52,7 @@ def test_a_syscall_in_flight():
 
 
 def test_held_block_requests():
-    rec = abi.RQ_START.pack(1, 2, 3, 0, 4, 1234, 4096, 7 << 20, 0, 0, 0, 0, b"dd")
+    rec = abi.RQ_START.pack(1, 2, 3, 0, 4, 1234, 4096, 7 << 20, 0, 0, 0, 0, b"dd", 5)
     assert abi.decode_rq_start(rec) == abi.HeldRequest(2, 1234, 4096, 7 << 20)
     assert abi.decode_rq_slot(abi.RQ_SLOT.pack(5 << 6, rec)) == abi.decode_rq_start(rec)
     assert abi.decode_rq_slot(abi.RQ_SLOT.pack(0, rec)) is None  # a free slot

@@ -42,7 +42,7 @@ def test_leftovers_are_exact_beside_a_busy_disk(iowork, data_file):
         starts = Map(p.loader.map_fd("rq_starts"), 8, abi.RQ_START.size)
         for rq, nbytes in ((1, 4096), (2, 8192)):
             # issued long ago by traced pid 1234 (no kthread, cgroup or name), never ended
-            rec = (0, 1, 0, 0, 0, 1234, nbytes, disk, 0, 0, 0, 0, b"")
+            rec = (0, 1, 0, 0, 0, 1234, nbytes, disk, 0, 0, 0, 0, b"", 0)
             starts.update((rq << 6).to_bytes(8, "little"), abi.RQ_START.pack(*rec))
         reader = subprocess.Popen(
             ["sh", "-c", f"while :; do {iowork} {data_file} --direct 5000; done"])
@@ -73,7 +73,7 @@ def test_each_interval_counts_what_ended_unseen_with_prometheus(data_file):
     p.load()
     try:
         starts = Map(p.loader.map_fd("rq_starts"), 8, abi.RQ_START.size)
-        rec = (0, 1, 0, 0, 0, 1234, 4096, disk, 0, 0, 0, 0, b"")  # issued at 1 ns, pid 1234
+        rec = (0, 1, 0, 0, 0, 1234, 4096, disk, 0, 0, 0, 0, b"", 0)  # issued at 1 ns, pid 1234
         starts.update((3 << 6).to_bytes(8, "little"), abi.RQ_START.pack(*rec))
         each, at_end = (CostReader(p, "off", 1.0, unseen_each_interval=flag) for flag in (True, False))
         for reader in (each, at_end):

@@ -603,8 +603,8 @@ def test_requests_left_in_flight_at_the_end_count_as_unseen():
 
     def record(issue_ns: int, dev: int, nbytes: int, tgid: int = 1234) -> tuple:
         # insert_ns, issue_ns, file (dev, pad, ino), tgid, data_len, dev, op, attribution,
-        # kthread, cgroup, comm
-        return (0, issue_ns, 0, 0, 0, tgid, nbytes, dev, 0, 0, 0, 0, b"")
+        # kthread, cgroup, comm, dir_ino
+        return (0, issue_ns, 0, 0, 0, tgid, nbytes, dev, 0, 0, 0, 0, b"", 0)
 
     p = Probes(map_sizes={})
     p.load()

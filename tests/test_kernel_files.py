@@ -195,14 +195,20 @@ def test_slow_events_one_per_operation(iowork, tmp_path):
 
 
 def test_slow_events_named_by_their_folder(tmp_path):
-    """The files of a folder already known send no record of their own: a slow read of one
-    is named from the folder's listing, though the file was closed long before user space
-    decodes the event (a DataLoader worker's sample, read once)."""
+    """The files of a folder already known send no record of their own: a slow read of one,
+    and the disk read under it, are named from the folder's listing, though the file was
+    closed long before user space decodes the event (a DataLoader worker's sample, read
+    once, not in the page cache)."""
     folder = tmp_path / "class0"
     folder.mkdir()
     names = [folder / f"img_{i:03d}.jpg" for i in range(40)]
     for p in names:
         p.write_bytes(os.urandom(PAGE))
+    for p in names:  # on the disk, and out of the page cache: each read is a block request
+        fd = os.open(p, os.O_RDONLY)
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        os.close(fd)
     work = ("import os, sys\n"
             "for p in sys.argv[1:]:\n"
             "    fd = os.open(p, os.O_RDONLY); os.read(fd, 4096); os.close(fd)\n")
@@ -211,9 +217,12 @@ def test_slow_events_named_by_their_folder(tmp_path):
                     work, *map(str, names))
     assert r.returncode == 0, r.stderr
     ev = pd.read_parquet(out / "events")
-    reads = ev[(ev.layer == "syscall") & (ev.op == "read") & (ev["bytes"] == PAGE)]
-    reads = reads[reads.path.str.startswith(str(folder)) | reads.path.str.startswith("(inode")]
+    ours = ev[(ev.op == "read") & (ev.path.str.startswith(str(folder))
+                                   | ev.path.str.startswith("(inode"))]
+    reads = ours[(ours.layer == "syscall") & (ours["bytes"] == PAGE)]
     assert sorted(reads.path) == sorted(map(str, names))
+    disk = ours[ours.layer == "block"]
+    assert len(disk) + unseen(out)[0] >= len(names) and set(disk.path) <= set(map(str, names))
 
 
 def test_writeback_by_flusher_is_charged_to_the_dirtier(tmp_path):

@@ -102,7 +102,7 @@ SYS_START = struct.Struct(layout.struct_format("sys_start"))
 # (pad), ended_since_ns, ended_ns, ended_file (dev, gen, ino)
 WRITE_SPAN = struct.Struct(layout.struct_format("write_span"))
 # struct rq_start (a block request in flight): insert_ns, issue_ns, file (dev, gen, ino), tgid,
-# data_len, dev, op, attribution, kthread, cgroup, comm; struct rq_slot: rq (0: free), then a
+# data_len, dev, op, attribution, kthread, cgroup, comm, dir_ino; struct rq_slot: rq (0: free), then a
 # struct rq_start
 RQ_START = struct.Struct(layout.struct_format("rq_start"))
 # struct block_user_key: dev, op, traced, kthread, rest, cgroup, comm; struct block_user:
@@ -207,7 +207,7 @@ class SlowEvent:
     bytes: int
     latency_ns: int
     comm: str
-    dir_ino: int = 0  # syscall: the file's folder, which names it when it sent no record
+    dir_ino: int = 0  # the file's folder, 0 when unknown: names a file that sent no record
 
 
 @dataclass(frozen=True)

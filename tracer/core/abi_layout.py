@@ -175,11 +175,11 @@ STRUCTS = {
         ('comm', 72, 16, 'char[16]'),
         ('dir_ino', 88, 8, 'u64'),
     )),
-    'rq_slot': (80, (
+    'rq_slot': (88, (
         ('rq', 0, 8, 'u64'),
-        ('s', 8, 72, 'struct rq_start'),
+        ('s', 8, 80, 'struct rq_start'),
     )),
-    'rq_start': (72, (
+    'rq_start': (80, (
         ('insert_ns', 0, 8, 'u64'),
         ('issue_ns', 8, 8, 'u64'),
         ('file', 16, 16, 'struct file_id'),
@@ -192,6 +192,7 @@ STRUCTS = {
         ('pad', 47, 1, 'u8'),
         ('cgroup', 48, 8, 'u64'),
         ('comm', 56, 16, 'char[16]'),
+        ('dir_ino', 72, 8, 'u64'),
     )),
     'sys_start': (64, (
         ('ts_ns', 0, 8, 'u64'),
