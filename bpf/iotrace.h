@@ -147,6 +147,7 @@ struct fold_group {
 	__u64 latency_ns; /* of the reads and the opens */
 	__u64 bytes;
 	__u64 pages; /* missed and dirtied */
+	__u64 folders; /* its folders' rows in fold_stats (past fold_keep: their parents') */
 };
 
 /* A block request in flight (block.bpf.c), from its start to its end; user space reads the

@@ -5,6 +5,7 @@
 
 #include "maps.bpf.h"
 #include "bits.bpf.h"
+#include "core_fixes.bpf.h"
 
 static const struct hist zero_hist;
 static const struct file_stat zero_file_stat;
@@ -332,6 +333,11 @@ static __always_inline void file_open_add(__u32 tgid, const struct file_id *id, 
  * A file with no name left at its close (unlinked while open: a DataLoader worker's batch in
  * /dev/shm, 50 a second each) has nothing a row of its own could name: it is folded whatever
  * its share, read or written, and user space's rule weighs it as it does the others.
+ * Folders are bounded as files are: a process's reads past fold_keep folders in the buffer
+ * (a shuffled image folder touches every class in every interval) are added up in the row of
+ * their folder's parent (user space's roll-up adds up the folders past as many in their
+ * parents: rollup.fold_folders), so that the rows crossing into user space are a few hundred
+ * rather than one per worker and class.
  */
 static const struct fold_stat zero_fold_stat;
 static const struct fold_group zero_fold_group;
@@ -357,12 +363,23 @@ static __always_inline bool below_share(__u64 v, __u64 total, __u32 share)
 	return !total || v * 100 < total * share;
 }
 
+static __always_inline struct fold_stat *fold_stat_of(__u32 buf, const struct file_key *k,
+						      long *err)
+{
+	return buf ? lookup_or_insert(&fold_stats1, k, &zero_fold_stat, err)
+		   : lookup_or_insert(&fold_stats0, k, &zero_fold_stat, err);
+}
+
+/* `dentry`: the file's, whose folder's parent takes it when its folder is new to the process
+ * past fold_keep folders. */
 static __always_inline void fold_on_close(__u32 tgid, const struct file_id *id, __u32 at,
-					  bool gone)
+					  bool gone, struct dentry *dentry)
 {
 	struct file_slot *s = at ? file_slot_at(at) : NULL;
 	__u64 e = max_epoch, gkey, lat, pages, n, bytes, missed, total_lat, total_bytes, total_pages;
-	struct fold_group *g;
+	struct fold_group *g = NULL;
+	struct dentry *up;
+	struct inode *dir;
 	struct fold_stat *f;
 	struct file_key fk;
 	__u32 buf = e & 1;
@@ -400,8 +417,21 @@ fold:
 	fk.ino = s->st.dir_ino;
 	fk.gen = 0;
 	fk.pad[0] = 0;
-	f = buf ? lookup_or_insert(&fold_stats1, &fk, &zero_fold_stat, &err)
-		: lookup_or_insert(&fold_stats0, &fk, &zero_fold_stat, &err);
+	f = buf ? bpf_map_lookup_elem(&fold_stats1, &fk) : bpf_map_lookup_elem(&fold_stats0, &fk);
+	if (!f && g && g->folders >= iot_config.fold_keep) {
+		/* a folder past the process's fold_keep: its parent's row (none where the folder
+		 * is its file system's root) */
+		up = kernel_view(kernel_view(dentry, struct dentry)->d_parent, struct dentry)->d_parent;
+		dir = up ? kernel_view(up, struct dentry)->d_inode : NULL;
+		n = dir ? kernel_view(dir, struct inode)->i_ino : 0;
+		if (n && n != fk.ino)
+			fk.ino = n;
+		f = fold_stat_of(buf, &fk, &err);
+	} else if (!f) {
+		f = fold_stat_of(buf, &fk, &err);
+		if (f && g)
+			__sync_fetch_and_add(&g->folders, 1);
+	}
 	if (!f)
 		return; /* full: the file keeps its record */
 	bytes = __sync_lock_test_and_set(&s->st.bytes, 0);

@@ -150,7 +150,8 @@ static __always_inline void close_body(int fd)
 	if ((file->f_inode->i_mode & S_IFMT) != S_IFREG)
 		return;
 	inode_id(file->f_inode, &id);
-	fold_on_close(task->tgid, &id, start->counters_at, !file->f_inode->i_nlink);
+	fold_on_close(task->tgid, &id, start->counters_at, !file->f_inode->i_nlink,
+		      file->f_path.dentry);
 }
 
 /* A save to a path closes its file, then fsyncs it through a new fd (torch.save(path), then

@@ -12,7 +12,7 @@ import pytest
 from conftest import kernel_dev, needs_root
 from tracer.core.abi import FileEvent
 from tracer.live import files as files_module
-from tracer.live.files import SIBLING, UNKNOWN, FileTable, _generation
+from tracer.live.files import FOLDER, SIBLING, UNKNOWN, FileTable, _generation
 
 
 def test_files_of_a_folder_first_read_by_a_process_that_has_exited(tmp_path: Path) -> None:
@@ -48,6 +48,25 @@ def folder_record(table: FileTable, first: Path, pid: int) -> tuple[int, int]:
                              (first.name, *reversed(folder.parts[1:])), False, False,
                              dir_ino=folder.stat().st_ino))
     return dev, folder.stat().st_ino
+
+
+def test_a_folder_the_kernel_added_folders_up_in_is_named(tmp_path: Path, monkeypatch) -> None:
+    """Past a process's keep of folders the kernel adds their reads up in the folders'
+    parent: a folder of no record, named as the parent of one that has one; asked again once
+    a folder is known since, though the table of folders is full (here at one)."""
+    monkeypatch.setattr(files_module, "MAX_FOLDERS", 1)
+    (tmp_path / "data" / "c0").mkdir(parents=True)
+    (tmp_path / "data" / "c0" / "f0").write_bytes(b"x")
+    table = FileTable()
+    dev, _ = folder_record(table, tmp_path / "data" / "c0" / "f0", os.getpid())
+    up = table.folder(dev, (tmp_path / "data").stat().st_ino)
+    assert (up.path, up.path_source) == (f"{tmp_path / 'data'}/", FOLDER)
+    unknown = table.folder(dev, (tmp_path / "data").stat().st_ino + 10**9)
+    assert unknown.path.startswith("(folder inode")
+    (tmp_path / "more" / "c1").mkdir(parents=True)
+    (tmp_path / "more" / "c1" / "f1").write_bytes(b"x")
+    folder_record(table, tmp_path / "more" / "c1" / "f1", os.getpid())
+    assert table.folder(dev, (tmp_path / "more").stat().st_ino).path == f"{tmp_path / 'more'}/"
 
 
 def test_a_file_of_another_generation_is_not_named(tmp_path: Path) -> None:

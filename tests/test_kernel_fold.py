@@ -164,3 +164,47 @@ def test_files_deleted_before_their_close_are_folded(tmp_path):
     own = files[files.path_source != "folder"]
     assert sorted(own[own.op == "write"].path) == [f"{root}/left{i}" for i in range(LEFT)]
     assert own[own.op == "write"].bytes.tolist() == [100] * LEFT
+
+
+LIGHT, LIGHT_FILES, LATE_FILES = 100, 4, 400
+# light folders first, then one of many files: every folder past the process's KEEP_FILES
+FOLDERS_JOB = ("import os, sys\n"
+               "root = sys.argv[1]\n"
+               "for d in sorted(os.listdir(root)):\n"
+               "    for name in sorted(os.listdir(os.path.join(root, d))):\n"
+               "        with open(os.path.join(root, d, name), 'rb') as f: f.read()\n")
+
+
+def test_folders_past_the_keep_are_folded_into_their_parent(tmp_path):
+    """A process's reads past KEEP_FILES folders in an interval (a shuffled image folder
+    touches every class in every interval) are added up by the kernel in their folder's
+    parent: the files of a folder first read past them are in the parent's row, whatever the
+    folder's share (here most of the job's bytes), but for those the kernel did not fold (one
+    that stood out when it was closed), and every file and byte is in the rows of the data's
+    tree."""
+    data = tmp_path / "data"
+    for d in range(LIGHT):
+        (data / f"c{d:03d}").mkdir(parents=True)
+        for i in range(LIGHT_FILES):
+            (data / f"c{d:03d}" / f"f{i}").write_bytes(b"x" * SIZE)
+    (data / "z_late").mkdir()
+    for i in range(LATE_FILES):
+        (data / "z_late" / f"f{i:03d}").write_bytes(b"x" * SIZE)
+    out = tmp_path / "trace"
+    # one interval, one buffer: the run is shorter than it
+    r = run_iotrace("-o", str(out), "-i", "60", "--", sys.executable, "-c", FOLDERS_JOB,
+                    str(data), timeout=120)
+    assert r.returncode == 0, r.stderr
+    cost = json.loads((out / "meta.json").read_text())["self_cost"]
+    assert cost["map_full_drops"] == dict.fromkeys(cost["map_full_drops"], 0)
+    n = LIGHT * LIGHT_FILES + LATE_FILES
+    assert cost["files_rolled_up"]["kernel_folded_files"] >= n - KEEP_FILES
+    files = pd.read_parquet(out / "files")
+    reads = files[files.path.str.startswith(f"{data}/") & (files.op == "read")]
+    assert (len(reads.ts.unique()), int(reads.bytes.sum())) == (1, n * SIZE)
+    folders = reads[reads.path_source == "folder"]
+    own = reads[reads.path_source != "folder"]
+    assert int(folders.file_count.sum()) + len(own) == n
+    late = int(folders[folders.path == f"{data}/z_late/"].file_count.sum())
+    assert late < LATE_FILES // 4  # all of them but for the parent's fold
+    assert int(folders[folders.path == f"{data}/"].file_count.sum()) >= LATE_FILES - late

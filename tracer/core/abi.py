@@ -83,7 +83,8 @@ FILE_KEY_BUF = layout.offset("file_key", "buf")
 FILE_STAT = struct.Struct(layout.struct_format("file_stat"))
 # struct fold_stat: a struct file_stat, then files, reread_bytes, reread_pages (slots.bpf.h)
 FOLD_STAT = struct.Struct(layout.struct_format("fold_stat"))
-# struct fold_group: files, latency_ns, bytes, pages (what the kernel weighs a file against)
+# struct fold_group: files, latency_ns, bytes, pages (what the kernel weighs a file against),
+# folders
 FOLD_GROUP = struct.Struct(layout.struct_format("fold_group"))
 # Their fields as numpy decodes a batch of them (file_counts_dtype)
 FILE_KEY_FIELDS = layout.numpy_fields("file_key")

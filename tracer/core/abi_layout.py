@@ -79,11 +79,12 @@ STRUCTS = {
         ('open_latency_max_ns', 72, 8, 'u64'),
         ('size', 80, 8, 'u64'),
     )),
-    'fold_group': (32, (
+    'fold_group': (40, (
         ('files', 0, 8, 'u64'),
         ('latency_ns', 8, 8, 'u64'),
         ('bytes', 16, 8, 'u64'),
         ('pages', 24, 8, 'u64'),
+        ('folders', 32, 8, 'u64'),
     )),
     'fold_stat': (112, (
         ('st', 0, 88, 'struct file_stat'),

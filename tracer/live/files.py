@@ -274,8 +274,11 @@ class _Bounded(OrderedDict):
     def __init__(self, limit: int):
         super().__init__()
         self.limit = limit
+        self.added = 0  # keys added so far, the forgotten ones too
 
     def __setitem__(self, key, value) -> None:
+        if key not in self:
+            self.added += 1
         super().__setitem__(key, value)
         while len(self) > self.limit:
             self.popitem(last=False)
@@ -305,6 +308,7 @@ class FileTable:
         self._unnamed: set[tuple[int, int, int]] = set()  # shown as "(inode N in folder)"
         # (dev, folder inode) -> its parent folder's inode (0: not known), for rollup.fold_folders
         self._parents: dict[tuple[int, int], int] = _Bounded(MAX_FOLDERS)
+        self._parents_asked: dict[int, int] = {}  # dev -> folders.added at _a_parent's last search
 
     def on_record(self, raw: bytes) -> None:
         """A first-sight record as the ring buffer gives it. One of a folder whose path is known
@@ -372,7 +376,7 @@ class FileTable:
     def folder(self, dev: int, dir_ino: int) -> FileInfo:
         """A folder as the row of the files added up in it: its path with a "/" at the end.
         Asked for by thousands of rows an interval, each made once per path of the folder."""
-        where = self.folders.get((dev, dir_ino))
+        where = self.folders.get((dev, dir_ino)) or self._a_parent(dev, dir_ino)
         made = self._folder_rows.get((dev, dir_ino))
         if made is not None and made[0] == where:
             return made[1]
@@ -381,6 +385,20 @@ class FileTable:
         info = FileInfo(path, FOLDER, _fs_type(dev), device_name(dev))
         self._folder_rows[(dev, dir_ino)] = (where, info)
         return info
+
+    def _a_parent(self, dev: int, dir_ino: int) -> tuple[str, int] | None:
+        """The path of a folder no record named: the kernel adds a process's reads past its
+        keep of folders up in their folders' parents (bpf/slots.bpf.h), whose rows user space
+        may not have named on its own (rollup.fold_folders asks only for the parents of the
+        folders it moves up). Each known folder of the device is asked its parent once."""
+        if self._parents_asked.get(dev) == self.folders.added:
+            return None  # none known since the last search
+        for key in [k for k in self.folders if k[0] == dev and k not in self._parents]:
+            self.parent(*key)
+            if (dev, dir_ino) in self.folders:
+                break
+        self._parents_asked[dev] = self.folders.added
+        return self.folders.get((dev, dir_ino))
 
     def parent(self, dev: int, dir_ino: int) -> int:
         """The inode of the folder that holds folder `dir_ino` of device `dev`, 0 when its path
