@@ -105,9 +105,15 @@ def _write_atomic(path: Path, write: Callable[[BinaryIO], object], tmp_dir: Path
     _fsync_dir(path.parent)
 
 
+ROLLED_COMPRESSION = "snappy"
+"""The codec of rolled segments: zstd took half as much CPU again as snappy to write a roll (a
+dozen small tables every few seconds: docs/benchmarks.md) for a few percent fewer bytes, which
+the merges, in zstd, win back a few minutes later."""
+
+
 def _write_parquet(path: Path, data: pa.Table) -> None:
-    """Segment `path` of a table folder holds `data`, in one zstd row group."""
-    _write_atomic(path, lambda f: pq.write_table(data, f, compression="zstd",
+    """Segment `path` of a table folder holds `data`, in one row group."""
+    _write_atomic(path, lambda f: pq.write_table(data, f, compression=ROLLED_COMPRESSION,
                                                  row_group_size=max(1, data.num_rows)),
                   path.parent.parent / TMP_DIR)
 
