@@ -46,8 +46,8 @@ def test_a_sleep_in_a_fault_in_progress_is_counted_up_to_the_read():
 
 
 def test_a_syscall_in_flight():
-    raw = abi.SYS_START.pack(100, 4096, 8, 9, 10, 1, abi.TARGET_FILE, 0, 0, 0, 0, 0)
-    assert abi.decode_sys_start(raw) == (100, 1, abi.TARGET_FILE, 8, 10, 9)
+    raw = abi.SYS_START.pack(100, 4096, 8, 9, 10, 1, abi.TARGET_FILE, 0, 0, 0, 0, 11)
+    assert abi.decode_sys_start(raw) == (100, 1, abi.TARGET_FILE, 8, 10, 9, 11)
     assert abi.decode_sys_start(bytes(abi.SYS_START.size)) is None  # in no syscall
 
 

@@ -69,6 +69,33 @@ def test_a_folder_the_kernel_added_folders_up_in_is_named(tmp_path: Path, monkey
     assert table.folder(dev, (tmp_path / "more").stat().st_ino).path == f"{tmp_path / 'more'}/"
 
 
+def test_the_loops_read_in_flight_is_named_from_its_folder(tmp_path: Path) -> None:
+    """The training loop's read in flight at an interval's end, of a file of a known folder
+    that sent no record (and closed by the time the row is made), is named from the folder:
+    the `threads` row's `syscall_path`."""
+    from tracer.core import abi
+    from tracer.live.aggregate import Aggregator, Reading
+    from tracer.live.clock import Clock
+    from tracer.live.processes import ProcessTable
+
+    files = [tmp_path / f"s{i}.bin" for i in range(2)]
+    for f in files:
+        f.write_bytes(b"x")
+    table = FileTable()
+    dev, dir_ino = folder_record(table, files[0], os.getpid())
+    st = files[1].stat()
+    tid = 4242
+    thread = abi.THREAD_TIME.pack(tid, 0, 0, 0, 10, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                                  0, 0, b"python")
+    read = next(code for code, name in abi.OPS.items() if name == "read")
+    call = (50, read, abi.TARGET_FILE, dev, st.st_ino,
+            _generation(str(files[1])) or 0, dir_ino)
+    agg = Aggregator(ProcessTable(Clock()), files=table)
+    rows = agg.interval(Reading({}, threads={tid: thread}, monotonic_ns=100,
+                                in_flight={tid: call}), ts_ns=1).threads
+    assert [(r["syscall_op"], r["syscall_path"]) for r in rows] == [("read", str(files[1]))]
+
+
 def test_a_file_of_another_generation_is_not_named(tmp_path: Path) -> None:
     """A key whose generation is not the inode's now (the file was deleted and its number
     given to another) must not take the new file's name, by handle or by listing."""

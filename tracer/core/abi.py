@@ -527,11 +527,11 @@ class Drain(NamedTuple):
     folded_files: np.ndarray
 
 
-def decode_sys_start(raw: bytes) -> tuple[int, int, int, int, int, int] | None:
-    """A thread's syscall in flight (struct sys_start) as (start, op, target, dev, ino, gen),
-    start in CLOCK_MONOTONIC ns; None when the thread is in none (start 0)."""
-    ts, _off, dev, gen, ino, op, target, *_ = SYS_START.unpack(raw)
-    return (ts, op, target, dev, ino, gen) if ts else None
+def decode_sys_start(raw: bytes) -> tuple[int, int, int, int, int, int, int] | None:
+    """A thread's syscall in flight (struct sys_start) as (start, op, target, dev, ino, gen,
+    dir_ino), start in CLOCK_MONOTONIC ns; None when the thread is in none (start 0)."""
+    ts, _off, dev, gen, ino, op, target, *_, dir_ino = SYS_START.unpack(raw)
+    return (ts, op, target, dev, ino, gen, dir_ino) if ts else None
 
 
 class WriteSpans(NamedTuple):

@@ -124,9 +124,10 @@ class Maps:
         for tid in tids:
             self.threads.delete(abi.TGID.pack(tid))
 
-    def syscalls_in_flight(self, pids) -> dict[int, tuple[int, int, int, int, int, int]]:
+    def syscalls_in_flight(self, pids) -> dict[int, tuple[int, int, int, int, int, int, int]]:
         """The syscall each process's main thread is in right now, by pid: (start, op, target,
-        dev, ino, gen) of its file, start in CLOCK_MONOTONIC ns, for the traced syscalls only.
+        dev, ino, gen, dir_ino) of its file, start in CLOCK_MONOTONIC ns, for the traced
+        syscalls only.
         Task storage is looked up by a pidfd (the loader's), which names the thread-group
         leader: the training loop's thread."""
         out = {}

@@ -82,9 +82,9 @@ class Reading:
     threads: dict[int, bytes] = field(default_factory=dict)  # by thread id
     monotonic_ns: int = 0  # when it was read (CLOCK_MONOTONIC, the kernel's clock)
     # The syscall each main process's main thread was in when read, by pid (= its tid):
-    # (start, op, target, dev, ino, gen), start in CLOCK_MONOTONIC ns
+    # (start, op, target, dev, ino, gen, dir_ino), start in CLOCK_MONOTONIC ns
     # (kernel.maps.Maps.syscalls_in_flight)
-    in_flight: dict[int, tuple[int, int, int, int, int, int]] = field(default_factory=dict)
+    in_flight: dict[int, tuple[int, int, int, int, int, int, int]] = field(default_factory=dict)
     # Who used each disk, cumulative (kernel.maps.Maps.read_block_users)
     block_users: dict[bytes, bytes] = field(default_factory=dict)
     # Each main process's main thread's write spans, by pid (kernel.maps.Maps.write_spans)
@@ -270,7 +270,7 @@ class Aggregator:
         return rows
 
     def _thread_rows(self, threads: dict[int, bytes], mono_ns: int, ts_ns: int,
-                     in_flight: dict[int, tuple[int, int, int, int, int, int]],
+                     in_flight: dict[int, tuple[int, int, int, int, int, int, int]],
                      spans: dict[int, bytes] | None = None,
                      cuda: dict[int, abi.CudaThread] | None = None) -> list[ThreadRow]:
         rows: list[ThreadRow] = []
@@ -308,17 +308,18 @@ class Aggregator:
             })
         return rows
 
-    def _syscall_columns(self, call: tuple[int, int, int, int, int, int] | None, pid: int,
+    def _syscall_columns(self, call: tuple[int, int, int, int, int, int, int] | None, pid: int,
                          mono_ns: int, ts_ns: int) -> dict[str, str | int | None]:
         """The read/write/fsync of a regular file a thread was in at the end of the interval,
         and since when (UTC): the diagnosis charges its time as it passes."""
         if call is None:
             return NO_SYSCALL
-        start, op, target, dev, ino, gen = call
+        start, op, target, dev, ino, gen, dir_ino = call
         name = abi.OPS.get(op)
         if target != abi.TARGET_FILE or name not in ("read", "write", "fsync") or not dev:
             return NO_SYSCALL
-        return {"syscall_op": name, "syscall_path": self.files.get(dev, ino, gen, pid).path,
+        return {"syscall_op": name,
+                "syscall_path": self.files.get(dev, ino, gen, pid, dir_ino).path,
                 "syscall_since": ts_ns - (mono_ns - start)}
 
     def _span_columns(self, raw: bytes | None, pid: int, mono_ns: int
