@@ -96,6 +96,27 @@ def test_the_loops_read_in_flight_is_named_from_its_folder(tmp_path: Path) -> No
     assert [(r["syscall_op"], r["syscall_path"]) for r in rows] == [("read", str(files[1]))]
 
 
+def test_top_files_named_again_once_forgotten(tmp_path: Path, monkeypatch) -> None:
+    """The summary's top files: one whose name the table forgot (it keeps the last
+    MAX_NAMED) is named again from its folder."""
+    from tracer.core.model import FileTotals
+    from tracer.render.summary import render_top_files
+
+    monkeypatch.setattr(files_module, "MAX_NAMED", 1)
+    files = [tmp_path / f"f{i}.bin" for i in range(3)]
+    for f in files:
+        f.write_bytes(b"x")
+    table = FileTable()
+    dev, dir_ino = folder_record(table, files[0], os.getpid())
+    keys = [(dev, f.stat().st_ino, _generation(str(f)) or 0) for f in files]
+    for key in keys[1:]:  # the last one named pushes out the one before
+        assert table.get(*key, None, dir_ino).path_source == SIBLING
+    totals = FileTotals(dir_ino=dir_ino)
+    totals.add("read", 1, 1, 1000, 0, 0, 1000)
+    lines = render_top_files({(os.getpid(), *keys[1]): totals}, table)
+    assert lines[-1].endswith(str(files[1]))
+
+
 def test_a_file_of_another_generation_is_not_named(tmp_path: Path) -> None:
     """A key whose generation is not the inode's now (the file was deleted and its number
     given to another) must not take the new file's name, by handle or by listing."""

@@ -468,4 +468,7 @@ class FileInfo(Protocol):
 class FileLookup(Protocol):
     redact: Redactor
 
-    def get(self, dev: int, ino: int, gen: int) -> FileInfo: ...
+    # pid, dir_ino: the process that read the file and its folder, which name it again once
+    # its name was forgotten (the live table keeps the last files named only)
+    def get(self, dev: int, ino: int, gen: int, pid: int | None = None,
+            dir_ino: int = 0) -> FileInfo: ...

@@ -44,8 +44,8 @@ class SavedPaths:
         self.by_id: dict[tuple[str, int, str], SavedFile] = {}
         self.redact = Redactor(False)  # the saved paths are as the trace has them
 
-    def get(self, dev, ino, gen) -> SavedFile:
-        return self.by_id[(dev, ino, gen)]
+    def get(self, dev, ino, gen, pid=None, dir_ino=0) -> SavedFile:
+        return self.by_id[(dev, ino, gen)]  # (every saved row has its path)
 
 
 def file_totals_from_files(files: pd.DataFrame) -> tuple[dict, SavedPaths]:

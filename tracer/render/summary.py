@@ -40,7 +40,7 @@ def render_top_files(file_totals: Mapping[FileKey, FileTotals], files: FileLooku
              f"  {'time':>9} {'reads':>7} {'read':>10} {'writes':>7} {'written':>10} "
              f"{'missed':>10} {'hit':>5} {'pid':>7}  path"]
     for (pid, dev, ino, gen), t in ranked:
-        info = files.get(dev, ino, gen)
+        info = files.get(dev, ino, gen, pid, t.dir_ino)
         nread = t.bytes.get("read", 0)
         hit = (f"{max(0.0, 1 - t.pages_missed * PAGE_SIZE / nread) * 100:.0f}%"
                if nread else "-")
