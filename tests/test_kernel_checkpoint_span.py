@@ -71,7 +71,7 @@ def test_a_pickling_save_is_checkpoint_time(name, mode, workdir, tmp_path):
 @pytest.mark.parametrize("name", ["checkpoint_stall", "checkpoint_pickle_fsync"])
 def test_a_saves_fsync_after_its_close_is_in_the_save(name, mode, workdir, tmp_path):
     """torch.save to a path closes the file, then the loop opens it again read-only and fsyncs
-    it: on a disk limited to 100 MB/s the fsync is most of each save (the scenario
+    it: on a disk limited to 100 MB/s the fsync is much of each save (the scenario
     checkpoint_stall). The span reopens for an fsync of its file right after its close, so the
     fsync is checkpoint time even where it shares an interval with the next save's span."""
     sc = prepare(name, workdir)
@@ -87,7 +87,9 @@ def test_a_saves_fsync_after_its_close_is_in_the_save(name, mode, workdir, tmp_p
     assert len(saves) >= 3, saves
     counted = saves if mode == "launch" else saves[1:]
     clock_s = sum(c["seconds"] for c in counted)
-    assert sum(c["fsync_s"] for c in counted) > 0.5 * clock_s, saves  # the fsync dominates
+    # the fsync is enough of each save that one counted without it falls short of the 0.85
+    # below (pickling 50 MB takes 1.1-2.3 s on a busy 2-vCPU host, the fsync 1 s)
+    assert sum(c["fsync_s"] for c in counted) > 0.25 * clock_s, saves
     traced_s = t.table("loop").checkpoint_ns.sum() / 1e9
     assert 0.85 * clock_s <= traced_s <= 1.05 * sum(c["seconds"] for c in saves), (
         traced_s, clock_s, saves)
