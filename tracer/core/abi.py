@@ -208,7 +208,7 @@ class SlowEvent:
     bytes: int
     latency_ns: int
     comm: str
-    dir_ino: int = 0  # the file's folder, 0 when unknown: names a file that sent no record
+    dir_ino: int  # the file's folder, 0 when unknown: names a file that sent no record
 
 
 @dataclass(frozen=True)
