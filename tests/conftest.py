@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import mmap
 import os
 import signal
 import subprocess
@@ -86,11 +87,29 @@ def kernel_dev(st_dev: int) -> int:
     return (os.major(st_dev) << 20) | os.minor(st_dev)
 
 
+_WARM: list[mmap.mmap] = []
+
+
 def warm(path: Path, nbytes: int = 1 << 20) -> None:
-    """Reads the first `nbytes` so that cached preads hit the page cache (reclaim here evicts
-    pages idle for ~6 s, so call it right before the measured run)."""
-    with open(path, "rb", buffering=0) as f:
-        f.read(nbytes)
+    """Keeps the first `nbytes` cached until the test ends, so that cached preads hit the page
+    cache: mapped, as reclaim on these VMs pages out file pages idle for a few seconds, but only
+    unmapped ones (a traced run can take longer than that to start under load)."""
+    with open(path, "rb") as f:
+        size = min(nbytes, os.fstat(f.fileno()).st_size)
+        if size == 0:
+            return
+        m = mmap.mmap(f.fileno(), size, prot=mmap.PROT_READ)
+    for off in range(0, size, mmap.PAGESIZE):  # faulted in: mapped, not just cached
+        m[off]
+    _WARM.append(m)
+
+
+@pytest.fixture(autouse=True)
+def _unwarm() -> Iterator[None]:
+    """Unmaps what the test warmed: a later test may want those pages cold."""
+    yield
+    while _WARM:
+        _WARM.pop().close()
 
 
 # Tests of exact counts trace with the kernel's BPF stats off, so that nothing but the programs
