@@ -181,3 +181,31 @@ def trace(name: str, mode: str, workdir: Path, tmp_path: Path) -> tuple[Traced, 
     finally:
         sc.cleanup()
     return t, sc
+
+
+# How a shared run is traced: launched; attached once set up, before training; once its
+# DataLoader workers run; once its first checkpoint is being written too.
+SHARED_MODES = ("launch", "before", "workers", "save")
+_shared: dict[tuple[str, str], tuple[Traced, Scenario]] = {}
+
+
+def shared(name: str, mode: str, tmp_path_factory) -> tuple[Traced, Scenario]:
+    """Scenario `name` traced as `mode` says (SHARED_MODES), once a session: tests that look at
+    the same run from different sides (its verdict, the line it names, its files, the first
+    screen) read one trace rather than each run the job again. They only read it."""
+    if mode not in SHARED_MODES:
+        raise ValueError(f"mode {mode!r}: one of {SHARED_MODES}")
+    if (name, mode) not in _shared:
+        sc = prepare(name, tmp_path_factory.getbasetemp() / "shared-scenarios")
+        out = tmp_path_factory.mktemp(f"{name}-{mode}") / "trace"
+        try:
+            if mode == "launch":
+                t = launched(sc, out)
+            else:
+                t = attached(sc, out, after_workers=mode != "before",
+                             then=(lambda: any(sc.checkpoint_dir.glob("ckpt-*.pt")))
+                             if mode == "save" else None)
+        finally:
+            sc.cleanup()
+        _shared[name, mode] = (t, sc)
+    return _shared[name, mode]

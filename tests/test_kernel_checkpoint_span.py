@@ -15,9 +15,7 @@ import pytest
 from conftest import IOTRACE, ROOT, needs_root
 
 pytest.importorskip("torch", reason="the PyTorch scenarios need torch (pip install torch)")
-from scenario_trace import attached, launched
-
-from tracer.workloads.scenarios import prepare
+from scenario_trace import shared
 
 pytestmark = [needs_root, pytest.mark.kernel]
 
@@ -25,23 +23,11 @@ WRONG = {"not_io_bound", "sync_writes", "dataloader_io_bound", "dataloader_cpu_b
          "sync_loading"}
 
 
-@pytest.fixture(scope="module")
-def workdir(tmp_path_factory):
-    return tmp_path_factory.mktemp("checkpoint_span")
-
-
 @pytest.mark.parametrize("mode", ["launch", "attach"])
 @pytest.mark.parametrize("name", ["checkpoint_pickle", "checkpoint_pickle_file"])
-def test_a_pickling_save_is_checkpoint_time(name, mode, workdir, tmp_path):
-    sc = prepare(name, workdir)
-    try:
-        if mode == "launch":
-            t = launched(sc, tmp_path / "trace")
-        else:  # once the first save is under way: it is left out of the job's clock below
-            t = attached(sc, tmp_path / "trace", after_workers=True,
-                         then=lambda: any(sc.checkpoint_dir.glob("ckpt-*.pt")))
-    finally:
-        sc.cleanup()
+def test_a_pickling_save_is_checkpoint_time(name, mode, tmp_path_factory):
+    # attached once the first save is under way: it is left out of the job's clock below
+    t, _ = shared(name, "launch" if mode == "launch" else "save", tmp_path_factory)
     saves = t.job.checkpoints
     assert len(saves) >= 5, saves
     counted = saves if mode == "launch" else saves[1:]
@@ -69,20 +55,12 @@ def test_a_pickling_save_is_checkpoint_time(name, mode, workdir, tmp_path):
 
 @pytest.mark.parametrize("mode", ["launch", "attach"])
 @pytest.mark.parametrize("name", ["checkpoint_stall", "checkpoint_pickle_fsync"])
-def test_a_saves_fsync_after_its_close_is_in_the_save(name, mode, workdir, tmp_path):
+def test_a_saves_fsync_after_its_close_is_in_the_save(name, mode, tmp_path_factory):
     """torch.save to a path closes the file, then the loop opens it again read-only and fsyncs
     it: on a disk limited to 100 MB/s the fsync is much of each save (the scenario
     checkpoint_stall). The span reopens for an fsync of its file right after its close, so the
     fsync is checkpoint time even where it shares an interval with the next save's span."""
-    sc = prepare(name, workdir)
-    try:
-        if mode == "launch":
-            t = launched(sc, tmp_path / "trace")
-        else:
-            t = attached(sc, tmp_path / "trace", after_workers=True,
-                         then=lambda: any(sc.checkpoint_dir.glob("ckpt-*.pt")))
-    finally:
-        sc.cleanup()
+    t, _ = shared(name, "launch" if mode == "launch" else "save", tmp_path_factory)
     saves = t.job.checkpoints
     assert len(saves) >= 3, saves
     counted = saves if mode == "launch" else saves[1:]

@@ -16,19 +16,14 @@ import pytest
 from conftest import EXACT, needs_root, run_iotrace
 
 torch = pytest.importorskip("torch", reason="the PyTorch scenarios need torch (pip install torch)")
-from scenario_trace import attached, trace  # noqa: E402
+from scenario_trace import shared  # noqa: E402
 
-from tracer.workloads.scenarios import SPECS, prepare  # noqa: E402
+from tracer.workloads.scenarios import SPECS  # noqa: E402
 
 pytestmark = [needs_root, pytest.mark.kernel]
 
 DATA_WAITS = {"dataloader_io_bound", "dataloader_cpu_bound", "dataloader_network_bound",
               "sync_loading"}
-
-
-@pytest.fixture(scope="module")
-def workdir(tmp_path_factory):
-    return tmp_path_factory.mktemp("loop_states")
 
 
 def table(f: pd.DataFrame) -> str:
@@ -64,8 +59,9 @@ def test_socket_reads_are_counted(tmp_path, tracefs, force):
 
 
 @pytest.mark.parametrize("mode", ["launch", "attach"])
-def test_data_over_the_network(mode, workdir, tmp_path):
-    t, sc = trace("dataloader_network_bound", mode, workdir, tmp_path)
+def test_data_over_the_network(mode, tmp_path_factory):
+    t, sc = shared("dataloader_network_bound", "launch" if mode == "launch" else "workers",
+                   tmp_path_factory)
     final = t.final_findings()
     assert final.kind.iloc[0] == "dataloader_network_bound", table(final)
     assert not set(final.kind) & (DATA_WAITS - {"dataloader_network_bound"} | {"not_io_bound"})
@@ -82,8 +78,8 @@ def test_data_over_the_network(mode, workdir, tmp_path):
 
 
 @pytest.mark.parametrize("mode", ["launch", "attach"])
-def test_the_loops_own_fsynced_log(mode, workdir, tmp_path):
-    t, sc = trace("sync_writes", mode, workdir, tmp_path)
+def test_the_loops_own_fsynced_log(mode, tmp_path_factory):
+    t, sc = shared("sync_writes", "launch" if mode == "launch" else "workers", tmp_path_factory)
     final = t.final_findings()
     assert final.kind.iloc[0] == "sync_writes", table(final)
     assert not set(final.kind) & (DATA_WAITS | {"checkpoint_stall", "not_io_bound"})
@@ -98,10 +94,11 @@ def test_the_loops_own_fsynced_log(mode, workdir, tmp_path):
 
 
 @pytest.mark.parametrize("mode", ["launch", "attach"])
-def test_a_background_thread_checkpoint_that_stalls(mode, workdir, tmp_path):
+def test_a_background_thread_checkpoint_that_stalls(mode, tmp_path_factory):
     """The loop waits in a join for the saver thread's fsync (measured: asleep in a futex,
     woken by that thread): `checkpoint`, said to come from a background save."""
-    t, _ = trace("checkpoint_thread", mode, workdir, tmp_path)
+    t, _ = shared("checkpoint_thread", "launch" if mode == "launch" else "workers",
+                  tmp_path_factory)
     final = t.final_findings()
     assert final.kind.iloc[0] == "checkpoint_stall", table(final)
     assert not set(final.kind) & (DATA_WAITS | {"not_io_bound"})
@@ -111,16 +108,11 @@ def test_a_background_thread_checkpoint_that_stalls(mode, workdir, tmp_path):
     assert "in the background (another thread)" in final.summary.iloc[0]
 
 
-def test_attached_while_a_background_save_is_under_way(workdir, tmp_path):
+def test_attached_while_a_background_save_is_under_way(tmp_path_factory):
     """Attached while the saver thread writes the first checkpoint and the loop sleeps in its
     join: that sleep began before the trace, no worker ends it, and the workers have nothing to
     do meanwhile, so it is not a wait for data (it was, from the wake-ups before it)."""
-    sc = prepare("checkpoint_thread", workdir)
-    try:
-        t = attached(sc, tmp_path / "trace", after_workers=True,
-                     then=lambda: any(sc.checkpoint_dir.glob("ckpt-*.pt")))
-    finally:
-        sc.cleanup()
+    t, _ = shared("checkpoint_thread", "save", tmp_path_factory)
     final = t.final_findings()
     assert final.kind.iloc[0] == "checkpoint_stall", table(final)
     assert not set(final.kind) & (DATA_WAITS | {"not_io_bound"})
@@ -130,8 +122,9 @@ def test_attached_while_a_background_save_is_under_way(workdir, tmp_path):
 
 
 @pytest.mark.parametrize("mode", ["launch", "attach"])
-def test_a_forked_child_checkpoint_that_does_not_stall(mode, workdir, tmp_path):
-    t, _ = trace("checkpoint_fork", mode, workdir, tmp_path)
+def test_a_forked_child_checkpoint_that_does_not_stall(mode, tmp_path_factory):
+    t, _ = shared("checkpoint_fork", "launch" if mode == "launch" else "workers",
+                  tmp_path_factory)
     final = t.final_findings()
     assert final.kind.iloc[0] == "not_io_bound", table(final)
     assert "checkpoint_stall" not in set(final.kind)

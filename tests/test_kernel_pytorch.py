@@ -14,22 +14,17 @@ from tracer.core.diagnosis import IO_KINDS
 from tracer.core.vocab import LOOP_STATES
 
 torch = pytest.importorskip("torch", reason="the PyTorch scenarios need torch (pip install torch)")
-from scenario_trace import attached  # noqa: E402
-
-from tracer.workloads.scenarios import prepare  # noqa: E402
+from scenario_trace import shared  # noqa: E402
 
 pytestmark = [needs_root, pytest.mark.kernel]
 
 
-def trace_scenario(name: str, tmp_path, workdir, after_workers: bool = False):
-    """(final findings, findings written while it ran, processes, iotrace's stdout); with
-    `after_workers`, iotrace attaches once the DataLoader workers run (mid first epoch)."""
-    sc = prepare(name, workdir)
-    try:
-        t = attached(sc, tmp_path / "trace", after_workers=after_workers)
-    finally:
-        sc.cleanup()
-    return t.final_findings(), t.findings_during(), t.table("processes"), t.stdout
+def trace_scenario(name: str, tmp_path_factory, after_workers: bool = False):
+    """(final findings, findings written while it ran, processes, iotrace's stdout, the trace)
+    of the scenario attached to once set up, before training; with `after_workers`, once the
+    DataLoader workers run (mid first epoch). Runs other tests share (scenario_trace.shared)."""
+    t, _ = shared(name, "workers" if after_workers else "before", tmp_path_factory)
+    return t.final_findings(), t.findings_during(), t.table("processes"), t.stdout, t.out
 
 
 def first_screen_holds(trace_dir, kind: str) -> None:
@@ -49,33 +44,28 @@ def first_screen_holds(trace_dir, kind: str) -> None:
     assert any(line.startswith(expected) for line in head), text
 
 
-@pytest.fixture(scope="module")
-def workdir(tmp_path_factory):
-    return tmp_path_factory.mktemp("scenarios")
-
-
 @pytest.mark.parametrize("name", ["sync_loading", "dataloader_io_bound", "checkpoint_stall"])
-def test_io_bound_scenarios_lead_with_their_finding(name, tmp_path, workdir):
-    final, during, _, stdout = trace_scenario(name, tmp_path, workdir)
+def test_io_bound_scenarios_lead_with_their_finding(name, tmp_path_factory):
+    final, during, _, stdout, out = trace_scenario(name, tmp_path_factory)
     assert final.kind.iloc[0] == name, final[["kind", "severity", "summary"]].to_string()
     assert json.loads(final.evidence.iloc[0])  # numbers behind it
     assert f"] {name}:" in stdout  # and in the end-of-run summary
-    first_screen_holds(tmp_path / "trace", name)
+    first_screen_holds(out, name)
     # It was already there while the job ran (the 30 s window is evaluated every 10 s).
     assert name in set(during.kind), during[["ts", "kind", "severity"]].to_string()
 
 
 @pytest.mark.parametrize("name", ["dataloader_cpu_bound", "not_io_bound"])
-def test_healthy_storage_gets_no_io_finding(name, tmp_path, workdir):
-    final, _, _, _ = trace_scenario(name, tmp_path, workdir)
+def test_healthy_storage_gets_no_io_finding(name, tmp_path_factory):
+    final, *_ = trace_scenario(name, tmp_path_factory)
     assert final.kind.iloc[0] == name, final[["kind", "severity", "summary"]].to_string()
     assert not set(final.kind) & set(IO_KINDS), final[["kind", "summary"]].to_string()
 
 
-def test_cold_first_epoch_then_warm(tmp_path, workdir):
+def test_cold_first_epoch_then_warm(tmp_path_factory):
     """cold_cache, and the roles of re-forked workers across epochs."""
-    final, _, procs, _ = trace_scenario("cold_cache", tmp_path, workdir)
-    reads = pd.read_parquet(tmp_path / "trace" / "files").query("op == 'read'")
+    final, _, procs, _, out = trace_scenario("cold_cache", tmp_path_factory)
+    reads = pd.read_parquet(out / "files").query("op == 'read'")
     by_interval = reads.groupby("ts", observed=True)[["bytes", "pages_missed"]].sum()
     assert "cold_cache" in set(final.kind), (final[["kind", "summary"]].to_string() + "\n"
                                              + by_interval.to_string())
@@ -89,11 +79,11 @@ def test_cold_first_epoch_then_warm(tmp_path, workdir):
     assert sorted(workers[workers.worker_generation == 0].worker_index) == [0, 1]
 
 
-def test_cold_first_epoch_attached_while_workers_read(tmp_path, workdir):
+def test_cold_first_epoch_attached_while_workers_read(tmp_path_factory):
     """cold_cache when iotrace attaches to workers already reading the cold first epoch: the
     trace's cold part is a few intervals of many."""
-    final, _, _, _ = trace_scenario("cold_cache", tmp_path, workdir, after_workers=True)
-    reads = pd.read_parquet(tmp_path / "trace" / "files").query("op == 'read'")
+    final, _, _, _, out = trace_scenario("cold_cache", tmp_path_factory, after_workers=True)
+    reads = pd.read_parquet(out / "files").query("op == 'read'")
     by_interval = reads.groupby("ts", observed=True)[["bytes", "pages_missed"]].sum()
     assert "cold_cache" in set(final.kind), (final[["kind", "summary"]].to_string() + "\n"
                                              + by_interval.to_string())

@@ -23,11 +23,10 @@ import pytest
 from conftest import IOTRACE, ROOT, needs_root
 
 pytest.importorskip("torch", reason="the PyTorch scenarios need torch (pip install torch)")
-from scenario_trace import Traced, attached, launched
+from scenario_trace import Traced, shared
 
 from tracer.live.stacks import READER_ENV, find_reader, missing_line
 from tracer.workloads import train
-from tracer.workloads.scenarios import prepare
 
 pytestmark = [needs_root, pytest.mark.kernel]
 needs_reader = pytest.mark.skipif(find_reader() is None, reason="py-spy is not installed")
@@ -46,24 +45,13 @@ LOOP = line_of("for x, y in loader:")
 SAVE = line_of("torch.save(state, path)", after="def save_checkpoint")
 
 
-@pytest.fixture(scope="module")
-def workdir(tmp_path_factory):
-    return tmp_path_factory.mktemp("stacks")
-
-
-def run(name: str, mode: str, workdir: Path, tmp_path: Path) -> Traced:
-    sc = prepare(name, workdir)
-    try:
-        if mode == "launch":
-            return launched(sc, tmp_path / "trace")
-        if name == "sync_loading":  # no workers: attached once set up, before training
-            return attached(sc, tmp_path / "trace")
-        if name == "checkpoint_pickle":  # once the first save is under way
-            return attached(sc, tmp_path / "trace", after_workers=True,
-                            then=lambda: any(sc.checkpoint_dir.glob("ckpt-*.pt")))
-        return attached(sc, tmp_path / "trace", after_workers=True)
-    finally:
-        sc.cleanup()
+def run(name: str, mode: str, tmp_path_factory) -> Traced:
+    """The scenario's run that other tests share (scenario_trace.shared): launched, or attached
+    to once its workers run; sync_loading (no workers) once set up, before training;
+    checkpoint_pickle once its first save is under way."""
+    if mode == "attach":
+        mode = {"sync_loading": "before", "checkpoint_pickle": "save"}.get(name, "workers")
+    return shared(name, mode, tmp_path_factory)[0]
 
 
 def leading(t: Traced, kind: str) -> tuple[str, dict]:
@@ -81,8 +69,8 @@ def assert_names(summary: str, code: dict | None, line: int, function: str, text
 
 @needs_reader
 @pytest.mark.parametrize("mode", ["launch", "attach"])
-def test_the_workers_read_line_leads(mode, workdir, tmp_path):
-    t = run("dataloader_io_bound", mode, workdir, tmp_path)
+def test_the_workers_read_line_leads(mode, tmp_path_factory):
+    t = run("dataloader_io_bound", mode, tmp_path_factory)
     summary, ev = leading(t, "dataloader_io_bound")
     assert_names(summary, ev["code"], READ, "FileDataset.__getitem__", "buf = f.read()")
     assert summary.startswith("The training loop waited for batches ")
@@ -108,8 +96,8 @@ def test_the_workers_read_line_leads(mode, workdir, tmp_path):
 
 @needs_reader
 @pytest.mark.parametrize("mode", ["launch", "attach"])
-def test_the_loops_own_read_line(mode, workdir, tmp_path):
-    t = run("sync_loading", mode, workdir, tmp_path)
+def test_the_loops_own_read_line(mode, tmp_path_factory):
+    t = run("sync_loading", mode, tmp_path_factory)
     summary, ev = leading(t, "sync_loading")
     assert_names(summary, ev["code"], READ, "FileDataset.__getitem__", "buf = f.read()")
     assert " The loop reads at " in summary
@@ -117,8 +105,8 @@ def test_the_loops_own_read_line(mode, workdir, tmp_path):
 
 @needs_reader
 @pytest.mark.parametrize("mode", ["launch", "attach"])
-def test_the_save_line(mode, workdir, tmp_path):
-    t = run("checkpoint_pickle", mode, workdir, tmp_path)
+def test_the_save_line(mode, tmp_path_factory):
+    t = run("checkpoint_pickle", mode, tmp_path_factory)
     summary, ev = leading(t, "checkpoint_stall")
     assert_names(summary, ev["code"], SAVE, "save_checkpoint", "torch.save(state, path)")
     assert " The save runs at " in summary
@@ -159,9 +147,9 @@ def lines_of(function: str, after: int = 0) -> range:
 
 @needs_reader
 @pytest.mark.parametrize("mode", ["launch", "attach"])
-def test_the_workers_transform_line(mode, workdir, tmp_path):
+def test_the_workers_transform_line(mode, tmp_path_factory):
     """dataloader_cpu_bound: the workers sampled while the loop waits are in the transform."""
-    t = run("dataloader_cpu_bound", mode, workdir, tmp_path)
+    t = run("dataloader_cpu_bound", mode, tmp_path_factory)
     summary, ev = leading(t, "dataloader_cpu_bound")
     code = ev["code"]
     assert code is not None, summary
@@ -170,9 +158,9 @@ def test_the_workers_transform_line(mode, workdir, tmp_path):
 
 
 @needs_reader
-def test_the_workers_http_line(workdir, tmp_path):
+def test_the_workers_http_line(tmp_path_factory):
     """dataloader_network_bound: the workers wait for a slow HTTP server in HttpDataset."""
-    t = run("dataloader_network_bound", "launch", workdir, tmp_path)
+    t = run("dataloader_network_bound", "launch", tmp_path_factory)
     summary, ev = leading(t, "dataloader_network_bound")
     code = ev["code"]
     assert code is not None, summary
@@ -184,9 +172,9 @@ def test_the_workers_http_line(workdir, tmp_path):
 
 @needs_reader
 @pytest.mark.parametrize("mode", ["launch", "attach"])
-def test_the_log_write_line(mode, workdir, tmp_path):
+def test_the_log_write_line(mode, tmp_path_factory):
     """sync_writes: the loop's fsync of its log, every step."""
-    t = run("sync_writes", mode, workdir, tmp_path)
+    t = run("sync_writes", mode, tmp_path_factory)
     summary, ev = leading(t, "sync_writes")
     fsync = line_of("os.fsync(log.fileno())")
     assert_names(summary, ev["code"], fsync, "train", "os.fsync(log.fileno())")
