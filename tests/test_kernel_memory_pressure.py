@@ -1,10 +1,10 @@
 """Memory pressure (`threads.reclaim_ns`, `memory_pressure`) on a real PyTorch DataLoader job
 (2 workers that decode each cached sample into 16 MiB of fresh memory and keep it on local
-disk, writes limited to 60 MB/s; 8 steps), launched and attached: in a memory cgroup (v1) of
-512 MiB, smaller than what the workers touch (their memory and the decoded samples' pages,
-which reclaim has to wait for as they are written), the workers reclaim most of their busy
-time and iotrace says so first, with the cgroup's limit and usage; the same job without a
-limit reclaims nothing and gets no such finding.
+disk, writes limited to 60 MB/s; 8 steps), launched and attached to (one run, two tracers): in
+a memory cgroup (v1) of 512 MiB, smaller than what the workers touch (their memory and the
+decoded samples' pages, which reclaim has to wait for as they are written), the workers reclaim
+most of their busy time and iotrace says so first, with the cgroup's limit and usage; the same
+job without a limit reclaims nothing and gets no such finding.
 
 Without swap (this host has none) only files' pages can be reclaimed: the decoded samples'
 (their writeback started at once; the flusher would start it in 30 s). A v1 cgroup that cannot
@@ -49,26 +49,34 @@ def extra(spill, limited: bool) -> tuple[str, ...]:
             *(("--memory-limit-mib", str(LIMIT_MIB), "--no-oom-kill") if limited else ()))
 
 
-def traced(mode: str, workdir, out, limited: bool, args: tuple[str, ...] | None = None):
-    """The job traced (`args` for train.py, else extra()'s)."""
-    from scenario_trace import attached, launched
+_runs: dict[str, dict] = {}
+
+
+def traced(mode: str, workdir, name: str, limited: bool, args: tuple[str, ...] | None = None):
+    """The job `name` traced (`args` for train.py, else extra()'s), launched and attached to
+    in one run (scenario_trace.launched_and_attached): the test of each mode reads its side."""
+    from scenario_trace import launched_and_attached
 
     from tracer.workloads.dataset import unthrottle
     from tracer.workloads.scenarios import prepare
 
-    spill = out.parent / f"{out.name}-spill"
-    spill.mkdir()
-    args = extra(spill, limited) if args is None else args
-    sc = prepare("dataloader_cpu_bound", workdir)
-    try:
-        return (launched(sc, out, extra=args) if mode == "launch"
-                else attached(sc, out, after_workers=True, extra=args))
-    finally:
-        sc.cleanup()
-        shutil.rmtree(spill, ignore_errors=True)  # 1 GiB of decoded samples
-        if out.exists() and (out / "processes").exists():  # a killed job leaves its cgroup
-            for pid in set(pd.read_parquet(out / "processes").pid):
-                unthrottle(f"train-{pid}")
+    if name not in _runs:
+        spill = workdir / f"{name}-spill"
+        spill.mkdir()
+        args = extra(spill, limited) if args is None else args
+        sc = prepare("dataloader_cpu_bound", workdir)
+        outs = [workdir / f"{name}-{m}" for m in ("launch", "attach")]
+        try:
+            _runs[name] = dict(zip(("launch", "attach"),
+                                   launched_and_attached(sc, *outs, extra=args), strict=True))
+        finally:
+            sc.cleanup()
+            shutil.rmtree(spill, ignore_errors=True)  # 1 GiB of decoded samples
+            for out in outs:  # a killed job leaves its cgroup
+                if (out / "processes").exists():
+                    for pid in set(pd.read_parquet(out / "processes").pid):
+                        unthrottle(f"train-{pid}")
+    return _runs[name][mode]
 
 
 def final(t) -> pd.DataFrame:
@@ -77,9 +85,9 @@ def final(t) -> pd.DataFrame:
 
 
 @pytest.mark.parametrize("mode", ["launch", "attach"])
-def test_a_job_short_of_memory(mode, workdir, tmp_path):
+def test_a_job_short_of_memory(mode, workdir):
     pytest.importorskip("torch", reason="the PyTorch scenarios need torch")
-    t = traced(mode, workdir, tmp_path / "starved", limited=True)
+    t = traced(mode, workdir, "starved", limited=True)
     f = final(t)
     table = f[["kind", "severity", "summary"]].to_string()
     print(table)
@@ -114,9 +122,9 @@ def test_a_job_short_of_memory(mode, workdir, tmp_path):
 
 
 @pytest.mark.parametrize("mode", ["launch", "attach"])
-def test_a_roomy_job_reclaims_nothing(mode, workdir, tmp_path):
+def test_a_roomy_job_reclaims_nothing(mode, workdir):
     pytest.importorskip("torch", reason="the PyTorch scenarios need torch")
-    t = traced(mode, workdir, tmp_path / "roomy", limited=False)
+    t = traced(mode, workdir, "roomy", limited=False)
     f = final(t)
     threads = t.table("threads")
     assert threads.reclaim_ns.sum() == 0, threads.groupby("role").reclaim_ns.sum()
@@ -148,11 +156,11 @@ def swap():
 
 
 @pytest.mark.parametrize("mode", ["launch", "attach"])
-def test_a_job_that_swaps(mode, workdir, tmp_path, swap):
+def test_a_job_that_swaps(mode, workdir, swap):
     pytest.importorskip("torch", reason="the PyTorch scenarios need torch")
     args = ("--transform", "none", "--epochs", "1", "--steps-per-epoch", "8", "--keep-mib",
             "320", "--memory-limit-mib", str(SWAP_LIMIT_MIB), "--no-oom-kill")
-    t = traced(mode, workdir, tmp_path / "swapping", limited=True, args=args)
+    t = traced(mode, workdir, "swapping", limited=True, args=args)
     f = final(t)
     table = f[["kind", "severity", "summary"]].to_string()
     print(table)
