@@ -209,3 +209,21 @@ def shared(name: str, mode: str, tmp_path_factory) -> tuple[Traced, Scenario]:
             sc.cleanup()
         _shared[name, mode] = (t, sc)
     return _shared[name, mode]
+
+
+_both: dict[str, tuple[dict[str, Traced], Scenario]] = {}
+
+
+def shared_both(name: str, mode: str, tmp_path_factory) -> tuple[Traced, Scenario]:
+    """Scenario `name` launched and attached to once its workers run, in one run
+    (launched_and_attached), once a session: the side `mode` says ("launch" or "attach")."""
+    if name not in _both:
+        sc = prepare(name, tmp_path_factory.getbasetemp() / "shared-scenarios")
+        outs = [tmp_path_factory.mktemp(f"{name}-{m}") / "trace" for m in ("launch", "attach")]
+        try:
+            sides = launched_and_attached(sc, *outs)
+        finally:
+            sc.cleanup()
+        _both[name] = (dict(zip(("launch", "attach"), sides, strict=True)), sc)
+    sides, sc = _both[name]
+    return sides[mode], sc

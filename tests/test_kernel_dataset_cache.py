@@ -1,8 +1,8 @@
 """A data set larger than the page cache its job may use, on real PyTorch jobs: read for two
 epochs in a memory cgroup of its size, whose workers' memory leaves at most ~190 MiB of page
 cache, the second epoch reads from disk again (`dataset_exceeds_cache`, no `cold_cache`),
-traced from its start and attached to once its workers run; and one that fits in a larger
-cgroup, whose later epochs hit the cache (never `dataset_exceeds_cache`)."""
+traced from its start and attached to once its workers run (one run, two tracers); and one
+that fits in a larger cgroup, whose later epochs hit the cache (never `dataset_exceeds_cache`)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import pytest
 from conftest import needs_root
 
 torch = pytest.importorskip("torch", reason="the PyTorch scenarios need torch (pip install torch)")
-from scenario_trace import Traced, trace  # noqa: E402
+from scenario_trace import Traced, shared_both, trace  # noqa: E402
 
 from tracer.workloads import dataset as ds  # noqa: E402
 from tracer.workloads.scenarios import SPECS, Scenario  # noqa: E402
@@ -63,8 +63,8 @@ def the_jobs_cgroup(t: Traced, limit_mib: int) -> str:
 
 
 @pytest.mark.parametrize("mode", ["launch", "attach"])
-def test_a_data_set_larger_than_its_memory_cgroup(mode, workdir, tmp_path):
-    t, sc = trace("dataset_exceeds_cache", mode, workdir, tmp_path)
+def test_a_data_set_larger_than_its_memory_cgroup(mode, tmp_path_factory):
+    t, sc = shared_both("dataset_exceeds_cache", mode, tmp_path_factory)
     spec = SPECS[sc.name]
     final = t.final_findings()
     table = final[["kind", "severity", "summary"]].to_string()
