@@ -18,7 +18,7 @@ import psutil
 
 from conftest import IOTRACE, ROOT
 from tracer.core.roles import WORKER_COMM
-from tracer.workloads.scenarios import Output, Scenario, parse_output, prepare
+from tracer.workloads.scenarios import SPECS, Output, Scenario, parse_output, prepare
 
 
 @dataclass
@@ -116,11 +116,13 @@ def attached(sc: Scenario, out: Path, *, after_workers: bool = False, extra: Seq
 def launched_and_attached(sc: Scenario, launch_out: Path, attach_out: Path, *,
                           extra: Sequence[str] = (),
                           pids_of: Callable[[int, list[int]], list[int]] | None = None,
-                          others: Sequence[int] = ()) -> tuple[Traced, Traced]:
+                          others: Sequence[int] = (),
+                          then: Callable[[], bool] | None = None) -> tuple[Traced, Traced]:
     """One run traced both ways at once: `iotrace -o LAUNCH_OUT -- CMD` from its first
     instruction, and `iotrace --pid PID -o ATTACH_OUT` once its DataLoader workers run
-    (`pids_of`, `others`: as `attached`). Two runs one after the other meet different loads on
-    the machine, and the loop's split follows the load; one run gives both tracers the same."""
+    (`pids_of`, `others`, `then`: as `attached`). Two runs one after the other meet different
+    loads on the machine, and the loop's split follows the load; one run gives both tracers the
+    same."""
     sc.prepare_cache()
     # files, not pipes: nobody reads the launch tracer's output until the job ends
     logs = [launch_out.with_name(launch_out.name + suffix) for suffix in (".stdout", ".stderr")]
@@ -132,6 +134,8 @@ def launched_and_attached(sc: Scenario, launch_out: Path, attach_out: Path, *,
         job = _launched_job(launch, [*sc.argv, *extra])
         workers, started = wait_for_workers(job)
         time.sleep(0.5)  # they read by now
+        while then is not None and not then() and launch.poll() is None:
+            time.sleep(0.02)
         pids = pids_of(job, workers) if pids_of is not None else [job]
         tracer = subprocess.Popen([*IOTRACE, "--pid", *map(str, [*pids, *others]),
                                    "-o", str(attach_out)], cwd=ROOT, stdout=subprocess.PIPE,
@@ -184,46 +188,40 @@ def trace(name: str, mode: str, workdir: Path, tmp_path: Path) -> tuple[Traced, 
 
 
 # How a shared run is traced: launched; attached once set up, before training; once its
-# DataLoader workers run; once its first checkpoint is being written too.
+# DataLoader workers run; once its first checkpoint is being written too. The launch and one
+# later attach are one run with two tracers: the attach at the first save for these scenarios
+# (their attach tests leave that save out of the job's clock), once the workers run for others
+# that have workers.
 SHARED_MODES = ("launch", "before", "workers", "save")
+AT_FIRST_SAVE = {"checkpoint_pickle", "checkpoint_pickle_file", "checkpoint_pickle_fsync",
+                 "checkpoint_stall"}
 _shared: dict[tuple[str, str], tuple[Traced, Scenario]] = {}
 
 
 def shared(name: str, mode: str, tmp_path_factory) -> tuple[Traced, Scenario]:
     """Scenario `name` traced as `mode` says (SHARED_MODES), once a session: tests that look at
     the same run from different sides (its verdict, the line it names, its files, the first
-    screen) read one trace rather than each run the job again. They only read it."""
+    screen; launched or attached) read one trace rather than each run the job again. They only
+    read it."""
     if mode not in SHARED_MODES:
         raise ValueError(f"mode {mode!r}: one of {SHARED_MODES}")
+    args = SPECS[name].train_args
+    workers = int(args[args.index("--num-workers") + 1]) if "--num-workers" in args else 0
+    paired = "save" if name in AT_FIRST_SAVE else "workers" if workers else None
     if (name, mode) not in _shared:
         sc = prepare(name, tmp_path_factory.getbasetemp() / "shared-scenarios")
-        out = tmp_path_factory.mktemp(f"{name}-{mode}") / "trace"
+        sides = ("launch", paired) if paired and mode in ("launch", paired) else (mode,)
+        outs = [tmp_path_factory.mktemp(f"{name}-{side}") / "trace" for side in sides]
+        first_save = (lambda: any(sc.checkpoint_dir.glob("ckpt-*.pt"))) if "save" in sides else None
         try:
-            if mode == "launch":
-                t = launched(sc, out)
+            if len(sides) == 2:
+                traced = launched_and_attached(sc, *outs, then=first_save)
+            elif mode == "launch":
+                traced = (launched(sc, outs[0]),)
             else:
-                t = attached(sc, out, after_workers=mode != "before",
-                             then=(lambda: any(sc.checkpoint_dir.glob("ckpt-*.pt")))
-                             if mode == "save" else None)
+                traced = (attached(sc, outs[0], after_workers=mode != "before", then=first_save),)
         finally:
             sc.cleanup()
-        _shared[name, mode] = (t, sc)
+        for side, t in zip(sides, traced, strict=True):
+            _shared[name, side] = (t, sc)
     return _shared[name, mode]
-
-
-_both: dict[str, tuple[dict[str, Traced], Scenario]] = {}
-
-
-def shared_both(name: str, mode: str, tmp_path_factory) -> tuple[Traced, Scenario]:
-    """Scenario `name` launched and attached to once its workers run, in one run
-    (launched_and_attached), once a session: the side `mode` says ("launch" or "attach")."""
-    if name not in _both:
-        sc = prepare(name, tmp_path_factory.getbasetemp() / "shared-scenarios")
-        outs = [tmp_path_factory.mktemp(f"{name}-{m}") / "trace" for m in ("launch", "attach")]
-        try:
-            sides = launched_and_attached(sc, *outs)
-        finally:
-            sc.cleanup()
-        _both[name] = (dict(zip(("launch", "attach"), sides, strict=True)), sc)
-    sides, sc = _both[name]
-    return sides[mode], sc

@@ -15,7 +15,7 @@ import pytest
 from conftest import needs_root
 
 torch = pytest.importorskip("torch", reason="the PyTorch scenarios need torch (pip install torch)")
-from scenario_trace import Traced, shared_both, trace  # noqa: E402
+from scenario_trace import Traced, shared, trace  # noqa: E402
 
 from tracer.workloads import dataset as ds  # noqa: E402
 from tracer.workloads.scenarios import SPECS, Scenario  # noqa: E402
@@ -64,7 +64,8 @@ def the_jobs_cgroup(t: Traced, limit_mib: int) -> str:
 
 @pytest.mark.parametrize("mode", ["launch", "attach"])
 def test_a_data_set_larger_than_its_memory_cgroup(mode, tmp_path_factory):
-    t, sc = shared_both("dataset_exceeds_cache", mode, tmp_path_factory)
+    t, sc = shared("dataset_exceeds_cache", "launch" if mode == "launch" else "workers",
+                   tmp_path_factory)
     spec = SPECS[sc.name]
     final = t.final_findings()
     table = final[["kind", "severity", "summary"]].to_string()
