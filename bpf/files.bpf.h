@@ -1,33 +1,11 @@
 /* SPDX-License-Identifier: GPL-2.0 OR BSD-3-Clause */
-/* Files: identity (s_dev, inode, generation), and the full path sent once, on first sight. */
+/* Files: the full path sent once, on first sight (their identity: inode.bpf.h). */
 #ifndef FILES_BPF_H
 #define FILES_BPF_H
 
 #include "maps.bpf.h"
 #include "core_fixes.bpf.h"
-
-/* (s_dev, inode number, generation) of `inode`, read with plain loads (any inode pointer, NULL
- * included). */
-static __always_inline void inode_id(struct inode *inode, struct file_id *id)
-{
-	struct inode *i = kernel_view(inode, struct inode);
-
-	id->dev = i->i_sb->s_dev;
-	id->gen = i->i_generation;
-	id->ino = i->i_ino;
-}
-
-/* The inode number of the folder a dentry is in (its parent's), 0 when there is none. */
-static __always_inline __u64 dir_ino_of(struct dentry *dentry)
-{
-	struct dentry *d = kernel_view(dentry, struct dentry);
-	struct inode *dir;
-
-	if (!d)
-		return 0;
-	dir = kernel_view(d->d_parent, struct dentry)->d_inode;
-	return dir ? kernel_view(dir, struct inode)->i_ino : 0;
-}
+#include "inode.bpf.h"
 
 #define FMODE_WRITE 0x2
 

@@ -6,6 +6,7 @@
 #include "maps.bpf.h"
 #include "bits.bpf.h"
 #include "core_fixes.bpf.h"
+#include "inode.bpf.h"
 
 static const struct hist zero_hist;
 static const struct file_stat zero_file_stat;
@@ -378,8 +379,6 @@ static __always_inline void fold_on_close(__u32 tgid, const struct file_id *id, 
 	struct file_slot *s = at ? file_slot_at(at) : NULL;
 	__u64 e = max_epoch, gkey, lat, pages, n, bytes, missed, total_lat, total_bytes, total_pages;
 	struct fold_group *g = NULL;
-	struct dentry *up;
-	struct inode *dir;
 	struct fold_stat *f;
 	struct file_key fk;
 	__u32 buf = e & 1;
@@ -421,10 +420,8 @@ fold:
 	if (!f && g && g->folders >= iot_config.fold_keep) {
 		/* a folder past the process's fold_keep: its parent's row (none where the folder
 		 * is its file system's root) */
-		up = kernel_view(kernel_view(dentry, struct dentry)->d_parent, struct dentry)->d_parent;
-		dir = up ? kernel_view(up, struct dentry)->d_inode : NULL;
-		n = dir ? kernel_view(dir, struct inode)->i_ino : 0;
-		if (n && n != fk.ino)
+		n = dir_ino_of(kernel_view(dentry, struct dentry)->d_parent);
+		if (n)
 			fk.ino = n;
 		f = fold_stat_of(buf, &fk, &err);
 	} else if (!f) {
