@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import mmap
 import os
 import signal
 import subprocess
@@ -15,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tracer.workloads.dataset import hold
+from tracer.workloads.dataset import Hold, hold
 
 ROOT = Path(__file__).resolve().parent.parent
 IOTRACE = [sys.executable, "-m", "tracer.cli"]
@@ -87,21 +86,15 @@ def kernel_dev(st_dev: int) -> int:
     return (os.major(st_dev) << 20) | os.minor(st_dev)
 
 
-_WARM: list[mmap.mmap] = []
+_WARM: list[Hold] = []
 
 
 def warm(path: Path, nbytes: int = 1 << 20) -> None:
     """Keeps the first `nbytes` cached until the test ends, so that cached preads hit the page
-    cache: mapped, as reclaim on these VMs pages out file pages idle for a few seconds, but only
-    unmapped ones (a traced run can take longer than that to start under load)."""
-    with open(path, "rb") as f:
-        size = min(nbytes, os.fstat(f.fileno()).st_size)
-        if size == 0:
-            return
-        m = mmap.mmap(f.fileno(), size, prot=mmap.PROT_READ)
-    for off in range(0, size, mmap.PAGESIZE):  # faulted in: mapped, not just cached
-        m[off]
-    _WARM.append(m)
+    cache: mapped (dataset.hold), as reclaim on these VMs pages out file pages idle for a few
+    seconds, but only unmapped ones (a traced run can take longer than that to start under
+    load)."""
+    _WARM.append(hold([path], nbytes))
 
 
 @pytest.fixture(autouse=True)

@@ -104,15 +104,19 @@ def warm(paths: Iterable[str | os.PathLike[str]]) -> int:
 
 
 class Hold:
-    """Files kept mapped (and so resident: reclaim here pages out only unmapped file pages)."""
+    """Files kept mapped (and so resident: reclaim here pages out only unmapped file pages),
+    whole, or their first `nbytes`."""
 
-    def __init__(self, paths: Iterable[str | os.PathLike[str]]) -> None:
+    def __init__(self, paths: Iterable[str | os.PathLike[str]], nbytes: int | None = None) -> None:
         self._maps: list[mmap.mmap] = []
         for p in paths:
             with open(p, "rb") as f:
-                if os.fstat(f.fileno()).st_size == 0:
+                size = os.fstat(f.fileno()).st_size
+                if nbytes is not None:
+                    size = min(size, nbytes)
+                if size == 0:
                     continue
-                m = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
+                m = mmap.mmap(f.fileno(), size, prot=mmap.PROT_READ)
             if hasattr(m, "madvise") and hasattr(mmap, "MADV_WILLNEED"):
                 m.madvise(mmap.MADV_WILLNEED)
             for off in range(0, len(m), mmap.PAGESIZE):  # fault every page in: mapped, not just cached
@@ -131,9 +135,10 @@ class Hold:
         self.close()
 
 
-def hold(paths: Iterable[str | os.PathLike[str]]) -> Hold:
-    """Warm the files and keep them mapped until `.close()`: they stay warm however long a run is."""
-    return Hold(paths)
+def hold(paths: Iterable[str | os.PathLike[str]], nbytes: int | None = None) -> Hold:
+    """Warm the files (their first `nbytes`: all by default) and keep them mapped until
+    `.close()`: they stay warm however long a run is."""
+    return Hold(paths, nbytes)
 
 
 # ---------------------------------------------------------------------------------------------
