@@ -56,7 +56,7 @@ static __always_inline int handle_add(struct folio *folio)
 	inode_first_sight(host, &id, dir_ino, tgid);
 	remember_folio_owner(folio, tgid);
 	pages = folio_pages(folio);
-	st = file_stat_for(tgid, &id, IOT_OP_READ, dir_ino, NULL);
+	st = file_stat_near(tgid, &id, IOT_OP_READ, dir_ino, sys ? sys->counters_at : 0);
 	if (st)
 		__sync_fetch_and_add(&st->pages_missed, pages);
 	hk.tgid = tgid;
@@ -69,6 +69,7 @@ static __always_inline int handle_add(struct folio *folio)
 static __always_inline int handle_dirty(struct folio *folio, struct address_space *mapping)
 {
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	struct sys_start *sys;
 	struct inode *host;
 	struct file_stat *st;
 	struct file_id id;
@@ -90,7 +91,9 @@ static __always_inline int handle_dirty(struct folio *folio, struct address_spac
 		return 0;
 	}
 	bpf_map_update_elem(&dirtier, &id, &tgid, BPF_ANY);
-	st = file_stat_for(tgid, &id, IOT_OP_WRITE, dir_ino_of(inode_dentry(host)), NULL);
+	sys = sys_start_of_current(false);
+	st = file_stat_near(tgid, &id, IOT_OP_WRITE, dir_ino_of(inode_dentry(host)),
+			    sys ? sys->counters_at : 0);
 	if (st)
 		__sync_fetch_and_add(&st->pages_dirtied, folio_pages(folio));
 	return 0;

@@ -225,11 +225,27 @@ static __always_inline struct file_stat *file_log_add(const struct file_key *key
  * its entry in its buffer's `file_stats` map (made on first use), else, that map full, its
  * folder's entry in `folder_stats`. Each buffer's map is named in its own branch, so that
  * every map call has one map. */
+static __always_inline __u64 file_tag(const struct file_key *key)
+{
+	return slot_tag(key->tgid | (__u64)key->dev << 32, key->ino,
+			key->gen | (__u64)key->op << 32);
+}
+
+/* The counters of `key` (tagged `tag`) at `at` (a thread's counters_at), if they are there. */
+static __always_inline struct file_stat *file_stat_at(__u32 at, const struct file_key *key,
+						      __u64 tag)
+{
+	struct file_slot *s = at ? file_slot_at(at) : NULL;
+
+	if (s && s->tag == tag && s->key.buf == key->buf && file_key_eq(&s->key, key))
+		return &s->st;
+	return NULL;
+}
+
 static __always_inline struct file_stat *file_stat_of(const struct file_key *key, __u64 dir_ino,
 						      __u32 *at)
 {
-	__u64 tag = slot_tag(key->tgid | (__u64)key->dev << 32, key->ino,
-			     key->gen | (__u64)key->op << 32);
+	__u64 tag = file_tag(key);
 	__u32 bits = iot_config.file_slot_bits;
 	__u32 i = slot_index(tag, bits) | (__u32)key->buf << bits;
 	struct file_slot *s;
@@ -237,11 +253,8 @@ static __always_inline struct file_stat *file_stat_of(const struct file_key *key
 	struct file_stat *st;
 	long err = 0;
 
-	if (at && *at) {
-		s = file_slot_at(*at);
-		if (s && s->tag == tag && s->key.buf == key->buf && file_key_eq(&s->key, key))
-			return &s->st;
-	}
+	if (at && (st = file_stat_at(*at, key, tag)))
+		return st;
 	s = bpf_map_lookup_elem(&file_slots, &i);
 	if (s && s->tag == tag && file_key_eq(&s->key, key))
 		goto found;
@@ -267,12 +280,9 @@ found:
 	return &s->st;
 }
 
-/* The counters of (process, file, op) in this interval's buffer, made on first use. */
-static __always_inline struct file_stat *file_stat_for(__u32 tgid, const struct file_id *id,
-						       __u8 op, __u64 dir_ino, __u32 *at)
+static __always_inline struct file_key file_key_of(__u32 tgid, const struct file_id *id, __u8 op)
 {
 	struct file_key key = {};
-	struct file_stat *st;
 
 	key.tgid = tgid;
 	key.dev = id->dev;
@@ -280,7 +290,33 @@ static __always_inline struct file_stat *file_stat_for(__u32 tgid, const struct 
 	key.gen = id->gen;
 	key.op = op;
 	key.buf = max_epoch & 1;
-	st = file_stat_of(&key, dir_ino, at);
+	return key;
+}
+
+/* The counters of (process, file, op) in this interval's buffer, made on first use. */
+static __always_inline struct file_stat *file_stat_for(__u32 tgid, const struct file_id *id,
+						       __u8 op, __u64 dir_ino, __u32 *at)
+{
+	struct file_key key = file_key_of(tgid, id, op);
+	struct file_stat *st = file_stat_of(&key, dir_ino, at);
+
+	if (st)
+		st->dir_ino = dir_ino;
+	return st;
+}
+
+/* file_stat_for for the page cache, outside the syscalls' accounting: first where the thread's
+ * last file's counters are (`at`, its counters_at, read only), so that a file whose slot
+ * another holds keeps its counters in its one log record, the one its close folds (a write's
+ * dirtied page counted in file_stats instead was left behind as a row of its own). */
+static __always_inline struct file_stat *file_stat_near(__u32 tgid, const struct file_id *id,
+							__u8 op, __u64 dir_ino, __u32 at)
+{
+	struct file_key key = file_key_of(tgid, id, op);
+	struct file_stat *st = file_stat_at(at, &key, file_tag(&key));
+
+	if (!st)
+		st = file_stat_of(&key, dir_ino, NULL);
 	if (st)
 		st->dir_ino = dir_ino;
 	return st;

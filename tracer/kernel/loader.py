@@ -55,7 +55,8 @@ BUFFERED_MAPS = {"file_stats": ("file_stats0", "file_stats1"),
 RAW_TP_FIRST = frozenset({"block_io_start", "block_rq_insert", "block_rq_issue",
                           "block_rq_requeue", "block_rq_complete", "block_rq_merge",
                           "block_io_done",
-                          "mm_filemap_add_to_page_cache", "sys_enter", "sys_exit"})
+                          "mm_filemap_add_to_page_cache", "writeback_dirty_folio",
+                          "sys_enter", "sys_exit"})
 # Tracepoints some kernels lack: without them their programs are left out, and what they count
 # is null (`features` says "missing").
 NOT_EVERYWHERE = frozenset({"block_io_start", "block_io_done", "page_fault_user"})
