@@ -3,6 +3,7 @@
     .venv/bin/python scripts/bench_scale.py [--files 200000] [--folders 1000] [--workers 8]
         [--rounds 2] [--files-per-s N] [--data /var/tmp/iotrace-scale] [--keep DIR]
         [--shuffle] [--work-passes N] [--programs-only] [--beside-cpu FRACTION] [--floor]
+        [--cold]
 
 The job is tracer.workloads.imagefolder (open, read whole, close each file in the workers;
 no model; with --shuffle in a random order, as a training job reads them; with --work-passes
@@ -10,7 +11,8 @@ N, N SHA-256 passes over each sample's bytes in its worker: CPU work a sample, a
 takes). Per round, untraced and traced by `iotrace -o DIR --no-tui -- job`, in turn which
 first, the page cache warmed right before each run (this machine's reclaim drops idle file
 pages after seconds), so both runs read from memory and the job goes as fast as files can be
-opened. Prints per run:
+opened; with --cold the cache is dropped before each run instead, and every file is read from
+the disk. Prints per run:
 
 - the job's own seconds (from its first batch to its last) and traced/untraced;
 - the CPU of that epoch, the job's (main and workers) untraced against the job's traced plus
@@ -19,8 +21,9 @@ opened. Prints per run:
 - the tracer's CPU (its process's utime + stime, over the traced run's wall time) and its
   peak RSS (meta.json self_cost), ring-buffer records lost and map-full drops;
 - exactness: the workers' read ops and bytes in the `files` table (per-file rows and folder
-  roll-ups) against those of the `latency` table (syscall layer), which must be equal; and how
-  many files kept their own rows;
+  roll-ups) against those of the `latency` table (syscall layer), which must be equal; the
+  data set's files those rows count (a file read across an interval's end counts in both)
+  against the files the job read; and how many files kept their own rows;
 
 and at the end the median slowdown, and the geometric mean of the rounds' with its 95 %
 confidence interval: whether the rounds pin the slowdown down to the precision a goal needs.
@@ -67,7 +70,17 @@ PY = sys.executable
 EPOCH = re.compile(r"files (\d+) bytes (\d+) seconds ([0-9.]+)(?: cpu_seconds ([0-9.]+))?")
 
 
-def warm(directory: Path) -> None:
+# --cold: every run reads its files from the disk
+COLD = False
+
+
+def set_cache(directory: Path) -> None:
+    """The data set in the page cache (warm), or with --cold no file's page in it: written
+    back, then every clean page of the host dropped."""
+    if COLD:
+        subprocess.run(["sync"], check=True)
+        Path("/proc/sys/vm/drop_caches").write_text("1")
+        return
     subprocess.run(f"find {directory} -type f -print0 | xargs -0 cat > /dev/null", shell=True,
                    check=True)
 
@@ -166,7 +179,7 @@ def job_cpu_s(text: str) -> float:
     return sum(float(m[3]) for m in found)
 
 
-def exactness(trace_dir: Path) -> dict:
+def exactness(trace_dir: Path, data: Path) -> dict:
     import tracer
 
     t = tracer.load(trace_dir)
@@ -181,13 +194,15 @@ def exactness(trace_dir: Path) -> dict:
     return {"latency_ops": int(lat["count"].sum()), "latency_bytes": int(lat["bytes"].sum()),
             "files_ops": int(reads.ops.sum()), "files_bytes": int(reads.bytes.sum()),
             "paths_own": int(own.path.nunique()),
+            # (the workers read their modules too)
+            "files_counted": int(reads.file_count[reads.path.str.startswith(f"{data}/")].sum()),
             "segments": sum(1 for _ in trace_dir.rglob("*.parquet")),
             "trace_bytes": sum(p.stat().st_size for p in trace_dir.rglob("*") if p.is_file())}
 
 
 def untraced_run(job: list[str], data: Path) -> tuple[int, float, float]:
-    """(files read, the epoch's seconds, its CPU seconds) of the job untraced, cache warm."""
-    warm(data)
+    """(files read, the epoch's seconds, its CPU seconds) of the job untraced (set_cache)."""
+    set_cache(data)
     text, _, _ = run(job)
     n, _, seconds = job_seconds(text)
     return n, seconds, job_cpu_s(text)
@@ -196,10 +211,10 @@ def untraced_run(job: list[str], data: Path) -> tuple[int, float, float]:
 def traced_run(job: list[str], keep: str | None, data: Path,
                interval: float | None = None) -> tuple[Path, str, float, float]:
     """(trace directory, the job's stdout, wall s, the tracer's CPU s) of the job under
-    `iotrace -- job` (with `-i interval` when given), cache warm."""
+    `iotrace -- job` (with `-i interval` when given; set_cache)."""
     out = Path(keep) if keep else Path(tempfile.mkdtemp(prefix="iotrace-scale-"))
     subprocess.run(["rm", "-rf", str(out)], check=True)
-    warm(data)
+    set_cache(data)
     options = ["-i", str(interval)] if interval else []
     text, wall, tracer_cpu = run([PY, "-m", "tracer.cli", "-o", str(out), "--no-tui", *options,
                                   "--", *job])
@@ -242,6 +257,8 @@ def main() -> int:
                     help="the files in a random order, as a training job's sampler gives them")
     ap.add_argument("--work-passes", type=int, default=0,
                     help="CPU work per sample in the workers: SHA-256 passes over its bytes")
+    ap.add_argument("--cold", action="store_true",
+                    help="drop the page cache before each run (it is warmed by default)")
     ap.add_argument("--programs-only", action="store_true",
                     help="also run the job with the tracer stopped once attached")
     ap.add_argument("--floor", action="store_true",
@@ -250,6 +267,8 @@ def main() -> int:
                     help="also run the job untraced beside a process burning that much of a "
                          "core at the tracer's priority")
     args = ap.parse_args()
+    global COLD
+    COLD = args.cold
     if args.beside_cpu is not None and not 0 < args.beside_cpu < 1:
         raise SystemExit(f"--beside-cpu {args.beside_cpu}: a fraction of a core, above 0 and "
                          "below 1")
@@ -292,7 +311,7 @@ def main() -> int:
         tracer_epoch_cpu = cost.get("tracer", {}).get("cpu_pct", 0) / 100 * traced_s
         traced_cpu = job_cpu_s(text)
         cpu_ratios.append((traced_cpu + tracer_epoch_cpu) / plain_cpu)
-        ex = exactness(out)
+        ex = exactness(out, data)
         ratio = traced_s / plain_s
         ratios.append(ratio)
         full = {k: v for k, v in cost.get("map_full_drops", {}).items() if v}
@@ -323,12 +342,12 @@ def main() -> int:
               f"{'equal' if same else 'DIFFERENT'}; {ex['paths_own']} files with rows of their "
               f"own; trace {ex['trace_bytes'] / 2**20:.1f} MiB in {ex['segments']} segments "
               f"({ex['trace_bytes'] / 2**20 / wall * 3600:.0f} MiB/hour); "
-              f"job read {n_traced} files", flush=True)
+              f"job read {n_traced} files, its rows count {ex['files_counted']}", flush=True)
         if not args.keep:
             subprocess.run(["rm", "-rf", str(out)], check=True)
         if args.programs_only:
             scratch = Path(tempfile.mkdtemp(prefix="iotrace-scale-"))
-            warm(data)
+            set_cache(data)
             _, _, alone_s = job_seconds(programs_only(
                 [PY, "-m", "tracer.cli", "-o", str(scratch / "t"), "--no-tui", "--bpf-stats",
                  "off", "--", *job]))
@@ -343,7 +362,7 @@ def main() -> int:
             print(f"  untraced beside the io-floor programs: {floor_s:.2f} s: {floor[-1]:.3f}x; "
                   f"CPU of the epoch {cpu:.2f} s: {floor_cpu[-1]:.3f}x", flush=True)
         if args.beside_cpu:
-            warm(data)
+            set_cache(data)
             _, _, burnt_s = job_seconds(beside_burner(job, args.beside_cpu))
             beside.append(burnt_s / plain_s)
             print(f"  untraced beside {args.beside_cpu:.0%} of a core burnt at the tracer's "
