@@ -379,6 +379,12 @@ static __always_inline void file_open_add(__u32 tgid, const struct file_id *id, 
 static const struct fold_stat zero_fold_stat;
 static const struct fold_group zero_fold_group;
 
+/* A record's key.pad[0] once a close weighed it: kept, or folded (its counters moved; a file
+ * read whole again in the same buffer, as a small data set's are, is folded again into the
+ * same row, where it is already one of the files) */
+#define FOLD_KEPT 1
+#define FOLD_FOLDED 2
+
 static __always_inline bool mark_read_whole(const struct file_key *k)
 {
 	__u64 x = (__u64)k->dev * 0x9E3779B97F4A7C15ull + k->ino * 0xC2B2AE3D27D4EB4Full +
@@ -419,18 +425,24 @@ static __always_inline void fold_on_close(__u32 tgid, const struct file_id *id, 
 	struct file_key fk;
 	__u32 buf = e & 1;
 	long err = 0;
-	bool whole;
+	bool whole, again;
 
 	if (!s || !s->tag || s->key.buf != buf || s->key.tgid != tgid || s->key.ino != id->ino ||
-	    s->key.dev != id->dev || s->key.gen != id->gen || s->key.pad[0])
-		return; /* not the file closed, or weighed at an earlier close */
+	    s->key.dev != id->dev || s->key.gen != id->gen || s->key.pad[0] == FOLD_KEPT)
+		return; /* not the file closed, or kept at an earlier close */
 	whole = s->key.op == IOT_OP_READ && s->st.opens && s->st.size && s->st.bytes >= s->st.size;
 	if (!whole && !gone)
 		return;
-	s->key.pad[0] = 1;
+	again = s->key.pad[0] == FOLD_FOLDED;
+	if (!again)
+		s->key.pad[0] = FOLD_KEPT;
 	if (s->key.op != IOT_OP_READ)
 		goto fold; /* fold_groups weighs reads */
 	gkey = tgid | (__u64)buf << 32;
+	if (again) { /* weighed once: its row is found as at its first fold */
+		g = bpf_map_lookup_elem(&fold_groups, &gkey);
+		goto fold;
+	}
 	g = lookup_or_insert(&fold_groups, &gkey, &zero_fold_group, &err);
 	if (!g)
 		return;
@@ -467,6 +479,7 @@ fold:
 	}
 	if (!f)
 		return; /* full: the file keeps its record */
+	s->key.pad[0] = FOLD_FOLDED;
 	bytes = __sync_lock_test_and_set(&s->st.bytes, 0);
 	missed = __sync_lock_test_and_set(&s->st.pages_missed, 0);
 	__sync_fetch_and_add(&f->st.ops, __sync_lock_test_and_set(&s->st.ops, 0));
@@ -486,7 +499,8 @@ fold:
 	if (s->st.size > f->st.size) /* as user space's roll-up keeps a folder's largest */
 		f->st.size = s->st.size;
 	f->st.dir_ino = fk.ino;
-	__sync_fetch_and_add(&f->files, 1);
+	if (!again)
+		__sync_fetch_and_add(&f->files, 1);
 	if (whole && mark_read_whole(&s->key)) {
 		__sync_fetch_and_add(&f->reread_bytes, bytes);
 		__sync_fetch_and_add(&f->reread_pages, missed);
