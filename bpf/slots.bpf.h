@@ -17,7 +17,9 @@ static const struct file_stat zero_file_stat;
  * added to a page-cache pread (docs/benchmarks.md). So a key first tries one slot of an array,
  * chosen by a hash of the key: found with an index and two compares, taken when free with one
  * compare-and-swap of its tag; only a key whose slot another key holds goes to the hash map
- * (`hists`, `file_stats`). User space reads both and adds up a key found in both. It frees
+ * (`hists`, `file_stats`). A file key tries a second slot first (slot_index2): a data set's
+ * files of an interval then find their slot again when read again (the log below cannot be
+ * searched), and fewer of them take the log. User space reads both and adds up a key found in both. It frees
  * the histogram slots of processes gone with the `free_slot` program (proc.bpf.c); the file
  * slots are two tables of FILE_SLOTS, one per interval buffer (file_key.buf): the one of the
  * interval that ended is read and zeroed whole (maps.bpf.h's file_stats says when).
@@ -44,7 +46,7 @@ IOT_SHARED struct {
 } file_slots SEC(".maps");
 
 /*
- * The file log: where a key whose slot another key holds gets its counters, when a syscall
+ * The file log: where a key whose two slots other keys hold gets its counters, when a syscall
  * adds to them, rather than in file_stats. Each buffer's records are taken in order by one
  * atomic add on its count (file_log_used), so a new file costs no hash and no allocation;
  * user space reads and zeroes the buffer's records in use, then its count. The thread's
@@ -100,6 +102,12 @@ static __always_inline void *lookup_or_make(void *map, const void *key, const vo
 static __always_inline __u32 slot_index(__u64 tag, __u32 bits)
 {
 	return bits ? tag >> (64 - bits) : 0;
+}
+
+/* A file key's second slot, from the tag's next bits: taken only when its first is another's */
+static __always_inline __u32 slot_index2(__u64 tag, __u32 bits)
+{
+	return bits ? (__u32)(tag >> (64 - 2 * bits)) & ((1u << bits) - 1) : 0;
 }
 
 static __always_inline bool hist_key_eq(const struct hist_key *a, const struct hist_key *b)
@@ -255,6 +263,14 @@ static __always_inline struct file_stat *file_stat_of(const struct file_key *key
 
 	if (at && (st = file_stat_at(*at, key, tag)))
 		return st;
+	s = bpf_map_lookup_elem(&file_slots, &i);
+	if (s && s->tag == tag && file_key_eq(&s->key, key))
+		goto found;
+	if (s && !s->tag && __sync_val_compare_and_swap(&s->tag, 0, tag) == 0) {
+		s->key = *key;
+		goto found;
+	}
+	i = slot_index2(tag, bits) | (__u32)key->buf << bits;
 	s = bpf_map_lookup_elem(&file_slots, &i);
 	if (s && s->tag == tag && file_key_eq(&s->key, key))
 		goto found;

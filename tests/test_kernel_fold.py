@@ -211,7 +211,7 @@ def test_files_read_from_the_disk_are_folded_with_their_missed_pages(tmp_path, s
             int(reads.pages_missed.sum())) == (COLD, COLD * SIZE, COLD)
 
 
-AGAIN, PASSES = 200, 3
+AGAIN, PASSES = 2000, 3
 # A small data set read whole three times over within an interval
 AGAIN_JOB = ("import os, sys, time\n"
              "root = sys.argv[1]\n"
@@ -224,10 +224,10 @@ AGAIN_JOB = ("import os, sys, time\n"
 def test_files_read_again_in_an_interval_are_counted_once(tmp_path):
     """A file the kernel folded at its close and read whole again in the same interval is
     folded again into the same row, where it is one file already: the rows count each file
-    once, every byte with them. Not quite for a file whose slot another key holds: its log
-    record is found again only by the thread's next read, so a later open makes another,
-    and the file counts once more each time (a few of these files in an interval; before,
-    every file folded was counted again at each pass: 370)."""
+    once, every byte with them. Not quite for a file whose two slots other keys hold: its
+    log record is found again only by the thread's next read, so a later open makes another,
+    and the file counts once more each time (1-2 % more files here; 13 % with one slot a
+    key, and before, every file folded was counted again at each pass)."""
     data = tmp_path / "again"
     data.mkdir()
     for i in range(AGAIN):
@@ -241,7 +241,7 @@ def test_files_read_again_in_an_interval_are_counted_once(tmp_path):
     files = pd.read_parquet(out / "files")
     reads = files[files.path.str.startswith(f"{data}/") & (files.op == "read")]
     assert (len(reads.ts.unique()), int(reads.bytes.sum())) == (1, PASSES * AGAIN * SIZE)
-    assert AGAIN <= int(reads.file_count.sum()) <= AGAIN + AGAIN // 10
+    assert AGAIN <= int(reads.file_count.sum()) <= AGAIN + AGAIN // 20
 
 
 LIGHT, LIGHT_FILES, LATE_FILES = 100, 4, 400
