@@ -17,12 +17,12 @@ static const struct file_stat zero_file_stat;
  * added to a page-cache pread (docs/benchmarks.md). So a key first tries one slot of an array,
  * chosen by a hash of the key: found with an index and two compares, taken when free with one
  * compare-and-swap of its tag; only a key whose slot another key holds goes to the hash map
- * (`hists`, `file_stats`). A file key tries a second slot first (slot_index2): a data set's
- * files of an interval then find their slot again when read again (the log below cannot be
- * searched), and fewer of them take the log. User space reads both and adds up a key found in both. It frees
- * the histogram slots of processes gone with the `free_slot` program (proc.bpf.c); the file
- * slots are two tables of FILE_SLOTS, one per interval buffer (file_key.buf): the one of the
- * interval that ended is read and zeroed whole (maps.bpf.h's file_stats says when).
+ * (`hists`, `file_stats`); a file key tries a second slot first (slot_index2), so that a file
+ * read again in an interval finds its counters again (the log below cannot be searched). User
+ * space reads both and adds up a key found in both. It frees the histogram slots of processes
+ * gone with the `free_slot` program (proc.bpf.c); the file slots are two tables of FILE_SLOTS,
+ * one per interval buffer (file_key.buf): the one of the interval that ended is read and
+ * zeroed whole (maps.bpf.h's file_stats says when).
  * A key is claimed before it is written: another CPU that meets the tag before the key takes
  * the hash map for that one operation, which user space adds up all the same.
  */
@@ -228,11 +228,6 @@ static __always_inline struct file_stat *file_log_add(const struct file_key *key
 	return &s->st;
 }
 
-/* The counters of `key` (its buf set): where `at` (a thread's counters_at, NULL for callers
- * outside a syscall) says, else its slot, else a new record of file_log (syscalls only), else
- * its entry in its buffer's `file_stats` map (made on first use), else, that map full, its
- * folder's entry in `folder_stats`. Each buffer's map is named in its own branch, so that
- * every map call has one map. */
 static __always_inline __u64 file_tag(const struct file_key *key)
 {
 	return slot_tag(key->tgid | (__u64)key->dev << 32, key->ino,
@@ -250,6 +245,11 @@ static __always_inline struct file_stat *file_stat_at(__u32 at, const struct fil
 	return NULL;
 }
 
+/* The counters of `key` (its buf set): where `at` (a thread's counters_at, NULL for callers
+ * outside a syscall) says, else one of its two slots, else a new record of file_log (syscalls
+ * only), else its entry in its buffer's `file_stats` map (made on first use), else, that map
+ * full, its folder's entry in `folder_stats`. Each buffer's map is named in its own branch,
+ * so that every map call has one map. */
 static __always_inline struct file_stat *file_stat_of(const struct file_key *key, __u64 dir_ino,
 						      __u32 *at)
 {
@@ -322,8 +322,8 @@ static __always_inline struct file_stat *file_stat_for(__u32 tgid, const struct 
 }
 
 /* file_stat_for for the page cache, outside the syscalls' accounting: first where the thread's
- * last file's counters are (`at`, its counters_at, read only), so that a file whose slot
- * another holds keeps its counters in its one log record, the one its close folds (a write's
+ * last file's counters are (`at`, its counters_at, read only), so that a file whose slots
+ * others hold keeps its counters in its one log record, the one its close folds (a write's
  * dirtied page counted in file_stats instead was left behind as a row of its own). */
 static __always_inline struct file_stat *file_stat_near(__u32 tgid, const struct file_id *id,
 							__u8 op, __u64 dir_ino, __u32 at)
