@@ -245,6 +245,21 @@ static __always_inline struct file_stat *file_stat_at(__u32 at, const struct fil
 	return NULL;
 }
 
+/* Slot `i` when it holds `key` (tagged `tag`), or was free and now does; else NULL. */
+static __always_inline struct file_slot *file_slot_take(__u32 i, const struct file_key *key,
+							__u64 tag)
+{
+	struct file_slot *s = bpf_map_lookup_elem(&file_slots, &i);
+
+	if (s && s->tag == tag && file_key_eq(&s->key, key))
+		return s;
+	if (s && !s->tag && __sync_val_compare_and_swap(&s->tag, 0, tag) == 0) {
+		s->key = *key;
+		return s;
+	}
+	return NULL;
+}
+
 /* The counters of `key` (its buf set): where `at` (a thread's counters_at, NULL for callers
  * outside a syscall) says, else one of its two slots, else a new record of file_log (syscalls
  * only), else its entry in its buffer's `file_stats` map (made on first use), else, that map
@@ -263,21 +278,11 @@ static __always_inline struct file_stat *file_stat_of(const struct file_key *key
 
 	if (at && (st = file_stat_at(*at, key, tag)))
 		return st;
-	s = bpf_map_lookup_elem(&file_slots, &i);
-	if (s && s->tag == tag && file_key_eq(&s->key, key))
+	if ((s = file_slot_take(i, key, tag)))
 		goto found;
-	if (s && !s->tag && __sync_val_compare_and_swap(&s->tag, 0, tag) == 0) {
-		s->key = *key;
-		goto found;
-	}
 	i = slot_index2(tag, bits) | (__u32)key->buf << bits;
-	s = bpf_map_lookup_elem(&file_slots, &i);
-	if (s && s->tag == tag && file_key_eq(&s->key, key))
+	if ((s = file_slot_take(i, key, tag)))
 		goto found;
-	if (s && !s->tag && __sync_val_compare_and_swap(&s->tag, 0, tag) == 0) {
-		s->key = *key;
-		goto found;
-	}
 	if (at && (st = file_log_add(key, tag, at)))
 		return st;
 	st = key->buf ? file_entry(&file_stats1, key, &err) : file_entry(&file_stats0, key, &err);
