@@ -140,7 +140,7 @@ GONE_JOB = ("import os, sys, time\n"
 
 
 # One slot a buffer: every key past the first has its counters in the file log, as a key whose
-# slot another holds does (a few in a hundred runs of GONE_JOB with the default slots)
+# slots others hold does (a few in a hundred runs of GONE_JOB had one, with a slot a key)
 @pytest.mark.parametrize("slots", [None, "file_slots=2"], ids=["slots", "log"])
 def test_files_deleted_before_their_close_are_folded(tmp_path, slots):
     """A file unlinked while open has no name a row could show: the kernel adds it to its
@@ -187,8 +187,8 @@ COLD_JOB = ("import os, sys, time\n"
 
 @pytest.mark.parametrize("slots", [None, "file_slots=2"], ids=["slots", "log"])
 def test_files_read_from_the_disk_are_folded_with_their_missed_pages(tmp_path, slots):
-    """A file's missed pages count where its reads do, wherever that is (its slot, or its log
-    record when another key holds the slot): a file folded at its close leaves nothing behind,
+    """A file's missed pages count where its reads do, wherever that is (a slot, or a log
+    record when other keys hold its slots): a file folded at its close leaves nothing behind,
     and each file is counted once, its page with it."""
     data = tmp_path / "cold"
     data.mkdir()
