@@ -69,6 +69,20 @@ def test_a_folder_the_kernel_added_folders_up_in_is_named(tmp_path: Path, monkey
     assert table.folder(dev, (tmp_path / "more").stat().st_ino).path == f"{tmp_path / 'more'}/"
 
 
+def test_every_parent_the_kernel_added_folders_up_in_is_named(tmp_path: Path) -> None:
+    """Several such parents asked for in a row (an interval's rows: `import torch` past the
+    keep adds up dozens of __pycache__ folders in their parents), each named, though no
+    folder became known between the asks."""
+    table = FileTable()
+    parents = [tmp_path / f"pkg{i}" for i in range(5)]
+    for p in parents:
+        (p / "__pycache__").mkdir(parents=True)
+        (p / "__pycache__" / "m.pyc").write_bytes(b"x")
+        dev, _ = folder_record(table, p / "__pycache__" / "m.pyc", os.getpid())
+    for p in parents:
+        assert table.folder(dev, p.stat().st_ino).path == f"{p}/"
+
+
 def test_the_loops_read_in_flight_is_named_from_its_folder(tmp_path: Path) -> None:
     """The training loop's read in flight at an interval's end, of a file of a known folder
     that sent no record (and closed by the time the row is made), is named from the folder:

@@ -392,13 +392,13 @@ class FileTable:
         may not have named on its own (rollup.fold_folders asks only for the parents of the
         folders it moves up). Each known folder of the device is asked its parent once."""
         if self._parents_asked.get(dev) == self.folders.added:
-            return None  # none known since the last search
+            return None  # every folder known was asked since one was last added
         for key in [k for k in self.folders if k[0] == dev and k not in self._parents]:
             self.parent(*key)
-            if (dev, dir_ino) in self.folders:
-                break
+            if (where := self.folders.get((dev, dir_ino))) is not None:
+                return where  # the others are asked when another parent is wanted
         self._parents_asked[dev] = self.folders.added
-        return self.folders.get((dev, dir_ino))
+        return None
 
     def parent(self, dev: int, dir_ino: int) -> int:
         """The inode of the folder that holds folder `dir_ino` of device `dev`, 0 when its path
