@@ -346,16 +346,24 @@ def test_existing_segments_are_never_overwritten(tmp_path: Path) -> None:
     assert len(pd.read_parquet(tmp_path / "latency")) == 2
 
 
-def test_segments_merged_every_merge_segments(tmp_path: Path, monkeypatch) -> None:
+MERGED_HERE_OR_APART = pytest.mark.parametrize("apart", [False, True], ids=["here", "child"])
+"""Merges made in the call that rolls, or in a child process while writing goes on (the
+tracer's way): the same segments either way."""
+
+
+@MERGED_HERE_OR_APART
+def test_segments_merged_every_merge_segments(tmp_path: Path, monkeypatch, apart) -> None:
     """A long trace keeps few files: every MERGE_SEGMENTS rolled segments of a table become
     one, under the last one's name; every row is read back once, in order, by iotrace and by
     pandas."""
     monkeypatch.setattr(parquet_sink, "MERGE_SEGMENTS", 4)
     monkeypatch.setattr(parquet_sink, "MERGED_ROW_GROUP_ROWS", 3)
-    with TraceWriter(tmp_path, {}) as w:
+    with TraceWriter(tmp_path, {}, merge_apart=apart) as w:
         for i in range(10):  # each segment with a dictionary of its own (comm)
             w.add("latency", [dict(LATENCY_ROWS[0], count=i, comm=f"c{i}")])
             w.flush()
+    if apart:  # two merges, by children whose word came back
+        assert w.merge_child.merges == 2 and w.merge_child.peak_rss_bytes > 10 << 20
     assert _parts(tmp_path / "latency") == ["part-00003.parquet", "part-00007.parquet",
                                             "part-00008.parquet", "part-00009.parquet"]
     assert load(tmp_path).latency["count"].tolist() == list(range(10))
@@ -370,18 +378,21 @@ def test_segments_merged_every_merge_segments(tmp_path: Path, monkeypatch) -> No
     assert [merged.metadata.row_group(g).num_rows for g in range(merged.num_row_groups)] == [3, 1]
 
 
-def test_merged_segments_merged_again_every_merge_merged(tmp_path: Path, monkeypatch) -> None:
+@MERGED_HERE_OR_APART
+def test_merged_segments_merged_again_every_merge_merged(tmp_path: Path, monkeypatch,
+                                                         apart) -> None:
     """A day's trace keeps a few dozen files a table: every MERGE_MERGED merged segments become
     one, a row group at a time; a tracer killed before the merged ones it holds were deleted
     leaves them behind, and they are read once."""
     monkeypatch.setattr(parquet_sink, "MERGE_SEGMENTS", 2)
     monkeypatch.setattr(parquet_sink, "MERGE_MERGED", 3)
     monkeypatch.setattr(parquet_sink, "MERGED_ROW_GROUP_ROWS", 3)
-    with TraceWriter(tmp_path, {}) as w:
+    with TraceWriter(tmp_path, {}, merge_apart=apart) as w:
         for i in range(14):
             w.add("latency", [dict(LATENCY_ROWS[0], count=i, comm=f"c{i}")])
             w.flush()
             if i == 10:  # the merged segments of 6-11 but the last, as a kill would leave them
+                w.wait_for_merges()
                 kept = {p.name: p.read_bytes() for p in (tmp_path / "latency").iterdir()}
     assert _parts(tmp_path / "latency") == ["part-00005.parquet", "part-00011.parquet",
                                             "part-00013.parquet"]
@@ -404,6 +415,33 @@ def test_merged_segments_merged_again_every_merge_merged(tmp_path: Path, monkeyp
     for name in ("part-00005.parquet", "part-00013.parquet"):  # merged: zstd
         part = pq.ParquetFile(tmp_path / "latency" / name)
         assert part.metadata.row_group(0).column(0).compression == "ZSTD"
+
+
+@pytest.mark.parametrize("spoil, error", [
+    ("garbage", r"merging segments failed \(exit 1\): pyarrow.lib.ArrowInvalid"),
+    ("folder", "part-00001.parquet' is a directory")])  # the child's OSError, passed on
+def test_a_merge_that_fails_in_the_child_fails_the_writer(tmp_path: Path, monkeypatch, spoil,
+                                                          error) -> None:
+    """A segment the child cannot read: the writer raises OSError, as a merge made in the call
+    that rolls would (the sink then stops writing, and says so); what was written stays."""
+    monkeypatch.setattr(parquet_sink, "MERGE_SEGMENTS", 3)
+    w = TraceWriter(tmp_path, {}, merge_apart=True)
+    for i in range(2):
+        w.add("latency", [dict(LATENCY_ROWS[0], count=i)])
+        w.flush()
+    part = tmp_path / "latency" / "part-00001.parquet"
+    part.unlink()
+    if spoil == "garbage":
+        part.write_bytes(b"not parquet")
+    else:
+        part.mkdir()
+    w.add("latency", [dict(LATENCY_ROWS[0], count=2)])
+    w.flush()  # asks the child for the merge of 0-2
+    with pytest.raises(OSError, match=error):
+        w.close()
+    assert w.closed
+    assert _parts(tmp_path / "latency") == ["part-00000.parquet", "part-00001.parquet",
+                                            "part-00002.parquet"]
 
 
 def test_parts_of_a_merged_segment_left_behind_are_read_once(tmp_path: Path,

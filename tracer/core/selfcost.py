@@ -54,7 +54,7 @@ class ProgramCost:
 class TracerCpu:
     """The tracer process's own CPU and memory (every thread of it)."""
 
-    cpu_s: float  # CPU seconds, user + system, since the process started
+    cpu_s: float  # CPU seconds, user + system, since the process started (with its helpers')
     setup_cpu_s: float  # of which before tracing started (interpreter, imports, loading)
     tracing_s: float  # wall seconds since tracing started
     cpu_pct: float | None  # CPU while tracing, % of one core (None: no time has passed)
@@ -62,17 +62,27 @@ class TracerCpu:
     peak_rss_bytes: int
 
 
+_helper_cpu_s = 0.0  # CPU of iotrace's helper processes that have ended (add_helper_cpu)
+
+
+def add_helper_cpu(seconds: float) -> None:
+    """Counts `seconds` of CPU that a helper process of the tracer's used (a child that merges
+    segments: sinks/parquet.MergeChild) as the tracer's own."""
+    global _helper_cpu_s
+    _helper_cpu_s += seconds
+
+
 class TracerMeter:
     """Measures the tracer process from when tracing starts (construct it then)."""
 
     def __init__(self) -> None:
-        self.setup_cpu_s = time.process_time()
+        self.setup_cpu_s = time.process_time() + _helper_cpu_s
         self.start_wall_s = time.monotonic()
         self._last = (self.setup_cpu_s, self.start_wall_s)
 
     def read(self, advance: bool = True) -> TracerCpu:
         """Now; `advance` starts the next interval (the live readings), False leaves it."""
-        cpu, wall = time.process_time(), time.monotonic()
+        cpu, wall = time.process_time() + _helper_cpu_s, time.monotonic()
         last_cpu, last_wall = self._last
         if advance:
             self._last = (cpu, wall)

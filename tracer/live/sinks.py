@@ -69,7 +69,7 @@ def open_sinks(opts: TraceOptions, sinks: list[Sink], *, meta: dict, what: str, 
     from tracer.sinks.parquet import ParquetSink, TraceWriter
 
     try:
-        writer = TraceWriter(opts.output, meta, roll_s=opts.roll_s)
+        writer = TraceWriter(opts.output, meta, roll_s=opts.roll_s, merge_apart=True)
     except OSError as e:
         raise TraceFailure(cannot_write_message(e, opts.output, started=False),
                            EXIT_OUTPUT) from None

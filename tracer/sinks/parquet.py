@@ -17,9 +17,12 @@ readable and never a partial ``part-*.parquet``; at worst a file in ``DIR/.tmp/`
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import re
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -138,11 +141,13 @@ def _write_group(out: pq.ParquetWriter, tables: list[pa.Table]) -> None:
     out.write_table(group, row_group_size=max(1, group.num_rows))
 
 
-def merge_segments(folder: Path, first: int, last: int, tmp_dir: Path) -> None:
+def merge_segments(folder: Path, first: int, last: int, tmp_dir: Path,
+                   group_rows: int | None = None) -> None:
     """Segments first..last of the table in `folder` (those still there: rolled ones, or
-    merged ones merged again) as one, under the last one's name, in row groups of
-    MERGED_ROW_GROUP_ROWS rows or so (the memory of that many rows, not of all); its metadata
-    names the segments it holds (COVERS_KEY)."""
+    merged ones merged again) as one, under the last one's name, in row groups of `group_rows`
+    (default MERGED_ROW_GROUP_ROWS) rows or so (the memory of that many rows, not of all); its
+    metadata names the segments it holds (COVERS_KEY)."""
+    group_rows = MERGED_ROW_GROUP_ROWS if group_rows is None else group_rows
     paths = [p for n in range(first, last + 1) if (p := folder / segment_name(n)).exists()]
     schema = pq.read_schema(paths[-1])
     schema = schema.with_metadata({**(schema.metadata or {}),
@@ -156,7 +161,7 @@ def merge_segments(folder: Path, first: int, last: int, tmp_dir: Path) -> None:
                 if part.num_rows:
                     pending.append(part.cast(schema))
                     rows += part.num_rows
-                if rows >= MERGED_ROW_GROUP_ROWS:
+                if rows >= group_rows:
                     _write_group(out, pending)
                     pending, rows = [], 0
             if pending:
@@ -167,6 +172,95 @@ def merge_segments(folder: Path, first: int, last: int, tmp_dir: Path) -> None:
     for p in paths[:-1]:
         p.unlink()
     _fsync_dir(folder)
+
+
+class MergeChild:
+    """Merges run in a child process (``python -m tracer.sinks.parquet``), while the tracer
+    goes on: the tracer's loop does not wait seconds for an hour's merge, and the memory a merge
+    reads with is the child's, given back when it exits, where the tracer's allocator kept some
+    and its peak rose by the merge's (docs/benchmarks.md). One child at a time, its merges in
+    the order they were asked for (a table's merged segments are merged again after they are
+    made). The child's CPU counts as the tracer's (tracer.core.selfcost.add_helper_cpu)."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._jobs: list[tuple[str, int, int]] = []
+        self.merges = 0  # merges done
+        self.peak_rss_bytes = 0  # the largest child's peak
+
+    def start(self, jobs: list[tuple[str, int, int]]) -> None:
+        """Merge each (table, first, last) of `jobs`, in order, once the child before is done
+        (its failure raised here)."""
+        self.wait()
+        root = str(Path(__file__).resolve().parent.parent.parent)
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+            [root, *filter(None, [os.environ.get("PYTHONPATH")])])}
+        # a session of its own: the Ctrl-C that stops the tracer must not kill its last merge
+        args = [str(self.directory), str(MERGED_ROW_GROUP_ROWS),
+                *(str(x) for job in jobs for x in job)]
+        self._proc = subprocess.Popen([sys.executable, "-m", "tracer.sinks.parquet", *args],
+                                      stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, env=env,
+                                      start_new_session=True)
+        self._jobs = jobs
+
+    def running(self) -> bool:
+        """True while a child merges; one that has ended is taken in (its failure raised)."""
+        if self._proc is None:
+            return False
+        if self._proc.poll() is None:
+            return True
+        self.wait()
+        return False
+
+    def wait(self) -> None:
+        """Until the child (if one runs) is done. A merge that failed raises OSError: the one
+        it met (a full disk), or EIO with what the child said."""
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        out, err = proc.communicate()
+        try:
+            said = json.loads(out.decode().splitlines()[-1])
+        except (IndexError, ValueError):
+            said = {}
+        from tracer.core.selfcost import add_helper_cpu
+
+        add_helper_cpu(float(said.get("cpu_s", 0.0)))
+        self.peak_rss_bytes = max(self.peak_rss_bytes, int(said.get("peak_rss_bytes", 0)))
+        if proc.returncode == 0:
+            self.merges += len(self._jobs)
+            return
+        if "errno" in said:
+            raise OSError(said["errno"], said["strerror"], said["filename"])
+        last = (err.decode(errors="replace").strip().splitlines() or ["no word from it"])[-1]
+        raise OSError(errno.EIO, f"merging segments failed (exit {proc.returncode}): {last}",
+                      str(self.directory))
+
+
+def _merge_main(argv: list[str]) -> int:
+    """The child of MergeChild: DIRECTORY GROUP_ROWS then TABLE FIRST LAST... Prints one JSON
+    line: its CPU seconds and peak memory, and the OSError it met, if one."""
+    from tracer.core.selfcost import peak_rss_bytes
+
+    with contextlib.suppress(OSError):
+        os.nice(10)  # behind the job and the tracer, on a busy host
+    directory, group_rows = Path(argv[0]), int(argv[1])
+    said: dict[str, object] = {}
+    code = 0
+    try:
+        for i in range(2, len(argv), 3):
+            merge_segments(directory / argv[i], int(argv[i + 1]), int(argv[i + 2]),
+                           directory / TMP_DIR, group_rows)
+    except OSError as e:
+        said = {"errno": e.errno or errno.EIO, "strerror": e.strerror or str(e),
+                "filename": e.filename if isinstance(e.filename, str) else None}
+        code = 1
+    t = os.times()
+    said.update(cpu_s=t.user + t.system, peak_rss_bytes=peak_rss_bytes())
+    print(json.dumps(said), flush=True)
+    return code
 
 
 def remove_tmp_dir(directory: Path) -> None:
@@ -206,14 +300,16 @@ class TraceWriter:
     """
 
     def __init__(
-        self, directory: str | os.PathLike[str], meta: Mapping[str, object], roll_s: float = 5.0
+        self, directory: str | os.PathLike[str], meta: Mapping[str, object], roll_s: float = 5.0,
+        merge_apart: bool = False,
     ) -> None:
         """Open the trace in `directory`, which must exist, and write its ``meta.json`` and an
         empty segment for every table of the schema that has none.
 
         `meta` is any JSON-serialisable mapping (host, kernel, command line, clocks, start time, ...);
         the writer adds ``schema_version`` and ``tool_version`` and owns those two keys.
-        `roll_s` is the segment roll period in seconds (monotonic clock).
+        `roll_s` is the segment roll period in seconds (monotonic clock). `merge_apart`: merges
+        run in a child process (MergeChild) while writing goes on, not in the call that rolls.
         """
         self.directory = Path(directory)
         if not self.directory.is_dir():
@@ -227,6 +323,8 @@ class TraceWriter:
         self._unmerged: dict[str, int] = {}  # table -> its first segment not merged yet
         # table -> the first segment held by its merged segments not merged again, and how many
         self._merged: dict[str, tuple[int, int]] = {}
+        self.merge_child = MergeChild(self.directory) if merge_apart else None
+        self._merges_due: list[tuple[str, int, int]] = []  # for the child, at the roll's end
         self._last_roll = time.monotonic()
         self._closed = False
         self._given_up = False  # give_up(): nothing more is written
@@ -312,6 +410,8 @@ class TraceWriter:
         with self._lock:
             if self._given_up:
                 return
+            if self.merge_child is not None:
+                self.merge_child.running()  # a merge that failed says so at the next roll
             # `processes` first: a tracer killed in the middle of a roll leaves no rows that
             # name a process whose row is not on disk.
             for table in sorted(self._buffers, key=lambda t: (t != "processes", t)):
@@ -322,6 +422,15 @@ class TraceWriter:
                 self._write_segment(table, data)
                 # Only once the segment is safely on disk: a failed write keeps the rows.
                 del self._buffers[table]
+            if self._merges_due:
+                assert self.merge_child is not None
+                due, self._merges_due = self._merges_due, []
+                self.merge_child.start(due)
+
+    def wait_for_merges(self) -> None:
+        """Until the merges asked for so far are done (at once without `merge_apart`)."""
+        if self.merge_child is not None:
+            self.merge_child.wait()
 
     def _write_segment(self, table: str, data: pa.Table) -> None:
         folder = self.directory / table
@@ -350,9 +459,12 @@ class TraceWriter:
         self._merged.pop(table, None)
 
     def _merge(self, table: str, first: int, last: int) -> None:
-        """merge_segments of `table`, first..last."""
-        merge_segments(self.directory / table, first, last, self.directory / TMP_DIR)
+        """merge_segments of `table`, first..last: now, or by the child once the roll is done."""
         self._unmerged.pop(table, None)
+        if self.merge_child is not None:
+            self._merges_due.append((table, first, last))
+            return
+        merge_segments(self.directory / table, first, last, self.directory / TMP_DIR)
         pa.default_memory_pool().release_unused()  # else its allocator keeps what it read
 
     def _write_empty_tables(self) -> None:
@@ -388,6 +500,7 @@ class TraceWriter:
             self._flush()
             if self._given_up:
                 return
+            self.wait_for_merges()  # the child may be merging this table's segments
             folder = self.directory / table
             parts = sorted(p for p in folder.glob("part-*.parquet") if _PART_RE.fullmatch(p.name))
             if len(parts) < 2:
@@ -423,6 +536,8 @@ class TraceWriter:
                 return
             try:
                 self._flush()
+                if not self._given_up:
+                    self.wait_for_merges()
             finally:
                 # Even if the last flush failed, record how the trace ended (after give_up,
                 # where it can: meta.json is small, and the trace is readable without it).
@@ -497,3 +612,7 @@ class ParquetSink:
         """Closes a trace whose run never reached its final interval (an error)."""
         if not self.writer.closed:
             self.writer.close(**self.stop_meta())
+
+
+if __name__ == "__main__":
+    sys.exit(_merge_main(sys.argv[1:]))
