@@ -6,8 +6,9 @@ how long does tracer.load() take on a day of it?
 
 The job (a Python loop, traced from its start) reads --files files of 4 KiB round robin at
 --reads-per-s. Every 30 s the tracer's resident memory (VmRSS) is printed with the trace's size
-and file count. At the end: the growth of RSS from the second minute on, the trace's bytes per
-hour, and tracer.load() of the trace, then tracer.load() and Trace.summary() of a day of it:
+and file count. At the end: the tracer's peak RSS (VmHWM) and the largest of its merge
+children's (watched every 0.1 s), the growth of RSS from the second minute on, the trace's
+bytes per hour, and tracer.load() of the trace, then tracer.load() and Trace.summary() of a day of it:
 its first merged segment (about 5 minutes) of each table copied over 24 hours, times moved on
 (a day at the same rate, for the reader's cost; not a day traced).
 
@@ -23,6 +24,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -44,15 +46,44 @@ while time.monotonic() < until:
 """
 
 
-def rss_kib(pid: int) -> int | None:
+def status_kib(pid: int, field: str = "VmRSS") -> int | None:
+    """A memory field of /proc/PID/status (VmRSS, VmHWM, RssAnon), in KiB."""
     try:
         with open(f"/proc/{pid}/status") as f:
             for line in f:
-                if line.startswith("VmRSS:"):
+                if line.startswith(field + ":"):
                     return int(line.split()[1])
     except OSError:
         return None
     return None
+
+
+class MergeChildren:
+    """Watches the tracer's merge children (sinks/parquet.MergeChild) every 0.1 s, from a
+    thread: how many, and the most memory one held (a child lives a second or less)."""
+
+    def __init__(self, tracer_pid: int) -> None:
+        self.pid, self.seen = tracer_pid, set()
+        self.hwm_kib = self.anon_kib = 0
+        self.done = threading.Event()
+        threading.Thread(target=self._run, daemon=True).start()
+
+    def _run(self) -> None:
+        while not self.done.wait(0.1):
+            try:
+                kids = Path(f"/proc/{self.pid}/task/{self.pid}/children").read_text().split()
+            except OSError:
+                continue
+            for kid in map(int, kids):
+                try:
+                    cmd = Path(f"/proc/{kid}/cmdline").read_bytes()
+                except OSError:
+                    continue
+                if b"tracer.sinks.parquet" not in cmd:
+                    continue
+                self.seen.add(kid)
+                self.hwm_kib = max(self.hwm_kib, status_kib(kid, "VmHWM") or 0)
+                self.anon_kib = max(self.anon_kib, status_kib(kid, "RssAnon") or 0)
 
 
 def tree(out: Path) -> tuple[int, int]:
@@ -141,17 +172,24 @@ def main() -> int:
            "-c", JOB, *paths, str(args.reads_per_s), str(seconds)]
     tracer = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
     t0, samples = time.monotonic(), []
+    merges = MergeChildren(tracer.pid)
+    hwm = 0
     while tracer.poll() is None:
         time.sleep(1)
         t = time.monotonic() - t0
         if not samples or t - samples[-1][0] >= 30:
-            rss = rss_kib(tracer.pid)
+            rss = status_kib(tracer.pid)
             if rss is None:
                 continue
+            hwm = max(hwm, status_kib(tracer.pid, "VmHWM") or 0)
             size, count = tree(out)
             samples.append((t, rss))
             print(f"{t:6.0f} s  tracer RSS {rss / 1024:6.1f} MiB  trace {size / 2**20:6.2f} MiB "
                   f"in {count} files", flush=True)
+    merges.done.set()
+    print(f"tracer peak RSS (VmHWM) {hwm / 1024:.1f} MiB; {len(merges.seen)} merge children "
+          f"seen, the largest at {merges.hwm_kib / 1024:.1f} MiB (of it anonymous "
+          f"{merges.anon_kib / 1024:.1f} MiB; the rest the libraries the tracer maps too)")
     late = [(t, r) for t, r in samples if t >= 60]
     if len(late) >= 2:
         (ta, ra), (tb, rb) = late[0], late[-1]
