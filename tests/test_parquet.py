@@ -444,6 +444,23 @@ def test_a_merge_that_fails_in_the_child_fails_the_writer(tmp_path: Path, monkey
                                             "part-00002.parquet"]
 
 
+def test_the_merge_child_runs_this_tracer_not_the_working_folders(tmp_path: Path,
+                                                                   monkeypatch) -> None:
+    """The child (root, with the tracer) imports iotrace from where the tracer did, never from
+    the working folder, where anyone could have left a `tracer` package."""
+    monkeypatch.setattr(parquet_sink, "MERGE_SEGMENTS", 2)
+    (tmp_path / "cwd" / "tracer").mkdir(parents=True)
+    (tmp_path / "cwd" / "tracer" / "__init__.py").write_text("raise SystemExit('not this one')\n")
+    monkeypatch.chdir(tmp_path / "cwd")
+    (tmp_path / "trace").mkdir()
+    with TraceWriter(Path("../trace"), {}, merge_apart=True) as w:  # relative, as -o can be
+        for i in range(2):
+            w.add("latency", [dict(LATENCY_ROWS[0], count=i)])
+            w.flush()
+    assert w.merge_child.merges == 1
+    assert _parts(tmp_path / "trace" / "latency") == ["part-00001.parquet"]
+
+
 def test_parts_of_a_merged_segment_left_behind_are_read_once(tmp_path: Path,
                                                              monkeypatch) -> None:
     """A tracer killed after a merged segment was in place, before the parts it holds were

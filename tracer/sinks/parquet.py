@@ -183,7 +183,7 @@ class MergeChild:
     made). The child's CPU counts as the tracer's (tracer.core.selfcost.add_helper_cpu)."""
 
     def __init__(self, directory: Path) -> None:
-        self.directory = directory
+        self.directory = directory.absolute()
         self._proc: subprocess.Popen[bytes] | None = None
         self._jobs: list[tuple[str, int, int]] = []
         self.merges = 0  # merges done
@@ -196,10 +196,12 @@ class MergeChild:
         root = str(Path(__file__).resolve().parent.parent.parent)
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(
             [root, *filter(None, [os.environ.get("PYTHONPATH")])])}
-        # a session of its own: the Ctrl-C that stops the tracer must not kill its last merge
         args = [str(self.directory), str(MERGED_ROW_GROUP_ROWS),
                 *(str(x) for job in jobs for x in job)]
-        self._proc = subprocess.Popen([sys.executable, "-m", "tracer.sinks.parquet", *args],
+        # -P: not the working folder's `tracer`, which anyone could have put there (it runs as
+        # root), but this one, from PYTHONPATH; a session of its own: the Ctrl-C that stops the
+        # tracer must not kill its last merge
+        self._proc = subprocess.Popen([sys.executable, "-P", "-m", "tracer.sinks.parquet", *args],
                                       stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                       stderr=subprocess.PIPE, env=env,
                                       start_new_session=True)
