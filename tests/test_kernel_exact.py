@@ -42,6 +42,14 @@ N, M, K, P, S = 300, 120, 70, 5, 3
 PAGE = 4096
 
 
+def readahead_bytes(path: str) -> int:
+    """The readahead of the disk `path` is on: the most a page fault reads around its page."""
+    st = os.stat(path)
+    dev = Path(f"/sys/dev/block/{os.major(st.st_dev)}:{os.minor(st.st_dev)}").resolve()
+    queue = dev / "queue" if (dev / "queue").is_dir() else dev.parent / "queue"  # a partition
+    return int((queue / "read_ahead_kb").read_text()) << 10
+
+
 def workload_args(data_file) -> list[str]:
     return [str(data_file), "--direct", str(N), "--cached", str(M), "--child-direct", str(K),
             "--write-pipe", str(P), "--socket", str(S)]
@@ -535,7 +543,10 @@ def test_throttled_cold_buffered_reads_are_charged_to_their_process(data_file, t
     bios are held by blk-throttle and submitted by its worker. The block bytes charged to the
     process equal /proc/PID/io read_bytes, the bytes its reads made the disk read. Readahead
     beyond the last read is still held when the reads return: the process waits until the
-    limit has let every byte through (and a second more) before it exits and the trace ends."""
+    limit has let every byte through (and a second more) before it exits and the trace ends.
+    As in the direct reads' test, the interpreter may fault a page of its own back in after
+    its epilogue read /proc/self/io (a sleep in a page fault in `threads`): traced, with the
+    read-around of the fault (at most its disk's readahead), not reported."""
     rate = 16 << 20
     code = ("import time\n"
             "t0 = time.monotonic()\n"
@@ -547,9 +558,15 @@ def test_throttled_cold_buffered_reads_are_charged_to_their_process(data_file, t
             f"time.sleep(max(0, t0 + sent / {rate} + 1 - time.monotonic()))\n")
     lat, io, out = throttled_trace(code, data_file, tmp_path, force, read_bps=rate)
     _, lost_bytes = unseen(out)
-    got = sums(lat, lat.pid.iloc[0], layer="block", op="read")
+    pid = lat.pid.iloc[0]
+    got = sums(lat, pid, layer="block", op="read")
+    threads_ = pd.read_parquet(out / "threads")
+    faults = int(threads_[threads_.pid == pid].fault_sleeps.sum())
     assert io["read_bytes"] >= 16 << 20
-    assert got[1] + lost_bytes == io["read_bytes"], block_rows(lat)
+    around = faults * readahead_bytes(sys.executable)
+    assert io["read_bytes"] <= got[1] + lost_bytes <= io["read_bytes"] + around, block_rows(lat)
+    if not faults:
+        assert got[1] + lost_bytes == io["read_bytes"], block_rows(lat)
 
 
 @pytest.mark.parametrize("force", ["", "no_block_io_start"])
