@@ -115,7 +115,6 @@ class Aggregator:
         self.files = files or FileTable()
         self.prev: dict[bytes, np.ndarray] = {}
         self.prev_threads: dict[int, tuple[int, ...]] = {}  # (pid, *ThreadTime.as_tuple())
-        self.totals: dict[Series, np.ndarray] = {}  # whole-trace sums, for the summary
         # (pid, dev, ino, gen): a file over time (abi.FileKey); a folder's rows as (pid, dev,
         # folder inode, FOLDER_GEN). Bounded (fold_file_totals).
         self.file_totals: dict[FileKey, FileTotals] = {}
@@ -148,10 +147,7 @@ class Aggregator:
             self.prev[rkey] = cur
             if not delta[0].any():
                 continue
-            series = series_of(abi.decode_hist_key(rkey))
-            total = self.totals.get(series)
-            self.totals[series] = delta.copy() if total is None else total + delta
-            rows.extend(self._rows(series, delta, ts_ns))
+            rows.extend(self._rows(series_of(abi.decode_hist_key(rkey)), delta, ts_ns))
         file_rows = self._file_rows(reading.files, reading.folders, ts_ns, reading.folded,
                                     reading.folded_files)
         self.cuda.launch_share = reading.launch_share
