@@ -326,8 +326,10 @@ def test_neighbours_in_the_jobs_throttled_cgroup(mode, blob, workdir, tmp_path):
     assert 0.5 < truth < 0.9, kernel
     assert abs(share - truth) <= 0.05, (share, truth, mine.groupby("who").bytes.sum())
     # blk-throttle's worker submits most of their reads (named by the cgroup's processes), the
-    # few that pass while the cgroup is within its limit are their own
-    assert set(theirs.comm) <= {f"{NEIGHBOURS} x dd", "dd"}, theirs.to_string()
+    # few that pass while the cgroup is within its limit are their own; the job's worker may
+    # be named beside them (the CI pre-check saw it once): it is one of the cgroup's processes
+    names = [[n.split(" x ")[-1] for n in comm.split(", ")] for comm in theirs.comm]
+    assert all("dd" in n and set(n) <= {"dd", "pt_data_worker"} for n in names), theirs.to_string()
     final = findings(out)
     table = final[["kind", "severity", "summary"]].to_string()
     assert final.kind.iloc[0] == "dataloader_io_bound", table
