@@ -34,7 +34,7 @@ from tracer.core.histogram import format_bytes
 from tracer.kernel.libbpf import Map
 from tracer.kernel.probes import Probes
 from tracer.live.procfs import disks_in_flight
-from tracer.workloads.dataset import throttle, throttle_cgroup, unthrottle
+from tracer.workloads.dataset import disk_of, throttle, throttle_cgroup, unthrottle
 
 pytestmark = [needs_root, pytest.mark.kernel]
 
@@ -44,10 +44,8 @@ PAGE = 4096
 
 def readahead_bytes(path: str) -> int:
     """The readahead of the disk `path` is on: the most a page fault reads around its page."""
-    st = os.stat(path)
-    dev = Path(f"/sys/dev/block/{os.major(st.st_dev)}:{os.minor(st.st_dev)}").resolve()
-    queue = dev / "queue" if (dev / "queue").is_dir() else dev.parent / "queue"  # a partition
-    return int((queue / "read_ahead_kb").read_text()) << 10
+    major, minor = disk_of(path)
+    return int(Path(f"/sys/dev/block/{major}:{minor}/queue/read_ahead_kb").read_text()) << 10
 
 
 def workload_args(data_file) -> list[str]:
