@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, BinaryIO
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from tracer.core.selfcost import add_helper_cpu, peak_rss_bytes
 from tracer.core.version import __version__
 from tracer.tracedir.private import mkdir_private, open_private
 from tracer.tracedir.schema import META_FILE, SCHEMA_VERSION, TABLES, table_from_rows
@@ -184,6 +185,9 @@ class MergeChild:
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory.absolute()
+        root = str(Path(__file__).resolve().parent.parent.parent)  # the tracer's own package
+        self._env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+            [root, *filter(None, [os.environ.get("PYTHONPATH")])])}
         self._proc: subprocess.Popen[bytes] | None = None
         self._jobs: list[tuple[str, int, int]] = []
         self.merges = 0  # merges done
@@ -193,9 +197,6 @@ class MergeChild:
         """Merge each (table, first, last) of `jobs`, in order, once the child before is done
         (its failure raised here)."""
         self.wait()
-        root = str(Path(__file__).resolve().parent.parent.parent)
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-            [root, *filter(None, [os.environ.get("PYTHONPATH")])])}
         args = [str(self.directory), str(MERGED_ROW_GROUP_ROWS),
                 *(str(x) for job in jobs for x in job)]
         # -P: not the working folder's `tracer`, which anyone could have put there (it runs as
@@ -203,7 +204,7 @@ class MergeChild:
         # tracer must not kill its last merge
         self._proc = subprocess.Popen([sys.executable, "-P", "-m", "tracer.sinks.parquet", *args],
                                       stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                      stderr=subprocess.PIPE, env=env,
+                                      stderr=subprocess.PIPE, env=self._env,
                                       start_new_session=True)
         self._jobs = jobs
 
@@ -227,8 +228,6 @@ class MergeChild:
             said = json.loads(out.decode().splitlines()[-1])
         except (IndexError, ValueError):
             said = {}
-        from tracer.core.selfcost import add_helper_cpu
-
         add_helper_cpu(float(said.get("cpu_s", 0.0)))
         self.peak_rss_bytes = max(self.peak_rss_bytes, int(said.get("peak_rss_bytes", 0)))
         if proc.returncode == 0:
@@ -244,8 +243,6 @@ class MergeChild:
 def _merge_main(argv: list[str]) -> int:
     """The child of MergeChild: DIRECTORY GROUP_ROWS then TABLE FIRST LAST... Prints one JSON
     line: its CPU seconds and peak memory, and the OSError it met, if one."""
-    from tracer.core.selfcost import peak_rss_bytes
-
     with contextlib.suppress(OSError):
         os.nice(10)  # behind the job and the tracer, on a busy host
     directory, group_rows = Path(argv[0]), int(argv[1])
