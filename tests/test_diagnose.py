@@ -450,8 +450,8 @@ def test_an_intervals_reads_of_a_thousand_folders_stay_bounded_and_add_up():
 
 
 def test_the_reads_an_interval_keeps_are_frozen_and_share_their_keys():
-    """An hour of intervals is kept: each keeps its reads read-only in arrays, the keys that
-    repeat from one interval to the next stored once, and adds up as it did."""
+    """An hour of intervals is kept: each keeps its reads read-only in arrays, its folders'
+    keys stored once for all intervals, its files' packed, and adds up as it did."""
     files = [file_row(WORKER, "dataloader_worker", "read", 4096 * (k + 1), MS,
                       path=f"/data/f{k}.bin") for k in range(40)]
     d = Diagnosis()
@@ -459,7 +459,9 @@ def test_the_reads_an_interval_keeps_are_frozen_and_share_their_keys():
         add_interval(d, i * S, S, [thread(MAIN, MAIN, "main", oncpu=S)], files, [], [], OWNER)
     first, second = (iv.data[MAIN] for iv in d.intervals)
     assert [k for k in first.files] == [k for k in second.files]
-    assert all(a is b for a, b in zip(first.files, second.files, strict=True))
+    assert [a for a, b in zip(first.files, second.files, strict=True) if a is b] == [
+        ("/data/", "ext4")]
+    assert next(iter(first.by_dir)) is next(iter(second.by_dir))
     assert len(first.files) == 33  # 32 files, then their folder as one entry
     assert sum(first.files.values()) == first.bytes == 4096 * sum(range(1, 41))
     assert dict(first.by_dir.items()) == {"/data/": (first.bytes, 0, 0)}

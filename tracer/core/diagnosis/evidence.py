@@ -6,9 +6,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from tracer.core.diagnosis.compact import counts, frozen
 from tracer.core.diagnosis.finding import LoopInterval
 from tracer.core.diagnosis.fuse import FuseSample
-from tracer.core.diagnosis.reads import Reads
+from tracer.core.diagnosis.reads import NO_COUNTS, Reads
 from tracer.core.diagnosis.thresholds import MAX_CPU_TAKERS, MAX_DISK_USERS
 from tracer.core.model import CpuWaitRow, DeviceUserRow, MemoryRow, StackRow, ThreadRow
 from tracer.core.stacks import CodeLine
@@ -18,7 +19,7 @@ from tracer.core.vocab import DATALOADER_WORKER, LOOP_ROLES
 DiskUser = tuple[str, str, str | None, str | None]
 
 
-@dataclass
+@dataclass(slots=True)
 class DiskReads:
     """One disk's reads in one interval, by whom (`device_users`)."""
 
@@ -31,7 +32,7 @@ class DiskReads:
 CpuTaker = tuple[str, int, str, str | None, str | None]
 
 
-@dataclass
+@dataclass(slots=True)
 class CpuWaits:
     """A job's (a main's processes') wait for CPUs in one interval, and who had them."""
 
@@ -42,7 +43,7 @@ class CpuWaits:
     others: dict[CpuTaker, int] = field(default_factory=dict)  # ... to processes outside it
 
 
-@dataclass
+@dataclass(slots=True)
 class Reclaim:
     """A job's (a main's processes') time reclaiming memory in one interval (`threads` rows'
     reclaim_ns), and blocked in page faults outside reclaim (fault_wait_ns): its loop's, its
@@ -59,7 +60,7 @@ class Reclaim:
     fault_sleeps: int = 0  # its threads' sleeps in page faults
 
 
-@dataclass
+@dataclass(slots=True)
 class Background:
     """A background save (another thread, a child process) in one interval."""
 
@@ -81,7 +82,7 @@ class CodeSample:
     code: CodeLine
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, slots=True)
 class IntervalEvidence:
     """One interval as the rules see it, per main pid where it says "main"."""
 
@@ -118,6 +119,31 @@ class IntervalEvidence:
     fuse: tuple[FuseSample, ...] = ()  # the FUSE mounts read through, their daemons' activity
     # main -> its processes' Python stacks sampled here, at the user's code (`stacks` rows)
     code: dict[int, list[CodeSample]] = field(default_factory=dict)
+
+    def compacted(self) -> IntervalEvidence:
+        """This interval as the window keeps it for an hour: read-only, its dicts `Frozen`
+        (compact.py), its lists tuples or arrays (an hour of intervals at -i 1 is kept)."""
+        for loop in self.loops.values():
+            loop.ns = frozen(loop.ns)
+        for d in self.disk_reads.values():
+            d.traced, d.others, d.by_user = tuple(d.traced), tuple(d.others), frozen(d.by_user)
+        for w in self.cpu.values():
+            w.others = frozen(w.others)
+        for name in ("loops", "worker_oncpu_ns", "worker_iowait_ns", "worker_read_ns",
+                     "worker_net_ns", "data", "library", "loop_time", "written", "read_max",
+                     "device_util", "net_bytes", "background", "other_parts", "disk_reads",
+                     "cpu", "reclaim", "saves", "cuda"):
+            setattr(self, name, frozen(getattr(self, name)))
+        self.read_counts = frozen(self.read_counts, counts)
+        self.net_counts = frozen(self.net_counts, counts)
+        self.small_writes = frozen(self.small_writes, lambda by_path: frozen(by_path, tuple))
+        self.memory = frozen(self.memory, frozen)
+        self.code = frozen(self.code, tuple)
+        if self.queue_counts is not NO_COUNTS:
+            self.queue_counts = counts(self.queue_counts)
+        if self.service_counts is not NO_COUNTS:
+            self.service_counts = counts(self.service_counts)
+        return self
 
 
 @dataclass

@@ -49,7 +49,7 @@ class RankLoop:
     pid_ns: dict[int, int]  # each process's training time
 
 
-@dataclass
+@dataclass(slots=True)
 class LoopInterval:
     """A training loop's time in one interval, by state (its `loop` row)."""
 

@@ -1,12 +1,13 @@
 """The file reads one main process and its descendants did in one interval, as the diagnosis
 keeps them: bounded (MAX_READ_PATHS files, MAX_READ_FOLDERS folders) and, once the interval is
-kept, frozen into arrays whose keys are shared between intervals (an hour of them is kept).
+kept, frozen into arrays (`Sums`; an hour of intervals is kept).
 """
 
 from __future__ import annotations
 
 import functools
 import re
+import zlib
 from array import array
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -32,7 +33,7 @@ def is_library(path: str, fs_type: str) -> bool:
             or any(part in path for part in _LIBRARY_PARTS) or bool(_LIBRARY_NAME.search(path)))
 
 
-@dataclass
+@dataclass(slots=True)
 class Reads:
     """File reads of one main process and its descendants in one interval."""
 
@@ -91,9 +92,8 @@ class Reads:
         return len(self.files) - len(self.folder_files) + sum(self.folder_files.values())
 
     def frozen(self) -> Reads:
-        """These reads as an interval keeps them for an hour: read-only, in a third of the
-        memory (arrays of int64 instead of dicts of ints, and the keys that repeat from
-        interval to interval shared: a job reads the same files and folders again and again)."""
+        """These reads as an interval keeps them for an hour: read-only, in arrays instead of
+        dicts of ints, folders' keys shared between intervals and files' packed (`Sums`)."""
         self.files = Sums(self.files)  # type: ignore[assignment]
         self.folder_files = Sums(self.folder_files)  # type: ignore[assignment]
         self.by_dir = Sums(self.by_dir, width=3)  # type: ignore[assignment]
@@ -102,28 +102,40 @@ class Reads:
 
 NO_COUNTS = (0,) * MAX_SLOTS  # the slot counts of an interval without any, shared by all
 
-_shared_keys: dict = {}  # a key of Sums -> the one object all intervals use for it
+_shared_keys: dict = {}  # a folder's key of Sums -> the one object all intervals use for it
+
+
+def _folder(key: str | tuple[str, str]) -> bool:
+    return (key if isinstance(key, str) else key[0]).endswith("/")
 
 
 class Sums:
     """A read-only mapping of a frozen `Reads`, to ints or (width > 1) tuples of ints: what
-    its readers use of a dict."""
+    its readers use of a dict. Folders' keys are shared between intervals; files' keys, which
+    rarely repeat (a data set's files are read once an epoch), are packed into one compressed
+    string, unpacked when read (by the rules, over the window)."""
 
-    __slots__ = ("_keys", "_values", "_width")
+    __slots__ = ("_keys", "_packed", "_pairs", "_values", "_width")
 
     def __init__(self, d: dict, width: int = 1) -> None:
-        keys = []
+        keys: list = []
+        packed: list[str] = []
         for k in d:
             shared = _shared_keys.get(k)
-            if shared is None:
-                shared = k
-                if len(_shared_keys) < MAX_SHARED_KEYS:
-                    _shared_keys[k] = k
+            if shared is None and _folder(k) and len(_shared_keys) < MAX_SHARED_KEYS:
+                shared = _shared_keys[k] = k
             keys.append(shared)
+            if shared is None:  # (a path holds no NUL)
+                packed.append(k if isinstance(k, str) else "\0".join(k))
         self._keys, self._width = tuple(keys), width
+        self._pairs = any(isinstance(k, tuple) for k in d)  # keys (path, fs type), else paths
+        self._packed = zlib.compress("\0".join(packed).encode("utf-8", "surrogateescape"), 1
+                                     ) if packed else None
         # (int(): a trace read back with pandas has floats where a nullable column had nulls)
-        self._values = array("q", map(int, d.values() if width == 1 else
-                                      (n for counts in d.values() for n in counts)))
+        values = [int(n) for n in (d.values() if width == 1 else
+                                   (n for counts in d.values() for n in counts))]
+        # (4 bytes a count where every count fits: most intervals' do)
+        self._values = array("i" if all(-2**31 <= n < 2**31 for n in values) else "q", values)
 
     def values(self) -> Iterable:
         if self._width == 1:
@@ -132,10 +144,15 @@ class Sums:
         return [tuple(self._values[i:i + w]) for i in range(0, len(self._values), w)]
 
     def items(self) -> Iterator[tuple]:
-        return zip(self._keys, self.values(), strict=True)
+        return zip(self, self.values(), strict=True)
 
     def __iter__(self) -> Iterator:
-        return iter(self._keys)
+        if self._packed is None:
+            return iter(self._keys)
+        parts = iter(zlib.decompress(self._packed).decode("utf-8", "surrogateescape")
+                     .split("\0"))
+        return iter([k if k is not None else (next(parts), next(parts)) if self._pairs
+                     else next(parts) for k in self._keys])
 
     def __len__(self) -> int:
         return len(self._keys)

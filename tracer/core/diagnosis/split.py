@@ -171,7 +171,7 @@ def split(state: SplitState, inp: IntervalInput, t: Thresholds, page_size: int,
             inp.device_users, (r["daemon_comm"] for r in inp.fuse if r["daemon_comm"])),
         saves=saves, cuda=cuda_calls(tt.loops), cpu=cpu_waits(inp.cpu_waits, threads, owner),
         reclaim=reclaims(threads, owner), fuse=tuple(FuseSample.of(r) for r in inp.fuse),
-        code=code_samples(inp.stacks, owner))
+        code=code_samples(inp.stacks, owner)).compacted()
 
 
 def _file_times(state: SplitState, t: Thresholds, files: list[FileRow],

@@ -84,10 +84,12 @@ class Window:
         mains = set(iv.loops) | set(iv.data)
         if mains and not any(self.training(iv, pid) for pid in mains):
             return None
+        reads = [r for pid, r in iv.data.items() if self.training(iv, pid)]
+        if len(reads) == 1:
+            return reads[0]  # the interval's own, read-only: no copy of an hour of them
         out = Reads()
-        for pid, r in iv.data.items():
-            if self.training(iv, pid):
-                out.merge(r)
+        for r in reads:
+            out.merge(r)
         return out
 
     def startups(self) -> list[StartUp]:
