@@ -21,6 +21,7 @@ from diagnosis_rows import (
 from diagnosis_rows import run as run_diagnosis
 
 from tracer.core.diagnosis import IO_KINDS, Diagnosis
+from tracer.core.diagnosis.thresholds import MAX_WRITTEN_FILES
 from tracer.core.vocab import LOOP_STATES
 from tracer.render.findings import background_lines, other_lines, startup_line, startup_lines
 
@@ -87,6 +88,22 @@ def test_checkpoint_stall_needs_a_large_file():
     f = run([big] * 3)
     assert kinds(f)[0] == "checkpoint_stall" and f[0].severity == 60
     assert json.loads(f[0].row(0)["evidence"])["files"] == ["/ckpt/model.pt"]
+
+
+def test_small_files_written_are_forgotten_past_a_bound_checkpoints_are_not():
+    """A DataLoader makes a few dozen semaphores in /dev/shm an epoch: what is kept of the files
+    written stays bounded, and a checkpoint written little by little still adds up."""
+    ckpt = "/ckpt/model.pt"
+    d = Diagnosis()
+    piece = file_row(MAIN, "main", "write", 8 << 20, MS, path=ckpt)  # 64 MiB in 8 intervals
+    for i in range(1, 9):
+        sems = [file_row(MAIN, "main", "write", 32, MS, path=f"/dev/shm/sem.{i}-{k}")
+                for k in range(MAX_WRITTEN_FILES // 4)]
+        add_interval(d, i * S, S, [thread(MAIN, MAIN, "main", oncpu=S)], [piece, *sems], [],
+                     [], OWNER)
+        assert len(d.written_total) <= MAX_WRITTEN_FILES + 1
+        assert f"/dev/shm/sem.{i}-0" in {path for _, path in d.written_total}  # written now
+    assert d.written_total[(MAIN, ckpt)] == 64 << 20
 
 
 def test_cold_then_warm_reads_are_cold_cache():

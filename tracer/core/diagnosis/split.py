@@ -42,7 +42,7 @@ from tracer.core.diagnosis.fuse import FuseSample
 from tracer.core.diagnosis.input import IntervalInput, Rank
 from tracer.core.diagnosis.reads import NO_COUNTS, Reads, folder_files_of, is_library
 from tracer.core.diagnosis.saves import SaveState, settle_owed, span_checkpoint_ns
-from tracer.core.diagnosis.thresholds import MAX_READ_AHEAD, Thresholds
+from tracer.core.diagnosis.thresholds import MAX_READ_AHEAD, MAX_WRITTEN_FILES, Thresholds
 from tracer.core.model import FileRow, LatencyRow, ThreadRow
 from tracer.core.units import MAX_SLOTS, slot_of
 from tracer.core.vocab import CHILD, DATALOADER_WORKER, LOOP_ROLES, RANK
@@ -202,6 +202,13 @@ def _file_times(state: SplitState, t: Thresholds, files: list[FileRow],
                 else:
                     w[1] += f["ops"]
                     w[2] += f["latency_sum_ns"]
+    if len(state.written_total) > MAX_WRITTEN_FILES:
+        # Files short of a checkpoint's size and not written now are forgotten: a DataLoader
+        # makes a few dozen semaphores in /dev/shm an epoch, and a run lasts days.
+        now = {(owner.get(f["pid"], f["pid"]), f["path"]) for f in files}
+        for key in [k for k, n in state.written_total.items()
+                    if n < t.checkpoint_file_bytes and k not in now]:
+            del state.written_total[key]
     return out
 
 

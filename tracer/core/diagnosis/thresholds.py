@@ -76,6 +76,7 @@ MAX_INTERVALS = 3600
 # 250-460 KiB an interval (1.6 GiB for MAX_INTERVALS of them); bounded, about 27 KiB.
 MAX_READ_PATHS = 32
 MAX_READ_FOLDERS = 32
+MAX_WRITTEN_FILES = 4096  # files whose bytes written so far are kept, checkpoints first
 MAX_READ_AHEAD = 100_000  # files whose read-ahead pages are remembered (bounded memory)
 MAX_PEERS = 8  # TCP peers named per main process
 MAX_CPU_TAKERS = 8  # processes outside a job that had its CPUs, kept per interval and named
