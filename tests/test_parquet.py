@@ -379,6 +379,23 @@ def test_segments_merged_every_merge_segments(tmp_path: Path, monkeypatch, apart
 
 
 @MERGED_HERE_OR_APART
+def test_a_merged_row_group_is_bounded_by_its_bytes_too(tmp_path: Path, monkeypatch,
+                                                        apart) -> None:
+    """Wide rows make a row group of MERGED_ROW_GROUP_ROWS large in memory: past
+    MERGED_ROW_GROUP_BYTES a group holds fewer rows, the same rows read back in order."""
+    monkeypatch.setattr(parquet_sink, "MERGE_SEGMENTS", 4)
+    monkeypatch.setattr(parquet_sink, "MERGED_ROW_GROUP_BYTES", 1)  # a segment's rows each
+    with TraceWriter(tmp_path, {}, merge_apart=apart) as w:
+        for i in range(4):
+            w.add("latency", [dict(LATENCY_ROWS[0], count=i * 2 + k) for k in range(2)])
+            w.flush()
+    merged = pq.ParquetFile(tmp_path / "latency" / "part-00003.parquet")
+    assert [merged.metadata.row_group(g).num_rows for g in range(merged.num_row_groups)] == [
+        2, 2, 2, 2]
+    assert load(tmp_path).latency["count"].tolist() == list(range(8))
+
+
+@MERGED_HERE_OR_APART
 def test_merged_segments_merged_again_every_merge_merged(tmp_path: Path, monkeypatch,
                                                          apart) -> None:
     """A day's trace keeps a few dozen files a table: every MERGE_MERGED merged segments become

@@ -69,6 +69,11 @@ MERGED_ROW_GROUP_ROWS = 65536
 of 190 000 row groups, each with its own dictionaries, which took 8 times the bytes and the
 time to read (docs/benchmarks.md)."""
 
+MERGED_ROW_GROUP_BYTES = 8 << 20
+"""... or fewer rows, once they take this many bytes in memory: the merge holds a row group's
+rows read and the group being written, and wide rows (a path each) made 65 536 of them over
+100 MiB."""
+
 
 def segment_name(number: int) -> str:
     """File name of segment `number` (counted from 0 per table): ``part-00042.parquet``."""
@@ -130,7 +135,8 @@ def _read(path: Path) -> pa.Table:
 
 def _row_groups(paths: list[Path]) -> Iterator[pa.Table]:
     """The row groups of segments `paths`, one at a time: a merged segment's are
-    MERGED_ROW_GROUP_ROWS rows or so, so merging merged segments holds no more than that."""
+    MERGED_ROW_GROUP_ROWS rows or MERGED_ROW_GROUP_BYTES or so, so merging merged segments
+    holds no more than that."""
     for path in paths:
         f = pq.ParquetFile(path)
         for g in range(f.num_row_groups):
@@ -138,17 +144,19 @@ def _row_groups(paths: list[Path]) -> Iterator[pa.Table]:
 
 
 def _write_group(out: pq.ParquetWriter, tables: list[pa.Table]) -> None:
-    group = pa.concat_tables(tables).combine_chunks()
+    group = pa.concat_tables(tables)  # (its chunks written as they are: no copy of them)
     out.write_table(group, row_group_size=max(1, group.num_rows))
 
 
 def merge_segments(folder: Path, first: int, last: int, tmp_dir: Path,
-                   group_rows: int | None = None) -> None:
+                   group_rows: int | None = None, group_bytes: int | None = None) -> None:
     """Segments first..last of the table in `folder` (those still there: rolled ones, or
     merged ones merged again) as one, under the last one's name, in row groups of `group_rows`
-    (default MERGED_ROW_GROUP_ROWS) rows or so (the memory of that many rows, not of all); its
-    metadata names the segments it holds (COVERS_KEY)."""
+    (default MERGED_ROW_GROUP_ROWS) rows or so, fewer once they take `group_bytes` (default
+    MERGED_ROW_GROUP_BYTES) in memory (the memory of a group, not of all); its metadata names
+    the segments it holds (COVERS_KEY)."""
     group_rows = MERGED_ROW_GROUP_ROWS if group_rows is None else group_rows
+    group_bytes = MERGED_ROW_GROUP_BYTES if group_bytes is None else group_bytes
     paths = [p for n in range(first, last + 1) if (p := folder / segment_name(n)).exists()]
     schema = pq.read_schema(paths[-1])
     schema = schema.with_metadata({**(schema.metadata or {}),
@@ -157,14 +165,15 @@ def merge_segments(folder: Path, first: int, last: int, tmp_dir: Path,
     def write(f: BinaryIO) -> None:
         with pq.ParquetWriter(f, schema, compression="zstd") as out:
             pending: list[pa.Table] = []
-            rows = 0
+            rows = size = 0
             for part in _row_groups(paths):
                 if part.num_rows:
                     pending.append(part.cast(schema))
                     rows += part.num_rows
-                if rows >= group_rows:
+                    size += pending[-1].nbytes
+                if rows >= group_rows or size >= group_bytes:
                     _write_group(out, pending)
-                    pending, rows = [], 0
+                    pending, rows, size = [], 0, 0
             if pending:
                 _write_group(out, pending)
 
@@ -186,8 +195,12 @@ class MergeChild:
     def __init__(self, directory: Path) -> None:
         self.directory = directory.absolute()
         root = str(Path(__file__).resolve().parent.parent.parent)  # the tracer's own package
-        self._env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-            [root, *filter(None, [os.environ.get("PYTHONPATH")])])}
+        # pyarrow's own allocator (mimalloc) and glibc's growing mmap threshold both keep what
+        # a merge freed, its peak then half as large again: the C library's malloc, every
+        # large buffer mapped and given back (unless the user chose otherwise)
+        self._env = {"ARROW_DEFAULT_MEMORY_POOL": "system", "MALLOC_MMAP_THRESHOLD_": "131072",
+                     **os.environ, "PYTHONPATH": os.pathsep.join(
+                         [root, *filter(None, [os.environ.get("PYTHONPATH")])])}
         self._proc: subprocess.Popen[bytes] | None = None
         self._jobs: list[tuple[str, int, int]] = []
         self.merges = 0  # merges done
@@ -198,7 +211,7 @@ class MergeChild:
         (its failure raised here)."""
         self.wait()
         args = [str(self.directory), str(MERGED_ROW_GROUP_ROWS),
-                *(str(x) for job in jobs for x in job)]
+                str(MERGED_ROW_GROUP_BYTES), *(str(x) for job in jobs for x in job)]
         # -P: not the working folder's `tracer`, which anyone could have put there (it runs as
         # root), but this one, from PYTHONPATH; a session of its own: the Ctrl-C that stops the
         # tracer must not kill its last merge
@@ -241,17 +254,17 @@ class MergeChild:
 
 
 def _merge_main(argv: list[str]) -> int:
-    """The child of MergeChild: DIRECTORY GROUP_ROWS then TABLE FIRST LAST... Prints one JSON
-    line: its CPU seconds and peak memory, and the OSError it met, if one."""
+    """The child of MergeChild: DIRECTORY GROUP_ROWS GROUP_BYTES then TABLE FIRST LAST...
+    Prints one JSON line: its CPU seconds and peak memory, and the OSError it met, if one."""
     with contextlib.suppress(OSError):
         os.nice(10)  # behind the job and the tracer, on a busy host
-    directory, group_rows = Path(argv[0]), int(argv[1])
+    directory, group_rows, group_bytes = Path(argv[0]), int(argv[1]), int(argv[2])
     said: dict[str, object] = {}
     code = 0
     try:
-        for i in range(2, len(argv), 3):
+        for i in range(3, len(argv), 3):
             merge_segments(directory / argv[i], int(argv[i + 1]), int(argv[i + 2]),
-                           directory / TMP_DIR, group_rows)
+                           directory / TMP_DIR, group_rows, group_bytes)
     except OSError as e:
         said = {"errno": e.errno or errno.EIO, "strerror": e.strerror or str(e),
                 "filename": e.filename if isinstance(e.filename, str) else None}
