@@ -287,6 +287,26 @@ def test_no_reader_is_said_once_in_one_line(monkeypatch) -> None:
     assert missing_line() == "no Python stacks: py-spy not found (pip install py-spy)"
 
 
+def test_a_source_file_is_read_once_for_every_process_that_sees_it(tmp_path: Path) -> None:
+    """A DataLoader forks new workers each epoch: their lines come from the one copy kept of
+    the file, not one more a process."""
+    src = tmp_path / "train.py"
+    src.write_text("import os\nx = os.read(0, 1)\n")
+    children = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+                for _ in range(3)]
+    sampler = StackSampler("py-spy", time.time_ns, lambda _: None)
+    try:
+        for child in children:
+            assert sampler._source(child.pid, str(src), 2) == "x = os.read(0, 1)"
+        assert len(sampler._sources) == 1
+        assert sampler._source(children[0].pid, str(tmp_path / "gone.py"), 1) is None
+    finally:
+        sampler.close()
+        for child in children:
+            child.kill()
+            child.wait()
+
+
 def _row(pid: int, tid: int, role: str, reason: str, line: int, text: str | None) -> dict:
     return {"ts": 0, "taken": 0, "pid": pid, "tid": tid, "role": role, "reason": reason,
             "depth": 1, "file": "/app/train.py", "line": line, "function": "f", "user": True,

@@ -150,7 +150,7 @@ class StackSampler:
         self._started = time.monotonic()
         self._turn = 0  # the worker sampled next while its loop waits for batches
         self._background: dict[int, float] = {}  # loop pid -> when last sampled so
-        self._sources: dict[tuple[int, str], list[str] | None] = {}
+        self._sources: dict[tuple[int, int, int], list[str] | None] = {}  # by file identity
         self._denied = False
         self.asked = self.dumps = self.failed = 0
         self.cpu_s = 0.0  # the reader's CPU, all dumps
@@ -342,14 +342,19 @@ class StackSampler:
 
     def _source(self, pid: int, file: str, line: int) -> str | None:
         """Line `line` of the process's file `file`, read through its root (a container's own
-        files) and, for a relative name, its working directory; kept per file."""
-        base = f"/proc/{pid}/root" if file.startswith("/") else f"/proc/{pid}/cwd/"
-        key = (pid, file)  # two containers may each have their own /app/train.py
+        files) and, for a relative name, its working directory; kept per file, the same for
+        every process that sees it (the workers a DataLoader forks anew each epoch)."""
+        path = (f"/proc/{pid}/root" if file.startswith("/") else f"/proc/{pid}/cwd/") + file
+        try:
+            st = os.stat(path)
+        except OSError:
+            return None
+        key = (st.st_dev, st.st_ino, st.st_mtime_ns)
         if key not in self._sources:
             if len(self._sources) >= SOURCE_FILES:
                 self._sources.clear()
             try:
-                with open(base + file, encoding="utf-8", errors="replace") as f:
+                with open(path, encoding="utf-8", errors="replace") as f:
                     self._sources[key] = f.read().splitlines()
             except OSError:
                 self._sources[key] = None
