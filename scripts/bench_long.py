@@ -2,13 +2,18 @@
 how long does tracer.load() take on a day of it?
 
     .venv/bin/python scripts/bench_long.py [--minutes 10] [--reads-per-s 2000] [--files 100]
-        [--keep DIR]
+        [--keep DIR] [--imagefolder DIR [--files-per-s 30000] [--workers 8]]
 
 The job (a Python loop, traced from its start) reads --files files of 4 KiB round robin at
---reads-per-s. Every 30 s the tracer's resident memory (VmRSS) is printed with the trace's size
-and file count. At the end: the tracer's peak RSS (VmHWM) and the largest of its merge
-children's (watched every 0.1 s), the growth of RSS from the second minute on, the trace's
-bytes per hour, and tracer.load() of the trace, then tracer.load() and Trace.summary() of a day of it:
+--reads-per-s. With --imagefolder, it is a GPU node's load instead: the ImageNet-shaped
+DataLoader job (tracer.workloads.imagefolder, its class folders in DIR, made by
+bench_scale.py) at --files-per-s with --workers workers forked anew each epoch, shuffled,
+for as many epochs as fill --minutes; the tracer's CPU a file read is printed too.
+
+Every 30 s the tracer's resident memory (VmRSS) is printed with the trace's size and file
+count. At the end: the tracer's peak RSS (VmHWM) and the largest of its merge children's
+(watched every 0.1 s), the growth of RSS from the second minute on, the trace's bytes per
+hour, and tracer.load() of the trace, then tracer.load() and Trace.summary() of a day of it:
 its first merged segment (about 5 minutes) of each table copied over 24 hours, times moved on
 (a day at the same rate, for the reader's cost; not a day traced).
 
@@ -158,6 +163,9 @@ def main() -> int:
     ap.add_argument("--reads-per-s", type=float, default=2000)
     ap.add_argument("--files", type=int, default=100)
     ap.add_argument("--keep")
+    ap.add_argument("--imagefolder", metavar="DIR", help="the DataLoader job on this data set")
+    ap.add_argument("--files-per-s", type=float, default=30_000)
+    ap.add_argument("--workers", type=int, default=8)
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="iotrace-long-"))
     paths = []
@@ -168,9 +176,19 @@ def main() -> int:
     out = Path(args.keep) if args.keep else work / "trace"
     shutil.rmtree(out, ignore_errors=True)
     seconds = args.minutes * 60
-    cmd = [sys.executable, "-m", "tracer.cli", "-o", str(out), "--no-tui", "--", sys.executable,
-           "-c", JOB, *paths, str(args.reads_per_s), str(seconds)]
-    tracer = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
+    job = [sys.executable, "-c", JOB, *paths, str(args.reads_per_s), str(seconds)]
+    if args.imagefolder:
+        from tracer.workloads.imagefolder import listing
+
+        per_epoch = len(listing(args.imagefolder))
+        epochs = max(1, round(seconds * args.files_per_s / per_epoch))
+        job = [sys.executable, "-m", "tracer.workloads.imagefolder", "--data", args.imagefolder,
+               "--num-workers", str(args.workers), "--epochs", str(epochs), "--files-per-s",
+               str(args.files_per_s), "--shuffle"]
+    cmd = [sys.executable, "-m", "tracer.cli", "-o", str(out), "--no-tui", "--", *job]
+    said = work / "job.out"
+    with open(said, "w") as f:
+        tracer = subprocess.Popen(cmd, stdout=f, stderr=subprocess.DEVNULL, cwd=ROOT)
     t0, samples = time.monotonic(), []
     merges = MergeChildren(tracer.pid)
     hwm = 0
@@ -217,7 +235,16 @@ def main() -> int:
     iotrace.load(day).summary()
     print(f"Trace.summary() of the day: {time.monotonic() - t:.0f} s")
     meta = json.loads((out / "meta.json").read_text())
-    print(f"tracer CPU {meta['self_cost']['tracer']['cpu_pct']} % of a core")
+    cost = meta["self_cost"]
+    print(f"tracer CPU {cost['tracer']['cpu_pct']} % of a core")
+    if args.imagefolder:
+        files = sum(int(line.split()[3]) for line in said.read_text().splitlines()
+                    if line.startswith("epoch "))
+        cpu = cost["tracer"]["cpu_seconds"] - cost["tracer"].get("setup_cpu_seconds", 0)
+        full = {k: v for k, v in cost.get("map_full_drops", {}).items() if v}
+        print(f"{files:,} files read: the tracer {cpu / max(files, 1) * 1e6:.2f} us of CPU a "
+              f"file after its start-up ({cpu:.1f} s); lost {cost.get('events_lost')} records, "
+              f"map full {full or 0}")
     shutil.rmtree(work, ignore_errors=True)
     return 0
 
