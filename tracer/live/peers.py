@@ -103,4 +103,4 @@ def sample_peers(alive: Iterable[Process], hists: dict[bytes, bytes]) -> None:
             continue
         new = sorted(peers_of(proc.pid, tables=tables) - set(proc.peers))[
             :MAX_PEERS - len(proc.peers)]
-        proc.peers.extend(new)
+        proc.peers += tuple(new)

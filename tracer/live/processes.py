@@ -6,19 +6,20 @@ already existed at attach time, by one look at /proc through psutil.
 
 from __future__ import annotations
 
-import os
-from dataclasses import dataclass, field
+import sys
+from dataclasses import dataclass
 
 import psutil
 
 from tracer.core import abi
 from tracer.core.diagnosis.feed import loop_owners
-from tracer.core.roles import DATALOADER_WORKER, PIN_COMM, cuda_device, is_agent_cmdline, rank_env, role_of
+from tracer.core.roles import DATALOADER_WORKER, cuda_device, is_agent_cmdline, rank_env, role_of
 from tracer.core.vocab import LOOP_ROLES, RANK
 from tracer.live.clock import Clock
 
 
-@dataclass
+# Slots: a job that re-forks its DataLoader workers every epoch leaves thousands of them here.
+@dataclass(slots=True)
 class Process:
     pid: int
     ppid: int
@@ -29,13 +30,13 @@ class Process:
     exit_ns: int | None = None  # UTC ns
     exit_code: int | None = None  # the code of a normal exit (exit(3) is 3)
     exit_signal: int | None = None  # the signal that killed it (SIGSEGV is 11)
-    written: dict | None = None  # its last row given to the trace (a new one when it changes)
+    written: dict | None = None  # its last row given to the trace, while it may still change
+    final_written: bool = False  # its last row, with its exit, is in the trace
     forgotten: bool = False  # gone, and its kernel counters deleted
-    pin_tids: set[int] = field(default_factory=set)  # its pin-memory threads (pt_data_pin)
     worker_generation: int | None = None
     worker_index: int | None = None
     ns_pid: int | None = None  # the PID inside its own PID namespace (containers)
-    peers: list[str] = field(default_factory=list)  # TCP peers seen, first MAX_PEERS (peers.py)
+    peers: tuple[str, ...] = ()  # TCP peers seen, first MAX_PEERS (peers.py)
     # (RANK, LOCAL_RANK, WORLD_SIZE) of its environment: a rank's, and its workers' who inherit it
     rank_env: tuple[int, int | None, int] | None = None
     is_rank: bool = False  # a rank itself: its environment says so and its parent's does not
@@ -84,23 +85,6 @@ def ns_pid(pid: int, proc: str = "/proc") -> int | None:
     return None
 
 
-def pin_threads(pid: int, proc: str = "/proc") -> set[int]:
-    """The threads of `pid` that named themselves pt_data_pin (the pin-memory thread)."""
-    out = set()
-    try:
-        tids = os.listdir(f"{proc}/{pid}/task")
-    except OSError:
-        return out
-    for tid in tids:
-        try:
-            with open(f"{proc}/{pid}/task/{tid}/comm") as f:
-                if f.read().strip() == PIN_COMM:
-                    out.add(int(tid))
-        except (OSError, ValueError):
-            continue
-    return out
-
-
 def environ(pid: int, proc: str = "/proc") -> bytes:
     """/proc/PID/environ; empty when it cannot be read (gone, or another user's)."""
     try:
@@ -117,8 +101,10 @@ def environ_rank(pid: int, proc: str = "/proc") -> tuple[int, int | None, int] |
 
 
 def _cmdline(pid: int) -> str:
+    """Its command line; interned: a forked DataLoader worker's is its parent's, thousands of
+    times in a long run."""
     try:
-        return " ".join(psutil.Process(pid).cmdline())
+        return sys.intern(" ".join(psutil.Process(pid).cmdline()))
     except (psutil.Error, OSError):
         return ""
 
@@ -136,7 +122,6 @@ class ProcessTable:
         with p.oneshot():
             proc = Process(pid, p.ppid(), p.name(), is_target, _cmdline(pid), self.clock.now_ns())
         proc.ns_pid = ns_pid(pid)
-        proc.pin_tids = pin_threads(pid)  # named before the attach: no rename event to come
         self._read_torchrun_role(proc)
         self.by_pid[pid] = proc
         return proc
@@ -164,8 +149,9 @@ class ProcessTable:
     def on_event(self, ev: abi.ProcEvent) -> None:
         ts = self.clock.to_utc_ns(ev.ts_ns)
         proc = self.by_pid.get(ev.pid)
+        comm = sys.intern(ev.comm)  # a few names for every process (and its exit's command line)
         if ev.kind == abi.EVENT_FORK:
-            kid = self.by_pid[ev.pid] = Process(ev.pid, ev.ppid, ev.comm, False, "", ts)
+            kid = self.by_pid[ev.pid] = Process(ev.pid, ev.ppid, comm, False, "", ts)
             kid.ns_pid = ev.ns_pid or ns_pid(ev.pid)
             parent = self.by_pid.get(ev.ppid)
             if parent:  # a fork shares its environment
@@ -173,7 +159,7 @@ class ProcessTable:
         elif proc is None:
             return
         elif ev.kind == abi.EVENT_EXEC:
-            proc.comm = ev.comm
+            proc.comm = comm
             proc.ns_pid = ev.ns_pid or proc.ns_pid
             proc.cmdline = _cmdline(ev.pid) or proc.cmdline
             self._read_torchrun_role(proc)
@@ -182,12 +168,8 @@ class ProcessTable:
             proc.exit_code, proc.exit_signal = split_wait_status(ev.exit_code)
             if not proc.cmdline:
                 proc.cmdline = proc.comm
-        elif ev.kind == abi.EVENT_RENAME:
-            tid = ev.ppid  # RENAME carries the thread id there
-            if tid == ev.pid:
-                proc.comm = ev.comm
-            if ev.comm == PIN_COMM:
-                proc.pin_tids.add(tid)
+        elif ev.kind == abi.EVENT_RENAME and ev.ppid == ev.pid:  # RENAME: the thread id in ppid
+            proc.comm = comm
 
     def fill_cmdline(self, proc: Process) -> None:
         if not proc.cmdline and proc.alive:

@@ -442,15 +442,17 @@ class Session:
         self.processes.number_workers()
         rows = []
         for proc in self.processes.by_pid.values():
-            if proc.written is not None and proc.written["exit"] is not None:
-                continue  # its final row is in
+            if proc.final_written:
+                continue
             self.processes.fill_cmdline(proc)
             row = proc.row()
             row["cmdline"] = self.redact.cmdline(row["cmdline"])
             row["comm"] = self.redact.comm(row["comm"])
             if row != proc.written:
                 rows.append(row)
-                proc.written = row
+                # a row with its exit is its last: kept only while another may follow
+                proc.final_written = row["exit"] is not None
+                proc.written = None if proc.final_written else row
         return rows
 
     # -- stop -----------------------------------------------------------------------------------------
