@@ -48,3 +48,36 @@ def test_workers_share_their_names_and_command_line():
     a, b = t.get(11), t.get(12)
     assert a is not None and b is not None
     assert a.comm == "pt_data_worker" and a.comm is b.comm and a.cmdline is b.cmdline
+
+
+def test_workers_numbered_by_generation_per_parent():
+    """A generation ends when all its workers have exited: a worker started while one of them
+    still runs is of it, whoever else exited; each parent numbers its own."""
+    t = ProcessTable(Clock())
+    t.add_started(10, 1, ["python", "train.py"])
+    t.on_event(event(abi.EVENT_FORK, 20, 10, ts=0))  # a second loader's parent
+
+    def worker(pid: int, ppid: int, start: float, end: float | None) -> None:
+        t.on_event(event(abi.EVENT_FORK, pid, ppid, ts=int(start * S)))
+        t.on_event(event(abi.EVENT_RENAME, pid, pid, "pt_data_worker", ts=int(start * S)))
+        if end is not None:
+            t.on_event(event(abi.EVENT_EXIT, pid, ts=int(end * S)))
+
+    for pid, start, end in ((11, 1, 5), (12, 1, 6), (13, 5.5, 8),  # 13 while 12 runs
+                            (14, 8, 12), (15, 8.5, 11),  # 14 as the last one exited
+                            (16, 11.5, None), (17, 13, 14),  # 17 while 16 runs
+                            (30, 1, 3)):
+        worker(pid, 10, start, end)
+    worker(18, 10, 8, 9)  # started with 14: the pid breaks the tie
+    worker(21, 20, 1, 4)
+    worker(22, 20, 4, None)
+    t.number_workers()
+    numbers = {p.pid: (p.worker_generation, p.worker_index) for p in t.by_pid.values()
+               if p.worker_generation is not None}
+    assert numbers == {11: (0, 0), 12: (0, 1), 30: (0, 2), 13: (0, 3),
+                       14: (1, 0), 18: (1, 1), 15: (1, 2), 16: (1, 3), 17: (1, 4),
+                       21: (0, 0), 22: (1, 0)}
+    t.on_event(event(abi.EVENT_EXIT, 16, ts=15 * S))
+    worker(19, 10, 15, None)  # once all of generation 1 exited
+    t.number_workers()
+    assert (t.get(17).worker_generation, t.get(19).worker_generation) == (1, 2)  # type: ignore[union-attr]

@@ -191,17 +191,18 @@ class ProcessTable:
                 by_parent.setdefault(p.ppid, []).append(p)
         for workers in by_parent.values():
             workers.sort(key=lambda p: (p.first_seen_ns, p.pid))
-            generation, index, last_exit = 0, 0, None
-            seen_any = False
+            # of the generation so far: its workers still running, its last exit
+            generation, index, running, last_exit = 0, 0, 0, 0
             for w in workers:
-                if seen_any and last_exit is not None and w.first_seen_ns >= last_exit:
-                    generation, index = generation + 1, 0
+                # the generation is over only when all its workers have exited
+                if index and not running and w.first_seen_ns >= last_exit:
+                    generation, index, last_exit = generation + 1, 0, 0
                 w.worker_generation, w.worker_index = generation, index
                 index += 1
-                seen_any = True
-                # the generation is over only when all its workers have exited
-                exits = [x.exit_ns for x in workers if x.worker_generation == generation]
-                last_exit = None if any(e is None for e in exits) else max(exits)
+                if w.exit_ns is None:
+                    running += 1
+                else:
+                    last_exit = max(last_exit, w.exit_ns)
 
     def owners(self) -> dict[int, int]:
         """Each process's training loop, by pid (`feed.loop_owners`: the replay's rule too)."""
