@@ -3,7 +3,10 @@ the `processes` rows a segment roll writes."""
 
 from __future__ import annotations
 
+import random
 from types import SimpleNamespace
+
+import process_rules
 
 from tracer.core import abi
 from tracer.core.redact import Redactor
@@ -81,3 +84,63 @@ def test_workers_numbered_by_generation_per_parent():
     worker(19, 10, 15, None)  # once all of generation 1 exited
     t.number_workers()
     assert (t.get(17).worker_generation, t.get(19).worker_generation) == (1, 2)  # type: ignore[union-attr]
+
+
+def test_what_the_diagnosis_is_told_of_the_processes_is_what_their_rows_say():
+    """`known()` puts only the rows of the processes not forgotten: what it says (each one's
+    loop, the ranks, the peers) is what the rows of all of them say, through forks, names,
+    peers, ranks, exits, the forgetting an interval later and pids taken again."""
+    rng = random.Random(5)
+    t = ProcessTable(Clock())
+    t.add_started(10, 1, ["python", "train.py"])
+    exited: list[int] = []
+    for ts in range(1, 300):
+        for pid in exited:  # as the forgetter does
+            t.by_pid[pid].forgotten = True
+        for _ in range(rng.randint(0, 3)):
+            alive = [p.pid for p in t.alive()]
+            pid = rng.randrange(11, 60)
+            proc = t.get(pid)
+            if alive and (proc is None or not proc.alive):
+                t.on_event(event(abi.EVENT_FORK, pid, rng.choice(alive), ts=ts * S))
+        for proc in t.alive():
+            if proc.pid == 10:
+                continue
+            what = rng.random()
+            if what < 0.1:
+                t.on_event(event(abi.EVENT_RENAME, proc.pid, proc.pid, "pt_data_worker"))
+            elif what < 0.15:  # as its exec's environment says (_read_torchrun_role)
+                proc.rank_env, proc.is_rank = (rng.randrange(4), None, 4), True
+            elif what < 0.2:
+                proc.peers += (f"10.0.0.{rng.randrange(12)}:443",)
+            elif what < 0.3:
+                t.on_event(event(abi.EVENT_EXIT, proc.pid, ts=ts * S))
+        known = t.known()
+        rows = [p.known_row() for p in t.by_pid.values()]
+        assert process_rules.said(rows, ts * S) == (
+            known.owners(), list(known.ranks(ts * S).items()), list(known.peers().items()))
+        assert t.alive() == [p for p in t.by_pid.values() if p.alive]
+        exited = [p.pid for p in t.exited()]
+    assert sum(p.forgotten for p in t.by_pid.values()) > 20
+
+
+def test_a_forgotten_process_that_changes_is_told_again():
+    """A process the forgetter marked while it ran (its pid was taken again from one that had
+    just exited), and a record late for a forgotten one: the diagnosis is told the change."""
+    t = ProcessTable(SimpleNamespace(now_ns=lambda: 5 * S, to_utc_ns=lambda ns: ns))
+    t.add_started(10, 1, ["python", "train.py"])
+    t.on_event(event(abi.EVENT_FORK, 11, 10, ts=S))
+    t.known()
+    t.by_pid[11].forgotten = True  # meant for the process that had pid 11 before
+    t.known()
+    t.by_pid[11].peers += ("10.0.0.1:443",)
+    assert t.known().peers() == {10: ["10.0.0.1:443"]}
+
+    rank = t.by_pid[10]
+    rank.rank_env, rank.is_rank = (0, 0, 2), True
+    t.mark_gone(10)  # at 5 s: its exit record comes later, and says 3 s
+    t.known()
+    rank.forgotten = True
+    t.known()
+    t.on_event(event(abi.EVENT_EXIT, 10, ts=3 * S))
+    assert list(t.known().ranks(4 * S)) == []

@@ -12,6 +12,7 @@ from ui_snapshots import SEC, findings, loop_rows, snapshot
 
 from tracer.core import abi
 from tracer.core.diagnosis import Diagnosis
+from tracer.core.diagnosis.feed import Known
 from tracer.core.interval import Interval
 from tracer.core.selfcost import SelfCost, TracerCpu
 from tracer.live.aggregate import Aggregator, Reading
@@ -35,7 +36,7 @@ def step() -> Step:
 
 def run(s: Step, i: int, **kw) -> Interval:
     return s.interval(Reading({}), T0 + i * SEC, devices=[], system=None, gpu_rows=[],
-                      cost=cost(i), known=[], **kw)
+                      cost=cost(i), known=Known(), **kw)
 
 
 def test_findings_rows_every_few_seconds_and_the_whole_run_at_the_end():

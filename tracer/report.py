@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from tracer.core.diagnosis import Diagnosis, Finding, RankLoop
-from tracer.core.diagnosis.feed import feed, interval_input, owners
+from tracer.core.diagnosis.feed import Known, feed, interval_input
 from tracer.core.diagnosis.input import IntervalInput
 from tracer.core.diagnosis.thresholds import MAX_READ_AHEAD
 from tracer.core.model import GpuIdleRow, GpuRow, Series
@@ -105,22 +105,22 @@ def replay(trace: TraceReader, diagnosis: Diagnosis | None = None) -> Iterator[I
     # interval before its end).
     prev = trace.meta.get("intervals_start_ns")
     interval_ns = int(float(trace.meta.get("interval_s") or 1.0) * 1e9)
-    known: list[dict] = []
-    owner: dict[int, int] = {}
+    known, taken = Known(), 0
     for i, ts in enumerate(stamps):
         n = bisect.bisect_right(first_seen, ts)
-        if n != len(known):  # each process's loop, again once another is known
-            known = procs[:n]
-            owner = owners(known)
+        for r in procs[taken:n]:
+            known.put(r)
+        taken = n
         passing = carried is not None and ts <= carried.until_ns
         if passing:
-            interval = carried.rows(ts, owner, diagnosis.state.first_data_ns, rows, stamps, i)
+            interval = carried.rows(ts, known.owners(), diagnosis.state.first_data_ns, rows,
+                                    stamps, i)
         else:
             if carried is not None and diagnosis.state.read_ahead is not carried.read_ahead:
                 diagnosis.state.read_ahead = carried.read_ahead
             interval = {name: r.full(ts, stamps, i) for name, r in rows.items()}
             interval.update((name, by_ts.get(ts, [])) for name, by_ts in ended.items())
-        yield interval_input(ts, ts - prev if prev else interval_ns, interval, known, owner,
+        yield interval_input(ts, ts - prev if prev else interval_ns, interval, known,
                              carried=passing)
         prev = ts
 

@@ -37,5 +37,4 @@ class Forgetter:
             self.probes.loader.forget_pidfds(dead)
             for pid in dead:
                 self.processes.by_pid[pid].forgotten = True
-        self._next = {p.pid for p in self.processes.by_pid.values()
-                      if not p.alive and not p.forgotten}
+        self._next = {p.pid for p in self.processes.exited()}

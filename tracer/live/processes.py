@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import psutil
 
 from tracer.core import abi
-from tracer.core.diagnosis.feed import loop_owners
+from tracer.core.diagnosis.feed import Known, loop_owners
 from tracer.core.roles import DATALOADER_WORKER, cuda_device, is_agent_cmdline, rank_env, role_of
 from tracer.core.vocab import LOOP_ROLES, RANK
 from tracer.live.clock import Clock
@@ -62,6 +62,15 @@ class Process:
                            strict=True)),
                 "cuda_device": self.cuda_device}
 
+    def known_row(self) -> dict:
+        """What the diagnosis's input reads of it (`feed.Known`): the columns of its
+        `processes` row that say its loop, rank and peers."""
+        return {"pid": self.pid, "ppid": self.ppid, "role": self.role,
+                "first_seen": self.first_seen_ns, "exit": self.exit_ns,
+                "rank": self.rank_env[0] if self.rank_env else None,
+                "world_size": self.rank_env[2] if self.rank_env else None,
+                "peers": ", ".join(self.peers) or None}
+
 
 def split_wait_status(raw: int) -> tuple[int | None, int | None]:
     """The kernel's task exit_code is a wait status (exit(1) is 256, a SIGSEGV 11 or 139 with
@@ -110,11 +119,22 @@ def _cmdline(pid: int) -> str:
 
 
 class ProcessTable:
-    """Every process seen during the trace, by PID."""
+    """Every process seen during the trace, by PID, in the order they were first seen."""
 
     def __init__(self, clock: Clock) -> None:
         self.clock = clock
         self.by_pid: dict[int, Process] = {}
+        # The processes not forgotten yet, in the same order: the others are gone and do not
+        # change, and a long run has thousands of them that an interval need not look at.
+        self._not_forgotten: dict[int, Process] = {}
+        self._known = Known()
+
+    def _add(self, proc: Process) -> None:
+        if proc.pid in self.by_pid:  # its pid taken again: another process, first seen now
+            del self.by_pid[proc.pid]
+            self._not_forgotten.pop(proc.pid, None)
+            self._known.drop(proc.pid)
+        self.by_pid[proc.pid] = self._not_forgotten[proc.pid] = proc
 
     def add_existing(self, pid: int, is_target: bool) -> Process:
         """A process found in /proc (a target, or a descendant alive at attach time)."""
@@ -123,7 +143,7 @@ class ProcessTable:
             proc = Process(pid, p.ppid(), p.name(), is_target, _cmdline(pid), self.clock.now_ns())
         proc.ns_pid = ns_pid(pid)
         self._read_torchrun_role(proc)
-        self.by_pid[pid] = proc
+        self._add(proc)
         return proc
 
     def _read_torchrun_role(self, proc: Process) -> None:
@@ -143,7 +163,7 @@ class ProcessTable:
         """The command iotrace itself starts (before its exec)."""
         proc = Process(pid, ppid, argv[0].rsplit("/", 1)[-1][:15], True, " ".join(argv),
                        self.clock.now_ns(), is_agent=is_agent_cmdline(argv))
-        self.by_pid[pid] = proc
+        self._add(proc)
         return proc
 
     def on_event(self, ev: abi.ProcEvent) -> None:
@@ -151,14 +171,17 @@ class ProcessTable:
         proc = self.by_pid.get(ev.pid)
         comm = sys.intern(ev.comm)  # a few names for every process (and its exit's command line)
         if ev.kind == abi.EVENT_FORK:
-            kid = self.by_pid[ev.pid] = Process(ev.pid, ev.ppid, comm, False, "", ts)
+            kid = Process(ev.pid, ev.ppid, comm, False, "", ts)
             kid.ns_pid = ev.ns_pid or ns_pid(ev.pid)
             parent = self.by_pid.get(ev.ppid)
             if parent:  # a fork shares its environment
                 kid.rank_env, kid.cuda_device = parent.rank_env, parent.cuda_device
-        elif proc is None:
+            self._add(kid)
             return
-        elif ev.kind == abi.EVENT_EXEC:
+        if proc is None:
+            return
+        self._not_forgotten[proc.pid] = proc  # a record late for a forgotten one: looked at again
+        if ev.kind == abi.EVENT_EXEC:
             proc.comm = comm
             proc.ns_pid = ev.ns_pid or proc.ns_pid
             proc.cmdline = _cmdline(ev.pid) or proc.cmdline
@@ -208,13 +231,15 @@ class ProcessTable:
         """Each process's training loop, by pid (`feed.loop_owners`: the replay's rule too)."""
         return loop_owners({pid: (p.ppid, p.role, p.is_target) for pid, p in self.by_pid.items()})
 
-    def known_rows(self) -> list[dict]:
-        """What the diagnosis's input reads of every process known (`feed.interval_input`):
-        the columns of its `processes` row that say its loop, rank and peers."""
-        return [{"pid": p.pid, "ppid": p.ppid, "role": p.role, "first_seen": p.first_seen_ns,
-                 "exit": p.exit_ns, "rank": p.rank_env[0] if p.rank_env else None,
-                 "world_size": p.rank_env[2] if p.rank_env else None,
-                 "peers": ", ".join(p.peers) or None} for p in self.by_pid.values()]
+    def known(self) -> Known:
+        """Every process known, as the diagnosis's input reads them (`feed.interval_input`):
+        the rows of those not forgotten are put again, and a forgotten one's row is its last."""
+        for p in self._not_forgotten.values():
+            self._known.put(p.known_row())
+        # one alive stays: the forgetter marks by pid, maybe one just taken again by a new one
+        self._not_forgotten = {pid: p for pid, p in self._not_forgotten.items()
+                               if p.alive or not p.forgotten}
+        return self._known
 
     def ranks(self) -> list[Process]:
         """The ranks of distributed jobs whose environment's numbers are known."""
@@ -226,11 +251,15 @@ class ProcessTable:
 
     def cuda_devices(self) -> dict[int, str]:
         """The GPU each live training loop's environment gives it, by pid (`roles.cuda_device`)."""
-        return {p.pid: p.cuda_device for p in self.by_pid.values()
-                if p.alive and p.cuda_device is not None and p.role in LOOP_ROLES}
+        return {p.pid: p.cuda_device for p in self.alive()
+                if p.cuda_device is not None and p.role in LOOP_ROLES}
 
     def alive(self) -> list[Process]:
-        return [p for p in self.by_pid.values() if p.alive]
+        return [p for p in self._not_forgotten.values() if p.alive]
+
+    def exited(self) -> list[Process]:
+        """The processes exited and not forgotten yet."""
+        return [p for p in self._not_forgotten.values() if not p.alive and not p.forgotten]
 
     def get(self, pid: int) -> Process | None:
         return self.by_pid.get(pid)

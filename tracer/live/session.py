@@ -378,7 +378,7 @@ class Session:
         interval = self.step.interval(reading, ts_ns, devices=devices, system=system,
                                       memory=memory, fuse=self.fuse.rows,
                                       gpu_rows=gpu_rows, cost=cost,
-                                      known=self.processes.known_rows(),
+                                      known=self.processes.known(),
                                       processes=processes, final=final,
                                       gpu_named=self.processes.cuda_devices(),
                                       stacks=self.stacks.take())

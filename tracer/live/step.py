@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from tracer.core.diagnosis import Diagnosis
+    from tracer.core.diagnosis.feed import Known
     from tracer.core.diagnosis.split import SplitState
     from tracer.core.selfcost import SelfCost
     from tracer.gpu.nvml import GpuMonitor
@@ -45,7 +46,7 @@ class Step:
         return self.diagnosis.state if self.diagnosis.startup else None
 
     def interval(self, reading: Reading, ts_ns: int, *, devices: list[dict], system: dict | None,
-                 gpu_rows: list[dict], cost: SelfCost, known: list[dict],
+                 gpu_rows: list[dict], cost: SelfCost, known: Known,
                  processes: list[dict] | None = None, final: bool = False,
                  memory: list[dict] | None = None,
                  fuse: Callable[[int, list[dict]], list[dict]] | None = None,
@@ -53,10 +54,10 @@ class Step:
                  stacks: list[dict] | None = None) -> Interval:
         """One interval ending at `ts_ns` (UTC ns): the maps' `reading`, the host's `devices`
         and `system` rows, the mains' `memory` rows, the GPUs' samples, iotrace's cost so far,
-        the rows of every process known (`known`: what says each one's training loop, rank and
-        peers), the `processes` rows to write (None: none this interval), and the GPU each
-        training loop's environment gives it (`gpu_named`), the Python stacks sampled since the
-        last interval (`stacks`' rows, stamped here with its end).
+        the processes known (`known`: what says each one's training loop, rank and peers), the
+        `processes` rows to write (None: none this interval), and the GPU each training loop's
+        environment gives it (`gpu_named`), the Python stacks sampled since the last interval
+        (`stacks`' rows, stamped here with its end).
         `fuse(ts_ns, files)`: the `fuse` rows of the FUSE mounts read through, given the
         interval's `files` rows (the session's sampler: tracer.live.fuse, which reads /proc).
         `final`: the run's last interval, which also gets the whole run's verdicts."""
