@@ -78,7 +78,7 @@ def test_render_spans_first_to_last_non_empty_slot():
 
 def test_aggregator_writes_exact_deltas():
     procs = ProcessTable(Clock())
-    procs.by_pid[7] = Process(7, 1, "train", True, "python train.py", 0)
+    procs.add(Process(7, 1, "train", True, "python train.py", 0))
     agg = Aggregator(procs)
     key = abi.HIST_KEY.pack(7, 0, 1, 0, 1, 0)  # syscall read file
     s1 = agg.interval(Reading({key: hist_bytes({12: 5}, {12: 5 * 4096})}), ts_ns=1_000)
@@ -117,7 +117,7 @@ def test_report_rebuilds_the_same_totals_from_rows():
 
 def test_summary_names_process_layer_and_percentiles():
     procs = ProcessTable(Clock())
-    procs.by_pid[5] = Process(5, 1, "train", True, "python train.py", 0)
+    procs.add(Process(5, 1, "train", True, "python train.py", 0))
     series = Series(5, "block", "read", None, "vda", "direct")
     h = np.zeros((2, abi.MAX_SLOTS), dtype=np.uint64)
     h[0, 16] = 20
@@ -348,14 +348,14 @@ def test_folder_totals_of_exited_workers_go_to_their_loop():
     from tracer.live import aggregate
 
     procs = ProcessTable(Clock())
-    procs.by_pid[7] = Process(7, 1, "python", True, "python train.py", 0)
+    procs.add(Process(7, 1, "python", True, "python train.py", 0))
     agg = Aggregator(procs)
     epochs, folders = 5, 30
     for epoch in range(epochs):
         for w in range(2):
             pid = 100 + 10 * epoch + w
-            procs.by_pid[pid] = Process(pid, 7, "pt_data_worker", False, "", 0,
-                                        exit_ns=None if epoch == epochs - 1 else 1)
+            procs.add(Process(pid, 7, "pt_data_worker", False, "", 0,
+                              exit_ns=None if epoch == epochs - 1 else 1))
             for d in range(folders):
                 t = agg.file_totals[(pid, 1, 1000 + d, FOLDER_GEN)] = FileTotals(dir_ino=1000 + d)
                 t.add("read", 3, 4096 * 3, 1000, 0, 0, 10)

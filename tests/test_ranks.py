@@ -44,16 +44,15 @@ def job() -> ProcessTable:
     """torchrun (100) with ranks 0 (101) and 1 (102), two workers each, and a child of rank 1
     that inherited its environment (a saver, 130)."""
     t = ProcessTable(Clock())
-    t.by_pid[100] = Process(100, 1, "pt_elastic", True, "torchrun train.py", 0)
+    t.add(Process(100, 1, "pt_elastic", True, "torchrun train.py", 0))
     for rank, pid in ((0, 101), (1, 102)):
-        t.by_pid[pid] = Process(pid, 100, "python", False, "python train.py", 0,
-                                rank_env=(rank, rank, 2), is_rank=True)
+        t.add(Process(pid, 100, "python", False, "python train.py", 0,
+                      rank_env=(rank, rank, 2), is_rank=True))
         for i in range(2):
             w = 110 + 10 * rank + i
-            t.by_pid[w] = Process(w, pid, "pt_data_worker", False, "python train.py", 0,
-                                  rank_env=(rank, rank, 2))
-    t.by_pid[130] = Process(130, 102, "python", False, "python train.py", 0,
-                            rank_env=(1, 1, 2))
+            t.add(Process(w, pid, "pt_data_worker", False, "python train.py", 0,
+                          rank_env=(rank, rank, 2)))
+    t.add(Process(130, 102, "python", False, "python train.py", 0, rank_env=(1, 1, 2)))
     return t
 
 

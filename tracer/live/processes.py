@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import psutil
 
 from tracer.core import abi
-from tracer.core.diagnosis.feed import Known, loop_owners
+from tracer.core.diagnosis.feed import Known
 from tracer.core.roles import DATALOADER_WORKER, cuda_device, is_agent_cmdline, rank_env, role_of
 from tracer.core.vocab import LOOP_ROLES, RANK
 from tracer.live.clock import Clock
@@ -129,7 +129,8 @@ class ProcessTable:
         self._not_forgotten: dict[int, Process] = {}
         self._known = Known()
 
-    def _add(self, proc: Process) -> None:
+    def add(self, proc: Process) -> None:
+        """A process first seen now (its pid maybe taken again: the process before is gone)."""
         if proc.pid in self.by_pid:  # its pid taken again: another process, first seen now
             del self.by_pid[proc.pid]
             self._not_forgotten.pop(proc.pid, None)
@@ -143,7 +144,7 @@ class ProcessTable:
             proc = Process(pid, p.ppid(), p.name(), is_target, _cmdline(pid), self.clock.now_ns())
         proc.ns_pid = ns_pid(pid)
         self._read_torchrun_role(proc)
-        self._add(proc)
+        self.add(proc)
         return proc
 
     def _read_torchrun_role(self, proc: Process) -> None:
@@ -163,7 +164,7 @@ class ProcessTable:
         """The command iotrace itself starts (before its exec)."""
         proc = Process(pid, ppid, argv[0].rsplit("/", 1)[-1][:15], True, " ".join(argv),
                        self.clock.now_ns(), is_agent=is_agent_cmdline(argv))
-        self._add(proc)
+        self.add(proc)
         return proc
 
     def on_event(self, ev: abi.ProcEvent) -> None:
@@ -176,7 +177,7 @@ class ProcessTable:
             parent = self.by_pid.get(ev.ppid)
             if parent:  # a fork shares its environment
                 kid.rank_env, kid.cuda_device = parent.rank_env, parent.cuda_device
-            self._add(kid)
+            self.add(kid)
             return
         if proc is None:
             return
@@ -228,8 +229,9 @@ class ProcessTable:
                     last_exit = max(last_exit, w.exit_ns)
 
     def owners(self) -> dict[int, int]:
-        """Each process's training loop, by pid (`feed.loop_owners`: the replay's rule too)."""
-        return loop_owners({pid: (p.ppid, p.role, p.is_target) for pid, p in self.by_pid.items()})
+        """Each process's training loop, by pid, as the diagnosis is told it (`known`): kept up
+        to date, not walked again over every process ever seen (read-only)."""
+        return self.known().owners()
 
     def known(self) -> Known:
         """Every process known, as the diagnosis's input reads them (`feed.interval_input`):
