@@ -70,9 +70,10 @@ static __always_inline bool sleeps_in_fault(struct thread_time *t)
 }
 
 /*
- * Who had the CPUs while traced threads waited (struct cpu_wait_key), cumulative, never deleted
- * while tracing. Named keys take at most CPU_WAITS_NAMED entries; past that a process's waits go
- * to its key without a taker (`rest`), whose room is kept.
+ * Who had the CPUs while traced threads waited (struct cpu_wait_key), cumulative; the keys of a
+ * process gone are deleted by user space an interval after its exit. Named keys take at most
+ * CPU_WAITS_NAMED entries; past that a process's waits go to its key without a taker (`rest`),
+ * whose room is kept.
  */
 #define CPU_WAITS_MAX 4096
 #define CPU_WAITS_NAMED (CPU_WAITS_MAX - 256)
@@ -85,6 +86,17 @@ struct {
 } cpu_waits SEC(".maps");
 
 __u64 cpu_waits_used = 0;
+
+/* Keys of cpu_waits that user space deleted (processes gone: tracer.live.forget), so that the
+ * keys in use are cpu_waits_used less these: a job that forks new DataLoader workers every
+ * epoch would otherwise use up the named keys in minutes and lose its workers' waits. Only user
+ * space writes it. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} cpu_waits_freed SEC(".maps");
 
 /* A thread of traced process `tgid` waited `d` ns for the CPU that the current task (sched_switch
  * runs in the context of the task switched from; tgid `taker`) gives up now, having run `ran`
@@ -104,7 +116,10 @@ static __always_inline void cpu_wait_add(__u32 tgid, __u32 taker, bool traced, _
 	bpf_get_current_comm(k.comm, sizeof(k.comm));
 	w = bpf_map_lookup_elem(&cpu_waits, &k);
 	if (!w) {
-		if (cpu_waits_used >= CPU_WAITS_NAMED) { /* the process's rest key instead */
+		__u32 at = 0;
+		__u64 *freed = bpf_map_lookup_elem(&cpu_waits_freed, &at);
+
+		if (cpu_waits_used - (freed ? *freed : 0) >= CPU_WAITS_NAMED) { /* the rest key */
 			__builtin_memset(&k, 0, sizeof(k));
 			k.tgid = tgid;
 			k.rest = 1;

@@ -413,6 +413,11 @@ def decode_cpu_wait_key(raw: bytes) -> CpuWaitKey:
     return CpuWaitKey(pid, taker, cgroup, bool(traced), bool(rest), _cstr(comm))
 
 
+def cpu_wait_key_tgid(raw: bytes) -> int:
+    """The waiting process of a raw struct cpu_wait_key (its first field)."""
+    return CPU_WAIT_KEY.unpack_from(raw)[0]
+
+
 def decode_cpu_wait(raw: bytes) -> tuple[int, int, int]:
     """A raw struct cpu_wait: (waits, wait_ns, earlier_ns)."""
     return CPU_WAIT.unpack(raw)

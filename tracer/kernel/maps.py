@@ -71,6 +71,8 @@ class Maps:
         self._write_spans = Map(fd("write_spans"), abi.TGID.size, abi.WRITE_SPAN.size)
         self._block_users = Map(fd("block_users"), abi.BLOCK_USER_KEY.size, abi.BLOCK_USER.size)
         self._cpu_waits = Map(fd("cpu_waits"), abi.CPU_WAIT_KEY.size, abi.CPU_WAIT.size)
+        self._cpu_waits_freed = Map(fd("cpu_waits_freed"), 4, 8)
+        self._cpu_waits_deleted = 0
         self._max_entries = loader.max_entries
 
     def close(self) -> None:
@@ -115,6 +117,13 @@ class Maps:
         """Who had the CPUs while traced threads waited for one (sched.bpf.c's cpu_waits),
         cumulative, by raw key (abi.decode_cpu_wait_key; values abi.decode_cpu_wait)."""
         return dict(self._cpu_waits.items())
+
+    def delete_cpu_waits(self, keys: list[bytes]) -> None:
+        """Frees these keys of `cpu_waits` (processes gone), and tells the kernel how many it
+        has freed in all: its named keys in use are those it made less those."""
+        self._cpu_waits_deleted += sum(self._cpu_waits.delete(k) for k in keys)
+        if keys:
+            self._cpu_waits_freed.update(bytes(4), self._cpu_waits_deleted.to_bytes(8, "little"))
 
     def read_threads(self) -> dict[int, bytes]:
         """Per-thread time accounting by thread id (abi.decode_thread_time)."""

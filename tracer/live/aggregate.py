@@ -333,10 +333,14 @@ class Aggregator:
         return {"write_open_path": self.files.get(dev, ino, gen, pid).path,
                 "write_open_ns": sum(by_file.values())}
 
-    def forget(self, raw_keys: list[bytes], tids: Iterable[int] = ()) -> None:
-        """Drops keys deleted from the kernel maps (processes gone)."""
+    def forget(self, raw_keys: list[bytes], tids: Iterable[int] = (),
+               cpu_waits: Iterable[bytes] = ()) -> None:
+        """Drops keys deleted from the kernel maps (processes gone): histograms', threads',
+        `cpu_waits`'."""
         for k in raw_keys:
             self.prev.pop(k, None)
+        for k in cpu_waits:
+            self.prev_waits.pop(k, None)
         tids = list(tids)
         for tid in tids:
             self.prev_threads.pop(tid, None)

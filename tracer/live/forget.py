@@ -26,14 +26,16 @@ class Forgetter:
             stale = [k for k in reading.hists if abi.hist_key_tgid(k) in dead]
             stale_tids = [tid for tid, raw in reading.threads.items()
                           if abi.thread_time_tgid(raw) in dead]
+            stale_waits = [k for k in reading.cpu_waits if abi.cpu_wait_key_tgid(k) in dead]
             self.probes.maps.delete_hists(stale)
             self.probes.maps.delete_threads(stale_tids)
+            self.probes.maps.delete_cpu_waits(stale_waits)
             if self.probes.cuda is not None:
                 cuda_tids = [tid for tid, t in reading.cuda.items() if t.pid in dead]
                 self.probes.cuda.delete_threads(cuda_tids)
                 self.probes.cuda.forget(dead)
                 stale_tids += [tid for tid in cuda_tids if tid not in reading.threads]
-            aggregator.forget(stale, stale_tids)
+            aggregator.forget(stale, stale_tids, stale_waits)
             self.probes.loader.forget_pidfds(dead)
             for pid in dead:
                 self.processes.by_pid[pid].forgotten = True
