@@ -413,9 +413,9 @@ def decode_cpu_wait_key(raw: bytes) -> CpuWaitKey:
     return CpuWaitKey(pid, taker, cgroup, bool(traced), bool(rest), _cstr(comm))
 
 
-def cpu_wait_key_tgid(raw: bytes) -> int:
-    """The waiting process of a raw struct cpu_wait_key (its first field)."""
-    return CPU_WAIT_KEY.unpack_from(raw)[0]
+def cpu_wait_key_pids(raw: bytes) -> tuple[int, int]:
+    """(the waiting process, the process that had the CPU) of a raw struct cpu_wait_key."""
+    return CPU_WAIT_KEY.unpack_from(raw)[:2]
 
 
 def decode_cpu_wait(raw: bytes) -> tuple[int, int, int]:

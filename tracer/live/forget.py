@@ -26,7 +26,10 @@ class Forgetter:
             stale = [k for k in reading.hists if abi.hist_key_tgid(k) in dead]
             stale_tids = [tid for tid, raw in reading.threads.items()
                           if abi.thread_time_tgid(raw) in dead]
-            stale_waits = [k for k in reading.cpu_waits if abi.cpu_wait_key_tgid(k) in dead]
+            # a gone process's waits, and the waits others had behind it (a loop's behind the
+            # workers of an epoch before): neither counts again
+            stale_waits = [k for k in reading.cpu_waits
+                           if not dead.isdisjoint(abi.cpu_wait_key_pids(k))]
             self.probes.maps.delete_hists(stale)
             self.probes.maps.delete_threads(stale_tids)
             self.probes.maps.delete_cpu_waits(stale_waits)
