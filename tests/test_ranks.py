@@ -7,12 +7,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 
 from tracer.core.roles import cuda_device, is_agent_cmdline, rank_env, role_of
 from tracer.core.vocab import AGENT, CHILD, DATALOADER_WORKER, MAIN, RANK
 from tracer.gpu.idle import IdleSpan, attribute, gpu_of, gpu_owners
 from tracer.live.clock import Clock
-from tracer.live.processes import Process, ProcessTable
+from tracer.live.processes import Process, ProcessTable, environ
 from tracer.report import clock_line
 
 S = 1_000_000_000
@@ -104,6 +105,10 @@ def test_a_rank_gpu_read_from_its_environment_in_proc():
     child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"],
                              stdin=subprocess.PIPE, env=child_env)
     try:
+        # until it has exec'd: before, its environ is still this process's
+        until = time.monotonic() + 10
+        while b"RANK=1" not in environ(child.pid) and time.monotonic() < until:
+            time.sleep(0.01)
         proc = ProcessTable(Clock()).add_existing(child.pid, is_target=True)
         assert (proc.rank_env, proc.cuda_device, proc.role) == ((1, 1, 2), "7", RANK)
         assert proc.row()["cuda_device"] == "7"
