@@ -12,7 +12,8 @@ from array import array
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
-from tracer.core.diagnosis.thresholds import MAX_READ_FOLDERS, MAX_READ_PATHS, MAX_SHARED_KEYS
+from tracer.core.diagnosis.compact import shared
+from tracer.core.diagnosis.thresholds import MAX_READ_FOLDERS, MAX_READ_PATHS
 from tracer.core.model import FileRow
 from tracer.core.units import MAX_SLOTS
 
@@ -102,9 +103,6 @@ class Reads:
 
 NO_COUNTS = (0,) * MAX_SLOTS  # the slot counts of an interval without any, shared by all
 
-_shared_keys: dict = {}  # a folder's key of Sums -> the one object all intervals use for it
-
-
 def _folder(key: str | tuple[str, str]) -> bool:
     return (key if isinstance(key, str) else key[0]).endswith("/")
 
@@ -121,11 +119,9 @@ class Sums:
         keys: list = []
         packed: list[str] = []
         for k in d:
-            shared = _shared_keys.get(k)
-            if shared is None and _folder(k) and len(_shared_keys) < MAX_SHARED_KEYS:
-                shared = _shared_keys[k] = k
-            keys.append(shared)
-            if shared is None:  # (a path holds no NUL)
+            one = shared(k) if _folder(k) else None
+            keys.append(one)
+            if one is None:  # (a path holds no NUL)
                 packed.append(k if isinstance(k, str) else "\0".join(k))
         self._keys, self._width = tuple(keys), width
         self._pairs = any(isinstance(k, tuple) for k in d)  # keys (path, fs type), else paths

@@ -81,4 +81,3 @@ MAX_READ_AHEAD = 100_000  # files whose read-ahead pages are remembered (bounded
 MAX_PEERS = 8  # TCP peers named per main process
 MAX_CPU_TAKERS = 8  # processes outside a job that had its CPUs, kept per interval and named
 MAX_DISK_USERS = 8  # other users of a disk kept per interval and named in a finding
-MAX_SHARED_KEYS = 65_536  # folders' keys of the kept reads shared between intervals (reads.Sums)
