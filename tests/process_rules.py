@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from tracer.core.diagnosis.feed import loop_owners
+from tracer.core.diagnosis.feed import loop_of
 from tracer.core.diagnosis.input import Rank
 from tracer.core.diagnosis.thresholds import MAX_PEERS
 from tracer.core.vocab import RANK
@@ -16,6 +16,11 @@ def owners(processes: Iterable[Mapping]) -> dict[int, int]:
     pids = {int(r["pid"]) for r in rows}
     return loop_owners({int(r["pid"]): (int(r["ppid"]), r["role"], int(r["ppid"]) not in pids)
                         for r in rows})
+
+
+def loop_owners(parents: Mapping[int, tuple[int, str, bool]]) -> dict[int, int]:
+    """`feed.loop_of` for every pid of (ppid, role, is_target) per pid."""
+    return {pid: loop_of(pid, parents.get) for pid in parents}
 
 
 def ranks(processes: Iterable[Mapping], ts_ns: int) -> dict[int, Rank]:

@@ -8,7 +8,7 @@ import random
 import process_rules
 import pytest
 
-from tracer.core.diagnosis.feed import Known, interval_input, known_at, loop_owners
+from tracer.core.diagnosis.feed import Known, interval_input, known_at
 from tracer.core.diagnosis.input import Rank
 from tracer.core.vocab import AGENT, CHILD, DATALOADER_WORKER, MAIN, RANK
 
@@ -36,6 +36,7 @@ def test_each_process_has_the_loop_above_it_or_the_target_that_named_it() -> Non
 
 def test_loop_owners_takes_whether_the_user_named_a_process() -> None:
     # the live table knows its targets: the agent named, its helper owned by it
+    loop_owners = process_rules.loop_owners
     assert loop_owners({10: (1, "agent", True), 14: (10, "child", True)}) == {10: 10, 14: 14}
     assert loop_owners({10: (1, "agent", False), 14: (10, "child", False)}) == {10: 10, 14: 14}
     assert loop_owners({10: (1, "agent", True), 14: (10, "child", False)}) == {10: 10, 14: 10}

@@ -27,17 +27,11 @@ TABLES = ("threads", "files", "latency", "devices", "memory", "device_users", "e
           "cpu_waits", "fuse", "stacks")
 
 
-def loop_owners(parents: Mapping[int, tuple[int, str, bool]]) -> dict[int, int]:
-    """Each process's training loop, by pid, from (ppid, role, is_target) per pid: its nearest
-    ancestor (or itself) whose role is a loop's (a rank or a `main`), else the nearest traced
-    ancestor the user named (torchrun's agent, whose ranks' other children have no loop above
-    them), else itself."""
-    return {pid: _loop_of(pid, parents.get) for pid in parents}
-
-
-def _loop_of(pid: int, entry: Callable[[int], tuple[int, str, bool] | None]) -> int:
-    """`loop_owners`' rule for one pid; `entry(pid)`: its (ppid, role, is_target), None for a
-    pid not known."""
+def loop_of(pid: int, entry: Callable[[int], tuple[int, str, bool] | None]) -> int:
+    """The training loop of `pid`, from `entry(pid)`: its (ppid, role, is_target), None for a
+    pid not known. Its nearest ancestor (or itself) whose role is a loop's (a rank or a `main`),
+    else the nearest traced ancestor the user named (torchrun's agent, whose ranks' other
+    children have no loop above them), else itself."""
     cur, seen, target = pid, set(), None
     while cur not in seen and (e := entry(cur)) is not None:
         ppid, role, is_target = e
@@ -139,7 +133,7 @@ class Known:
             self._recount = True
 
     def owners(self) -> dict[int, int]:
-        """Each process's training loop, by pid (`loop_owners`). A row does not say whether the
+        """Each process's training loop, by pid (`loop_of`). A row does not say whether the
         user named its process: a traced process whose parent is not traced was (iotrace
         follows every traced process's children from their fork), which is what the live table
         knows. Redone for the processes put with another parent or role, and those below them."""
@@ -149,7 +143,7 @@ class Known:
                 if pid not in self._parent:
                     owner.pop(pid, None)
                     continue
-                loop = owner[pid] = _loop_of(pid, self._entry)
+                loop = owner[pid] = loop_of(pid, self._entry)
                 if self._counted_for.get(pid, loop) != loop:
                     self._recount = True
             self._moved, self._owner, self._owner_given = set(), owner, False
