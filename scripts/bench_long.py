@@ -108,8 +108,9 @@ def tree(out: Path) -> tuple[int, int]:
 def day_of(out: Path, into: Path) -> int:
     """A copy of trace `out` whose every table holds a day of merged segments: its first merged
     one (MERGE_SEGMENTS rolls, about 5 minutes) copied over a day, each copy's times moved on by
-    its span, every MERGE_MERGED copies merged again by the writer's merge_segments (the
-    reader's cost of a day at the same rate)."""
+    the span of the intervals it covers (every table's copies by the same), every MERGE_MERGED
+    copies merged again by the writer's merge_segments (the reader's cost of a day at the same
+    rate)."""
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
@@ -118,19 +119,29 @@ def day_of(out: Path, into: Path) -> int:
     from tracer.tracedir.segments import COVERS_KEY, covered_segments
 
     shutil.copytree(out, into)
-    n = 0
+    firsts = {}  # table folder -> its first merged segment
     for folder in into.iterdir():
         if not folder.is_dir() or folder.name.startswith(".") or folder.name == "processes":
             continue
+        merged = [p for p in sorted(folder.glob("part-*.parquet"))
+                  if covered_segments(pq.read_schema(p))]
+        if merged:
+            firsts[folder] = merged[0]
+
+    def span_of(path: Path) -> int:
+        stamps = pc.cast(pq.read_table(path, columns=["ts"]).column("ts"), pa.int64())
+        return pc.max(stamps).as_py() - pc.min(stamps).as_py() + 1_000_000_000
+
+    # One span for all tables (the `system` table has a row every interval): each table's own
+    # would move its copies' intervals apart from the others' over the day.
+    system = [p for f, p in firsts.items() if f.name == "system"]
+    span = span_of(system[0]) if system else max(map(span_of, firsts.values()))
+    n = 0
+    for folder, first in firsts.items():
         parts = sorted(folder.glob("part-*.parquet"))
-        merged = [p for p in parts if covered_segments(pq.read_schema(p))]
-        if not merged:
-            continue
-        table = pq.read_table(merged[0])
-        meta = pq.ParquetFile(merged[0]).metadata
+        table = pq.read_table(first)
+        meta = pq.ParquetFile(first).metadata
         groups = [meta.row_group(g).num_rows for g in range(meta.num_row_groups)]
-        stamps = pc.cast(table.column("ts"), pa.int64())
-        span = pc.max(stamps).as_py() - pc.min(stamps).as_py() + 1_000_000_000
         schema = table.schema.remove_metadata().with_metadata(
             {k: v for k, v in (table.schema.metadata or {}).items() if k != COVERS_KEY})
         for p in parts:
