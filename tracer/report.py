@@ -9,7 +9,7 @@ latency histograms per process.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TextIO
 
@@ -142,17 +142,21 @@ class _Rows:
             df, ts = df.take(order), ts[order]
         self.df, self.ts = df, ts
         self.stamps = set(np.unique(ts).tolist())
-        self._block: dict[int, list[dict]] = {}
-        self._until_ns: int | None = None  # the last interval end of the block held
+        # the block held: how its rows were made, the last interval end in it, its rows
+        self._block: tuple[Callable, int, dict[int, list[dict]]] | None = None
 
-    def full(self, ts: int, stamps: list[int], i: int) -> list[dict]:
-        """The rows of the interval ending at `ts`, `stamps[i]`; asked in time order."""
-        if self._until_ns is None or ts > self._until_ns:
-            self._until_ns = stamps[min(i + self.BLOCK, len(stamps)) - 1]
+    def full(self, ts: int, stamps: list[int], i: int,
+             records: Callable[[pd.DataFrame], dict[int, list[dict]]] = _records
+             ) -> list[dict]:
+        """The rows of the interval ending at `ts`, `stamps[i]`, made by `records` (by default
+        whole); asked in time order."""
+        if self._block is None or self._block[0] is not records or ts > self._block[1]:
+            until_ns = stamps[min(i + self.BLOCK, len(stamps)) - 1]
             lo = np.searchsorted(self.ts, ts, side="left")
-            hi = np.searchsorted(self.ts, self._until_ns, side="right")
-            self._block = _records(self.df.iloc[lo:hi])
-        return self._block.get(ts, [])
+            hi = np.searchsorted(self.ts, until_ns, side="right")
+            self._block = None  # (freed before the next is made)
+            self._block = (records, until_ns, records(self.df.iloc[lo:hi]))
+        return self._block[2].get(ts, [])
 
     def until(self, until_ns: int) -> pd.DataFrame:
         """The rows of the intervals that end by `until_ns`."""
@@ -165,7 +169,8 @@ class _Carried:
     (split.SplitState), each older interval's others leaving only evidence that its window
     drops before the end:
 
-    - `threads`: every row (the loops' time, the workers seen, who woke the loop);
+    - `threads`: the loops' own threads' rows (their time, who woke them), and the other
+      threads' added up per process (the workers seen, their time: `_carried_threads`);
     - `files`: the loop processes' and their children's writes and fsyncs of files (the bytes
       written per file, checkpoints), and a row per loop process and interval for its own
       reads, their time summed (what the split reads of them); every row of an interval with
@@ -221,10 +226,35 @@ class _Carried:
              rows: dict[str, _Rows], stamps: list[int], i: int) -> dict[str, list[dict]]:
         """The rows of the interval ending at `ts` (`stamps[i]`) that the state needs."""
         starting = any(owner.get(p, p) not in first_data_ns for p in self.pids.get(ts, ()))
-        return {"threads": rows["threads"].full(ts, stamps, i),
+        return {"threads": rows["threads"].full(ts, stamps, i, _carried_threads),
                 "files": rows["files"].full(ts, stamps, i) if starting else
                 self.files.get(ts, []),
                 "latency": self.latency.get(ts, [])}
+
+
+# What the split adds up of a carried interval's threads rows other than a loop's own
+# (`split._thread_times`): a day has millions, which made whole were most of its replay.
+CARRIED_THREAD_SUMS = ("oncpu_ns", "runnable_ns", "iowait_ns")
+
+
+def _carried_threads(df: pd.DataFrame) -> dict[int, list[dict]]:
+    """`_records` of `threads` rows as the split reads a carried interval's: the loops' own
+    threads' rows whole, the other threads' added up per process and name (tid -1), which
+    is all the split reads of them (a DataLoader worker's threads: its one row). In the rows'
+    order, a sum where its last row was (the last collective thread named wins)."""
+    at = np.arange(len(df))
+    whole = (df["role"].isin(LOOP_ROLES) & (df["tid"] == df["pid"])).to_numpy()
+    keys = ["ts", "pid", "role", "comm"]
+    rest = (df[~whole][[*keys, *CARRIED_THREAD_SUMS]].assign(at=at[~whole])
+            .groupby(keys, sort=False, observed=True, dropna=False)
+            .agg(**{c: (c, "sum") for c in CARRIED_THREAD_SUMS}, at=("at", "max"))
+            .reset_index())
+    recs = _plain_records(df[whole]) + _plain_records(rest.drop(columns="at").assign(tid=-1))
+    out: dict[int, list[dict]] = {}
+    for k in np.argsort(np.concatenate([at[whole], rest["at"].to_numpy()]),
+                        kind="stable").tolist():
+        out.setdefault(recs[k]["ts"], []).append(recs[k])
+    return out
 
 
 def _read_ahead(reads: pd.DataFrame, page_size: int) -> dict[tuple[int, str], int] | None:
