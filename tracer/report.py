@@ -88,7 +88,7 @@ def replay(trace: TraceReader, diagnosis: Diagnosis | None = None) -> Iterator[I
     carries over (`_Carried`), marked `carried` so that the diagnosis builds no evidence of
     them (it would drop it unread): on a day of trace, building it row by row was most of the
     summary's time. What the diagnosis then holds is what the whole replay gives it."""
-    rows = {name: _Rows(trace[name]) for name in ROW_TABLES}
+    rows = {name: _Rows(trace[name], _SPLIT_READS.get(name)) for name in ROW_TABLES}
     stamps = sorted(set().union(*(r.stamps for r in rows.values()),
                                 _stamps(trace["system"])))
     events = _plain_records(trace["events"])
@@ -129,19 +129,38 @@ def _stamps(df: pd.DataFrame) -> set[int]:
     return set(np.unique(df["ts"].array.asi8).tolist()) if len(df) else set()
 
 
+def _latency_split_reads(df: pd.DataFrame) -> np.ndarray:
+    """The `latency` rows the diagnosis reads (`split.socket_reads`, `split._histograms`):
+    syscall reads of files and sockets, the block layer's reads. The others (pipes, writes,
+    unix sockets) were three quarters of a DataLoader job's rows, each made a dict for nothing."""
+    op, layer = df["op"], df["layer"]
+    return ((op == "read") & (((layer == "syscall") & df["target"].isin(("file", "socket")))
+                              | layer.isin(("block", "block_queue")))).to_numpy()
+
+
+# Per table, the rows the diagnosis reads, where it reads fewer than all.
+_SPLIT_READS: dict[str, Callable[[pd.DataFrame], np.ndarray]] = {
+    "latency": _latency_split_reads}
+
+
 class _Rows:
     """A table's rows by interval end (ns) as plain dicts, turned into dicts a block of
     intervals at a time as the replay comes to them (a day has millions of rows)."""
 
     BLOCK = 4096  # intervals
 
-    def __init__(self, df: pd.DataFrame) -> None:
+    def __init__(self, df: pd.DataFrame,
+                 keep: Callable[[pd.DataFrame], np.ndarray] | None = None) -> None:
+        """`keep`: of `df`, the rows given (an interval of rows left out is still one)."""
         ts = df["ts"].array.asi8 if len(df) else np.empty(0, dtype=np.int64)
         if len(ts) and np.any(ts[1:] < ts[:-1]):
             order = np.argsort(ts, kind="stable")  # an interval's rows keep their order
             df, ts = df.take(order), ts[order]
-        self.df, self.ts = df, ts
-        self.stamps = set(np.unique(ts).tolist())
+        # (in order: the first of each run of equal ends, without np.unique's sort)
+        self.stamps = set(ts[np.flatnonzero(np.diff(ts, prepend=-1))].tolist())
+        # the rows kept, by position in `df`: a block at a time is taken, not the table copied
+        self._at = np.flatnonzero(keep(df)) if keep is not None and len(df) else None
+        self.df, self.ts = df, ts if self._at is None else ts[self._at]
         # the block held: how its rows were made, the last interval end in it, its rows
         self._block: tuple[Callable, int, dict[int, list[dict]]] | None = None
 
@@ -155,12 +174,15 @@ class _Rows:
             lo = np.searchsorted(self.ts, ts, side="left")
             hi = np.searchsorted(self.ts, until_ns, side="right")
             self._block = None  # (freed before the next is made)
-            self._block = (records, until_ns, records(self.df.iloc[lo:hi]))
+            self._block = (records, until_ns, records(self._rows(lo, hi)))
         return self._block[2].get(ts, [])
 
     def until(self, until_ns: int) -> pd.DataFrame:
         """The rows of the intervals that end by `until_ns`."""
-        return self.df.iloc[:np.searchsorted(self.ts, until_ns, side="right")]
+        return self._rows(0, np.searchsorted(self.ts, until_ns, side="right"))
+
+    def _rows(self, lo: int, hi: int) -> pd.DataFrame:
+        return self.df.iloc[lo:hi] if self._at is None else self.df.take(self._at[lo:hi])
 
 
 @dataclass
