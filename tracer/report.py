@@ -157,7 +157,8 @@ class _Rows:
             order = np.argsort(ts, kind="stable")  # an interval's rows keep their order
             df, ts = df.take(order), ts[order]
         # (in order: the first of each run of equal ends, without np.unique's sort)
-        self.stamps = set(ts[np.flatnonzero(np.diff(ts, prepend=-1))].tolist())
+        self.stamps = set(ts[np.concatenate(([True], ts[1:] != ts[:-1]))].tolist()
+                          if len(ts) else ())
         # the rows kept, by position in `df`: a block at a time is taken, not the table copied
         self._at = np.flatnonzero(keep(df)) if keep is not None and len(df) else None
         self.df, self.ts = df, ts if self._at is None else ts[self._at]
