@@ -19,6 +19,7 @@ import pandas as pd
 from tracer.core.diagnosis import Diagnosis, Finding, RankLoop
 from tracer.core.diagnosis.feed import Known, feed, interval_input
 from tracer.core.diagnosis.input import IntervalInput
+from tracer.core.diagnosis.split import LATENCY_READS
 from tracer.core.diagnosis.thresholds import MAX_READ_AHEAD
 from tracer.core.model import GpuIdleRow, GpuRow, Series
 from tracer.core.selfcost import SelfCost
@@ -125,22 +126,25 @@ def replay(trace: TraceReader, diagnosis: Diagnosis | None = None) -> Iterator[I
         prev = ts
 
 
-def _stamps(df: pd.DataFrame) -> set[int]:
-    return set(np.unique(df["ts"].array.asi8).tolist()) if len(df) else set()
-
-
 def _latency_split_reads(df: pd.DataFrame) -> np.ndarray:
-    """The `latency` rows the diagnosis reads (`split.socket_reads`, `split._histograms`):
-    syscall reads of files and sockets, the block layer's reads. The others (pipes, writes,
-    unix sockets) were three quarters of a DataLoader job's rows, each made a dict for nothing."""
-    op, layer = df["op"], df["layer"]
-    return ((op == "read") & (((layer == "syscall") & df["target"].isin(("file", "socket")))
-                              | layer.isin(("block", "block_queue")))).to_numpy()
+    """The `latency` rows the diagnosis reads (`split.LATENCY_READS`). The others (pipes,
+    writes, unix sockets) were three quarters of a DataLoader job's rows, each made a dict for
+    nothing."""
+    layer, target = df["layer"], df["target"]
+    keep = np.zeros(len(df), dtype=bool)
+    for name, targets in LATENCY_READS.items():
+        keep |= ((layer == name) if targets is None
+                 else (layer == name) & target.isin(targets)).to_numpy()
+    return keep & (df["op"] == "read").to_numpy()
 
 
 # Per table, the rows the diagnosis reads, where it reads fewer than all.
 _SPLIT_READS: dict[str, Callable[[pd.DataFrame], np.ndarray]] = {
     "latency": _latency_split_reads}
+
+
+def _stamps(df: pd.DataFrame) -> set[int]:
+    return set(np.unique(df["ts"].array.asi8).tolist()) if len(df) else set()
 
 
 class _Rows:
