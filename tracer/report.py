@@ -91,7 +91,7 @@ def replay(trace: TraceReader, diagnosis: Diagnosis | None = None) -> Iterator[I
     summary's time. What the diagnosis then holds is what the whole replay gives it."""
     rows = {name: _Rows(trace[name], _SPLIT_READS.get(name)) for name in ROW_TABLES}
     stamps = sorted(set().union(*(r.stamps for r in rows.values()),
-                                _stamps(trace["system"])))
+                                _Rows(trace["system"]).stamps))
     events = _plain_records(trace["events"])
     for e in events:
         e["end"] = e["ts"] + e["latency_ns"]
@@ -141,10 +141,6 @@ def _latency_split_reads(df: pd.DataFrame) -> np.ndarray:
 # Per table, the rows the diagnosis reads, where it reads fewer than all.
 _SPLIT_READS: dict[str, Callable[[pd.DataFrame], np.ndarray]] = {
     "latency": _latency_split_reads}
-
-
-def _stamps(df: pd.DataFrame) -> set[int]:
-    return set(np.unique(df["ts"].array.asi8).tolist()) if len(df) else set()
 
 
 class _Rows:
