@@ -1,9 +1,9 @@
 """Reading a trace directory back, read-only: every table as a pandas DataFrame.
 
 `load(DIR)` checks ``meta.json`` and its schema version; each table is read on first access
-with ``pd.read_parquet(DIR/<table>)`` and then cached. Timestamps are ``datetime64[ns, UTC]``,
-dictionary-encoded strings are categoricals, durations are int64 nanoseconds in columns named
-``*_ns`` (see `tracer.tracedir.schema`). Nothing here writes to the directory.
+(`tracer.tracedir.tables`, which skips unusable segments) and then cached. Timestamps are
+``datetime64[ns, UTC]``, dictionary-encoded strings are categoricals, durations are int64
+nanoseconds in columns named ``*_ns`` (see `tracer.tracedir.schema`). Nothing here writes to the directory.
 
 This is the reader the renderers and `iotrace report` build on; users get it as
 ``tracer.load`` (`tracer.api`), whose `Trace` adds the text summary and the notebook view.
@@ -24,9 +24,11 @@ import pyarrow as pa
 from tracer.core.abi import ATTRIBUTIONS, LAYERS, OPS, TARGETS
 from tracer.core.histogram import MaxSeen, interpolate
 from tracer.core.units import PAGE_SIZE
-from tracer.tracedir.schema import META_FILE, READ_VERSIONS, SCHEMA_VERSION, TABLES
+from tracer.tracedir import sums
+from tracer.tracedir.schema import TABLES
+from tracer.tracedir.tables import TraceError, TraceTables, describe_targets, read_meta, role_counts
 
-_SEGMENT_GLOB = "part-*.parquet"
+__all__ = ["TraceError", "TraceReader", "describe_targets", "load", "role_counts"]
 _KNOWN_VALUES = {
     "layer": set(LAYERS.values()),
     "op": set(OPS.values()),
@@ -35,12 +37,8 @@ _KNOWN_VALUES = {
 }
 
 
-class TraceError(Exception):
-    """A trace directory cannot be read; the message says what is wrong and what to do."""
-
-
-class TraceReader:
-    """The tables of one trace directory, read lazily.
+class TraceReader(TraceTables):
+    """The tables of one trace directory as pandas DataFrames, read lazily.
 
     `meta` is the content of ``meta.json``; `tables` lists the tables that have data on disk.
     ``trace["latency"]`` and ``trace.latency`` return the table as a DataFrame; a table that the
@@ -49,42 +47,19 @@ class TraceReader:
 
     def __init__(self, directory: Path, meta: dict[str, object]) -> None:
         """Use `load` instead: it checks the directory and its schema version first."""
-        self.directory = directory
-        self.meta = meta
+        super().__init__(directory, meta)
         self._cache: dict[str, pd.DataFrame] = {}
-        # table -> [(segment, why it was skipped)] for the tables read so far
-        self.damaged: dict[str, list[tuple[Path, str]]] = {}
-
-    @property
-    def tables(self) -> list[str]:
-        """Names of the tables with at least one finished segment on disk, sorted."""
-        return sorted(
-            p.name
-            for p in self.directory.iterdir()
-            if p.is_dir() and not p.name.startswith((".", "_")) and any(p.glob(_SEGMENT_GLOB))
-        )
 
     def __getitem__(self, name: str) -> pd.DataFrame:
         """Table `name` as a DataFrame (read on first access, then cached)."""
         if name in self._cache:
             return self._cache[name]
-        folder = self.directory / name
-        present = folder.is_dir() and any(folder.glob(_SEGMENT_GLOB))
-        if not present:
-            if name not in TABLES:
-                known = sorted(set(TABLES) | set(self.tables))
-                raise TraceError(
-                    f"trace {str(self.directory)!r} has no table {name!r}; "
-                    f"tables: {', '.join(known)}"
-                )
-            frame = TABLES[name].empty_table().to_pandas()
-        else:
-            frame = self._read_segments(name, folder)
-            if name == "processes":
-                # Rolled as it ran, a process has a row each time it changed (a trace cut short
-                # keeps them all): the last is current.
-                frame = frame.drop_duplicates(["pid", "first_seen"], keep="last")
-                frame = frame.reset_index(drop=True)
+        frame = self.arrow(name).to_pandas()
+        if name == "processes" and not frame.empty:
+            # Rolled as it ran, a process has a row each time it changed (a trace cut short
+            # keeps them all): the last is current.
+            frame = frame.drop_duplicates(["pid", "first_seen"], keep="last")
+            frame = frame.reset_index(drop=True)
         self._cache[name] = frame
         return frame
 
@@ -93,66 +68,13 @@ class TraceReader:
         a rewrite of the table, as `iotrace report` rewrites `gpu_idle`)."""
         self._cache.pop(name, None)
 
-    def _read_segments(self, name: str, folder: Path) -> pd.DataFrame:
-        """Every usable segment of a table; the unusable ones (damaged, cut short, foreign) are
-        skipped, listed in `trace.damaged[name]` and reported in one warning line."""
-        import warnings
-
-        import pyarrow.parquet as pq
-
-        from tracer.tracedir.segments import conform, covered_segments, segment_number, segment_problems
-
-        columns = TABLES[name].names if name in TABLES else None
-        bad = dict(segment_problems(folder, name, columns)) if name in TABLES else {}
-        read: list[tuple[int | None, pa.Table]] = []
-        covered: set[int] = set()
-        for seg in sorted(folder.glob(_SEGMENT_GLOB)):
-            if seg in bad:
-                continue
-            try:
-                data = pq.ParquetFile(seg).read()  # read_table: a dataset per file, slower
-            except (pa.ArrowException, OSError) as e:
-                bad[seg] = f"damaged data ({' '.join(str(e).split())[:120]})"
-                continue
-            read.append((segment_number(seg.name),
-                         conform(data, name) if name in TABLES else data))
-            covered.update(covered_segments(data.schema))
-        # a merged segment's parts still on disk (its writer was killed before deleting them)
-        tables = [data for n, data in read if n not in covered]
-        if bad:
-            self.damaged[name] = sorted(bad.items())
-            first, reason = self.damaged[name][0]
-            msg = (f"table {name!r} of {str(self.directory)!r}: skipped {len(bad)} unusable "
-                   f"segment(s) of {len(bad) + len(tables)} ({first.name}: {reason}); the rest "
-                   "is loaded")
-            if not tables:
-                raise TraceError(msg.replace("; the rest is loaded", ": nothing left to load"))
-            warnings.warn(msg, stacklevel=3)
-        return pa.concat_tables(tables, promote_options="permissive").to_pandas()
-
     def segments(self, name: str) -> Iterator[pd.DataFrame]:
         """Table `name` a row group at a time (a rolled segment's rows, or about 65 536 rows of a
         merged one), in the order `trace[name]` has its rows, for a sum over a table too large
         to hold whole (a day of `files`). A trace closed by its writer:
         a segment that cannot be read raises TraceError (`trace[name]` skips it)."""
-        import pyarrow.parquet as pq
-
-        from tracer.tracedir.segments import conform, covered_segments, segment_number
-
-        segs = sorted((self.directory / name).glob(_SEGMENT_GLOB))
-        try:
-            # a merged segment's parts still on disk (its writer was killed before deleting
-            # them): known from the merged one's metadata, read before any rows
-            covered = {n for seg in segs for n in covered_segments(pq.read_schema(seg))}
-            for seg in segs:
-                if segment_number(seg.name) not in covered:
-                    f = pq.ParquetFile(seg)
-                    for g in range(f.num_row_groups):
-                        data = f.read_row_group(g)
-                        yield (conform(data, name) if name in TABLES else data).to_pandas()
-        except (pa.ArrowException, OSError) as e:
-            raise TraceError(f"table {name!r} of {str(self.directory)!r}: cannot read a "
-                             f"segment ({' '.join(str(e).split())[:120]})") from e
+        for data in self.row_groups(name):
+            yield data.to_pandas()
 
     def __getattr__(self, name: str) -> pd.DataFrame:
         """``trace.latency`` is ``trace["latency"]``."""
@@ -166,32 +88,6 @@ class TraceReader:
         return sorted(set(super().__dir__()) | set(TABLES) | set(self.tables))
 
     # -- what a notebook asks ------------------------------------------------------------------
-
-    @property
-    def start_ns(self) -> int | None:
-        """When tracing started, ns since the Unix epoch (``meta.json``), or None if unknown."""
-        return _int_or_none(self.meta.get("start_ns"))
-
-    @property
-    def stop_ns(self) -> int | None:
-        """When tracing stopped, or None (unknown, or a tracer that was killed)."""
-        return _int_or_none(self.meta.get("stop_ns"))
-
-    @property
-    def duration_s(self) -> float | None:
-        """Seconds from start to stop (``meta.json``), or None if either is unknown."""
-        if self.start_ns is None or self.stop_ns is None:
-            return None
-        return (self.stop_ns - self.start_ns) / 1e9
-
-    @property
-    def targets(self) -> dict[str, list]:
-        """What was traced: ``{"pids": [...], "command": [...]}`` (from ``meta.json``)."""
-        targets = self.meta.get("targets")
-        if not isinstance(targets, dict):
-            return {"pids": [], "command": []}
-        return {"pids": list(targets.get("pids") or []),
-                "command": list(targets.get("command") or [])}
 
     def percentiles(
         self,
@@ -339,81 +235,37 @@ class TraceReader:
         start-up, counted in ``startup_s`` and left out of the shares, as the findings leave
         them out. One row per pid (the index): ``seconds`` (the loop's time after start-up),
         ``startup_s``, and ``<state>_pct`` for each state of `tracer.core.vocab.LOOP_STATES`
-        (percent of ``seconds``; NaN when it is 0).
+        (percent of ``seconds``; NaN when it is 0): `tracer.tracedir.sums.loop_split`.
         """
-        from tracer.core.vocab import LOOP_STATES
-
-        loop = self.loop
-        pcts = [f"{s}_pct" for s in LOOP_STATES]
-        if loop.empty:
-            return pd.DataFrame(columns=["seconds", "startup_s", *pcts],
-                                index=pd.Index([], name="pid"), dtype="float64")
-        since = training_since or {}
-        ts = loop["ts"].astype("int64")
-        limit = loop["pid"].map(lambda p: since.get(int(p), -1)).astype("int64")
-        startup = ts <= limit
-        cols = [f"{s}_ns" for s in LOOP_STATES]
-        train = loop[~startup].groupby("pid")[["interval_ns", *cols]].sum()
-        start = loop[startup].groupby("pid")["interval_ns"].sum()
-        pids = sorted(int(p) for p in loop["pid"].unique())
-        train = train.reindex(pids, fill_value=0)
-        total = train[cols].sum(axis=1)
-        out = pd.DataFrame({"seconds": total / 1e9,
-                            "startup_s": start.reindex(pids, fill_value=0) / 1e9},
-                           index=pd.Index(pids, name="pid"))
-        for state, col in zip(LOOP_STATES, cols, strict=True):
-            out[f"{state}_pct"] = 100 * train[col] / total.where(total > 0)
-        return out.astype("float64")
+        rows = sums.loop_split(self.arrow("loop"), training_since)
+        return _frame(rows, "pid", sums.LOOP_SPLIT_COLUMNS).astype("float64")
 
     def gpu_idle_by_cause(self, spans: pd.DataFrame | None = None) -> pd.DataFrame:
         """Per GPU (the index): ``sampled_s`` (time its NVML samples cover), ``idle_s`` (its
         hard idle spans: `spans`, by default the ``gpu_idle`` table) and ``<cause>_s`` for each
-        cause found, most first."""
-        gpu = self["gpu"]
-        spans = self["gpu_idle"] if spans is None else spans
-        if gpu.empty:
-            return pd.DataFrame(columns=["sampled_s", "idle_s"], index=pd.Index([], name="gpu"))
-        out = pd.DataFrame({"sampled_s": gpu.groupby("gpu")["sample_period_ns"].sum() / 1e9})
-        out.index = out.index.astype("int64").rename("gpu")
-        if spans.empty:
-            out["idle_s"] = 0.0
-            return out
-        spans = spans.astype({"cause": object, "gpu": "int64"})
-        out["idle_s"] = (spans.groupby("gpu")["duration_ns"].sum() / 1e9).reindex(
-            out.index, fill_value=0.0)
-        by_cause = spans.groupby(["gpu", "cause"])["duration_ns"].sum().unstack(fill_value=0)
-        order = by_cause.sum().sort_values(ascending=False, kind="stable").index
-        for cause in order:
-            out[f"{cause}_s"] = (by_cause[cause] / 1e9).reindex(out.index, fill_value=0.0)
+        cause found, most first (`tracer.tracedir.sums.gpu_idle_by_cause`)."""
+        if spans is None:
+            idle = self.arrow("gpu_idle", ["gpu", "cause", "duration_ns"])
+        else:
+            idle = pa.table({"gpu": spans["gpu"].to_numpy(dtype="int64"),
+                             "cause": spans["cause"].astype(str).to_numpy(),
+                             "duration_ns": spans["duration_ns"].to_numpy(dtype="int64")}
+                            if not spans.empty else {"gpu": [], "cause": [], "duration_ns": []})
+        rows = sums.gpu_idle_by_cause(self.arrow("gpu", ["gpu", "sample_period_ns"]), idle)
+        out = _frame(rows, "gpu", ["sampled_s", "idle_s"])
+        if not out.empty:
+            out.index = out.index.astype("int64")
         return out
 
     def device_summary(self) -> pd.DataFrame:
         """Per disk that did I/O (the index), over the trace: mean ``r_s``, ``rkb_s``, ``w_s``,
         ``wkb_s``, ``await_ms`` (of the intervals with requests), ``util_pct``,
         ``max_util_pct``, and ``others_read_pct``: the share of its read bytes that processes
-        iotrace did not trace read (`device_users`; NaN without its rows); busiest first."""
-        dev = self.devices
-        columns = ["r_s", "rkb_s", "w_s", "wkb_s", "await_ms", "util_pct", "max_util_pct",
-                   "others_read_pct"]
-        if dev.empty:
-            return pd.DataFrame(columns=columns, index=pd.Index([], name="device"))
-        dev = dev.astype({"device": object})
-        g = dev.groupby("device")
-        out = g[["r_s", "rkb_s", "w_s", "wkb_s", "util_pct"]].mean()
-        busy = dev[(dev["r_s"] + dev["w_s"]) > 0]
-        out["await_ms"] = busy.groupby("device")["await_ms"].mean().reindex(out.index)
-        out["max_util_pct"] = g["util_pct"].max()
-        users = self["device_users"]
-        reads = users[users["op"] == "read"].astype({"device": object})
-        total = reads.groupby("device")["bytes"].sum()
-        others = reads[reads["who"] != "traced"].groupby("device")["bytes"].sum()
-        share = (100 * others.reindex(total.index, fill_value=0) / total).where(total > 0)
-        out["others_read_pct"] = share.reindex(out.index)
-        out = out[(out["r_s"] + out["w_s"]) > 0]
-        return out[columns].sort_values("util_pct", ascending=False, kind="stable")
-
-    def __repr__(self) -> str:
-        return f"<Trace {str(self.directory)!r} tables={self.tables}>"
+        iotrace did not trace read (`device_users`; NaN without its rows); busiest first
+        (`tracer.tracedir.sums.device_summary`)."""
+        rows = sums.device_summary(self.arrow("devices"),
+                                   self.arrow("device_users", ["device", "op", "who", "bytes"]))
+        return _frame(rows, "device", sums.DEVICE_COLUMNS)
 
 
 def load(directory: str | os.PathLike[str]) -> TraceReader:
@@ -424,61 +276,15 @@ def load(directory: str | os.PathLike[str]) -> TraceReader:
     a schema version this iotrace does not read.
     """
     path = Path(directory)
-    if not path.is_dir():
-        what = "is not a directory" if path.exists() else "does not exist"
-        raise TraceError(
-            f"trace directory {str(path)!r} {what}; pass the folder given to 'iotrace -o'"
-        )
-    meta_path = path / META_FILE
-    try:
-        text = meta_path.read_text()
-    except FileNotFoundError:
-        raise TraceError(
-            f"{str(path)!r} is not an iotrace trace: it has no {META_FILE}; pass the folder given "
-            f"to 'iotrace -o' (a trace always has one, written when tracing starts)"
-        ) from None
-    except OSError as e:
-        raise TraceError(f"cannot read {str(meta_path)!r}: {e.strerror or e}") from e
-    try:
-        meta = json.loads(text)
-    except ValueError as e:
-        raise TraceError(
-            f"{str(meta_path)!r} is damaged (not valid JSON: {e}); restore it from a copy, or "
-            f"read the tables directly with pandas.read_parquet('{path}/<table>')"
-        ) from e
-    if not isinstance(meta, dict):
-        raise TraceError(f"{str(meta_path)!r} is damaged: it holds no JSON object")
-    _check_version(meta_path, meta)
-    return TraceReader(path, meta)
+    return TraceReader(path, read_meta(path))
 
 
-def _check_version(meta_path: Path, meta: dict[str, object]) -> None:
-    version = meta.get("schema_version")
-    if not isinstance(version, int) or isinstance(version, bool):
-        raise TraceError(
-            f"{str(meta_path)!r} has no valid schema_version (found {version!r}); it was not "
-            f"written by iotrace, or is damaged"
-        )
-    written_by = f"iotrace {meta.get('tool_version', '(unknown version)')}"
-    if version > SCHEMA_VERSION:
-        raise TraceError(
-            f"trace {str(meta_path.parent)!r} uses schema version {version}, written by "
-            f"{written_by}; this iotrace reads version {SCHEMA_VERSION} only: upgrade iotrace "
-            f"(pip install -U iotrace) to read it"
-        )
-    if version not in READ_VERSIONS:
-        raise TraceError(
-            f"trace {str(meta_path.parent)!r} uses schema version {version}, written by the older "
-            f"{written_by}; this iotrace reads version {SCHEMA_VERSION} only: read it with "
-            f"{written_by} (pip install 'iotrace==VERSION'), or trace the job again"
-        )
-
-
-# -- helpers -----------------------------------------------------------------------------------
-
-
-def _int_or_none(value: object) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+def _frame(rows: list[dict], key: str, columns: list[str]) -> pd.DataFrame:
+    """`rows` (`tracer.tracedir.sums`) as a frame indexed by `key`; with no rows, empty with
+    `columns`."""
+    if not rows:
+        return pd.DataFrame(columns=columns, index=pd.Index([], name=key))
+    return pd.DataFrame(rows).set_index(key)
 
 
 def _names(value: str | Iterable[str] | None) -> list[str]:
@@ -545,24 +351,3 @@ def _evidence(text: object) -> dict:
     except ValueError:
         return {"text": text}
     return value if isinstance(value, dict) else {"value": value}
-
-
-def describe_targets(trace: TraceReader) -> str:
-    """What was traced, in words: the command or the PIDs."""
-    import shlex
-
-    targets = trace.targets
-    if targets["command"]:
-        return shlex.join(str(a) for a in targets["command"])
-    if targets["pids"]:
-        return "PID " + " ".join(str(p) for p in targets["pids"])
-    return "(unknown)"
-
-
-def role_counts(trace: TraceReader) -> dict[str, int]:
-    """How many processes had each role (``{"main": 1, "dataloader_worker": 8}``)."""
-    procs = trace.processes
-    if procs.empty:
-        return {}
-    last = procs.drop_duplicates("pid", keep="last")
-    return {str(k): int(v) for k, v in last["role"].astype(object).value_counts().items()}

@@ -95,11 +95,13 @@ def _segment_problem(path: Path, wanted: list[pa.Field], read_data: bool) -> str
     return None
 
 
-def conform(data: pa.Table, table: str) -> pa.Table:
-    """`data`, a usable segment of `table`, with exactly the table's schema: its columns in
-    order, each of the schema's type, the nullable ones it lacks filled with nulls, columns the
-    schema does not know left out."""
+def conform(data: pa.Table, table: str, names: Iterable[str] | None = None) -> pa.Table:
+    """`data`, a usable segment of `table`, with exactly the table's schema (only its columns
+    `names`, by default all): its columns in order, each of the schema's type, the nullable
+    ones it lacks filled with nulls, columns the schema does not know left out."""
     schema = TABLES[table]
+    if names is not None:
+        schema = pa.schema([schema.field(n) for n in names])
     columns = []
     for f in schema:
         if f.name in data.column_names:
