@@ -29,13 +29,26 @@ from tracer.errors import EXIT_USAGE, TraceFailure
 from tracer.gpu import idle
 from tracer.render.findings import context_lines, render_findings
 from tracer.render.first_screen import histograms_hint, trace_lines
-from tracer.render.saved_files import file_totals_from_files, grouped
+from tracer.render.saved_files import file_totals_from_files
 from tracer.render.summary import render_summary, split_lines
 from tracer.tracedir.reader import TraceError, TraceReader, load
 
 # The tables with rows per interval, stamped with its end: the diagnosis's input from the trace.
 ROW_TABLES = ("threads", "files", "latency", "devices", "memory", "device_users", "cpu_waits",
               "fuse", "stacks")
+
+
+def grouped(df: pd.DataFrame, keys: list[str], **agg: tuple[str, str]) -> pd.DataFrame:
+    """`agg` (pandas' named aggregations) per distinct `keys`, nulls a key of their own, in one
+    pass over the rows: a day of trace has millions of them. The groups are in the order they
+    first appear; a dictionary column's values come back as str, its nulls as NaN. Grouped by
+    the dictionary's codes (null: -1): hashing each row's strings was most of the time."""
+    cats = {k: df[k].cat for k in keys if isinstance(df[k].dtype, pd.CategoricalDtype)}
+    out = (df.assign(**{k: c.codes for k, c in cats.items()})
+           .groupby(keys, dropna=False, sort=False).agg(**agg).reset_index())
+    for k, c in cats.items():
+        out[k] = pd.Categorical.from_codes(out[k], c.categories).astype(object)
+    return out
 
 
 def _text(v: object) -> str | None:

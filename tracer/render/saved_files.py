@@ -1,30 +1,28 @@
 """The files of a saved trace as the summary totals and names them, from its `files` rows:
 what `iotrace report` shows of them, and what the live run shows at its end once it has
 closed its trace, so that both print the same top files (the rows key a file by its path,
-not by the inode generation the live run's totals know)."""
+not by the inode generation the live run's totals know).
+
+Added up with pyarrow and numpy, without pandas: importing it was 30 MiB of the live run's
+peak, at its end."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-import pandas as pd
+import numpy as np
+import pyarrow as pa
 
 from tracer.core.model import FileTotals
 from tracer.core.redact import Redactor
 
-
-def grouped(df: pd.DataFrame, keys: list[str], **agg: tuple[str, str]) -> pd.DataFrame:
-    """`agg` (pandas' named aggregations) per distinct `keys`, nulls a key of their own, in one
-    pass over the rows: a day of trace has millions of them. The groups are in the order they
-    first appear; a dictionary column's values come back as str, its nulls as NaN. Grouped by
-    the dictionary's codes (null: -1): hashing each row's strings was most of the time."""
-    cats = {k: df[k].cat for k in keys if isinstance(df[k].dtype, pd.CategoricalDtype)}
-    out = (df.assign(**{k: c.codes for k, c in cats.items()})
-           .groupby(keys, dropna=False, sort=False).agg(**agg).reset_index())
-    for k, c in cats.items():
-        out[k] = pd.Categorical.from_codes(out[k], c.categories).astype(object)
-    return out
+_STRINGS = ("device", "path", "op", "path_source", "fs_type")
+_KEYS = ("device", "inode", "path", "pid", "op")  # a total's: (process, file) and op
+_SUMS = ("known_ops", "bytes", "latency_sum_ns", "pages_missed", "pages_dirtied", "unknown_ops")
+_COLUMNS = ["pid", "inode", *_STRINGS, "ops", "bytes", "latency_sum_ns", "latency_max_ns",
+            "pages_missed", "pages_dirtied"]
+"""The `files` columns the totals and names are made of."""
 
 
 @dataclass(frozen=True)
@@ -48,48 +46,186 @@ class SavedPaths:
         return self.by_id[(dev, ino, gen)]  # (every saved row has its path)
 
 
-def file_totals_from_files(files: pd.DataFrame) -> tuple[dict, SavedPaths]:
+def file_totals_from_files(files) -> tuple[dict, SavedPaths]:
     """The summary's totals per (process, file) of `files` rows, and the files' names."""
     return file_totals_from_segments([files])
 
 
-def file_totals_from_segments(segments: Iterable[pd.DataFrame]) -> tuple[dict, SavedPaths]:
-    """The same, added up a segment at a time (`TraceReader.segments`): sums, maxima and the
+def file_totals_from_segments(segments: Iterable[pa.Table | pa.RecordBatch]
+                              ) -> tuple[dict, SavedPaths]:
+    """The same, added up a row group at a time (`TraceTables.row_groups`): sums, maxima and the
     last name of a file are what the whole table gives, with one segment's rows held at a
-    time (the live run's end, after a day of tracing)."""
-    totals: dict[tuple, FileTotals] = {}
-    table = SavedPaths()
+    time (the live run's end, after a day of tracing). A segment has the `files` schema; a
+    pandas DataFrame of it is converted (by pyarrow: this module imports no pandas)."""
+    totals = _Totals()
     for files in segments:
-        _add(files, totals, table)
-    return totals, table
+        if not isinstance(files, pa.RecordBatch | pa.Table):  # a DataFrame: pandas is loaded
+            files = pa.Table.from_pandas(files, columns=_COLUMNS, preserve_index=False)
+        # a batch at a time: a column's chunks may each have a dictionary of their own, and a
+        # batch's column is one array, its indices into one dictionary
+        for batch in [files] if isinstance(files, pa.RecordBatch) else (
+                files.select(_COLUMNS).to_batches(max_chunksize=1 << 18)):
+            totals.add(batch)
+    return totals.result()
 
 
-def _add(files: pd.DataFrame, totals: dict[tuple, FileTotals], table: SavedPaths) -> None:
-    # The table has no inode generation: a reused inode number's files differ by their paths
-    # (each is the one the kernel sent for that generation), so the path takes its place in
-    # the key.
-    if files.empty:
-        return
-    file_key = ["device", "inode", "path"]
-    # (deduplicated on the dictionaries' codes, the same rows as on their strings, then named)
-    names = files.drop_duplicates(file_key, keep="last")
-    names = names.astype({c: object for c in (*file_key, "path_source", "fs_type")
-                          if isinstance(names[c].dtype, pd.CategoricalDtype)})
-    for r in names.itertuples(index=False):
-        table.by_id[(str(r.device), int(r.inode), str(r.path))] = SavedFile(
-            str(r.path), str(r.path_source), str(r.fs_type), str(r.device))
-    # The slowest operation is known for the rows that say it (latency_max_ns > 0), and a
-    # row with operations that does not makes the maximum of its (process, op) unknown.
-    known = files["latency_max_ns"] > 0
-    f = files.assign(known_ops=files["ops"].where(known, 0),
-                     unknown_ops=files["ops"].where(~known, 0),
-                     known_max_ns=files["latency_max_ns"].where(known, 0))
-    summed = grouped(f, ["pid", *file_key, "op"], bytes=("bytes", "sum"),
-                      latency_sum_ns=("latency_sum_ns", "sum"), pages_missed=("pages_missed", "sum"),
-                      pages_dirtied=("pages_dirtied", "sum"), known_ops=("known_ops", "sum"),
-                      unknown_ops=("unknown_ops", "sum"), known_max_ns=("known_max_ns", "max"))
-    for r in summed.itertuples(index=False):
-        t = totals.setdefault((int(r.pid), str(r.device), int(r.inode), str(r.path)), FileTotals())
-        t.add(str(r.op), int(r.known_ops), int(r.bytes), int(r.latency_sum_ns),
-              int(r.pages_missed), int(r.pages_dirtied), int(r.known_max_ns))
-        t.add(str(r.op), int(r.unknown_ops), 0, 0, 0, 0, 0)
+class _Totals:
+    """The (process, file, op) groups of the rows so far, as numpy arrays: a batch's rows are
+    added to them vectorised, and the summary's FileTotals made once, of the groups (a day's
+    segments have the same files over and over; a Python loop per segment took seconds)."""
+
+    def __init__(self) -> None:
+        # a string's number per column, the same in every segment (each has a dictionary of
+        # its own)
+        self.ids: dict[str, dict[str, int]] = {c: {} for c in _STRINGS}
+        # the last dictionary numbered per column: a segment's row groups repeat its writer's
+        self.numbered: dict[str, tuple[pa.Array, np.ndarray]] = {}
+        self.rows = 0  # rows added: a row's number is its place in the whole table
+        self.groups: dict[str, np.ndarray] = {}
+
+    def codes(self, files: pa.RecordBatch, name: str) -> np.ndarray:
+        """The strings of column `name` as their numbers in `ids`."""
+        column = files.column(name)
+        if not pa.types.is_dictionary(column.type):
+            column = column.dictionary_encode()
+        dictionary = column.dictionary
+        if name in self.numbered and self.numbered[name][0].equals(dictionary):
+            number = self.numbered[name][1]
+        else:  # (per value of the dictionary, not per row: the rows repeat a few files)
+            ids = self.ids[name]
+            number = np.fromiter((ids.setdefault(s, len(ids)) for s in dictionary.to_pylist()),
+                                 np.int32, len(dictionary))
+            self.numbered[name] = dictionary, number
+        return number[_numpy(column.indices)]
+
+    def add(self, files: pa.RecordBatch) -> None:
+        n = files.num_rows
+        if n == 0:
+            return
+
+        def column(name: str) -> np.ndarray:
+            values = files.column(name)
+            return _numpy(values.fill_null(0) if values.null_count else values).astype(
+                np.int64, copy=False)
+
+        rows = {c: self.codes(files, c) for c in _STRINGS}
+        rows |= {c: column(c) for c in ("pid", "inode", "bytes", "latency_sum_ns",
+                                        "pages_missed", "pages_dirtied")}
+        # The slowest operation is known for the rows that say it (latency_max_ns > 0), and a
+        # row with operations that does not makes the maximum of its (process, op) unknown;
+        # a row without operations has no slowest one (as FileTotals.add has it).
+        ops, max_ns = column("ops"), column("latency_max_ns")
+        known = (max_ns > 0) & (ops > 0)
+        number = np.arange(self.rows, self.rows + n)
+        rows |= {"known_ops": np.where(known, ops, 0), "unknown_ops": np.where(known, 0, ops),
+                 "known_max_ns": np.where(known, max_ns, 0), "first": number, "last": number}
+        self.rows += n
+        # the batch's rows to its groups first: what is merged then is a few per file
+        self.groups = _merge(self.groups, _reduce(rows, _KEYS))
+
+    def result(self) -> tuple[dict[tuple, FileTotals], SavedPaths]:
+        totals: dict[tuple, FileTotals] = {}
+        table = SavedPaths()
+        if not self.groups:
+            return totals, table
+
+        strings = {c: list(ids) for c, ids in self.ids.items()}  # by number
+
+        def in_order(groups: dict[str, np.ndarray], by: str, *columns: str) -> list[list]:
+            """`columns` of `groups` as lists, in the order of column `by`, strings named."""
+            order = np.argsort(groups[by])
+            return [[names[i] for i in v] if (names := strings.get(c)) else v
+                    for c in columns for v in [groups[c][order].tolist()]]
+
+        # The table has no inode generation: a reused inode number's files differ by their
+        # paths (each is the one the kernel sent for that generation), so the path takes its
+        # place in the key. A file's name is its last row's.
+        files = _reduce({c: self.groups[c] for c in ("device", "inode", "path", "path_source",
+                                                     "fs_type", "last")},
+                        ("device", "inode", "path"))
+        for dev, ino, path, source, fs in zip(*in_order(
+                files, "last", "device", "inode", "path", "path_source", "fs_type"), strict=True):
+            table.by_id[(dev, ino, path)] = SavedFile(path, source, fs, dev)
+        # The totals' keys in the order the rows first have them (pandas' groupby gave them
+        # so): the summary's ties keep it.
+        for pid, dev, ino, path, op, known_ops, nbytes, lat_ns, missed, dirtied, unknown_ops, m in (
+                zip(*in_order(self.groups, "first", "pid", "device", "inode", "path", "op",
+                              *_SUMS, "known_max_ns"), strict=True)):
+            t = totals.get(key := (pid, dev, ino, path))
+            if t is None:
+                t = totals[key] = FileTotals()
+            t.add(op, known_ops, nbytes, lat_ns, missed, dirtied, m)
+            t.add(op, unknown_ops, 0, 0, 0, 0, 0)
+        return totals, table
+
+
+def _numpy(values: pa.Array) -> np.ndarray:
+    """An int column without nulls, as a view of its buffer: pyarrow's to_numpy imports pandas
+    (and DLPack is pyarrow 15's)."""
+    if values.null_count:
+        raise ValueError(f"nulls in a required column of files ({values.type})")
+    dtype = np.dtype(str(values.type))  # int8 ... int64
+    return np.frombuffer(values.buffers()[1], dtype, len(values), values.offset * dtype.itemsize)
+
+
+def _merge(groups: dict[str, np.ndarray], more: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The groups of `groups` and `more` (of later rows) together."""
+    if not groups:
+        return more
+    return _reduce({c: np.concatenate((groups[c], v)) for c, v in more.items()}, _KEYS)
+
+
+def _reduce(rows: dict[str, np.ndarray], keys: tuple[str, ...]) -> dict[str, np.ndarray]:
+    """`rows` a row per distinct `keys`: its sums (_SUMS), maxima, first row number, and its
+    last row's number and other columns (path_source, fs_type)."""
+    group, count = _groups([rows[k] for k in keys])
+    last = rows["last"]
+    out = {"last": _at(np.maximum, group, count, last, -1)}
+    at = np.empty(count, np.intp)  # each group's last row
+    is_last = last == out["last"][group]  # (one per group: a row is in one group)
+    at[group[is_last]] = np.flatnonzero(is_last)
+    for c, v in rows.items():
+        if c in _SUMS:
+            out[c] = _at(np.add, group, count, v, 0)
+        elif c == "known_max_ns":
+            out[c] = _at(np.maximum, group, count, v, 0)
+        elif c == "first":
+            out[c] = _at(np.minimum, group, count, v, np.iinfo(np.int64).max)
+        elif c != "last":  # the keys, path_source and fs_type
+            out[c] = v[at]
+    return out
+
+
+def _at(ufunc: np.ufunc, group: np.ndarray, count: int, values: np.ndarray, start: int
+        ) -> np.ndarray:
+    """`ufunc` of each group's `values`."""
+    out = np.full(count, start, np.int64)
+    ufunc.at(out, group, values)
+    return out
+
+
+def _groups(keys: list[np.ndarray]) -> tuple[np.ndarray, int]:
+    """Each row's group of equal `keys`, numbered 0.. as they first come, and how many."""
+    n = len(keys[0])
+    key, size = np.zeros(n, np.int64), 1
+    for k in keys:
+        lo = int(k.min())
+        span = int(k.max()) - lo + 1
+        if span > n:  # sparse (inode numbers)
+            k, span = _numbered(k)
+        else:
+            k = k - lo
+        if size * span >= 2**63:  # the keys so far numbered first: the product fits in an int64
+            key, size = _numbered(key)
+        key = key * span + k
+        size *= span
+    return _numbered(key)
+
+
+def _numbered(values: np.ndarray) -> tuple[np.ndarray, int]:
+    """`values` numbered 0.. as they first come, and how many distinct: hashed, by pyarrow's
+    dictionary_encode (numpy's unique sorts; most of the time it took)."""
+    values = np.ascontiguousarray(values, np.int64)
+    encoded = pa.Array.from_buffers(pa.int64(), len(values), [None, pa.py_buffer(values)]
+                                    ).dictionary_encode()
+    return _numpy(encoded.indices), len(encoded.dictionary)
