@@ -32,6 +32,7 @@ from tracer.render.saved_files import file_totals_from_files, file_totals_from_s
 from tracer.render.summary import max_seen
 from tracer.report import totals_from_latency
 from tracer.sinks.parquet import TraceWriter
+from tracer.tracedir import sums
 from tracer.tracedir.schema import SCHEMA_VERSION, TABLES
 
 S = 1_000_000_000
@@ -442,10 +443,11 @@ def test_device_summary_says_who_else_read_the_disk(tmp_path: Path) -> None:
     with TraceWriter(tmp_path, META) as w:
         w.add("devices", devices)
         w.add("device_users", users)
-    summary = load(tmp_path).device_summary()
+    trace = load(tmp_path)
+    summary = trace.device_summary()
     assert summary.loc["vda", "others_read_pct"] == 75.0
     assert pd.isna(summary.loc["vdb", "others_read_pct"])
-    screen = device_lines(summary)
+    screen = device_lines(sums.device_summary(trace.arrow("devices"), trace.arrow("device_users")))
     assert screen[2].split()[-1] == "others" and screen[3].split()[-2:] == ["75", "%"]
     assert screen[4].split()[-1] == "-"
 

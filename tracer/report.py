@@ -32,6 +32,7 @@ from tracer.render.first_screen import histograms_hint, trace_lines
 from tracer.render.saved_files import file_totals_from_files
 from tracer.render.summary import render_summary, split_lines
 from tracer.tracedir.reader import TraceError, TraceReader, load
+from tracer.tracedir.schema import table_from_rows
 
 # The tables with rows per interval, stamped with its end: the diagnosis's input from the trace.
 ROW_TABLES = ("threads", "files", "latency", "devices", "memory", "device_users", "cpu_waits",
@@ -341,7 +342,6 @@ def recompute_gpu(trace: TraceReader, write: bool = True, diagnosis: Diagnosis |
     the live run did. Writes DIR/gpu_idle (replacing it) unless `write` is False.
     Returns (gpu_idle rows, gpu rows), or None without a gpu table."""
     from tracer.sinks.parquet import write_segment
-    from tracer.tracedir.schema import table_from_rows
 
     gpu_df = trace["gpu"]
     if gpu_df.empty:
@@ -548,7 +548,7 @@ def summary_text(trace: TraceReader, name: str | None = None, write_gpu_idle: bo
         idle.confirm_host_bound(findings, None)  # no GPU samples: nothing says the GPU waited
     name = str(trace.directory) if name is None else name
     parts = trace_lines(trace, name, training_since(diagnosis, procs),
-                        pd.DataFrame(gpu[0]) if gpu is not None else None)
+                        table_from_rows("gpu_idle", gpu[0]) if gpu is not None else None)
     saved = trace.meta.get("self_cost")
     cost = SelfCost.from_meta(saved) if isinstance(saved, dict) else None
     totals = totals_from_latency(trace.latency) if histograms else {}

@@ -94,10 +94,10 @@ def _preload(names: list[str]) -> threading.Thread:
 
 
 class NoPandas:
-    """Keeps pandas out of the tracer process while it traces. The tracer never uses pandas,
-    but pyarrow imports it, where installed, at its first conversion of Python values (the
-    first interval's Parquet rows): 46 MiB of resident memory and about 0.1 s of CPU here,
-    for nothing. pyarrow goes without it when the import fails, and a later import (after
+    """Keeps pandas out of the tracer process while it traces and prints its summary. The
+    tracer never uses pandas, but pyarrow imports it, where installed, at its first conversion
+    of Python values (the first interval's Parquet rows): 46 MiB of resident memory and about
+    0.1 s of CPU here, for nothing. pyarrow goes without it when the import fails, and a later import (after
     remove()) works as usual. Has no effect where pandas is imported already."""
 
     def find_spec(self, name: str, path=None, target=None):
@@ -469,7 +469,7 @@ class Session:
         last = self.tick(final=True)
         self.final_findings, cost = last.final_findings, last.snapshot.cost
         self._close_sinks()
-        self.no_pandas.remove()  # tracing is over: the first screen reads the trace with it
+        # (pandas stays out: the first screen reads the trace back with pyarrow and numpy)
         from tracer.render.findings import context_lines
         from tracer.render.first_screen import histograms_hint
         from tracer.render.summary import render_summary
@@ -531,14 +531,14 @@ def _summary_parts(session: Session, events_lost: int
     since = {pid: ns for pid in processes.by_pid
              if (ns := diagnosis.training_since(pid)) is not None}
     if session.write_error is None:
-        from tracer.tracedir.reader import TraceError, load
+        from tracer.tracedir.tables import TraceError, open_tables
 
         name = str(session.opts.output)
         try:
-            trace = load(name)
+            trace = open_tables(name)
             # a segment at a time: a day's `files` whole would be gigabytes in this process
             return (trace_lines(trace, name, since),
-                    *file_totals_from_segments(trace.segments("files")))
+                    *file_totals_from_segments(trace.row_groups("files")))
         except TraceError:
             pass
     n = len(processes.by_pid)

@@ -3,23 +3,27 @@ user came for, without the histograms (``iotrace report DIR --histograms`` adds 
 
 What was traced and for how long, then (after the verdicts, which `tracer.render.findings`
 renders) the training loop's time split, GPU idle time by cause where there is a GPU, and the
-disks. Every number here comes from the trace's tables through `TraceReader`, so that the live
-run, which reads its own trace back once it is closed (these small tables, and `files` for
-the top files: `render.saved_files`), and the report print the same lines; the loop states
-are the vocabulary's, so a new state shows up here without a change.
+disks. Every number here comes from the trace's tables (`tracer.tracedir.sums`), so that the
+live run, which reads its own trace back once it is closed (these small tables, and `files`
+for the top files: `render.saved_files`), and the report print the same lines; without
+pandas, which the live run does not load. The loop states are the vocabulary's, so a new
+state shows up here without a change.
 """
 
 from __future__ import annotations
 
+import math
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
-import pandas as pd
+import pyarrow as pa
 
-from tracer.core.vocab import LOOP_STATES, RANK
+from tracer.core.vocab import LOOP_STATES
 from tracer.render.summary import split_lines
-from tracer.tracedir.reader import TraceReader, describe_targets, role_counts
+from tracer.tracedir import sums
+from tracer.tracedir.tables import TraceTables, describe_targets
 
 
 @dataclass(frozen=True)
@@ -32,14 +36,21 @@ class TraceLines:
     devices: list[str]
 
 
-def trace_lines(trace: TraceReader, name: str, training_since: Mapping[int, int],
-                gpu_idle: pd.DataFrame | None = None) -> TraceLines:
+def trace_lines(trace: TraceTables, name: str, training_since: Mapping[int, int],
+                gpu_idle: pa.Table | None = None) -> TraceLines:
     """The first screen's parts of `trace`, headed "Trace NAME". `training_since`: per main
     pid, when its training started (ns, from the diagnosis); `gpu_idle`: the GPU idle spans
     (by default the trace's ``gpu_idle`` rows)."""
-    loop = loop_lines(trace.loop_split(training_since), rank_numbers(trace))
-    loop += gpu_idle_lines(trace.gpu_idle_by_cause(gpu_idle))
-    return TraceLines(header_text(trace, name), loop, device_lines(trace.device_summary()))
+    procs = trace.arrow("processes", ["pid", "role", "rank"])
+    loop = loop_lines(sums.loop_split(trace.arrow("loop"), training_since),
+                      sums.rank_numbers(procs))
+    if gpu_idle is None:
+        gpu_idle = trace.arrow("gpu_idle", ["gpu", "cause", "duration_ns"])
+    loop += gpu_idle_lines(sums.gpu_idle_by_cause(
+        trace.arrow("gpu", ["gpu", "sample_period_ns"]), gpu_idle))
+    devices = sums.device_summary(trace.arrow("devices"), trace.arrow(
+        "device_users", ["device", "op", "who", "bytes"]))
+    return TraceLines(header_text(trace, name, procs), loop, device_lines(devices))
 
 
 def histograms_hint(directory: str) -> str:
@@ -47,46 +58,37 @@ def histograms_hint(directory: str) -> str:
     return f"iotrace report {shlex.quote(directory)} --histograms"
 
 
-def header_text(trace: TraceReader, name: str) -> str:
-    """The first lines: the trace, its processes, how it ended and the events lost; what was
-    traced and for how long; why GPU sampling was off, when it was."""
-    procs = trace.processes
-    n = int(procs["pid"].nunique()) if not procs.empty else 0
+def header_text(trace: TraceTables, name: str, procs: pa.Table) -> str:
+    """The first lines: the trace, its processes (`procs`: its ``processes`` rows), how it
+    ended and the events lost; what was traced and for how long; why GPU sampling was off,
+    when it was."""
+    last = sums.last_processes(procs)
     lost = trace.meta.get("events_lost", 0)
     how = trace.meta.get("stop_reason")
     last_ns = None
     if trace.meta.get("stop_ns") is None:  # never closed: killed, or the disk filled up
         how = ("cut short: iotrace did not finish this trace, which holds what it wrote up to "
                "its last segments")
-        stamps = [trace[t]["ts"].max() for t in ("loop", "latency") if not trace[t].empty]
-        last_ns = max(int(pd.Timestamp(t).value) for t in stamps) if stamps else None
-    header = "\n".join([f"Trace {name}: {n} processes ({how}); {lost} events lost.",
-                        *traced_lines(trace, last_ns)])
+        stamps = [int(ts.max()) for t in ("loop", "latency")
+                  if len(ts := sums.ints(trace.arrow(t, ["ts"]), "ts"))]
+        last_ns = max(stamps) if stamps else None
+    header = "\n".join([f"Trace {name}: {len(last)} processes ({how}); {lost} events lost.",
+                        *traced_lines(trace, sums.role_counts(procs), last_ns)])
     for note in trace.meta.get("unavailable") or []:
         if note.startswith("GPU sampling off"):
             header += f"\n{note}."
     return header
 
 
-def rank_numbers(trace: TraceReader) -> dict[int, int]:
-    """Each rank's RANK, by pid, from its last `processes` row."""
-    procs = trace.processes
-    if procs.empty or "rank" not in procs:
-        return {}
-    last = procs.drop_duplicates("pid", keep="last")
-    ranks = last[(last["role"].astype(object) == RANK) & last["rank"].notna()]
-    return {int(p): int(r) for p, r in zip(ranks["pid"], ranks["rank"], strict=True)}
-
-
-def traced_lines(trace: TraceReader, stop_ns: int | None = None) -> list[str]:
-    """What was traced, with which processes, when and for how long. `stop_ns` stands in for
-    a trace that was never closed (its last row)."""
-    roles = role_counts(trace)
+def traced_lines(trace: TraceTables, roles: Mapping[str, int],
+                 stop_ns: int | None = None) -> list[str]:
+    """What was traced, with which processes (`roles`: how many had each role), when and for
+    how long. `stop_ns` stands in for a trace that was never closed (its last row)."""
     procs = ", ".join(f"{n} {r}" for r, n in roles.items()) or "no processes"
     lines = [f"Traced: {describe_targets(trace)} ({procs})."]
     start, stop = trace.start_ns, trace.stop_ns if trace.stop_ns is not None else stop_ns
     if start is not None and stop is not None:
-        begin = pd.Timestamp(start, unit="ns", tz="UTC").strftime("%Y-%m-%d %H:%M:%S UTC")
+        begin = datetime.fromtimestamp(start // 10**9, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
         cut = "" if trace.stop_ns is not None else " (up to its last segment)"
         host = " ".join(str(trace.meta[k]) for k in ("host", "kernel") if trace.meta.get(k))
         lines.append(f"Duration: {(stop - start) / 1e9:.1f} s{cut}, from {begin}"
@@ -94,48 +96,50 @@ def traced_lines(trace: TraceReader, stop_ns: int | None = None) -> list[str]:
     return lines
 
 
-def loop_lines(split: pd.DataFrame, ranks: dict[int, int] | None = None) -> list[str]:
+def loop_lines(split: list[dict], ranks: dict[int, int] | None = None) -> list[str]:
     """The training loop's time by state per main process, its states largest first
-    (`loop_split`); a rank's line (`ranks`: pid -> rank) says its rank, ranks in rank order."""
-    if split.empty:
+    (`sums.loop_split`); a rank's line (`ranks`: pid -> rank) says its rank, ranks in rank
+    order."""
+    if not split:
         return ["", "Training loop: none traced (no main process had a loop interval)."]
-    return split_lines([(int(pid), r["seconds"], r["startup_s"],
-                         {s: r[f"{s}_pct"] for s in LOOP_STATES if pd.notna(r[f"{s}_pct"])})
-                        for pid, r in split.iterrows()], ranks)
+    return split_lines([(r["pid"], r["seconds"], r["startup_s"],
+                         {s: r[f"{s}_pct"] for s in LOOP_STATES
+                          if not math.isnan(r[f"{s}_pct"])})
+                        for r in split], ranks)
 
 
-def gpu_idle_lines(idle: pd.DataFrame) -> list[str]:
-    """Per GPU, its idle time and the loop states that caused it (`gpu_idle_by_cause`); nothing
-    without GPU samples."""
-    if idle.empty:
+def gpu_idle_lines(idle: list[dict]) -> list[str]:
+    """Per GPU, its idle time and the loop states that caused it (`sums.gpu_idle_by_cause`);
+    nothing without GPU samples."""
+    if not idle:
         return []
     lines = ["", "GPU idle (hard idle spans) by cause:"]
-    causes = [c for c in idle.columns if c.endswith("_s") and c not in ("sampled_s", "idle_s")]
-    for gpu, r in idle.iterrows():
+    causes = [c for c in idle[0] if c.endswith("_s") and c not in ("sampled_s", "idle_s")]
+    for r in idle:
         share = 100 * r["idle_s"] / r["sampled_s"] if r["sampled_s"] else 0.0
         why = ", ".join(f"{c[:-2]} {r[c]:.1f} s" for c in causes if r[c] > 0)
-        lines.append(f"  GPU {gpu}: idle {r['idle_s']:.1f} s of {r['sampled_s']:.1f} s "
+        lines.append(f"  GPU {r['gpu']}: idle {r['idle_s']:.1f} s of {r['sampled_s']:.1f} s "
                      f"sampled ({share:.0f} %)" + (f": {why}" if why else ""))
     return lines
 
 
-def device_lines(devices: pd.DataFrame) -> list[str]:
-    """The disks that did I/O, iostat -x style means over the trace (`device_summary`)."""
-    if devices.empty:
+def device_lines(devices: list[dict]) -> list[str]:
+    """The disks that did I/O, iostat -x style means over the trace (`sums.device_summary`)."""
+    if not devices:
         return ["", "Devices: no disk I/O during the trace."]
     # who else read the disk: a column when the trace counted its users (device_users)
-    others = "others_read_pct" in devices and devices["others_read_pct"].notna().any()
+    others = any(not math.isnan(r["others_read_pct"]) for r in devices)
     lines = ["", "Devices (means over the trace, as iostat -x"
              + ("; others: % of the reads' bytes by untraced processes" if others else "") + "):",
              f"  {'device':<12} {'r/s':>8} {'rkB/s':>10} {'w/s':>8} {'wkB/s':>10} "
              f"{'await':>9} {'%util':>6} {'max':>6}" + (f" {'others':>7}" if others else "")]
-    for name, r in devices.iterrows():
-        wait = "-" if pd.isna(r["await_ms"]) else f"{r['await_ms']:.2f} ms"
-        line = (f"  {name:<12} {r['r_s']:>8.1f} {r['rkb_s']:>10.1f} {r['w_s']:>8.1f} "
+    for r in devices:
+        wait = "-" if math.isnan(r["await_ms"]) else f"{r['await_ms']:.2f} ms"
+        line = (f"  {r['device']:<12} {r['r_s']:>8.1f} {r['rkb_s']:>10.1f} {r['w_s']:>8.1f} "
                 f"{r['wkb_s']:>10.1f} {wait:>9} {r['util_pct']:>6.1f} "
                 f"{r['max_util_pct']:>6.1f}")
         if others:
             pct = r["others_read_pct"]
-            line += f" {'-' if pd.isna(pct) else f'{pct:.0f} %':>7}"
+            line += f" {'-' if math.isnan(pct) else f'{pct:.0f} %':>7}"
         lines.append(line)
     return lines
