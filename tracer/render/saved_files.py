@@ -16,6 +16,7 @@ import pyarrow as pa
 
 from tracer.core.model import FileTotals
 from tracer.core.redact import Redactor
+from tracer.tracedir.sums import Strings, ints
 
 _STRINGS = ("device", "path", "op", "path_source", "fs_type")
 _KEYS = ("device", "inode", "path", "pid", "op")  # a total's: (process, file) and op
@@ -77,44 +78,22 @@ class _Totals:
     def __init__(self) -> None:
         # a string's number per column, the same in every segment (each has a dictionary of
         # its own)
-        self.ids: dict[str, dict[str, int]] = {c: {} for c in _STRINGS}
-        # the last dictionary numbered per column: a segment's row groups repeat its writer's
-        self.numbered: dict[str, tuple[pa.Array, np.ndarray]] = {}
+        self.strings = {c: Strings() for c in _STRINGS}
         self.rows = 0  # rows added: a row's number is its place in the whole table
         self.groups: dict[str, np.ndarray] = {}
-
-    def codes(self, files: pa.RecordBatch, name: str) -> np.ndarray:
-        """The strings of column `name` as their numbers in `ids`."""
-        column = files.column(name)
-        if not pa.types.is_dictionary(column.type):
-            column = column.dictionary_encode()
-        dictionary = column.dictionary
-        if name in self.numbered and self.numbered[name][0].equals(dictionary):
-            number = self.numbered[name][1]
-        else:  # (per value of the dictionary, not per row: the rows repeat a few files)
-            ids = self.ids[name]
-            number = np.fromiter((ids.setdefault(s, len(ids)) for s in dictionary.to_pylist()),
-                                 np.int32, len(dictionary))
-            self.numbered[name] = dictionary, number
-        return number[_numpy(column.indices)]
 
     def add(self, files: pa.RecordBatch) -> None:
         n = files.num_rows
         if n == 0:
             return
 
-        def column(name: str) -> np.ndarray:
-            values = files.column(name)
-            return _numpy(values.fill_null(0) if values.null_count else values).astype(
-                np.int64, copy=False)
-
-        rows = {c: self.codes(files, c) for c in _STRINGS}
-        rows |= {c: column(c) for c in ("pid", "inode", "bytes", "latency_sum_ns",
+        rows = {c: self.strings[c].codes(files.column(c)) for c in _STRINGS}
+        rows |= {c: ints(files, c) for c in ("pid", "inode", "bytes", "latency_sum_ns",
                                         "pages_missed", "pages_dirtied")}
         # The slowest operation is known for the rows that say it (latency_max_ns > 0), and a
         # row with operations that does not makes the maximum of its (process, op) unknown;
         # a row without operations has no slowest one (as FileTotals.add has it).
-        ops, max_ns = column("ops"), column("latency_max_ns")
+        ops, max_ns = ints(files, "ops"), ints(files, "latency_max_ns")
         known = (max_ns > 0) & (ops > 0)
         number = np.arange(self.rows, self.rows + n)
         rows |= {"known_ops": np.where(known, ops, 0), "unknown_ops": np.where(known, 0, ops),
@@ -129,7 +108,7 @@ class _Totals:
         if not self.groups:
             return totals, table
 
-        strings = {c: list(ids) for c, ids in self.ids.items()}  # by number
+        strings = {c: s.names for c, s in self.strings.items()}  # by number
 
         def in_order(groups: dict[str, np.ndarray], by: str, *columns: str) -> list[list]:
             """`columns` of `groups` as lists, in the order of column `by`, strings named."""
@@ -157,15 +136,6 @@ class _Totals:
             t.add(op, known_ops, nbytes, lat_ns, missed, dirtied, m)
             t.add(op, unknown_ops, 0, 0, 0, 0, 0)
         return totals, table
-
-
-def _numpy(values: pa.Array) -> np.ndarray:
-    """An int column without nulls, as a view of its buffer: pyarrow's to_numpy imports pandas
-    (and DLPack is pyarrow 15's)."""
-    if values.null_count:
-        raise ValueError(f"nulls in a required column of files ({values.type})")
-    dtype = np.dtype(str(values.type))  # int8 ... int64
-    return np.frombuffer(values.buffers()[1], dtype, len(values), values.offset * dtype.itemsize)
 
 
 def _merge(groups: dict[str, np.ndarray], more: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -228,4 +198,4 @@ def _numbered(values: np.ndarray) -> tuple[np.ndarray, int]:
     values = np.ascontiguousarray(values, np.int64)
     encoded = pa.Array.from_buffers(pa.int64(), len(values), [None, pa.py_buffer(values)]
                                     ).dictionary_encode()
-    return _numpy(encoded.indices), len(encoded.dictionary)
+    return encoded.indices.to_numpy(), len(encoded.dictionary)

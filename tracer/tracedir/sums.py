@@ -97,26 +97,75 @@ def device_summary(devices: pa.Table, users: pa.Table) -> list[dict]:
     them)."""
     if devices.num_rows == 0:
         return []
-    names, row_dev = np.unique(np.array(devices.column("device").to_pylist(), dtype=object),
-                               return_inverse=True)
-    mean = {c: _means(floats(devices, c), row_dev, len(names))
+    disks = Strings()
+    row_dev = disks.codes(devices.column("device"))
+    n = len(disks.names)
+    mean = {c: _means(floats(devices, c), row_dev, n)
             for c in ("r_s", "rkb_s", "w_s", "wkb_s", "util_pct")}
     busy = (floats(devices, "r_s") + floats(devices, "w_s")) > 0
-    wait = floats(devices, "await_ms")
-    mean["await_ms"] = _means(np.where(busy, wait, np.nan), row_dev, len(names))
-    util = floats(devices, "util_pct")
-    mean["max_util_pct"] = np.full(len(names), np.nan)
-    np.fmax.at(mean["max_util_pct"], row_dev, util)
-    read_bytes, others = _others_read(users)
+    mean["await_ms"] = _means(np.where(busy, floats(devices, "await_ms"), np.nan), row_dev, n)
+    mean["max_util_pct"] = np.full(n, np.nan)
+    np.fmax.at(mean["max_util_pct"], row_dev, floats(devices, "util_pct"))
+    total, others = np.zeros(n, np.int64), np.zeros(n, np.int64)
+    if users.num_rows:
+        user_dev = disks.codes(users.column("device"))
+        read = _is(users, "op", "read")
+        other = read & ~_is(users, "who", "traced")
+        nbytes = ints(users, "bytes")
+        known = user_dev < n  # (a disk with users' rows only is not in the summary)
+        np.add.at(total, user_dev[read & known], nbytes[read & known])
+        np.add.at(others, user_dev[other & known], nbytes[other & known])
     rows = []
-    for i, name in enumerate(names):
+    for i in sorted(range(n), key=disks.names.__getitem__):
         if not mean["r_s"][i] + mean["w_s"][i] > 0:
             continue
-        total = read_bytes.get(name, 0)
-        share = 100 * others.get(name, 0) / total if total > 0 else math.nan
-        rows.append({"device": str(name), **{c: float(mean[c][i]) for c in DEVICE_COLUMNS[:-1]},
+        share = 100 * int(others[i]) / int(total[i]) if total[i] > 0 else math.nan
+        rows.append({"device": disks.names[i],
+                     **{c: float(mean[c][i]) for c in DEVICE_COLUMNS[:-1]},
                      "others_read_pct": share})
     return sorted(rows, key=lambda r: -r["util_pct"])  # stable: ties stay in name order
+
+
+class Strings:
+    """Numbers for the values of string columns, the same across chunks and tables, each of
+    which has a dictionary of its own: a column's rows as numbers without a Python object
+    per row. `names[i]` is number i's string."""
+
+    def __init__(self) -> None:
+        self.ids: dict[str, int] = {}
+        self.names: list[str] = []
+        self._last: tuple[pa.Array, np.ndarray] | None = None  # a table's row groups repeat it
+
+    def codes(self, column: pa.Array | pa.ChunkedArray) -> np.ndarray:
+        """Each row's number (a column without nulls)."""
+        chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
+        parts = [np.zeros(0, np.int64)]
+        for chunk in chunks:
+            if not pa.types.is_dictionary(chunk.type):
+                chunk = chunk.dictionary_encode()
+            dictionary = chunk.dictionary
+            if self._last is not None and self._last[0].equals(dictionary):
+                number = self._last[1]
+            else:  # per value of the dictionary, not per row
+                number = np.fromiter((self._id(s) for s in dictionary.to_pylist()), np.int64,
+                                     len(dictionary))
+                self._last = dictionary, number
+            parts.append(number[np.asarray(chunk.indices.to_numpy(zero_copy_only=False))])
+        return np.concatenate(parts)
+
+    def _id(self, name: str) -> int:
+        i = self.ids.get(name)
+        if i is None:
+            i = self.ids[name] = len(self.names)
+            self.names.append(name)
+        return i
+
+
+def _is(table: pa.Table, name: str, value: str) -> np.ndarray:
+    """Which rows of string column `name` are `value`."""
+    strings = Strings()
+    codes = strings.codes(table.column(name))
+    return codes == strings.ids.get(value, -1)
 
 
 def _means(values: np.ndarray, group: np.ndarray, n: int) -> np.ndarray:
@@ -126,23 +175,6 @@ def _means(values: np.ndarray, group: np.ndarray, n: int) -> np.ndarray:
     counts = np.bincount(group[known], minlength=n)
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(counts > 0, sums / counts, np.nan)
-
-
-def _others_read(users: pa.Table) -> tuple[Counter[str], Counter[str]]:
-    """Per disk, the bytes read, and those read by processes iotrace did not trace."""
-    total: Counter[str] = Counter()
-    others: Counter[str] = Counter()
-    if users.num_rows == 0:
-        return total, others
-    for device, op, who, n in zip(users.column("device").to_pylist(),
-                                  users.column("op").to_pylist(),
-                                  users.column("who").to_pylist(),
-                                  ints(users, "bytes").tolist(), strict=True):
-        if op == "read":
-            total[device] += n
-            if who != "traced":
-                others[device] += n
-    return total, others
 
 
 def last_processes(processes: pa.Table) -> dict[int, tuple[str, int | None]]:
