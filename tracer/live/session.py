@@ -524,7 +524,7 @@ def _summary_parts(session: Session, events_lost: int
     trace `session` just closed, as `iotrace report` reads them; from memory, without the
     disks, when it was not written whole (a full disk) or cannot be read back."""
     from tracer.render.first_screen import TraceLines, trace_lines
-    from tracer.render.saved_files import file_totals_from_segments
+    from tracer.render.saved_files import SAVED_COLUMNS, file_totals_from_segments
 
     assert session.step is not None
     diagnosis, processes = session.step.diagnosis, session.processes
@@ -538,7 +538,7 @@ def _summary_parts(session: Session, events_lost: int
             trace = open_tables(name)
             # a segment at a time: a day's `files` whole would be gigabytes in this process
             return (trace_lines(trace, name, since),
-                    *file_totals_from_segments(trace.row_groups("files")))
+                    *file_totals_from_segments(trace.row_groups("files", SAVED_COLUMNS)))
         except TraceError:
             pass
     n = len(processes.by_pid)

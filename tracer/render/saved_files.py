@@ -21,7 +21,7 @@ from tracer.tracedir.sums import Strings, ints
 _STRINGS = ("device", "path", "op", "path_source", "fs_type")
 _KEYS = ("device", "inode", "path", "pid", "op")  # a total's: (process, file) and op
 _SUMS = ("known_ops", "bytes", "latency_sum_ns", "pages_missed", "pages_dirtied", "unknown_ops")
-_COLUMNS = ["pid", "inode", *_STRINGS, "ops", "bytes", "latency_sum_ns", "latency_max_ns",
+SAVED_COLUMNS = ["pid", "inode", *_STRINGS, "ops", "bytes", "latency_sum_ns", "latency_max_ns",
             "pages_missed", "pages_dirtied"]
 """The `files` columns the totals and names are made of."""
 
@@ -61,11 +61,11 @@ def file_totals_from_segments(segments: Iterable[pa.Table | pa.RecordBatch]
     totals = _Totals()
     for files in segments:
         if not isinstance(files, pa.RecordBatch | pa.Table):  # a DataFrame: pandas is loaded
-            files = pa.Table.from_pandas(files, columns=_COLUMNS, preserve_index=False)
+            files = pa.Table.from_pandas(files, columns=SAVED_COLUMNS, preserve_index=False)
         # a batch at a time: a column's chunks may each have a dictionary of their own, and a
         # batch's column is one array, its indices into one dictionary
         for batch in [files] if isinstance(files, pa.RecordBatch) else (
-                files.select(_COLUMNS).to_batches(max_chunksize=1 << 18)):
+                files.select(SAVED_COLUMNS).to_batches(max_chunksize=1 << 18)):
             totals.add(batch)
     return totals.result()
 

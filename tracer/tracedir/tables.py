@@ -106,11 +106,12 @@ class TraceTables:
             warnings.warn(msg, stacklevel=3)
         return pa.concat_tables(tables, promote_options="permissive")
 
-    def row_groups(self, name: str) -> Iterator[pa.Table]:
-        """Table `name` a row group at a time (a rolled segment's rows, or about 65 536 rows of a
-        merged one), in the order `arrow(name)` has its rows, for a sum over a table too large
-        to hold whole (a day of `files`). A trace closed by its writer: a segment that cannot
-        be read raises TraceError (`arrow` skips it)."""
+    def row_groups(self, name: str, columns: Sequence[str] | None = None) -> Iterator[pa.Table]:
+        """Table `name` (only its `columns`, by default all) a row group at a time (a rolled
+        segment's rows, or about 65 536 rows of a merged one), in the order `arrow(name)` has
+        its rows, for a sum over a table too large to hold whole (a day of `files`). A trace
+        closed by its writer: a segment that cannot be read raises TraceError (`arrow` skips
+        it)."""
         import pyarrow.parquet as pq
 
         from tracer.tracedir.segments import conform, covered_segments, segment_number
@@ -123,9 +124,11 @@ class TraceTables:
             for seg in segs:
                 if segment_number(seg.name) not in covered:
                     f = pq.ParquetFile(seg)
+                    present = None if columns is None else [c for c in columns
+                                                              if c in f.schema_arrow.names]
                     for g in range(f.num_row_groups):
-                        data = f.read_row_group(g)
-                        yield conform(data, name) if name in TABLES else data
+                        data = f.read_row_group(g, columns=present)
+                        yield conform(data, name, columns) if name in TABLES else data
         except (pa.ArrowException, OSError) as e:
             raise TraceError(f"table {name!r} of {str(self.directory)!r}: cannot read a "
                              f"segment ({' '.join(str(e).split())[:120]})") from e
