@@ -25,22 +25,15 @@ from tracer.render.saved_files import (
     file_totals_from_files,
     file_totals_from_segments,
 )
+from tracer.report import grouped
 from tracer.tracedir.schema import TABLES
 
 SCHEMA = TABLES["files"]
 STRINGS = ("comm", "role", "path", "path_source", "fs_type", "device", "op")
 
 
-# The reference: saved_files.py's pandas implementation before it (git 12c10ba), as it was.
-
-def grouped(df: pd.DataFrame, keys: list[str], **agg: tuple[str, str]) -> pd.DataFrame:
-    cats = {k: df[k].cat for k in keys if isinstance(df[k].dtype, pd.CategoricalDtype)}
-    out = (df.assign(**{k: c.codes for k, c in cats.items()})
-           .groupby(keys, dropna=False, sort=False).agg(**agg).reset_index())
-    for k, c in cats.items():
-        out[k] = pd.Categorical.from_codes(out[k], c.categories).astype(object)
-    return out
-
+# The reference: saved_files.py's pandas implementation before it (git 12c10ba), as it was
+# (its `grouped` now report.py's).
 
 def reference_from_segments(segments: Iterable[pd.DataFrame]) -> tuple[dict, SavedPaths]:
     totals: dict[tuple, FileTotals] = {}
