@@ -97,8 +97,8 @@ class NoPandas:
     """Keeps pandas out of the tracer process while it traces and prints its summary. The
     tracer never uses pandas, but pyarrow imports it, where installed, at its first conversion
     of Python values (the first interval's Parquet rows): 46 MiB of resident memory and about
-    0.1 s of CPU here, for nothing. pyarrow goes without it when the import fails, and a later import (after
-    remove()) works as usual. Has no effect where pandas is imported already."""
+    0.1 s of CPU here, for nothing. pyarrow goes without it when the import fails, and a later
+    import (after remove()) works as usual. Has no effect where pandas is imported already."""
 
     def find_spec(self, name: str, path=None, target=None):
         if name == "pandas" or name.startswith("pandas."):

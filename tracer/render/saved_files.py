@@ -22,7 +22,7 @@ _STRINGS = ("device", "path", "op", "path_source", "fs_type")
 _KEYS = ("device", "inode", "path", "pid", "op")  # a total's: (process, file) and op
 _SUMS = ("known_ops", "bytes", "latency_sum_ns", "pages_missed", "pages_dirtied", "unknown_ops")
 SAVED_COLUMNS = ["pid", "inode", *_STRINGS, "ops", "bytes", "latency_sum_ns", "latency_max_ns",
-            "pages_missed", "pages_dirtied"]
+                 "pages_missed", "pages_dirtied"]
 """The `files` columns the totals and names are made of."""
 
 
@@ -86,10 +86,9 @@ class _Totals:
         n = files.num_rows
         if n == 0:
             return
-
         rows = {c: self.strings[c].codes(files.column(c)) for c in _STRINGS}
         rows |= {c: ints(files, c) for c in ("pid", "inode", "bytes", "latency_sum_ns",
-                                        "pages_missed", "pages_dirtied")}
+                                             "pages_missed", "pages_dirtied")}
         # The slowest operation is known for the rows that say it (latency_max_ns > 0), and a
         # row with operations that does not makes the maximum of its (process, op) unknown;
         # a row without operations has no slowest one (as FileTotals.add has it).
