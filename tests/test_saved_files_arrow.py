@@ -24,7 +24,9 @@ from tracer.render.saved_files import (
     _groups,
     file_totals_from_files,
     file_totals_from_segments,
+    top_file_totals,
 )
+from tracer.render.summary import render_top_files
 from tracer.report import grouped
 from tracer.tracedir.schema import TABLES
 
@@ -262,3 +264,34 @@ print(len(totals), len(names.by_id), "pandas" in sys.modules)
                          check=True)
     totals, names = reference_from_segments([pa.concat_tables(hand_segments()).to_pandas()])
     assert out.stdout.split() == [str(len(totals)), str(len(names.by_id)), "False"], out.stderr
+
+
+@pytest.mark.parametrize("n", [1, 10, 100_000])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_top_totals_print_as_the_whole(seed: int, n: int) -> None:
+    """The live run's end keeps only the pairs it prints: the same lines as all the totals
+    give (ties in the rows' order), the same count; only the printed files named."""
+    segments = random_segments(seed)
+    totals, names = file_totals_from_segments(segments)
+    top, top_names, count = top_file_totals(segments, n)
+    assert count == len(totals) and len(top) == min(n, len(totals))
+    assert (render_top_files(top, top_names, n, count=count)
+            == render_top_files(totals, names, n))
+    assert set(top_names.by_id) == {key[1:] for key in top}
+
+
+@pytest.mark.parametrize("n", [3, 5, 8])
+def test_top_totals_break_ties_as_the_whole(n: int) -> None:
+    """Pairs of equal time and bytes, met in a shuffled order over batches and segments: the
+    top `n`, cut through the ties, are the ones the whole totals print."""
+    rng = np.random.default_rng(n)
+    rows = [row(10, f"/t/f{i}", 100 + i, "read", 1, 5, nbytes=4096 * (1 + i % 2))
+            for i in range(12)] + [row(10, f"/t/f{i}", 100 + i, "write", 1, 5, nbytes=0)
+                                   for i in range(0, 12, 3)]
+    rows = [rows[i] for i in rng.permutation(len(rows))]
+    segments = [pa.Table.from_batches([batch(rows[:6], rng), batch(rows[6:10], rng)]),
+                pa.Table.from_batches([batch(rows[10:], rng)])]
+    totals, names = file_totals_from_segments(segments)
+    top, top_names, count = top_file_totals(segments, n)
+    assert (render_top_files(top, top_names, n, count=count)
+            == render_top_files(totals, names, n))

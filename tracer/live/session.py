@@ -474,12 +474,13 @@ class Session:
         from tracer.render.first_screen import histograms_hint
         from tracer.render.summary import render_summary
 
-        parts, file_totals, files = _summary_parts(self, cost.events_lost)
+        parts, file_totals, files, count = _summary_parts(self, cost.events_lost)
         return render_summary({}, self.processes, parts.header, file_totals, files,
                               self.final_findings, cost,
                               startup=context_lines(self.step.diagnosis), loop=parts.loop,
                               devices=parts.devices,
-                              histograms=histograms_hint(str(self.opts.output)))
+                              histograms=histograms_hint(str(self.opts.output)),
+                              files_count=count)
 
     def judged_nothing(self) -> bool:
         """--pid targets that exited before the training loop was traced long enough to judge
@@ -519,12 +520,14 @@ class Session:
 
 
 def _summary_parts(session: Session, events_lost: int
-                   ) -> tuple[TraceLines, Mapping, FileLookup]:
-    """The first screen's header, loop split and disks, and the files' totals, from the
-    trace `session` just closed, as `iotrace report` reads them; from memory, without the
-    disks, when it was not written whole (a full disk) or cannot be read back."""
+                   ) -> tuple[TraceLines, Mapping, FileLookup, int]:
+    """The first screen's header, loop split and disks, and the top files' totals and how
+    many (process, file) pairs there are, from the trace `session` just closed, as `iotrace
+    report` reads them; from memory, without the disks, when it was not written whole (a full
+    disk) or cannot be read back."""
     from tracer.render.first_screen import TraceLines, trace_lines
-    from tracer.render.saved_files import SAVED_COLUMNS, file_totals_from_segments
+    from tracer.render.saved_files import SAVED_COLUMNS, top_file_totals
+    from tracer.render.summary import TOP_FILES
 
     assert session.step is not None
     diagnosis, processes = session.step.diagnosis, session.processes
@@ -538,7 +541,7 @@ def _summary_parts(session: Session, events_lost: int
             trace = open_tables(name)
             # a segment at a time: a day's `files` whole would be gigabytes in this process
             return (trace_lines(trace, name, since),
-                    *file_totals_from_segments(trace.row_groups("files", SAVED_COLUMNS)))
+                    *top_file_totals(trace.row_groups("files", SAVED_COLUMNS), TOP_FILES))
         except TraceError:
             pass
     n = len(processes.by_pid)
@@ -546,8 +549,8 @@ def _summary_parts(session: Session, events_lost: int
               f"({session.stop_reason or 'stopped'}); {events_lost} events lost.")
     if session.gpu_note:
         header += f"\n{session.gpu_note}."
-    return (TraceLines(header, _loop_lines(session), []), session.step.aggregator.file_totals,
-            session.files)
+    totals = session.step.aggregator.file_totals
+    return TraceLines(header, _loop_lines(session), []), totals, session.files, len(totals)
 
 
 def _loop_lines(session: Session) -> list[str]:

@@ -58,6 +58,18 @@ def file_totals_from_segments(segments: Iterable[pa.Table | pa.RecordBatch]
     last name of a file are what the whole table gives, with one segment's rows held at a
     time (the live run's end, after a day of tracing). A segment has the `files` schema; a
     pandas DataFrame of it is converted (by pyarrow: this module imports no pandas)."""
+    return _added(segments).result()[:2]
+
+
+def top_file_totals(segments: Iterable[pa.Table | pa.RecordBatch], n: int
+                    ) -> tuple[dict, SavedPaths, int]:
+    """Of the totals `file_totals_from_segments` gives, only the `n` pairs the summary shows
+    first and their files' names, and how many pairs there are: what the live run's end
+    prints."""
+    return _added(segments).result(n)
+
+
+def _added(segments: Iterable[pa.Table | pa.RecordBatch]) -> _Totals:
     totals = _Totals()
     for files in segments:
         if not isinstance(files, pa.RecordBatch | pa.Table):  # a DataFrame: pandas is loaded
@@ -67,7 +79,7 @@ def file_totals_from_segments(segments: Iterable[pa.Table | pa.RecordBatch]
         for batch in [files] if isinstance(files, pa.RecordBatch) else (
                 files.select(SAVED_COLUMNS).to_batches(max_chunksize=1 << 18)):
             totals.add(batch)
-    return totals.result()
+    return totals
 
 
 class _Totals:
@@ -101,11 +113,25 @@ class _Totals:
         # the batch's rows to its groups first: what is merged then is a few per file
         self.groups = _merge(self.groups, _reduce(rows, _KEYS))
 
-    def result(self) -> tuple[dict[tuple, FileTotals], SavedPaths]:
+    def result(self, top: int | None = None) -> tuple[dict[tuple, FileTotals], SavedPaths, int]:
+        """The totals per (process, file) and the files' names, and how many such pairs there
+        are. With `top`, only the `top` pairs the summary ranks first (`render_top_files`: most
+        time in syscalls, then bytes; ties in the order the rows first have them) and their
+        files: a FileTotals and a name for each of tens of thousands of pairs were most of the
+        live run's end at a million files."""
         totals: dict[tuple, FileTotals] = {}
         table = SavedPaths()
         if not self.groups:
-            return totals, table
+            return totals, table, 0
+        groups = self.groups
+        pair, count = _groups([groups[k] for k in ("pid", "device", "inode", "path")])
+        if top is not None and count > top:
+            time_ns = _at(np.add, pair, count, groups["latency_sum_ns"], 0)
+            nbytes = _at(np.add, pair, count, groups["bytes"], 0)
+            first = _at(np.minimum, pair, count, groups["first"], np.iinfo(np.int64).max)
+            chosen = np.zeros(count, dtype=bool)
+            chosen[np.lexsort((first, -nbytes, -time_ns))[:top]] = True
+            groups = {c: v[chosen[pair]] for c, v in groups.items()}
 
         strings = {c: s.names for c, s in self.strings.items()}  # by number
 
@@ -121,20 +147,22 @@ class _Totals:
         files = _reduce({c: self.groups[c] for c in ("device", "inode", "path", "path_source",
                                                      "fs_type", "last")},
                         ("device", "inode", "path"))
-        for dev, ino, path, source, fs in zip(*in_order(
-                files, "last", "device", "inode", "path", "path_source", "fs_type"), strict=True):
-            table.by_id[(dev, ino, path)] = SavedFile(path, source, fs, dev)
         # The totals' keys in the order the rows first have them (pandas' groupby gave them
         # so): the summary's ties keep it.
         for pid, dev, ino, path, op, known_ops, nbytes, lat_ns, missed, dirtied, unknown_ops, m in (
-                zip(*in_order(self.groups, "first", "pid", "device", "inode", "path", "op",
+                zip(*in_order(groups, "first", "pid", "device", "inode", "path", "op",
                               *_SUMS, "known_max_ns"), strict=True)):
             t = totals.get(key := (pid, dev, ino, path))
             if t is None:
                 t = totals[key] = FileTotals()
             t.add(op, known_ops, nbytes, lat_ns, missed, dirtied, m)
             t.add(op, unknown_ops, 0, 0, 0, 0, 0)
-        return totals, table
+        named = {key[1:] for key in totals}
+        for dev, ino, path, source, fs in zip(*in_order(
+                files, "last", "device", "inode", "path", "path_source", "fs_type"), strict=True):
+            if (dev, ino, path) in named:
+                table.by_id[(dev, ino, path)] = SavedFile(path, source, fs, dev)
+        return totals, table, count
 
 
 def _merge(groups: dict[str, np.ndarray], more: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

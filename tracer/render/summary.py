@@ -30,13 +30,16 @@ def _what(key: Series) -> str:
 
 
 def render_top_files(file_totals: Mapping[FileKey, FileTotals], files: FileLookup,
-                     n: int = TOP_FILES) -> list[str]:
-    """Like filetop, with full paths: the files the traced processes spent most time on."""
+                     n: int = TOP_FILES, count: int | None = None) -> list[str]:
+    """Like filetop, with full paths: the files the traced processes spent most time on.
+    `count`: how many (process, file) pairs there are, where `file_totals` holds only the top
+    ones (by default, as many as it holds)."""
     if not file_totals:
         return []
     ranked = sorted(file_totals.items(), key=lambda kv: (-kv[1].latency_sum_ns,
                                                          -sum(kv[1].bytes.values())))[:n]
-    lines = ["", f"Top files by time spent in syscalls (of {len(file_totals)}):",
+    count = len(file_totals) if count is None else count
+    lines = ["", f"Top files by time spent in syscalls (of {count}):",
              f"  {'time':>9} {'reads':>7} {'read':>10} {'writes':>7} {'written':>10} "
              f"{'missed':>10} {'hit':>5} {'pid':>7}  path"]
     for (pid, dev, ino, gen), t in ranked:
@@ -87,19 +90,20 @@ def render_summary(totals: Mapping[Series, np.ndarray], processes: ProcessLookup
                    files: FileLookup | None = None, findings: list[Finding] | None = None,
                    cost: SelfCost | None = None, startup: list[str] | None = None,
                    loop: list[str] | None = None, devices: list[str] | None = None,
-                   histograms: str | None = None) -> str:
+                   histograms: str | None = None, files_count: int | None = None) -> str:
     """Text for the terminal (and `iotrace report`), what a user came for first: the header,
     the verdicts, the loop's time split (`loop`), the start-up, the top files, the disks
     (`devices`); then, when `histograms` is None, as biolatency prints them, one block per
     process with one histogram per layer/op/target, most operations first within a process,
     else one line saying how to see them (`histograms`: the command that shows them); iotrace's
-    own cost last."""
+    own cost last. `files_count`: how many (process, file) pairs there are, where
+    `file_totals` holds only the top ones (then with `histograms` given)."""
     lines = [header]
     lines.extend(render_findings(findings or []))
     lines.extend(loop or [])
     lines.extend(startup or [])  # after the verdicts, which leave the start-up out
     if file_totals and files is not None:  # (both callers pass the table with the totals)
-        lines.extend(render_top_files(file_totals, files))
+        lines.extend(render_top_files(file_totals, files, count=files_count))
     lines.extend(devices or [])
     if histograms is None:
         lines.extend(render_histograms(totals, processes, file_totals, files))
