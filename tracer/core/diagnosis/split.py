@@ -47,12 +47,12 @@ from tracer.core.model import FileRow, LatencyRow, ThreadRow
 from tracer.core.units import MAX_SLOTS, slot_of
 from tracer.core.vocab import CHILD, DATALOADER_WORKER, LOOP_ROLES, RANK
 
-# Threads that a process group starts, by the names PyTorch and gloo give them: a rank that has
-# one runs collectives with that backend.
 # The `latency` rows the split reads (`socket_reads`, `_histograms`): reads, of these layers
-# and targets (None: any). A replay gives it no others (report._Rows).
+# and targets (None: any). A replay gives it no others (report._table_rows).
 LATENCY_READS: dict[str, tuple[str, ...] | None] = {"syscall": ("file", "socket"),
                                                     "block": None, "block_queue": None}
+# Threads that a process group starts, by the names PyTorch and gloo give them: a rank that has
+# one runs collectives with that backend.
 COLLECTIVE_THREADS = {"gloo_tcp_loop": "gloo", "pt_gloo_runloop": "gloo",
                       "pt_nccl_watchdg": "nccl", "pt_nccl_heartbt": "nccl"}
 
