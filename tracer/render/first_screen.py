@@ -41,15 +41,15 @@ def trace_lines(trace: TraceTables, name: str, training_since: Mapping[int, int]
     """The first screen's parts of `trace`, headed "Trace NAME". `training_since`: per main
     pid, when its training started (ns, from the diagnosis); `gpu_idle`: the GPU idle spans
     (by default the trace's ``gpu_idle`` rows)."""
-    procs = trace.arrow("processes", ["pid", "role", "rank"])
+    procs = trace.arrow("processes", sums.COLUMNS["processes"])
     loop = loop_lines(sums.loop_split(trace.arrow("loop"), training_since),
                       sums.rank_numbers(procs))
     if gpu_idle is None:
-        gpu_idle = trace.arrow("gpu_idle", ["gpu", "cause", "duration_ns"])
+        gpu_idle = trace.arrow("gpu_idle", sums.COLUMNS["gpu_idle"])
     loop += gpu_idle_lines(sums.gpu_idle_by_cause(
-        trace.arrow("gpu", ["gpu", "sample_period_ns"]), gpu_idle))
+        trace.arrow("gpu", sums.COLUMNS["gpu"]), gpu_idle))
     devices = sums.device_summary(trace.arrow("devices"), trace.arrow(
-        "device_users", ["device", "op", "who", "bytes"]))
+        "device_users", sums.COLUMNS["device_users"]))
     return TraceLines(header_text(trace, name, procs), loop, device_lines(devices))
 
 

@@ -245,13 +245,13 @@ class TraceReader(TraceTables):
         hard idle spans: `spans`, by default the ``gpu_idle`` table) and ``<cause>_s`` for each
         cause found, most first (`tracer.tracedir.sums.gpu_idle_by_cause`)."""
         if spans is None:
-            idle = self.arrow("gpu_idle", ["gpu", "cause", "duration_ns"])
+            idle = self.arrow("gpu_idle", sums.COLUMNS["gpu_idle"])
         else:
             idle = pa.table({"gpu": spans["gpu"].to_numpy(dtype="int64"),
                              "cause": spans["cause"].astype(str).to_numpy(),
                              "duration_ns": spans["duration_ns"].to_numpy(dtype="int64")}
                             if not spans.empty else {"gpu": [], "cause": [], "duration_ns": []})
-        rows = sums.gpu_idle_by_cause(self.arrow("gpu", ["gpu", "sample_period_ns"]), idle)
+        rows = sums.gpu_idle_by_cause(self.arrow("gpu", sums.COLUMNS["gpu"]), idle)
         out = _frame(rows, "gpu", ["sampled_s", "idle_s"])
         if not out.empty:
             out.index = out.index.astype("int64")
@@ -264,7 +264,7 @@ class TraceReader(TraceTables):
         iotrace did not trace read (`device_users`; NaN without its rows); busiest first
         (`tracer.tracedir.sums.device_summary`)."""
         rows = sums.device_summary(self.arrow("devices"),
-                                   self.arrow("device_users", ["device", "op", "who", "bytes"]))
+                                   self.arrow("device_users", sums.COLUMNS["device_users"]))
         return _frame(rows, "device", sums.DEVICE_COLUMNS)
 
 

@@ -20,6 +20,10 @@ import pyarrow as pa
 from tracer.core.vocab import LOOP_STATES, RANK
 
 LOOP_SPLIT_COLUMNS = ["seconds", "startup_s", *(f"{s}_pct" for s in LOOP_STATES)]
+# Of the tables the sums read only some columns of, those columns (`TraceTables.arrow`).
+COLUMNS = {"processes": ["pid", "role", "rank"], "gpu": ["gpu", "sample_period_ns"],
+           "gpu_idle": ["gpu", "cause", "duration_ns"],
+           "device_users": ["device", "op", "who", "bytes"]}
 DEVICE_COLUMNS = ["r_s", "rkb_s", "w_s", "wkb_s", "await_ms", "util_pct", "max_util_pct",
                   "others_read_pct"]
 

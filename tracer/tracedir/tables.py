@@ -84,9 +84,7 @@ class TraceTables:
                 continue
             try:
                 f = pq.ParquetFile(seg)  # read_table: a dataset per file, slower
-                present = None if columns is None else [c for c in columns
-                                                          if c in f.schema_arrow.names]
-                data = f.read(columns=present)
+                data = f.read(columns=_present(f, columns))
             except (pa.ArrowException, OSError) as e:
                 bad[seg] = f"damaged data ({' '.join(str(e).split())[:120]})"
                 continue
@@ -124,8 +122,7 @@ class TraceTables:
             for seg in segs:
                 if segment_number(seg.name) not in covered:
                     f = pq.ParquetFile(seg)
-                    present = None if columns is None else [c for c in columns
-                                                              if c in f.schema_arrow.names]
+                    present = _present(f, columns)
                     for g in range(f.num_row_groups):
                         data = f.read_row_group(g, columns=present)
                         yield conform(data, name, columns) if name in TABLES else data
@@ -240,7 +237,13 @@ def describe_targets(trace: TraceTables) -> str:
 
 def role_counts(trace: TraceTables) -> dict[str, int]:
     """How many processes had each role (``{"main": 1, "dataloader_worker": 8}``), most first."""
-    return sums.role_counts(trace.arrow("processes", ["pid", "role", "rank"]))
+    return sums.role_counts(trace.arrow("processes", sums.COLUMNS["processes"]))
+
+
+def _present(segment, columns: Sequence[str] | None) -> list[str] | None:
+    """Of `columns` (None: all), those the segment (a ParquetFile) has: conform fills the
+    others, nullable, with nulls."""
+    return None if columns is None else [c for c in columns if c in segment.schema_arrow.names]
 
 
 def _int_or_none(value: object) -> int | None:
